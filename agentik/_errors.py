@@ -1,0 +1,61 @@
+"""The exception tree. Every error agentik raises on purpose derives from one root.
+
+    AgentikError
+    ├── StoreError                 a storage operation failed
+    │   ├── StoreClosedError       the bundle is closed or its writer died
+    │   ├── DuplicateKeyError      an idempotency key was already used
+    │   └── SchemaVersionError     the database is newer than this code, or SQLite too old
+    ├── ToolError                  a tool definition or call is invalid
+    ├── ModelBackendError          the model backend failed or answered garbage
+    ├── TurnError                  a turn could not finish (step limit, model failure)
+    ├── OverloadedError            too many turns queued; retry later
+    └── ProtocolViolation          a client sent something the wire protocol forbids
+
+Lower-layer errors (apsw, httpx) are mapped at the boundary with ``raise … from``.
+"""
+
+from __future__ import annotations
+
+
+class AgentikError(Exception):
+    """Root of every error agentik raises on purpose."""
+
+
+class StoreError(AgentikError):
+    """A storage operation failed; nothing of it was applied."""
+
+
+class StoreClosedError(StoreError):
+    """The storage bundle is closed, or its writer task died."""
+
+
+class DuplicateKeyError(StoreError):
+    """An idempotency key was already used in this conversation."""
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a newer agentik, or SQLite is too old."""
+
+
+class ToolError(AgentikError):
+    """A tool definition or a tool call is invalid."""
+
+
+class ModelBackendError(AgentikError):
+    """The model backend failed, timed out, or answered something malformed."""
+
+
+class TurnError(AgentikError):
+    """A turn could not finish; history stays valid."""
+
+
+class OverloadedError(AgentikError):
+    """Too many turns are queued for a conversation or the agent; retry later."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProtocolViolation(AgentikError):
+    """A client sent something the wire protocol does not allow."""

@@ -1,0 +1,85 @@
+"""The model seam: what the turn loop sends a model and what it gets back.
+
+A ``ChatModel`` answers one request at a time; a ``StreamingChatModel`` can
+also stream the answer as deltas, ending with the complete ``ModelResponse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from agentik._messages import Message, TokenUsage, ToolCall
+from agentik.toolsets._named_tool import NamedTool
+
+
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+def _tools(value: Iterable[NamedTool]) -> tuple[NamedTool, ...]:
+    return tuple(value)
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class ModelRequest:
+    """One model call. ``messages[0]`` is the system message, built afresh for
+    every request and never stored."""
+
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    tools: tuple[NamedTool, ...] = attrs.field(default=(), converter=_tools)
+
+
+@attrs.frozen
+class ModelResponse:
+    """What the model answered: text, tool calls, or both."""
+
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    usage: TokenUsage | None = None
+    finish_reason: str | None = None
+    """As the backend reported it (``stop``, ``tool_calls``, ``length`` …), if it did."""
+
+
+@attrs.frozen
+class TextDelta:
+    """A piece of the answer's text, as it streams."""
+
+    text: str
+
+
+@attrs.frozen
+class ToolCallDelta:
+    """A piece of a streamed tool call. ``id`` and ``name`` come with the first
+    piece of each ``index``; ``arguments`` is a fragment of the JSON text."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+ModelStreamEvent: TypeAlias = TextDelta | ToolCallDelta | ModelResponse
+"""A stream yields deltas and ends with the complete ``ModelResponse``."""
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A model backend."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
+@runtime_checkable
+class StreamingChatModel(ChatModel, Protocol):
+    """A model backend that can also stream its answer."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        """Yield deltas, then exactly one final ``ModelResponse``."""
+        ...

@@ -1,0 +1,137 @@
+"""The four store protocols and the bundle that carries them.
+
+Invariants every backend keeps (checked by ``agentik.testing``):
+- every method is async, and ``get_messages`` is an async iterator, paged
+  underneath so a long conversation is never loaded whole;
+- ``seq`` is 1, 2, 3 … per conversation, gapless, in acceptance order;
+- a write that returned (or whose ``Pending`` resolved) is durable for the
+  backend and visible to every read that starts afterwards;
+- a failing write changes nothing and raises a ``StoreError``;
+- timestamps are aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+if TYPE_CHECKING:
+    from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
+    from agentik._messages import Message, TokenStats
+    from agentik.storage._pending import Pending
+
+DEFAULT_PAGE_SIZE = 500
+
+
+class MessageStore(Protocol):
+    """The history of every conversation."""
+
+    async def append(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Message:
+        """Store ``message`` as the conversation's next one; return it with ``seq``
+        and ``created_at`` filled. With ``idempotency_key``, a key already used in
+        this conversation raises ``DuplicateKeyError`` and stores nothing."""
+        ...
+
+    async def submit(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Pending[Message]:
+        """Like ``append``, but return as soon as the write is accepted (waiting
+        only for room in the queue). Writes submitted by one task are applied in
+        submission order."""
+        ...
+
+    def get_messages(
+        self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> AsyncIterator[Message]:
+        """The conversation's messages with ``seq > after_seq``, oldest first."""
+        ...
+
+    async def token_stats(self, conversation_id: str) -> TokenStats:
+        """Token usage summed over the conversation's messages."""
+        ...
+
+    async def find_idempotency_key(self, conversation_id: str, key: str) -> int | None:
+        """The ``seq`` of the message stored with ``key``, or None."""
+        ...
+
+    async def list_conversations(self, *, after: str | None = None, limit: int = 100) -> list[str]:
+        """Ids of conversations that have messages, sorted, those ``> after``."""
+        ...
+
+
+class WorkingMemoryStore(Protocol):
+    """Notes a conversation keeps while it works."""
+
+    async def append(self, conversation_id: str, text: str) -> MemoryEntry: ...
+
+    async def list(self, conversation_id: str) -> list[MemoryEntry]:
+        """Active (not archived) entries, oldest first."""
+        ...
+
+    async def compact(
+        self, conversation_id: str, entry_ids: Sequence[int], summary: str
+    ) -> MemoryEntry:
+        """Archive ``entry_ids`` and add ``summary`` as one new entry, atomically.
+        Ids that are not active entries of this conversation raise ``StoreError``."""
+        ...
+
+    async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
+        """Archive the given active entries of this conversation; return how many."""
+        ...
+
+
+class ReflectionStore(Protocol):
+    """Lessons drawn after turns, shared by all conversations."""
+
+    async def insert(self, conversation_id: str, text: str) -> Reflection: ...
+
+    async def list_recent(self, limit: int) -> list[Reflection]:
+        """Newest first; ties in insertion order, newest first."""
+        ...
+
+    async def count(self) -> int: ...
+
+    async def list_for_conversation(self, conversation_id: str) -> list[Reflection]:
+        """Oldest first."""
+        ...
+
+    async def delete_older_than(self, cutoff: datetime) -> int:
+        """Delete reflections created strictly before ``cutoff``; return how many."""
+        ...
+
+
+class SkillStore(Protocol):
+    """Named procedures the model saves and loads on demand."""
+
+    async def catalog(self) -> list[SkillSummary]:
+        """Name and description of every skill, sorted by name."""
+        ...
+
+    async def upsert(self, skill: Skill) -> Skill:
+        """Insert or replace by name; return it with ``updated_at`` filled."""
+        ...
+
+    async def remove(self, name: str) -> bool: ...
+
+    async def exists(self, name: str) -> bool: ...
+
+    async def all(self) -> list[Skill]:
+        """Every skill, sorted by name."""
+        ...
+
+    async def get(self, name: str) -> Skill | None: ...
+
+
+@attrs.frozen
+class StorageBundle:
+    """The four stores an agent needs, from one backend."""
+
+    message_store: MessageStore
+    working_memory_store: WorkingMemoryStore
+    reflection_store: ReflectionStore
+    skill_store: SkillStore

@@ -1,0 +1,28 @@
+"""``NamedTool``: a tool the model can call, by name, with JSON arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
+
+import attrs
+
+from agentik._json import JsonObject
+
+ToolHandler: TypeAlias = Callable[[JsonObject], Awaitable[str]]
+"""An async callable taking the parsed arguments object and returning the result text."""
+
+
+@attrs.frozen(eq=False)
+class NamedTool:
+    """A tool definition: what the model is offered, and what runs when it calls it.
+
+    Compared by identity: two definitions are the same tool only if they are
+    the same object.
+    """
+
+    name: str
+    description: str
+    parameters: JsonObject
+    """The JSON Schema of the arguments object."""
+    handler: ToolHandler = attrs.field(repr=False)
