@@ -1,0 +1,76 @@
+"""What a turn reports as it runs: its events and its result.
+
+A streamed turn yields, in order: text and tool-call deltas as the model
+streams them (or one ``TextDelta`` with the whole text when the model does
+not stream), ``ToolCallStarted`` before a tool runs, ``ToolCallFinished`` after,
+and finally exactly one ``TurnFinished`` or ``TurnFailed``. Transports (native
+SSE, AG-UI, A2A) only translate these; they hold no conversation state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeAlias
+
+import attrs
+
+from agentik._messages import Message, TokenUsage, ToolCall
+from agentik.models._protocol import TextDelta, ToolCallDelta
+
+
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class TurnResult:
+    """A finished turn: its final text, the messages it added (the user's
+    message first, all committed), and the tokens it used."""
+
+    text: str
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    usage: TokenUsage = TokenUsage()
+
+
+@attrs.frozen
+class ToolCallStarted:
+    """The turn is about to run a tool call (the call is already recorded)."""
+
+    call: ToolCall
+
+
+@attrs.frozen
+class ToolCallFinished:
+    """A tool call has its result (an error result when ``is_error``)."""
+
+    call: ToolCall
+    content: str
+    is_error: bool = False
+
+
+@attrs.frozen
+class TurnFinished:
+    """The turn ended with an answer; every message of it is committed."""
+
+    result: TurnResult
+    active_toolsets: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    """The conversation's active toolsets when the turn ended, sorted."""
+
+
+@attrs.frozen
+class TurnFailed:
+    """The turn ended without an answer; what it recorded is committed and valid."""
+
+    message: str
+    code: str = "turn_failed"
+    """Short machine-readable reason: ``turn_failed``, ``step_limit``, ``model_error``,
+    ``cancelled``."""
+
+
+TurnEvent: TypeAlias = (
+    TextDelta | ToolCallDelta | ToolCallStarted | ToolCallFinished | TurnFinished | TurnFailed
+)
