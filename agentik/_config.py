@@ -1,0 +1,280 @@
+"""Server configuration: ``agentik.toml``, then environment variables, then CLI flags.
+
+Each setting is declared once in ``SETTINGS`` (its TOML section and key, its
+environment variable, its kind and default), so the three layers cannot drift
+apart. Layers are merged into one flat mapping, later layers winning, and only
+then validated into a frozen ``ServerConfig``; every error names the setting
+(``[limits] max_queued_turns``) and what was expected. Secrets (the model API
+key, the bearer token) come from the environment or the file, never from a
+flag, and are kept out of ``repr``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+import attrs
+
+from agentik._errors import AgentikError
+
+Kind: TypeAlias = Literal["str", "int", "float", "list", "bind"]
+Raw: TypeAlias = "str | int | float | bool | list[str]"
+
+
+class ConfigError(AgentikError):
+    """The configuration is invalid; the message names the setting."""
+
+
+@attrs.frozen
+class Setting:
+    """One configurable value and where it may come from."""
+
+    section: str
+    key: str
+    kind: Kind
+    env: str | None
+    """Environment variable that overrides the file, if any."""
+
+    @property
+    def name(self) -> str:
+        return f"[{self.section}] {self.key}"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("server", "bind", "bind", "AGENTIK_BIND"),
+    Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN"),
+    Setting("storage", "database", "str", "AGENTIK_DATABASE"),
+    Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
+    Setting("model", "model", "str", "AGENTIK_MODEL"),
+    Setting("model", "api_key_env", "str", None),
+    Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
+    Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
+    Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
+    Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
+    Setting("limits", "max_tool_rounds", "int", "AGENTIK_MAX_TOOL_ROUNDS"),
+    Setting("limits", "tool_timeout", "float", "AGENTIK_TOOL_TIMEOUT"),
+    Setting("limits", "graceful_timeout", "float", "AGENTIK_GRACEFUL_TIMEOUT"),
+)
+_BY_NAME = {(s.section, s.key): s for s in SETTINGS}
+
+DEFAULT_API_KEY_ENV = "AGENTIK_API_KEY"
+
+
+@attrs.frozen(kw_only=True)
+class ModelSettings:
+    """An OpenAI-compatible backend. Absent means the scripted demo model."""
+
+    base_url: str
+    model: str
+    api_key: str | None = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """Bounds that keep one server's memory and latency in check."""
+
+    max_body_bytes: int = 1_048_576
+    """Larger request bodies get 413 before they are parsed."""
+    max_queued_turns: int = 8
+    """Turns waiting per conversation; past it, 429 with Retry-After."""
+    max_tool_rounds: int = 25
+    tool_timeout: float = 60.0
+    graceful_timeout: float = 30.0
+    """Seconds in-flight requests get to finish after SIGINT/SIGTERM."""
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    """Everything ``agentik serve`` needs, validated."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    database: str = "./agentik.db"
+    model: ModelSettings | None = None
+    system_prompt: str | None = None
+    toolsets: tuple[str, ...] = ()
+    """Entry points ``module:attribute``, each giving one or more toolset contributions."""
+    auth_token: str | None = attrs.field(default=None, repr=False)
+    limits: Limits = Limits()
+
+    @property
+    def is_loopback(self) -> bool:
+        return _is_loopback(self.host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_bind(value: str, *, name: str = "[server] bind") -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6)."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ConfigError(f"{name} must be 'host:port', got {value!r}")
+    port = int(port_text)
+    if port > 65535:
+        raise ConfigError(f"{name} port must be 0..65535, got {port}")
+    return host.removeprefix("[").removesuffix("]"), port
+
+
+def read_file(path: Path) -> dict[tuple[str, str], Raw]:
+    """The settings a TOML file gives, keyed by (section, key)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {str(path)!r} is not valid UTF-8") from error
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {error}") from error
+    found: dict[tuple[str, str], Raw] = {}
+    for section, table in document.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table, got {table!r}")
+        for key, value in table.items():
+            setting = _BY_NAME.get((section, key))
+            if setting is None:
+                raise ConfigError(f"{path}: unknown setting [{section}] {key}")
+            found[(section, key)] = _check_kind(setting, value, origin=str(path))
+    return found
+
+
+def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
+    where = f"{origin}: {setting.name}"
+    if setting.kind in ("str", "bind"):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    if setting.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{where} must be a positive integer, got {value!r}")
+        return value
+    if setting.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{where} must be a positive number, got {value!r}")
+        return float(value)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+    return [str(v) for v in value]
+
+
+def read_env(env: Mapping[str, str]) -> dict[tuple[str, str], Raw]:
+    """The settings environment variables give."""
+    found: dict[tuple[str, str], Raw] = {}
+    for setting in SETTINGS:
+        if setting.env is None or setting.env not in env:
+            continue
+        text = env[setting.env]
+        value: object = text
+        if setting.kind == "int":
+            value = int(text) if text.strip().lstrip("-").isdigit() else text
+        elif setting.kind == "float":
+            try:
+                value = float(text)
+            except ValueError:
+                value = text
+        elif setting.kind == "list":
+            value = [part.strip() for part in text.split(",") if part.strip()]
+        found[(setting.section, setting.key)] = _check_kind(setting, value, origin=setting.env)
+    return found
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[tuple[str, str], Raw] | None = None,
+) -> ServerConfig:
+    """Merge file < environment < ``overrides`` (CLI flags) and validate.
+
+    ``path`` None reads ``./agentik.toml`` if it exists; an explicit path
+    that does not exist is an error.
+    """
+    env = os.environ if env is None else env
+    if path is None:
+        default = Path("agentik.toml")
+        path = default if default.is_file() else None
+    merged: dict[tuple[str, str], Raw] = {}
+    if path is not None:
+        merged.update(read_file(path))
+    merged.update(read_env(env))
+    for (section, key), value in (overrides or {}).items():
+        setting = _BY_NAME.get((section, key))
+        if setting is None:
+            raise ConfigError(f"unknown setting [{section}] {key}")
+        merged[(section, key)] = _check_kind(setting, value, origin="command line")
+    return _build(merged, env)
+
+
+def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ServerConfig:
+    def get(section: str, key: str) -> Raw | None:
+        return merged.get((section, key))
+
+    host, port = "127.0.0.1", 8080
+    bind = get("server", "bind")
+    if isinstance(bind, str):
+        host, port = parse_bind(bind)
+    token = get("server", "auth_token")
+    auth_token = token if isinstance(token, str) and token else None
+    if not _is_loopback(host) and auth_token is None:
+        raise ConfigError(
+            f"[server] auth_token is required when binding to the non-loopback address {host!r}"
+            " (set AGENTIK_AUTH_TOKEN)"
+        )
+    limits = Limits(
+        **{
+            key: value
+            for (section, key), value in merged.items()
+            if section == "limits" and isinstance(value, int | float)
+        }
+    )
+    database = get("storage", "database")
+    prompt = get("agent", "system_prompt")
+    toolsets = get("agent", "toolsets")
+    return ServerConfig(
+        host=host,
+        port=port,
+        database=database if isinstance(database, str) else "./agentik.db",
+        model=_model(merged, env),
+        system_prompt=prompt if isinstance(prompt, str) else None,
+        toolsets=tuple(_check_entry_point(t) for t in toolsets)
+        if isinstance(toolsets, list)
+        else (),
+        auth_token=auth_token,
+        limits=limits,
+    )
+
+
+def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ModelSettings | None:
+    base_url = merged.get(("model", "base_url"))
+    model = merged.get(("model", "model"))
+    if base_url is None and model is None:
+        return None
+    if not isinstance(base_url, str) or not base_url:
+        raise ConfigError("[model] base_url is required when [model] model is set")
+    if not isinstance(model, str) or not model:
+        raise ConfigError("[model] model is required when [model] base_url is set")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"[model] base_url must start with http:// or https://, got {base_url!r}")
+    key_env = merged.get(("model", "api_key_env"), DEFAULT_API_KEY_ENV)
+    api_key = env.get(key_env) if isinstance(key_env, str) else None
+    return ModelSettings(base_url=base_url, model=model, api_key=api_key or None)
+
+
+def _check_entry_point(spec: str) -> str:
+    module, sep, attribute = spec.partition(":")
+    if not sep or not module or not attribute:
+        raise ConfigError(f"[agent] toolsets entry {spec!r} must be 'module:attribute'")
+    return spec

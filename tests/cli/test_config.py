@@ -1,0 +1,94 @@
+"""Configuration: file < environment < flags, and precise errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentik._config import ConfigError, Limits, ModelSettings, load_config, parse_bind
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agentik.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+class TestLoadConfig:
+    def test_defaults(self) -> None:
+        """With nothing configured: loopback 8080, ./agentik.db, the demo model."""
+        config = load_config(None, env={})
+        assert (config.host, config.port, config.database) == ("127.0.0.1", 8080, "./agentik.db")
+        assert config.model is None
+        assert config.limits == Limits()
+
+    def test_precedence(self, tmp_path: Path) -> None:
+        """The environment beats the file; flags beat both."""
+        path = write(
+            tmp_path,
+            '[server]\nbind = "127.0.0.1:1"\n[storage]\ndatabase = "a.db"\n'
+            "[limits]\nmax_queued_turns = 3\n",
+        )
+        env = {"AGENTIK_DATABASE": "b.db", "AGENTIK_BIND": "127.0.0.1:2"}
+        config = load_config(path, env=env, overrides={("server", "bind"): "127.0.0.1:3"})
+        assert (config.port, config.database, config.limits.max_queued_turns) == (3, "b.db", 3)
+
+    def test_model_and_key_from_environment(self, tmp_path: Path) -> None:
+        """The API key is read from the variable the file names and hidden from repr."""
+        path = write(
+            tmp_path,
+            '[model]\nbase_url = "http://x/v1"\nmodel = "m"\napi_key_env = "MY_KEY"\n',
+        )
+        config = load_config(path, env={"MY_KEY": "sekrit"})
+        assert config.model == ModelSettings(base_url="http://x/v1", model="m", api_key="sekrit")
+        assert "sekrit" not in repr(config)
+
+    def test_toolsets_from_environment(self) -> None:
+        config = load_config(None, env={"AGENTIK_TOOLSETS": "a.b:c, d:e"})
+        assert config.toolsets == ("a.b:c", "d:e")
+
+
+class TestConfigErrors:
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            (
+                "[limits]\nmax_queued_turns = 'x'\n",
+                r"\[limits\] max_queued_turns must be a positive integer, got 'x'$",
+            ),
+            ("[limits]\nmax_queued_turns = 0\n", r"max_queued_turns must be a positive integer"),
+            ("[limits]\ntool_timeout = true\n", r"\[limits\] tool_timeout must be a positive"),
+            ("[server]\nport = 1\n", r"unknown setting \[server\] port$"),
+            ("[server]\nbind = 8080\n", r"\[server\] bind must be a string, got 8080$"),
+            ('[server]\nbind = "nope"\n', r"\[server\] bind must be 'host:port', got 'nope'$"),
+            ("server = 1\n", r"\[server\] must be a table"),
+            ("[server\n", r"is not valid TOML"),
+            ('[model]\nmodel = "m"\n', r"^\[model\] base_url is required"),
+            ('[agent]\ntoolsets = ["nocolon"]\n', r"'nocolon' must be 'module:attribute'$"),
+        ],
+    )
+    def test_bad_file(self, tmp_path: Path, text: str, message: str) -> None:
+        """Each bad file names the setting and the expectation."""
+        with pytest.raises(ConfigError, match=message):
+            load_config(write(tmp_path, text), env={})
+
+    def test_bad_environment_value(self) -> None:
+        with pytest.raises(ConfigError, match=r"^AGENTIK_MAX_QUEUED_TURNS: \[limits\] max_queued"):
+            load_config(None, env={"AGENTIK_MAX_QUEUED_TURNS": "-2"})
+
+    def test_missing_file(self, tmp_path: Path) -> None:
+        with pytest.raises(ConfigError, match=r"^cannot read config file"):
+            load_config(tmp_path / "absent.toml", env={})
+
+    def test_public_bind_requires_token(self) -> None:
+        """Binding beyond loopback without a token is refused; with one it is fine."""
+        with pytest.raises(ConfigError, match=r"auth_token is required .* '0\.0\.0\.0'"):
+            load_config(None, env={"AGENTIK_BIND": "0.0.0.0:80"})
+        config = load_config(None, env={"AGENTIK_BIND": "0.0.0.0:80", "AGENTIK_AUTH_TOKEN": "t"})
+        assert config.auth_token == "t"
+        assert not config.is_loopback
+
+
+def test_parse_bind_ipv6() -> None:
+    assert parse_bind("[::1]:9000") == ("::1", 9000)
