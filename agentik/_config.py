@@ -233,12 +233,17 @@ def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Ser
             f"[server] auth_token is required when binding to the non-loopback address {host!r}"
             " (set AGENTIK_AUTH_TOKEN)"
         )
+    def number(key: str, default: float) -> float:
+        value = get("limits", key)
+        return value if isinstance(value, int | float) else default
+
+    base = Limits()
     limits = Limits(
-        **{
-            key: value
-            for (section, key), value in merged.items()
-            if section == "limits" and isinstance(value, int | float)
-        }
+        max_body_bytes=int(number("max_body_bytes", base.max_body_bytes)),
+        max_queued_turns=int(number("max_queued_turns", base.max_queued_turns)),
+        max_tool_rounds=int(number("max_tool_rounds", base.max_tool_rounds)),
+        tool_timeout=number("tool_timeout", base.tool_timeout),
+        graceful_timeout=number("graceful_timeout", base.graceful_timeout),
     )
     database = get("storage", "database")
     prompt = get("agent", "system_prompt")
