@@ -1,0 +1,115 @@
+"""``ToolsetActivation``: which toolsets one conversation has switched on.
+
+Owned by the conversation's task, in memory only (a new conversation starts
+with none). A toolset stays active until disabled or unused for ``timeout``
+seconds; expiry is lazy: every call first drops what has expired, so there are
+no timers and a clock reading is the only input besides the call itself.
+
+All transitions go through ``_step``, driven by this table (``last use`` is
+the time of the latest enable or use):
+
+    action   inactive               active
+    enable   active, use = now      active, use = now
+    touch    (nothing)              active, use = now
+    disable  (nothing)              inactive
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+
+import trio
+
+DEFAULT_TIMEOUT = 600.0
+"""Ten minutes since last use, the plan's locked decision."""
+
+
+class _Action(enum.Enum):
+    ENABLE = "enable"
+    TOUCH = "touch"
+    DISABLE = "disable"
+
+
+class ToolsetActivation:
+    """The active toolsets of one conversation, expiring ``timeout`` seconds after last use.
+
+    ``clock`` returns seconds (any origin); it defaults to ``trio.current_time``,
+    looked up at each call so the object can be built outside ``trio.run`` and
+    follows a ``MockClock`` in tests. Small on purpose (slots, and no dict
+    until something is enabled): the agent keeps one per conversation.
+    """
+
+    __slots__ = ("_clock", "_last_use", "_timeout")
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] | None = None):
+        if not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self._timeout = float(timeout)
+        self._clock = clock
+        self._last_use: dict[str, float] | None = None
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a toolset stays active after its last use."""
+        return self._timeout
+
+    def enable(self, name: str) -> bool:
+        """Switch ``name`` on, or refresh its use; True if it was not active before."""
+        return not self._step(name, _Action.ENABLE)
+
+    def disable(self, name: str) -> bool:
+        """Switch ``name`` off; True if it was active before."""
+        return self._step(name, _Action.DISABLE)
+
+    def touch(self, name: str) -> None:
+        """Record a use of ``name``, restarting its expiry; no effect if it is inactive."""
+        self._step(name, _Action.TOUCH)
+
+    def is_active(self, name: str) -> bool:
+        """Whether ``name`` is active now."""
+        return name in self._expire(self._now())
+
+    def active_names(self) -> frozenset[str]:
+        """The toolsets active now, dropping those unused for ``timeout`` seconds."""
+        live = self._expire(self._now())
+        return frozenset(live) if live else frozenset()
+
+    def expires_in(self, name: str) -> float | None:
+        """Seconds until ``name`` expires unless used, or None if it is inactive."""
+        now = self._now()
+        last = self._expire(now).get(name)
+        return None if last is None else last + self._timeout - now
+
+    def _now(self) -> float:
+        return trio.current_time() if self._clock is None else self._clock()
+
+    def _expire(self, now: float) -> dict[str, float]:
+        last_use = self._last_use
+        if not last_use:
+            return {}
+        deadline = now - self._timeout
+        expired = [name for name, used in last_use.items() if used <= deadline]
+        for name in expired:
+            del last_use[name]
+        return last_use
+
+    def _step(self, name: str, action: _Action) -> bool:
+        """Apply one transition of the table; return whether ``name`` was active before."""
+        now = self._now()
+        live = self._expire(now)
+        was_active = name in live
+        if action is _Action.ENABLE or (action is _Action.TOUCH and was_active):
+            if self._last_use is None:
+                self._last_use = {}
+            self._last_use[name] = now
+        elif action is _Action.DISABLE and was_active:
+            del live[name]
+        if self._last_use is not None and not self._last_use:
+            self._last_use = None  # an idle conversation holds no dict
+        return was_active
+
+    def __repr__(self) -> str:
+        names = sorted(self._last_use or ())
+        return f"ToolsetActivation(timeout={self._timeout!r}, recorded={names!r})"

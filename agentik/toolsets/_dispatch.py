@@ -1,0 +1,174 @@
+"""Dispatch: which tool a call runs, and which toolset it switches on. Pure.
+
+``dispatch(active, contributions, call, core_tools) -> Run | Error`` decides, in
+this order: a core tool; a tool of an active toolset; a tool of an inactive
+toolset (``Run`` with ``activates`` set, and the caller enables it before
+running — the model is never told); otherwise ``Error("tool 'X' not found")``.
+Only the tool *name* counts: arguments are checked later, so a malformed call
+to an inactive toolset's tool still activates it.
+
+No I/O, no clock, no mutation of its inputs: the conversation actor applies the
+outcome. ``ToolsetIndex`` is built once per set of contributions so each
+dispatch is a couple of dict look-ups, whatever the number of toolsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import overload
+
+import attrs
+
+from agentik._messages import ToolCall
+from agentik.toolsets._contribution import ToolsetContribution
+from agentik.toolsets._named_tool import NamedTool
+
+
+@attrs.frozen
+class Run:
+    """Run ``tool``; first enable ``activates`` if it is set."""
+
+    tool: NamedTool
+    activates: str | None = None
+    """The inactive toolset to enable before running, or None."""
+    toolset: str | None = None
+    """The toolset the tool belongs to (None for a core tool): the one to touch as used."""
+
+
+@attrs.frozen
+class Error:
+    """The call cannot run; ``message`` becomes the error tool result the model sees."""
+
+    message: str
+
+
+def _not_found(name: str) -> Error:
+    return Error(f"tool {name!r} not found")
+
+
+class ToolsetIndex(Sequence[ToolsetContribution]):
+    """Contributions indexed by toolset name and by tool name, built once.
+
+    It is itself the (immutable) sequence of contributions, so it can be passed
+    wherever contributions are expected. Raises ``ValueError`` when two
+    contributions share a toolset name.
+    """
+
+    __slots__ = ("_by_name", "_contributions", "_names", "_tools")
+
+    def __init__(self, contributions: Sequence[ToolsetContribution] = ()) -> None:
+        items = tuple(contributions)
+        by_name: dict[str, ToolsetContribution] = {}
+        tools: dict[str, tuple[str, NamedTool]] = {}
+        for contribution in items:
+            if not isinstance(contribution, ToolsetContribution):
+                raise ValueError(f"expected a ToolsetContribution, got {contribution!r}")
+            if contribution.name in by_name:
+                raise ValueError(f"toolset {contribution.name!r} is contributed twice")
+            by_name[contribution.name] = contribution
+            for named in contribution.tools:
+                # Unique toolset names and the prefix rule make tool names unique too.
+                tools[named.name] = (contribution.name, named)
+        self._contributions = items
+        self._by_name = by_name
+        self._tools = tools
+        self._names = tuple(by_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The toolset names, in contribution order."""
+        return self._names
+
+    def get(self, name: str) -> ToolsetContribution | None:
+        """The contribution called ``name``, or None."""
+        return self._by_name.get(name)
+
+    def toolset_of(self, tool_name: str) -> str | None:
+        """The toolset containing the tool ``tool_name``, or None."""
+        entry = self._tools.get(tool_name)
+        return None if entry is None else entry[0]
+
+    def tools_for(self, active: frozenset[str] | set[str]) -> tuple[NamedTool, ...]:
+        """The tools of the active toolsets, in contribution order: what the model is offered."""
+        return tuple(
+            named
+            for contribution in self._contributions
+            if contribution.name in active
+            for named in contribution.tools
+        )
+
+    def dispatch(
+        self, active: frozenset[str], call: ToolCall, core_tools: Mapping[str, NamedTool]
+    ) -> Run | Error:
+        """Decide what ``call`` runs; see the module docstring for the order."""
+        name = call.name
+        core = core_tools.get(name)
+        if core is not None:
+            return Run(core)
+        entry = self._tools.get(name)
+        if entry is None:
+            return _not_found(name)
+        toolset, named = entry
+        if toolset in active:
+            return Run(named, None, toolset)
+        return Run(named, toolset, toolset)
+
+    def __len__(self) -> int:
+        return len(self._contributions)
+
+    @overload
+    def __getitem__(self, index: int) -> ToolsetContribution: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ToolsetContribution]: ...
+    def __getitem__(
+        self, index: int | slice
+    ) -> ToolsetContribution | Sequence[ToolsetContribution]:
+        return self._contributions[index]
+
+    def __iter__(self) -> Iterator[ToolsetContribution]:
+        return iter(self._contributions)
+
+    def __repr__(self) -> str:
+        return f"ToolsetIndex({list(self._names)!r})"
+
+
+_CACHE_SIZE = 16
+# id(tuple) -> (the tuple, its index). Holding the tuple keeps its id from being
+# reused; tuples of frozen contributions never change, so identity is sound.
+_cache: dict[int, tuple[tuple[ToolsetContribution, ...], ToolsetIndex]] = {}
+
+
+def index_of(contributions: Sequence[ToolsetContribution]) -> ToolsetIndex:
+    """The index of ``contributions``: itself, a cached one (tuples), or a fresh one.
+
+    Only a ``ToolsetIndex`` or a tuple is O(1) on repeat calls; any other
+    sequence may change between calls, so it is indexed afresh every time.
+    """
+    if isinstance(contributions, ToolsetIndex):
+        return contributions
+    if type(contributions) is not tuple:
+        return ToolsetIndex(contributions)
+    key = id(contributions)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is contributions:
+        return hit[1]
+    index = ToolsetIndex(contributions)
+    if len(_cache) >= _CACHE_SIZE:
+        del _cache[next(iter(_cache))]
+    _cache[key] = (contributions, index)
+    return index
+
+
+def dispatch(
+    active: frozenset[str],
+    contributions: Sequence[ToolsetContribution],
+    call: ToolCall,
+    core_tools: Mapping[str, NamedTool],
+) -> Run | Error:
+    """Decide what ``call`` runs: core tool, active toolset tool, inactive
+    toolset tool (auto-activated), or ``Error("tool 'X' not found")``.
+
+    O(1) in the number of toolsets and tools when ``contributions`` is a
+    ``ToolsetIndex`` or a tuple (indexed once, cached by identity).
+    """
+    return index_of(contributions).dispatch(active, call, core_tools)
