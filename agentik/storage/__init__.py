@@ -1,5 +1,6 @@
 """Storage: the four store protocols, the bundle, and the backends."""
 
+from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
 from agentik.storage._protocols import (
     MessageStore as MessageStore,
@@ -24,4 +25,5 @@ __all__ = [
     "SkillStore",
     "StorageBundle",
     "WorkingMemoryStore",
+    "in_memory_storage",
 ]

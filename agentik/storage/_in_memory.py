@@ -1,0 +1,275 @@
+"""The in-memory backend: plain dicts and lists, for tests, demos and benchmarks.
+
+Every method checkpoints first and then applies its change without awaiting,
+so a change is atomic with respect to other trio tasks: seq numbers are
+gapless per conversation and a write is visible as soon as it returns. Writes
+apply at once, so ``submit`` hands back an already resolved ``Pending``. Values
+handed out are immutable or fresh lists, never the store's own containers.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import final
+
+import attrs
+import outcome
+import trio
+
+from agentik._errors import DuplicateKeyError, StoreError
+from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
+from agentik._messages import Message, TokenStats
+from agentik.storage._common import check_at_least, to_micros, utc_now
+from agentik.storage._pending import Pending
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE, StorageBundle
+
+
+@attrs.define
+class _Conversation:
+    messages: builtins.list[Message] = attrs.Factory(list)
+    """``messages[i]`` has ``seq == i + 1``."""
+    keys: dict[str, int] = attrs.Factory(dict)
+    """Idempotency key -> seq."""
+
+
+@final
+class InMemoryMessageStore:
+    """Histories kept in a dict of lists."""
+
+    def __init__(self) -> None:
+        self._conversations: dict[str, _Conversation] = {}
+
+    async def append(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Message:
+        pending = await self.submit(conversation_id, message, idempotency_key=idempotency_key)
+        return await pending.wait()
+
+    async def submit(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Pending[Message]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if idempotency_key is not None and conversation is not None:
+            seq = conversation.keys.get(idempotency_key)
+            if seq is not None:
+                pending: Pending[Message] = Pending()
+                pending.set(outcome.Error(_duplicate(conversation_id, idempotency_key, seq)))
+                return pending
+        if conversation is None:
+            conversation = self._conversations[conversation_id] = _Conversation()
+        stored = attrs.evolve(message, seq=len(conversation.messages) + 1, created_at=utc_now())
+        conversation.messages.append(stored)
+        if idempotency_key is not None:
+            conversation.keys[idempotency_key] = len(conversation.messages)
+        return Pending.completed(stored)
+
+    async def get_messages(
+        self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> AsyncIterator[Message]:
+        check_at_least("page_size", page_size, 1)
+        position = max(after_seq, 0)
+        while True:
+            await trio.lowlevel.checkpoint()
+            conversation = self._conversations.get(conversation_id)
+            page = (
+                []
+                if conversation is None
+                else conversation.messages[position : position + page_size]
+            )
+            for message in page:
+                yield message
+            if len(page) < page_size:
+                return
+            position += page_size
+
+    async def token_stats(self, conversation_id: str) -> TokenStats:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        usages = [] if conversation is None else [m.usage for m in conversation.messages]
+        counted = [u for u in usages if u is not None]
+        return TokenStats(
+            prompt_tokens=sum(u.prompt_tokens for u in counted),
+            completion_tokens=sum(u.completion_tokens for u in counted),
+            messages=len(counted),
+        )
+
+    async def find_idempotency_key(self, conversation_id: str, key: str) -> int | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        return None if conversation is None else conversation.keys.get(key)
+
+    async def list_conversations(
+        self, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        await trio.lowlevel.checkpoint()
+        ids = sorted(c for c in self._conversations if after is None or c > after)
+        return ids[:limit]
+
+
+def _duplicate(conversation_id: str, key: str, seq: int) -> DuplicateKeyError:
+    return DuplicateKeyError(
+        f"idempotency key {key!r} was already used in conversation {conversation_id!r}"
+        f" (message seq {seq})"
+    )
+
+
+@attrs.define
+class _Note:
+    entry: MemoryEntry
+    archived: bool = False
+
+
+@final
+class InMemoryWorkingMemoryStore:
+    """Notes kept in one dict by id; ids count up from 1 across conversations."""
+
+    def __init__(self) -> None:
+        self._notes: dict[int, _Note] = {}
+        self._last_id = 0
+
+    async def append(self, conversation_id: str, text: str) -> MemoryEntry:
+        await trio.lowlevel.checkpoint()
+        return self._add(conversation_id, text)
+
+    async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
+        await trio.lowlevel.checkpoint()
+        return [
+            note.entry
+            for note in self._notes.values()
+            if not note.archived and note.entry.conversation_id == conversation_id
+        ]
+
+    async def compact(
+        self, conversation_id: str, entry_ids: Sequence[int], summary: str
+    ) -> MemoryEntry:
+        await trio.lowlevel.checkpoint()
+        wanted = set(entry_ids)
+        active = self._active(conversation_id, wanted)
+        missing = sorted(wanted - {note.entry.id for note in active})
+        if missing:
+            raise StoreError(
+                f"memory entries {missing} are not active entries of conversation"
+                f" {conversation_id!r}; nothing was compacted"
+            )
+        for note in active:
+            note.archived = True
+        return self._add(conversation_id, summary)
+
+    async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
+        await trio.lowlevel.checkpoint()
+        active = self._active(conversation_id, set(entry_ids))
+        for note in active:
+            note.archived = True
+        return len(active)
+
+    def _active(self, conversation_id: str, ids: set[int]) -> builtins.list[_Note]:
+        notes = (self._notes.get(i) for i in ids)
+        return [
+            note
+            for note in notes
+            if note is not None
+            and not note.archived
+            and note.entry.conversation_id == conversation_id
+        ]
+
+    def _add(self, conversation_id: str, text: str) -> MemoryEntry:
+        self._last_id += 1
+        entry = MemoryEntry(
+            id=self._last_id, conversation_id=conversation_id, text=text, created_at=utc_now()
+        )
+        self._notes[entry.id] = _Note(entry)
+        return entry
+
+
+@final
+class InMemoryReflectionStore:
+    """Reflections in insertion order; ids count up from 1 and are never reused."""
+
+    def __init__(self) -> None:
+        self._reflections: dict[int, Reflection] = {}
+        self._last_id = 0
+
+    async def insert(self, conversation_id: str, text: str) -> Reflection:
+        await trio.lowlevel.checkpoint()
+        self._last_id += 1
+        reflection = Reflection(
+            id=self._last_id, conversation_id=conversation_id, text=text, created_at=utc_now()
+        )
+        self._reflections[reflection.id] = reflection
+        return reflection
+
+    async def list_recent(self, limit: int) -> builtins.list[Reflection]:
+        check_at_least("limit", limit, 0)
+        await trio.lowlevel.checkpoint()
+        newest_first = sorted(
+            self._reflections.values(), key=lambda r: (r.created_at, r.id), reverse=True
+        )
+        return newest_first[:limit]
+
+    async def count(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return len(self._reflections)
+
+    async def list_for_conversation(self, conversation_id: str) -> builtins.list[Reflection]:
+        await trio.lowlevel.checkpoint()
+        mine = [r for r in self._reflections.values() if r.conversation_id == conversation_id]
+        return sorted(mine, key=lambda r: (r.created_at, r.id))
+
+    async def delete_older_than(self, cutoff: datetime) -> int:
+        cutoff_micros = to_micros(cutoff)
+        await trio.lowlevel.checkpoint()
+        old = [i for i, r in self._reflections.items() if to_micros(r.created_at) < cutoff_micros]
+        for reflection_id in old:
+            del self._reflections[reflection_id]
+        return len(old)
+
+
+@final
+class InMemorySkillStore:
+    """Skills in a dict by name."""
+
+    def __init__(self) -> None:
+        self._skills: dict[str, Skill] = {}
+
+    async def catalog(self) -> builtins.list[SkillSummary]:
+        await trio.lowlevel.checkpoint()
+        return [SkillSummary(name=s.name, description=s.description) for s in self._sorted()]
+
+    async def upsert(self, skill: Skill) -> Skill:
+        await trio.lowlevel.checkpoint()
+        stored = attrs.evolve(skill, updated_at=utc_now())
+        self._skills[skill.name] = stored
+        return stored
+
+    async def remove(self, name: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._skills.pop(name, None) is not None
+
+    async def exists(self, name: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return name in self._skills
+
+    async def all(self) -> builtins.list[Skill]:
+        await trio.lowlevel.checkpoint()
+        return self._sorted()
+
+    async def get(self, name: str) -> Skill | None:
+        await trio.lowlevel.checkpoint()
+        return self._skills.get(name)
+
+    def _sorted(self) -> builtins.list[Skill]:
+        return [self._skills[name] for name in sorted(self._skills)]
+
+
+def in_memory_storage() -> StorageBundle:
+    """A fresh bundle of in-memory stores; nothing survives the process."""
+    return StorageBundle(
+        message_store=InMemoryMessageStore(),
+        working_memory_store=InMemoryWorkingMemoryStore(),
+        reflection_store=InMemoryReflectionStore(),
+        skill_store=InMemorySkillStore(),
+    )
