@@ -1,0 +1,99 @@
+"""The native API's wire format: turn requests in, turn results and events out.
+
+Pure translation, no I/O: JSON of agentik values comes from the one converter
+in ``agentik._serde``; stream events become SSE frames named after their kind
+(``text_delta``, ``tool_call_started`` …) whose data also carries ``type``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from agentik._json import JsonObject, JsonValue
+from agentik._messages import Message
+from agentik._serde import converter
+from agentik.agent._events import (
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnEvent,
+    TurnFailed,
+    TurnFinished,
+    TurnResult,
+)
+from agentik.models import TextDelta, ToolCallDelta
+from agentik.server._errors import HttpError
+from agentik.server._request import as_object, field_str, optional_str
+
+MAX_ID_LENGTH = 200
+
+
+@attrs.frozen
+class TurnRequest:
+    """A validated ``POST …/turns`` body."""
+
+    text: str
+    idempotency_key: str | None = None
+
+
+def check_id(value: str, what: str = "conversation id") -> str:
+    """Ids travel in URLs and keys: printable, bounded, non-empty."""
+    if not value or len(value) > MAX_ID_LENGTH or not value.isprintable():
+        raise HttpError(
+            422,
+            f"{what} must be 1..{MAX_ID_LENGTH} printable characters, got {value[:40]!r}",
+            code="invalid_field",
+        )
+    return value
+
+
+def parse_turn_request(body: JsonValue) -> TurnRequest:
+    obj = as_object(body)
+    unknown = sorted(set(obj) - {"text", "idempotency_key"})
+    if unknown:
+        raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
+    key = optional_str(obj, "idempotency_key")
+    if key is not None:
+        check_id(key, "field 'idempotency_key'")
+    return TurnRequest(text=field_str(obj, "text"), idempotency_key=key)
+
+
+def message_json(message: Message) -> JsonObject:
+    data: JsonObject = converter.unstructure(message)
+    return data
+
+
+def turn_result_json(result: TurnResult) -> JsonObject:
+    data: JsonObject = converter.unstructure(result)
+    return data
+
+
+def native_event(event: TurnEvent) -> tuple[str, JsonObject]:
+    """The SSE event name and data object for one turn event."""
+    data: JsonObject
+    if isinstance(event, TextDelta):
+        name, data = "text_delta", {"text": event.text}
+    elif isinstance(event, ToolCallDelta):
+        name, data = "tool_call_delta", converter.unstructure(event)
+    elif isinstance(event, ToolCallStarted):
+        name, data = "tool_call_started", {"call": converter.unstructure(event.call)}
+    elif isinstance(event, ToolCallFinished):
+        name = "tool_call_finished"
+        data = {
+            "call": converter.unstructure(event.call),
+            "content": event.content,
+            "is_error": event.is_error,
+        }
+    elif isinstance(event, TurnFinished):
+        name = "turn_finished"
+        data = {
+            "result": turn_result_json(event.result),
+            "active_toolsets": list(event.active_toolsets),
+        }
+    else:
+        name, data = "turn_failed", {"code": event.code, "message": event.message}
+    return name, {"type": name, **data}
+
+
+def failure_event(message: str, code: str) -> tuple[str, JsonObject]:
+    """A ``turn_failed`` frame for failures outside the turn (overload, shutdown)."""
+    return native_event(TurnFailed(message=message, code=code))
