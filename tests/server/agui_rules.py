@@ -33,7 +33,9 @@ def check_events(events: list[dict[str, Any]]) -> list[Any]:
     """Parse and verify a run's events; return the parsed models."""
     parsed = []
     for i, event in enumerate(events):
-        assert isinstance(event, dict) and isinstance(event.get("type"), str) and event["type"]
+        assert isinstance(event, dict)
+        assert isinstance(event.get("type"), str)
+        assert event["type"]
         _no_nulls(event, f"event[{i}]")
         parsed.append(EVENT_ADAPTER.validate_python(event))
     assert events, "a run must have events"
@@ -60,7 +62,8 @@ def check_events(events: list[dict[str, Any]]) -> list[Any]:
             if kind == "TOOL_CALL_END":
                 open_calls.discard(event["toolCallId"])
         elif kind == "RUN_FINISHED":
-            assert not open_text and not open_calls, "RUN_FINISHED with open blocks"
+            assert not open_text, "RUN_FINISHED with an open text message"
+            assert not open_calls, "RUN_FINISHED with an open tool call"
             finished = True
         elif kind == "RUN_ERROR":
             errored = True

@@ -3,7 +3,7 @@ against the client's ordering rules."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given
@@ -155,7 +155,7 @@ def test_any_event_sequence_gives_a_valid_run(events: list[TurnEvent], end: Turn
 
 
 class TestParseRunInput:
-    BODY: dict[str, Any] = {
+    BODY: ClassVar[dict[str, Any]] = {
         "threadId": "t1",
         "runId": "r1",
         "protocolVersion": "1.0",
