@@ -1,0 +1,97 @@
+"""``enable_toolset`` / ``disable_toolset``: the model's switches for one conversation.
+
+The answers are the plan's English sentences; every mistake (missing, empty
+or unknown name) is a ``ToolError`` whose text lists the available toolsets,
+so the model can correct itself on the next call. The handlers act on ONE
+conversation's ``ToolsetActivation``: build them per conversation with
+``toolset_control_tools``. The names, descriptions and schema are constants,
+so the agent can offer the tools without building handlers.
+"""
+
+from __future__ import annotations
+
+from agentik._errors import ToolError
+from agentik._json import JsonObject, JsonValue
+from agentik.toolsets._activation import ToolsetActivation
+from agentik.toolsets._dispatch import ToolsetIndex
+from agentik.toolsets._named_tool import NamedTool
+from agentik.toolsets._validate import describe
+
+ENABLE_TOOLSET = "enable_toolset"
+DISABLE_TOOLSET = "disable_toolset"
+ENABLE_TOOLSET_DESCRIPTION = (
+    "Activate a toolset for this conversation, so its tools are offered. Idempotent."
+)
+DISABLE_TOOLSET_DESCRIPTION = (
+    "Deactivate a toolset for this conversation, so its tools are no longer offered. Idempotent."
+)
+
+
+def toolset_name_parameters() -> JsonObject:
+    """The schema both tools take: ``{"name": string}`` (a fresh copy each call)."""
+    return {
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "The toolset's name."}},
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+
+
+TOOLSET_NAME_PARAMETERS: JsonObject = toolset_name_parameters()
+"""The shared schema of both tools; treat as read-only."""
+
+
+def _requested_name(tool_name: str, index: ToolsetIndex, arguments: JsonObject) -> str:
+    name: JsonValue = arguments.get("name")
+    if not isinstance(name, str) or not name.strip():
+        if name is None:
+            problem = "is missing"
+        elif isinstance(name, str):
+            problem = "is empty"
+        else:
+            problem = f"must be a string, got {describe(name)}"
+        raise ToolError(
+            f'toolset name {problem}; call {tool_name}({{"name": X}}) with X one of: '
+            f"{_available(index)}"
+        )
+    if index.get(name) is None:
+        raise ToolError(f"unknown toolset {name!r}; available toolsets: {_available(index)}")
+    return name
+
+
+def _available(index: ToolsetIndex) -> str:
+    return ", ".join(index.names) or "(none)"
+
+
+def enable_answer(index: ToolsetIndex, activation: ToolsetActivation, arguments: JsonObject) -> str:
+    """Enable the named toolset and say so; refreshes its use when already active."""
+    name = _requested_name(ENABLE_TOOLSET, index, arguments)
+    if activation.enable(name):
+        return f"Toolset '{name}' activated."
+    return f"Toolset '{name}' is already active."
+
+
+def disable_answer(
+    index: ToolsetIndex, activation: ToolsetActivation, arguments: JsonObject
+) -> str:
+    """Disable the named toolset; the answer is the same whether or not it was active."""
+    name = _requested_name(DISABLE_TOOLSET, index, arguments)
+    activation.disable(name)
+    return f"Toolset '{name}' deactivated."
+
+
+def toolset_control_tools(
+    index: ToolsetIndex, activation: ToolsetActivation
+) -> tuple[NamedTool, NamedTool]:
+    """``enable_toolset`` and ``disable_toolset`` bound to one conversation's activation."""
+
+    async def enable(arguments: JsonObject) -> str:
+        return enable_answer(index, activation, arguments)
+
+    async def disable(arguments: JsonObject) -> str:
+        return disable_answer(index, activation, arguments)
+
+    return (
+        NamedTool(ENABLE_TOOLSET, ENABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, enable),
+        NamedTool(DISABLE_TOOLSET, DISABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, disable),
+    )
