@@ -111,8 +111,8 @@ def _parameters(
             schema, convert = schema_and_converter(hints[parameter.name])
         except UnsupportedType as error:
             raise ToolError(
-                f"{label} has an {error}; expected str, int, float, bool, list[T], "
-                "T | None, Literal, an Enum or an attrs class"
+                f"{label} has a type without a JSON Schema ({error}); expected str, int, "
+                "float, bool, list[T], dict[str, T], T | None, Literal, an Enum or an attrs class"
             ) from error
         doc = arg_docs.get(parameter.name)
         if doc and "description" not in schema:

@@ -160,7 +160,13 @@ class _Walker:
             raise UnsupportedType(f"recursive attrs class {cls.__qualname__}")
         self._open.add(cls)
         try:
-            hints = typing.get_type_hints(cls, include_extras=True)
+            try:
+                # The class itself is in scope, so a self-reference resolves (and is refused).
+                hints = typing.get_type_hints(cls, localns={cls.__name__: cls}, include_extras=True)
+            except NameError as error:
+                raise UnsupportedType(
+                    f"attrs class {cls.__qualname__} with an unresolvable hint: {error}"
+                ) from error
             properties: JsonObject = {}
             required: list[JsonValue] = []
             converters: dict[str, Convert] = {}
