@@ -46,7 +46,15 @@ class ModelBackendError(AgentikError):
 
 
 class TurnError(AgentikError):
-    """A turn could not finish; history stays valid."""
+    """A turn could not finish; history stays valid.
+
+    ``code`` says why, for machines: ``step_limit``, ``model_error``,
+    ``store_error``, ``cancelled``, ``turn_failed``.
+    """
+
+    def __init__(self, message: str, *, code: str = "turn_failed") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class OverloadedError(AgentikError):

@@ -49,5 +49,10 @@ class Pending(Generic[T]):
     async def wait(self) -> T:
         """Wait until the write is committed; return its result or raise its error."""
         await self._done.wait()
-        assert self._outcome is not None
-        return self._outcome.unwrap()
+        result = self._outcome
+        # Not ``unwrap()``: an Outcome unwraps once, and a result may be read
+        # by several waiters, or again after a failure.
+        if isinstance(result, outcome.Value):
+            return result.value
+        assert isinstance(result, outcome.Error)
+        raise result.error

@@ -1,0 +1,49 @@
+"""The agent: conversation tasks, the turn loop, and the supervisor."""
+
+from agentik.agent._builtin_tools import BUILTIN_TOOLS as BUILTIN_TOOLS
+from agentik.agent._builtin_tools import ConversationTool as ConversationTool
+from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
+from agentik.agent._chat_agent import ChatAgent as ChatAgent
+from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
+from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
+from agentik.agent._events import ToolCallFinished as ToolCallFinished
+from agentik.agent._events import ToolCallStarted as ToolCallStarted
+from agentik.agent._events import TurnEvent as TurnEvent
+from agentik.agent._events import TurnFailed as TurnFailed
+from agentik.agent._events import TurnFinished as TurnFinished
+from agentik.agent._events import TurnResult as TurnResult
+from agentik.agent._prompt import BasePrompt as BasePrompt
+from agentik.agent._prompt import PromptContext as PromptContext
+from agentik.agent._prompt import ReflectionsSection as ReflectionsSection
+from agentik.agent._prompt import SkillsCatalog as SkillsCatalog
+from agentik.agent._prompt import SystemPromptContributor as SystemPromptContributor
+from agentik.agent._prompt import ToolsetSection as ToolsetSection
+from agentik.agent._prompt import WorkingMemorySection as WorkingMemorySection
+from agentik.agent._runtime import ToolsetSource as ToolsetSource
+from agentik.agent._stats import AgentStats as AgentStats
+from agentik.agent._stats import Histogram as Histogram
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DEFAULT_SYSTEM_PROMPT",
+    "AgentStats",
+    "BasePrompt",
+    "ChatAgent",
+    "ConversationTool",
+    "Histogram",
+    "PromptContext",
+    "ReflectionsSection",
+    "SkillsCatalog",
+    "SystemPromptContributor",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "ToolsetSection",
+    "ToolsetSource",
+    "ToolsetStatus",
+    "TurnEvent",
+    "TurnFailed",
+    "TurnFinished",
+    "TurnResult",
+    "WorkingMemorySection",
+    "open_chat_agent",
+]

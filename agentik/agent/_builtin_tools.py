@@ -1,0 +1,180 @@
+"""Core tools every conversation has: working memory and skills.
+
+They need the conversation they run in (its id, its cached notes), which a
+plain ``NamedTool`` handler does not get. So they are ``ConversationTool``s:
+the actor calls ``run(state, arguments)`` instead of ``handler(arguments)``.
+One set of definitions serves every conversation, so they cost nothing per
+conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+
+from agentik._errors import StoreError, ToolError
+from agentik._json import JsonObject
+from agentik._memory import MemoryEntry, Skill
+from agentik.storage import StorageBundle
+from agentik.toolsets import NamedTool
+
+
+class ConversationState(Protocol):
+    """What a conversation-bound tool may touch."""
+
+    @property
+    def conversation_id(self) -> str: ...
+
+    @property
+    def storage(self) -> StorageBundle: ...
+
+    @property
+    def memory(self) -> list[MemoryEntry]:
+        """The conversation's active notes, kept in step with the store."""
+        ...
+
+
+async def _needs_conversation(arguments: JsonObject) -> str:
+    raise ToolError("this tool runs only inside a conversation")
+
+
+@attrs.frozen(eq=False)
+class ConversationTool(NamedTool):
+    """A core tool that runs against the calling conversation's state."""
+
+    handler: Callable[[JsonObject], Awaitable[str]] = attrs.field(
+        default=_needs_conversation, repr=False
+    )
+    run: Callable[[ConversationState, JsonObject], Awaitable[str]] = attrs.field(
+        kw_only=True, repr=False
+    )
+
+
+def _text(arguments: JsonObject, key: str) -> str:
+    value = arguments.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError(f"'{key}' must be a non-empty string")
+    return value
+
+
+async def _memory_add(state: ConversationState, arguments: JsonObject) -> str:
+    entry = await state.storage.working_memory_store.append(
+        state.conversation_id, _text(arguments, "text")
+    )
+    state.memory.append(entry)
+    return f"Noted as [{entry.id}]."
+
+
+async def _memory_compact(state: ConversationState, arguments: JsonObject) -> str:
+    raw_ids = arguments.get("entry_ids")
+    if not isinstance(raw_ids, list) or not raw_ids:
+        raise ToolError("'entry_ids' must be a non-empty list of note ids")
+    ids = [i for i in raw_ids if isinstance(i, int) and not isinstance(i, bool)]
+    known = {e.id for e in state.memory}
+    unknown = [i for i in raw_ids if i not in known or i not in ids]
+    if unknown:
+        raise ToolError(f"no active notes with ids {unknown}; active ids are {sorted(known)}")
+    summary = _text(arguments, "summary")
+    try:
+        entry = await state.storage.working_memory_store.compact(
+            state.conversation_id, ids, summary
+        )
+    except StoreError as exc:
+        raise ToolError(f"could not compact notes: {exc}") from exc
+    state.memory[:] = [e for e in state.memory if e.id not in set(ids)] + [entry]
+    return f"Compacted {len(ids)} notes into [{entry.id}]."
+
+
+async def _skill_save(state: ConversationState, arguments: JsonObject) -> str:
+    skill = Skill(
+        _text(arguments, "name"), _text(arguments, "description"), _text(arguments, "body")
+    )
+    await state.storage.skill_store.upsert(skill)
+    return f"Skill '{skill.name}' saved."
+
+
+async def _skill_load(state: ConversationState, arguments: JsonObject) -> str:
+    name = _text(arguments, "name")
+    skill = await state.storage.skill_store.get(name)
+    if skill is None:
+        names = [s.name for s in await state.storage.skill_store.catalog()]
+        raise ToolError(f"no skill named '{name}'; saved skills: {', '.join(names) or '(none)'}")
+    return skill.body
+
+
+async def _skill_remove(state: ConversationState, arguments: JsonObject) -> str:
+    name = _text(arguments, "name")
+    if not await state.storage.skill_store.remove(name):
+        raise ToolError(f"no skill named '{name}'")
+    return f"Skill '{name}' removed."
+
+
+def _string(description: str) -> JsonObject:
+    return {"type": "string", "description": description}
+
+
+def _schema(properties: JsonObject, required: list[str]) -> JsonObject:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+MEMORY_TOOLS: tuple[ConversationTool, ...] = (
+    ConversationTool(
+        "memory_add",
+        "Add a short note to this conversation's working memory.",
+        _schema({"text": _string("The note.")}, ["text"]),
+        run=_memory_add,
+    ),
+    ConversationTool(
+        "memory_compact",
+        "Replace several working-memory notes by one summary note.",
+        _schema(
+            {
+                "entry_ids": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "description": "Ids of the notes to replace, as shown in brackets.",
+                },
+                "summary": _string("The note that replaces them."),
+            },
+            ["entry_ids", "summary"],
+        ),
+        run=_memory_compact,
+    ),
+)
+
+SKILL_TOOLS: tuple[ConversationTool, ...] = (
+    ConversationTool(
+        "skill_save",
+        "Save (or replace) a named skill: a reusable procedure for later conversations.",
+        _schema(
+            {
+                "name": _string("Short unique name."),
+                "description": _string("One line: when to use it."),
+                "body": _string("The procedure itself."),
+            },
+            ["name", "description", "body"],
+        ),
+        run=_skill_save,
+    ),
+    ConversationTool(
+        "skill_load",
+        "Load a saved skill's full text by name.",
+        _schema({"name": _string("The skill's name.")}, ["name"]),
+        run=_skill_load,
+    ),
+    ConversationTool(
+        "skill_remove",
+        "Delete a saved skill by name.",
+        _schema({"name": _string("The skill's name.")}, ["name"]),
+        run=_skill_remove,
+    ),
+)
+
+BUILTIN_TOOLS: tuple[ConversationTool, ...] = MEMORY_TOOLS + SKILL_TOOLS

@@ -1,0 +1,339 @@
+"""The supervisor: ``open_chat_agent`` and the ``ChatAgent`` it yields.
+
+The agent owns the nursery every conversation task runs in. It routes each
+turn to its conversation's bounded inbox, spawning the conversation task on
+first use, and refuses turns past a bound rather than queueing without limit.
+Leaving ``open_chat_agent`` closes every inbox: queued turns finish, then the
+tasks exit. If the block raises, the nursery cancels them, and each turn
+records results for the tool calls it could not finish.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import final
+
+import attrs
+import trio
+
+from agentik._errors import AgentikError, OverloadedError
+from agentik._json import JsonObject
+from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
+from agentik.agent._conversation import Conversation, TurnRequest
+from agentik.agent._events import TurnEvent, TurnResult
+from agentik.agent._prompt import SystemPromptContributor, default_contributors
+from agentik.agent._runtime import AgentRuntime, AgentSettings, ToolsetSource
+from agentik.agent._stats import AgentStats
+from agentik.models import ChatModel
+from agentik.storage import Pending, StorageBundle
+from agentik.toolsets import (
+    DISABLE_TOOLSET,
+    DISABLE_TOOLSET_DESCRIPTION,
+    ENABLE_TOOLSET,
+    ENABLE_TOOLSET_DESCRIPTION,
+    TOOLSET_NAME_PARAMETERS,
+    NamedTool,
+    ToolsetActivation,
+    ToolsetContribution,
+    disable_answer,
+    enable_answer,
+)
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the tools you are given when they help."
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_MAX_CONVERSATION_ID = 256
+_EVENT_BUFFER = 64
+
+
+@attrs.frozen
+class ToolsetStatus:
+    """One toolset as a conversation sees it now."""
+
+    name: str
+    description: str
+    active: bool
+    expires_in: float | None
+    """Seconds until it expires unless used; None when inactive."""
+
+
+async def _enable(state: ConversationState, arguments: JsonObject) -> str:
+    assert isinstance(state, Conversation)
+    return enable_answer(state.runtime.toolsets()[1], state.activation, arguments)
+
+
+async def _disable(state: ConversationState, arguments: JsonObject) -> str:
+    assert isinstance(state, Conversation)
+    return disable_answer(state.runtime.toolsets()[1], state.activation, arguments)
+
+
+# One definition each, every call bound to the calling conversation's activation.
+_CONTROL_TOOLS = (
+    ConversationTool(
+        ENABLE_TOOLSET, ENABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, run=_enable
+    ),
+    ConversationTool(
+        DISABLE_TOOLSET, DISABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, run=_disable
+    ),
+)
+
+
+@final
+class ChatAgent:
+    """Runs turns of many conversations; made by ``open_chat_agent``."""
+
+    def __init__(self, runtime: AgentRuntime, nursery: trio.Nursery) -> None:
+        self._runtime = runtime
+        self._nursery = nursery
+        self._conversations: dict[str, Conversation] = {}
+        self._mailboxes: dict[str, trio.MemorySendChannel[TurnRequest]] = {}
+        self._closing = False
+
+    @property
+    def storage(self) -> StorageBundle:
+        """The agent's storage; write skills and reflections through it so the
+        prompt caches stay correct."""
+        return self._runtime.storage
+
+    @property
+    def stats(self) -> AgentStats:
+        return self._runtime.stats
+
+    @property
+    def contributions(self) -> tuple[ToolsetContribution, ...]:
+        """The toolsets as they are now."""
+        return self._runtime.toolsets()[0]
+
+    @property
+    def live_conversations(self) -> int:
+        return len(self._conversations)
+
+    async def send(
+        self, conversation_id: str, text: str, *, idempotency_key: str | None = None
+    ) -> TurnResult:
+        """Run one turn and return its result once every message is committed.
+
+        Waits for room when the conversation's inbox is full; raises
+        ``OverloadedError`` past ``max_queued_turns`` waiting turns, and
+        ``TurnError`` when the turn fails (its history stays valid). With
+        ``idempotency_key``, a retry returns the first result and adds nothing.
+        """
+        request = TurnRequest(text, idempotency_key, Pending())
+        await self._route(conversation_id, request)
+        return await request.reply.wait()
+
+    @asynccontextmanager
+    async def stream(
+        self, conversation_id: str, text: str, *, idempotency_key: str | None = None
+    ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
+        """Run one turn, yielding its events as they happen; the last one is
+        ``TurnFinished`` or ``TurnFailed``. Leaving early does not stop the turn."""
+        sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
+        request = TurnRequest(text, idempotency_key, Pending(), sender)
+        try:
+            await self._route(conversation_id, request)
+        except BaseException:
+            sender.close()
+            receiver.close()
+            raise
+        with receiver:
+            yield receiver
+
+    def cancel(self, conversation_id: str) -> bool:
+        """Cancel the conversation's running turn; True if there was one."""
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or conversation.cancel_scope is None:
+            return False
+        conversation.cancel_scope.cancel()
+        return True
+
+    def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:
+        """Every toolset, active or not, for this conversation, in catalog order."""
+        conversation = self._conversations.get(conversation_id)
+        out = []
+        for c in self.contributions:
+            expires = None if conversation is None else conversation.activation.expires_in(c.name)
+            out.append(ToolsetStatus(c.name, c.description, expires is not None, expires))
+        return out
+
+    async def _route(self, conversation_id: str, request: TurnRequest) -> None:
+        _check_turn(conversation_id, request.text, request.idempotency_key)
+        settings = self._runtime.settings
+        while True:
+            if self._closing:
+                raise AgentikError("the agent is closed")
+            conversation = self._conversations.get(conversation_id)
+            if conversation is None:
+                conversation = self._spawn(conversation_id)
+            if conversation.backlog >= settings.max_queued_turns:
+                self._runtime.stats.overloaded += 1
+                raise OverloadedError(
+                    f"conversation {conversation_id!r} has {conversation.backlog} turns"
+                    f" queued (max_queued_turns={settings.max_queued_turns}); retry later"
+                )
+            conversation.backlog += 1
+            sent = False
+            try:
+                await self._mailboxes[conversation_id].send(request)
+                sent = True
+                return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                continue  # it retired as we sent; the next loop respawns it
+            finally:
+                if not sent:
+                    conversation.backlog -= 1
+
+    def _spawn(self, conversation_id: str) -> Conversation:
+        settings = self._runtime.settings
+        sender, receiver = trio.open_memory_channel[TurnRequest](settings.turn_queue_size)
+        conversation = Conversation(
+            conversation_id,
+            self._runtime,
+            receiver,
+            ToolsetActivation(settings.activation_timeout),
+        )
+        self._conversations[conversation_id] = conversation
+        self._mailboxes[conversation_id] = sender
+        self._runtime.stats.live_conversations += 1
+        self._nursery.start_soon(conversation.run, self._retire)
+        return conversation
+
+    def _retire(self, conversation: Conversation) -> None:
+        cid = conversation.conversation_id
+        if self._conversations.get(cid) is conversation:
+            del self._conversations[cid]
+            self._mailboxes.pop(cid).close()
+            self._runtime.stats.live_conversations -= 1
+
+    def _close(self) -> None:
+        self._closing = True
+        for mailbox in self._mailboxes.values():
+            mailbox.close()
+
+
+def _check_turn(conversation_id: str, text: str, key: str | None) -> None:
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise ValueError("conversation_id must be a non-empty string")
+    if len(conversation_id) > _MAX_CONVERSATION_ID:
+        raise ValueError(f"conversation_id must be at most {_MAX_CONVERSATION_ID} characters")
+    if not isinstance(text, str) or not text:
+        raise ValueError("text must be a non-empty string")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValueError("idempotency_key must be a non-empty string or None")
+
+
+def _core_tools(
+    tools: Sequence[NamedTool],
+    contributions: Sequence[ToolsetContribution],
+    builtin: bool,
+) -> tuple[dict[str, NamedTool], tuple[NamedTool, ...]]:
+    """The core tools by name, and what the model is offered of them."""
+    offered: list[NamedTool] = [*tools, *(BUILTIN_TOOLS if builtin else ())]
+    if contributions:
+        offered.extend(_CONTROL_TOOLS)
+    core: dict[str, NamedTool] = {}
+    for t in offered:
+        if not isinstance(t, NamedTool):
+            raise TypeError(f"tools must be NamedTool instances, got {t!r}")
+        if not _TOOL_NAME.match(t.name):
+            raise ValueError(f"tool name {t.name!r} must match {_TOOL_NAME.pattern}")
+        if t.name in core:
+            raise ValueError(f"tool name {t.name!r} appears twice among the core tools")
+        core[t.name] = t
+    for c in contributions:
+        for t in c.tools:
+            if t.name in core:
+                raise ValueError(f"tool name {t.name!r} of toolset {c.name!r} is also a core tool")
+    return core, tuple(offered)
+
+
+@asynccontextmanager
+async def open_chat_agent(
+    *,
+    model: ChatModel,
+    storage: StorageBundle,
+    tools: Sequence[NamedTool] = (),
+    toolsets: Sequence[ToolsetContribution | ToolsetSource] = (),
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    contributors: Sequence[SystemPromptContributor] | None = None,
+    builtin_tools: bool = True,
+    max_tool_rounds: int = 25,
+    tool_timeout: float = 60.0,
+    activation_timeout: float = 600.0,
+    idle_timeout: float = 60.0,
+    turn_queue_size: int = 2,
+    max_queued_turns: int = 8,
+    max_tool_output: int = 64 * 1024,
+    reflection: bool = False,
+    recent_reflections: int = 5,
+) -> AsyncIterator[ChatAgent]:
+    """Open an agent: a nursery of conversation tasks over ``storage``.
+
+    Args:
+        model: answers each model request.
+        storage: where every message, note, reflection and skill is kept.
+        tools: core tools, always offered.
+        toolsets: groups of tools the model switches on and off per
+            conversation; a ``ToolsetSource`` may change its tools over time.
+        system_prompt: the base of every system message.
+        contributors: the system prompt's sections (default: base prompt,
+            toolsets, skills, working memory, reflections).
+        builtin_tools: offer the working-memory and skill tools.
+        max_tool_rounds: model calls per turn at most.
+        tool_timeout: seconds a tool call may take before it gets an error result.
+        activation_timeout: seconds a toolset stays active after its last use.
+        idle_timeout: seconds an idle conversation task lives; it stays longer
+            while any of its toolsets is active.
+        turn_queue_size: turns a conversation's inbox holds before ``send`` waits.
+        max_queued_turns: turns that may wait for one conversation before
+            ``send`` raises ``OverloadedError``.
+        max_tool_output: characters of a tool result kept; the rest is cut.
+        reflection: after each finished turn, ask the model for a lesson and
+            store it as a reflection.
+        recent_reflections: how many recent reflections the prompt shows.
+    """
+    _positive("max_tool_rounds", max_tool_rounds)
+    _positive("tool_timeout", tool_timeout)
+    _positive("activation_timeout", activation_timeout)
+    _positive("idle_timeout", idle_timeout)
+    _positive("max_queued_turns", max_queued_turns)
+    _positive("max_tool_output", max_tool_output)
+    if turn_queue_size < 0:
+        raise ValueError(f"turn_queue_size must be >= 0, got {turn_queue_size!r}")
+    sources = tuple(toolsets)
+    current = tuple(s if isinstance(s, ToolsetContribution) else s.contribution for s in sources)
+    core, offered = _core_tools(tools, current, builtin_tools)
+    runtime = AgentRuntime.build(
+        model=model,
+        storage=storage,
+        core_tools=core,
+        offered_core=offered,
+        sources=sources,
+        contributors=(
+            default_contributors(system_prompt) if contributors is None else tuple(contributors)
+        ),
+        settings=AgentSettings(
+            max_tool_rounds=max_tool_rounds,
+            tool_timeout=tool_timeout,
+            activation_timeout=activation_timeout,
+            idle_timeout=idle_timeout,
+            turn_queue_size=turn_queue_size,
+            max_queued_turns=max_queued_turns,
+            max_tool_output=max_tool_output,
+            reflection=reflection,
+            recent_reflections=recent_reflections,
+        ),
+    )
+    async with trio.open_nursery() as nursery:
+        agent = ChatAgent(runtime, nursery)
+        try:
+            yield agent
+        finally:
+            agent._close()
+
+
+def _positive(name: str, value: float) -> None:
+    if not (isinstance(value, int | float) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")

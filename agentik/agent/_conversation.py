@@ -1,0 +1,316 @@
+"""The conversation actor: one trio task per live conversation.
+
+It owns everything that is this conversation's alone: the cached history
+(loaded once from the store), the working-memory notes, the toolset
+activation, and the idempotency keys it has seen. Turns arrive over its
+bounded inbox and run one at a time, in order. When idle, and only once
+none of its toolsets is still active, it retires; the next turn respawns it
+from storage, so a user sees no difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+import outcome
+import trio
+
+from agentik._errors import AgentikError, StoreError, TurnError
+from agentik._memory import MemoryEntry
+from agentik._messages import Message, Role, TokenUsage
+from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik.agent._turn import Turn
+from agentik.models import ModelRequest
+from agentik.storage import Pending, StorageBundle
+from agentik.toolsets import ToolsetActivation
+
+if TYPE_CHECKING:
+    from agentik.agent._runtime import AgentRuntime
+
+log = logging.getLogger("agentik.conversation")
+
+INTERRUPTED = "error: interrupted: the process stopped before this tool call finished"
+REFLECTION_PROMPT = (
+    "You review a finished conversation and state one short, general lesson that"
+    " would help in future conversations. Answer with the lesson only, one or two sentences."
+)
+_FINAL_EVENT_SECONDS = 5.0
+REFLECT = "What is the one lesson from this conversation?"
+
+
+@attrs.define(eq=False)
+class TurnRequest:
+    """A turn waiting in a conversation's inbox."""
+
+    text: str
+    idempotency_key: str | None
+    reply: Pending[TurnResult]
+    events: trio.MemorySendChannel[TurnEvent] | None = None
+    """Where a streaming caller reads events; None for ``send``."""
+
+
+@attrs.define(eq=False)
+class Conversation:
+    """The state of one live conversation; only its own task touches it."""
+
+    conversation_id: str
+    runtime: AgentRuntime
+    inbox: trio.MemoryReceiveChannel[TurnRequest]
+    activation: ToolsetActivation
+    history: list[Message] = attrs.Factory(list)
+    memory: list[MemoryEntry] = attrs.Factory(list)
+    keys: dict[str, int] = attrs.Factory(dict)
+    """Idempotency keys used since load -> index of their user message in ``history``."""
+    loaded: bool = False
+    had_history: bool = False
+    """Whether the store held messages at load (older keys must be looked up there)."""
+    stale: bool = False
+    """The cache may disagree with the store: retire after this turn."""
+    backlog: int = 0
+    """Turns sent to the inbox and not yet taken (maintained by the agent)."""
+    cancel_scope: trio.CancelScope | None = None
+
+    @property
+    def storage(self) -> StorageBundle:
+        return self.runtime.storage
+
+    async def run(self, retire: Callable[[Conversation], None]) -> None:
+        """Serve turns until the inbox closes, or idle long enough to retire."""
+        inbox = self.inbox
+        try:
+            while True:
+                with trio.move_on_after(self._idle_wait()):
+                    try:
+                        request = await inbox.receive()
+                    except trio.EndOfChannel:
+                        return
+                    self.backlog -= 1
+                    await self._serve(request)
+                    continue
+                if not self.activation.active_names():
+                    break
+        finally:
+            # Leave the registry, take what was already queued and close, with no
+            # checkpoint in between: a later send fails and goes to a new task,
+            # and no accepted turn is dropped.
+            retire(self)
+            queued: list[TurnRequest] = []
+            while True:
+                try:
+                    queued.append(inbox.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            inbox.close()
+            self.backlog -= len(queued)
+            try:
+                for request in queued:
+                    await self._serve(request)
+            finally:
+                for request in queued:
+                    _fail_now(request)
+
+    def _idle_wait(self) -> float:
+        wait = self.runtime.settings.idle_timeout
+        for name in self.activation.active_names():
+            expires = self.activation.expires_in(name)
+            if expires is not None:
+                wait = max(wait, expires)
+        return wait
+
+    async def _serve(self, request: TurnRequest) -> None:
+        """Run one turn and deliver its outcome; the caller always hears back."""
+        try:
+            await self._serve_inner(request)
+        finally:
+            _fail_now(request)
+
+    async def _serve_inner(self, request: TurnRequest) -> None:
+        stats = self.runtime.stats
+        stats.turns_started += 1
+        result: outcome.Outcome[TurnResult]
+        with trio.CancelScope() as scope:
+            self.cancel_scope = scope
+            try:
+                result = outcome.Value(await self._turn(request))
+            except TurnError as exc:
+                result = outcome.Error(exc)
+            except AgentikError as exc:
+                self.stale = True
+                code = "store_error" if isinstance(exc, StoreError) else "turn_failed"
+                result = outcome.Error(TurnError(f"the turn failed: {exc}", code=code))
+        self.cancel_scope = None
+        if scope.cancelled_caught:
+            result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
+        if isinstance(result, outcome.Value):
+            stats.turns_finished += 1
+        else:
+            stats.turns_failed += 1
+        await self._deliver(request, result)
+        if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
+            await self._reflect()
+
+    async def _reflect(self) -> None:
+        """Ask the model for one short lesson from the history and store it.
+        Best effort: a failure here is logged and never fails the turn."""
+        request = ModelRequest(
+            (Message(Role.SYSTEM, REFLECTION_PROMPT), *self.history, Message(Role.USER, REFLECT))
+        )
+        try:
+            response = await self.runtime.model.complete(request)
+            text = (response.text or "").strip()
+            if text:
+                await self.storage.reflection_store.insert(self.conversation_id, text)
+        except AgentikError as exc:
+            log.warning("conversation %r: reflection failed: %s", self.conversation_id, exc)
+
+    async def _deliver(self, request: TurnRequest, result: outcome.Outcome[TurnResult]) -> None:
+        request.reply.set(result)
+        events = request.events
+        if events is None:
+            return
+        if isinstance(result, outcome.Value):
+            active = tuple(sorted(self.activation.active_names()))
+            final: TurnEvent = TurnFinished(result.value, active)
+        else:
+            assert isinstance(result, outcome.Error)
+            error = result.error
+            code = error.code if isinstance(error, TurnError) else "turn_failed"
+            final = TurnFailed(str(error), code)
+        # A slow reader gets the end by waiting (briefly); a gone one needs nothing.
+        with (
+            trio.move_on_after(_FINAL_EVENT_SECONDS, shield=True),
+            contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+        ):
+            await events.send(final)
+        events.close()
+
+    async def _turn(self, request: TurnRequest) -> TurnResult:
+        if self.stale:
+            # A failed write left the cache unsure: start again from the store.
+            self.history.clear()
+            self.keys.clear()
+            self.loaded = self.stale = False
+        if not self.loaded:
+            await self._load()
+        key = request.idempotency_key
+        text: str | None = request.text
+        if key is not None:
+            start = await self._find_key(key)
+            if start is not None:
+                replay = self._replay(start)
+                if replay is not None:
+                    self.runtime.stats.turns_replayed += 1
+                    return replay
+                if self._has_later_turn(start):
+                    raise TurnError(
+                        f"the turn with idempotency key {key!r} did not finish and later"
+                        " turns followed it; it cannot be resumed",
+                        code="turn_failed",
+                    )
+                text = None  # resume the unfinished turn: its user message is stored
+        emit = None
+        if request.events is not None:
+            events = request.events
+
+            async def emit(event: TurnEvent) -> None:
+                # A reader that left does not stop the turn.
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await events.send(event)
+
+        begin = len(self.history)
+        if key is not None and text is not None:
+            self.keys[key] = begin  # before running: a failed turn keeps its key too
+        result = await Turn(self, emit, begin).run(text, key)
+        if key is None or text is not None:
+            return result
+        # A resumed turn: its result starts with the user message stored earlier.
+        earlier = self.history[self.keys[key] : begin]
+        usage = result.usage
+        for m in earlier:
+            if m.usage is not None:
+                usage += m.usage
+        return TurnResult(result.text, [*earlier, *result.messages], usage)
+
+    async def _find_key(self, key: str) -> int | None:
+        """Index in ``history`` of the user message stored with ``key``."""
+        index = self.keys.get(key)
+        if index is None and self.had_history:
+            seq = await self.storage.message_store.find_idempotency_key(self.conversation_id, key)
+            if seq is not None:
+                index = seq - 1  # seqs are 1, 2, 3 … and the cache holds them all
+                self.keys[key] = index
+        return index
+
+    def _turn_messages(self, start: int) -> list[Message]:
+        out = [self.history[start]]
+        for message in self.history[start + 1 :]:
+            if message.role is Role.USER:
+                break
+            out.append(message)
+        return out
+
+    def _has_later_turn(self, start: int) -> bool:
+        return len(self._turn_messages(start)) + start < len(self.history)
+
+    def _replay(self, start: int) -> TurnResult | None:
+        """The stored result of the turn starting at ``start``, if it finished."""
+        messages = self._turn_messages(start)
+        last = messages[-1]
+        if len(messages) < 2 or last.role is not Role.ASSISTANT or last.tool_calls:
+            return None
+        usage = TokenUsage()
+        for m in messages:
+            if m.usage is not None:
+                usage += m.usage
+        return TurnResult(last.content, messages, usage)
+
+    async def _load(self) -> None:
+        """Read history and notes once; answer tool calls a crash left open."""
+        store = self.storage.message_store
+        async for message in store.get_messages(self.conversation_id):
+            self.history.append(message)
+        self.had_history = bool(self.history)
+        self.memory = await self.storage.working_memory_store.list(self.conversation_id)
+        await self._repair()
+        self.loaded = True
+
+    async def _repair(self) -> None:
+        open_calls: dict[str, int] = {}
+        for i, message in enumerate(self.history):
+            for call in message.tool_calls:
+                open_calls[call.id] = i
+            if message.tool_call_id is not None:
+                open_calls.pop(message.tool_call_id, None)
+        if not open_calls:
+            return
+        # Only the last assistant message can have open calls: the turn loop
+        # answers every call before the next model request.
+        log.warning(
+            "conversation %r: answering %d tool call(s) left open by an interrupted turn",
+            self.conversation_id,
+            len(open_calls),
+        )
+        for call_id in open_calls:
+            stored = await self.storage.message_store.append(
+                self.conversation_id, Message(Role.TOOL, INTERRUPTED, tool_call_id=call_id)
+            )
+            self.history.append(stored)
+
+
+def _fail_now(request: TurnRequest) -> None:
+    """Tell a caller whose turn will not run (or was cut short) that it did not
+    happen; no-op if it already heard back."""
+    if request.reply.done:
+        return
+    error = TurnError("the turn was cancelled before it finished", code="cancelled")
+    request.reply.set(outcome.Error(error))
+    if request.events is not None:
+        with contextlib.suppress(
+            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
+        ):
+            request.events.send_nowait(TurnFailed(str(error), error.code))
+        request.events.close()

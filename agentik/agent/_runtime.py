@@ -1,0 +1,199 @@
+"""What every conversation of one agent shares: settings, tools, caches, stats.
+
+Conversation state (history, activation, notes) never lives here: it belongs
+to the conversation's own task. What lives here is read-mostly and the same
+for everyone: the model, the core tools, the toolset sources and their index,
+and caches of the skills catalog and recent reflections (kept correct by
+invalidating them on every write made through the agent's storage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from agentik._memory import Reflection, Skill, SkillSummary
+from agentik.agent._prompt import SystemPromptContributor
+from agentik.agent._stats import AgentStats
+from agentik.models import ChatModel
+from agentik.storage import ReflectionStore, SkillStore, StorageBundle
+from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
+
+
+@runtime_checkable
+class ToolsetSource(Protocol):
+    """A toolset whose tools may change while the agent runs (an MCP server).
+    The agent reads ``contribution`` before every model request."""
+
+    @property
+    def contribution(self) -> ToolsetContribution: ...
+
+
+@attrs.frozen
+class AgentSettings:
+    """The knobs of ``open_chat_agent``; see its docstring."""
+
+    max_tool_rounds: int = 25
+    tool_timeout: float = 60.0
+    activation_timeout: float = 600.0
+    idle_timeout: float = 60.0
+    turn_queue_size: int = 2
+    max_queued_turns: int = 8
+    max_tool_output: int = 64 * 1024
+    reflection: bool = False
+    recent_reflections: int = 5
+
+
+@attrs.define
+class _CatalogCache:
+    skills: list[SkillSummary] | None = None
+    reflections: list[Reflection] | None = None
+
+
+@attrs.frozen
+class _CachingSkillStore:
+    """Delegates to the real store; a write drops the cached catalog."""
+
+    inner: SkillStore
+    cache: _CatalogCache
+
+    async def catalog(self) -> list[SkillSummary]:
+        return await self.inner.catalog()
+
+    async def upsert(self, skill: Skill) -> Skill:
+        try:
+            return await self.inner.upsert(skill)
+        finally:
+            self.cache.skills = None
+
+    async def remove(self, name: str) -> bool:
+        try:
+            return await self.inner.remove(name)
+        finally:
+            self.cache.skills = None
+
+    async def exists(self, name: str) -> bool:
+        return await self.inner.exists(name)
+
+    async def all(self) -> list[Skill]:
+        return await self.inner.all()
+
+    async def get(self, name: str) -> Skill | None:
+        return await self.inner.get(name)
+
+
+@attrs.frozen
+class _CachingReflectionStore:
+    """Delegates to the real store; a write drops the cached recent list."""
+
+    inner: ReflectionStore
+    cache: _CatalogCache
+
+    async def insert(self, conversation_id: str, text: str) -> Reflection:
+        try:
+            return await self.inner.insert(conversation_id, text)
+        finally:
+            self.cache.reflections = None
+
+    async def list_recent(self, limit: int) -> list[Reflection]:
+        return await self.inner.list_recent(limit)
+
+    async def count(self) -> int:
+        return await self.inner.count()
+
+    async def list_for_conversation(self, conversation_id: str) -> list[Reflection]:
+        return await self.inner.list_for_conversation(conversation_id)
+
+    async def delete_older_than(self, cutoff: datetime) -> int:
+        try:
+            return await self.inner.delete_older_than(cutoff)
+        finally:
+            self.cache.reflections = None
+
+
+@attrs.define
+class AgentRuntime:
+    """Shared, read-mostly state of one agent."""
+
+    model: ChatModel
+    storage: StorageBundle
+    """The caller's bundle with the skill and reflection stores wrapped so
+    writes made through it keep the prompt caches correct."""
+    core_tools: Mapping[str, NamedTool]
+    offered_core: tuple[NamedTool, ...]
+    """Core tools as offered to the model, in order."""
+    contributors: Sequence[SystemPromptContributor]
+    settings: AgentSettings
+    stats: AgentStats
+    _sources: tuple[ToolsetContribution | ToolsetSource, ...]
+    _cache: _CatalogCache
+    _contributions: tuple[ToolsetContribution, ...] = ()
+    _index: ToolsetIndex = attrs.field(factory=lambda: ToolsetIndex(()))
+    _dynamic: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        model: ChatModel,
+        storage: StorageBundle,
+        core_tools: Mapping[str, NamedTool],
+        offered_core: tuple[NamedTool, ...],
+        sources: Sequence[ToolsetContribution | ToolsetSource],
+        contributors: Sequence[SystemPromptContributor],
+        settings: AgentSettings,
+    ) -> AgentRuntime:
+        cache = _CatalogCache()
+        wrapped = StorageBundle(
+            storage.message_store,
+            storage.working_memory_store,
+            _CachingReflectionStore(storage.reflection_store, cache),
+            _CachingSkillStore(storage.skill_store, cache),
+        )
+        runtime = cls(
+            model=model,
+            storage=wrapped,
+            core_tools=core_tools,
+            offered_core=offered_core,
+            contributors=tuple(contributors),
+            settings=settings,
+            stats=AgentStats(),
+            sources=tuple(sources),
+            cache=cache,
+            dynamic=any(not isinstance(s, ToolsetContribution) for s in sources),
+        )
+        runtime._refresh(force=True)
+        return runtime
+
+    def toolsets(self) -> tuple[tuple[ToolsetContribution, ...], ToolsetIndex]:
+        """The current contributions and their index (rebuilt only on change)."""
+        if self._dynamic:
+            self._refresh(force=False)
+        return self._contributions, self._index
+
+    def _refresh(self, *, force: bool) -> None:
+        current = tuple(
+            s if isinstance(s, ToolsetContribution) else s.contribution for s in self._sources
+        )
+        if force or any(a is not b for a, b in zip(current, self._contributions, strict=True)):
+            self._contributions = current
+            self._index = ToolsetIndex(current)
+
+    async def skills(self) -> list[SkillSummary]:
+        """The skills catalog, read once and cached until a write."""
+        if self._cache.skills is None:
+            self._cache.skills = await self.storage.skill_store.catalog()
+        return self._cache.skills
+
+    async def reflections(self) -> list[Reflection]:
+        """Recent reflections, read once and cached until a write."""
+        if self.settings.recent_reflections <= 0:
+            return []
+        if self._cache.reflections is None:
+            self._cache.reflections = await self.storage.reflection_store.list_recent(
+                self.settings.recent_reflections
+            )
+        return self._cache.reflections
