@@ -53,6 +53,7 @@ class Pending(Generic[T]):
         # Not ``unwrap()``: an Outcome unwraps once, and a result may be read
         # by several waiters, or again after a failure.
         if isinstance(result, outcome.Value):
-            return result.value
+            value: T = result.value
+            return value
         assert isinstance(result, outcome.Error)
         raise result.error
