@@ -17,6 +17,10 @@ from agentik.storage._protocols import (
 from agentik.storage._protocols import (
     WorkingMemoryStore as WorkingMemoryStore,
 )
+from agentik.storage.sqlite._connect import Synchronous as Synchronous
+from agentik.storage.sqlite._open import open_sqlite_storage as open_sqlite_storage
+from agentik.storage.sqlite._open import writer_stats as writer_stats
+from agentik.storage.sqlite._writer import WriterStats as WriterStats
 
 __all__ = [
     "MessageStore",
@@ -24,6 +28,10 @@ __all__ = [
     "ReflectionStore",
     "SkillStore",
     "StorageBundle",
+    "Synchronous",
     "WorkingMemoryStore",
+    "WriterStats",
     "in_memory_storage",
+    "open_sqlite_storage",
+    "writer_stats",
 ]

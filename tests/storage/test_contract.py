@@ -27,3 +27,11 @@ CHECKS = [
 async def test_in_memory_backend(check: Callable[[MakeBundle], Awaitable[None]]) -> None:
     """The in-memory backend keeps the whole contract."""
     await check(memory_bundle)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+async def test_sqlite_backend(
+    check: Callable[[MakeBundle], Awaitable[None]], sqlite_bundles: MakeBundle
+) -> None:
+    """The SQLite backend keeps the whole contract, each case in a fresh file."""
+    await check(sqlite_bundles)

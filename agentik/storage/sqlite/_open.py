@@ -1,0 +1,113 @@
+"""``open_sqlite_storage``: connections, migrations, the writer task, the bundle.
+
+Opening checks the SQLite version, opens the write connection, migrates the
+schema and opens the readers, all off the event loop. Closing refuses new
+writes, lets the writer drain what it accepted, then closes the connections
+(readers first, so the writer's close checkpoints the WAL). The writer runs in
+a nursery hidden inside the context manager; an error from the body comes out
+as itself, not wrapped in an exception group.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import apsw
+import trio
+
+from agentik.storage._common import check_at_least
+from agentik.storage._protocols import StorageBundle
+from agentik.storage.sqlite._connect import (
+    Synchronous,
+    check_synchronous,
+    open_read_connection,
+    open_write_connection,
+)
+from agentik.storage.sqlite._migrate import migrate
+from agentik.storage.sqlite._readers import ReaderPool
+from agentik.storage.sqlite._stores import (
+    SqliteMessageStore,
+    SqliteReflectionStore,
+    SqliteSkillStore,
+    SqliteWorkingMemoryStore,
+)
+from agentik.storage.sqlite._writer import Writer, WriterStats
+
+
+def _open_writer(path: str | os.PathLike[str], synchronous: Synchronous) -> apsw.Connection:
+    connection = open_write_connection(path, synchronous)
+    try:
+        migrate(connection)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+@asynccontextmanager
+async def open_sqlite_storage(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: Synchronous = "FULL",
+    readers: int = 4,
+    max_batch: int = 1000,
+    queue_size: int = 1000,
+) -> AsyncIterator[StorageBundle]:
+    """Open (creating and migrating if needed) the SQLite database at ``path``.
+
+    Args:
+        synchronous: SQLite's durability level. FULL (the default) syncs the
+            WAL on every commit, so an acknowledged write survives power loss;
+            with group commit it costs little. NORMAL may lose the last
+            commits on power loss (never on a process crash).
+        readers: read-only connections, i.e. reads that can run at once.
+        max_batch: the most requests one transaction commits.
+        queue_size: requests the writer's channel holds before callers wait.
+    """
+    check_synchronous(synchronous)
+    check_at_least("readers", readers, 1)
+    check_at_least("max_batch", max_batch, 1)
+    check_at_least("queue_size", queue_size, 0)
+    write_connection = await trio.to_thread.run_sync(_open_writer, path, synchronous)
+    pool: ReaderPool | None = None
+    try:
+        pool = ReaderPool(
+            [await trio.to_thread.run_sync(open_read_connection, path) for _ in range(readers)]
+        )
+        writer = Writer(write_connection, max_batch=max_batch, queue_size=queue_size)
+        bundle = StorageBundle(
+            message_store=SqliteMessageStore(writer, pool),
+            working_memory_store=SqliteWorkingMemoryStore(writer, pool),
+            reflection_store=SqliteReflectionStore(writer, pool),
+            skill_store=SqliteSkillStore(writer, pool),
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writer.run)
+                try:
+                    yield bundle
+                finally:
+                    writer.close()
+        except BaseExceptionGroup as group:
+            # The writer never raises, so the group holds the body's error alone.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+    finally:
+        if pool is not None:
+            pool.close()
+        await trio.to_thread.run_sync(_close_writer, write_connection)
+
+
+def _close_writer(connection: apsw.Connection) -> None:
+    connection.pragma("optimize")
+    connection.close()
+
+
+def writer_stats(bundle: StorageBundle) -> WriterStats | None:
+    """The writer's counters (batches, sizes, queue depth) of a SQLite bundle,
+    or None for a backend without a writer (the in-memory one)."""
+    store = bundle.message_store
+    return store.writer_stats() if isinstance(store, SqliteMessageStore) else None

@@ -1,0 +1,373 @@
+"""The SQL, as plain synchronous functions over an apsw connection.
+
+Write operations take a ``Session`` (the writer's connection inside its open
+transaction, the seq cache, and the batch's timestamp) and run inside their
+own SAVEPOINT, opened by the writer: raising rolls back that request alone.
+Read operations take a read-only connection and finish every statement they
+start, so no read transaction stays open between calls. Nothing here touches
+trio; callers run these functions in worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import cast, final
+
+import apsw
+import attrs
+
+from agentik._errors import DuplicateKeyError, StoreError
+from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
+from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
+from agentik._serde import converter
+from agentik.storage._common import from_micros
+
+_TOOL_CALLS = tuple[ToolCall, ...]
+_SEQ_CACHE_SIZE = 10_000
+
+
+@final
+class SeqCache:
+    """The last seq of recently written conversations, so most appends skip
+    the ``max(seq)`` lookup. Owned by the writer thread. Changes made by a
+    request are undone if its savepoint rolls back; the whole cache is dropped
+    if a transaction fails."""
+
+    def __init__(self, capacity: int = _SEQ_CACHE_SIZE) -> None:
+        self._last: dict[str, int] = {}
+        self._undo: dict[str, int | None] = {}
+        self._capacity = capacity
+
+    def next_seq(self, connection: apsw.Connection, conversation_id: str) -> int:
+        last = self._last.get(conversation_id)
+        if last is None:
+            last = _max_seq(connection, conversation_id)
+        if conversation_id not in self._undo:
+            self._undo[conversation_id] = self._last.get(conversation_id)
+        self._last[conversation_id] = last + 1
+        if len(self._last) > self._capacity:
+            oldest = next(iter(self._last))
+            if oldest not in self._undo:
+                del self._last[oldest]
+        return last + 1
+
+    def keep(self) -> None:
+        """The request's savepoint was released."""
+        self._undo.clear()
+
+    def undo(self) -> None:
+        """The request's savepoint was rolled back."""
+        for conversation_id, last in self._undo.items():
+            if last is None:
+                self._last.pop(conversation_id, None)
+            else:
+                self._last[conversation_id] = last
+        self._undo.clear()
+
+    def clear(self) -> None:
+        """The whole transaction was rolled back."""
+        self._last.clear()
+        self._undo.clear()
+
+
+def _max_seq(connection: apsw.Connection, conversation_id: str) -> int:
+    row = connection.execute(
+        "SELECT max(seq) FROM message WHERE conversation_id = ?", (conversation_id,)
+    ).get
+    return row if isinstance(row, int) else 0
+
+
+@attrs.frozen
+class Session:
+    """What a write operation runs with."""
+
+    connection: apsw.Connection
+    seqs: SeqCache
+    now_us: int
+    """The batch's timestamp: every write of one batch shares it."""
+
+
+# --- messages -------------------------------------------------------------------
+
+_INSERT_MESSAGE = (
+    "INSERT INTO message (conversation_id, seq, role, content, tool_calls, tool_call_id,"
+    " prompt_tokens, completion_tokens, created_us, idempotency_key)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_MESSAGE_COLUMNS = (
+    "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, created_us"
+)
+
+
+def insert_message(
+    session: Session, conversation_id: str, message: Message, idempotency_key: str | None
+) -> Message:
+    """Append ``message`` with the conversation's next seq."""
+    seq = session.seqs.next_seq(session.connection, conversation_id)
+    usage = message.usage
+    tool_calls = (
+        json.dumps(converter.unstructure(message.tool_calls, _TOOL_CALLS))
+        if message.tool_calls
+        else None
+    )
+    row = (
+        conversation_id,
+        seq,
+        message.role.value,
+        message.content,
+        tool_calls,
+        message.tool_call_id,
+        None if usage is None else usage.prompt_tokens,
+        None if usage is None else usage.completion_tokens,
+        session.now_us,
+        idempotency_key,
+    )
+    try:
+        session.connection.execute(_INSERT_MESSAGE, row)
+    except apsw.ConstraintError:
+        if idempotency_key is not None:
+            used = find_idempotency_key(session.connection, conversation_id, idempotency_key)
+            if used is not None:
+                raise DuplicateKeyError(
+                    f"idempotency key {idempotency_key!r} was already used in conversation"
+                    f" {conversation_id!r} (message seq {used})"
+                ) from None
+        raise
+    return attrs.evolve(message, seq=seq, created_at=from_micros(session.now_us))
+
+
+_MessageRow = tuple[int, str, str, str | None, str | None, int | None, int | None, int]
+
+
+def _message(row: _MessageRow) -> Message:
+    seq, role, content, tool_calls, tool_call_id, prompt, completion, created_us = row
+    return Message(
+        role=Role(role),
+        content=content,
+        tool_calls=()
+        if tool_calls is None
+        else converter.structure(json.loads(tool_calls), _TOOL_CALLS),
+        tool_call_id=tool_call_id,
+        usage=None
+        if prompt is None or completion is None
+        else TokenUsage(prompt_tokens=prompt, completion_tokens=completion),
+        seq=seq,
+        created_at=from_micros(created_us),
+    )
+
+
+def message_page(
+    connection: apsw.Connection, conversation_id: str, after_seq: int, limit: int
+) -> list[Message]:
+    rows = connection.execute(
+        f"SELECT {_MESSAGE_COLUMNS} FROM message"
+        " WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (conversation_id, after_seq, limit),
+    ).fetchall()
+    return [_message(row) for row in cast("list[_MessageRow]", rows)]
+
+
+def token_stats(connection: apsw.Connection, conversation_id: str) -> TokenStats:
+    row = connection.execute(
+        "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),"
+        " count(prompt_tokens) FROM message WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchall()[0]
+    prompt, completion, counted = cast("tuple[int, int, int]", row)
+    return TokenStats(prompt_tokens=prompt, completion_tokens=completion, messages=counted)
+
+
+def find_idempotency_key(connection: apsw.Connection, conversation_id: str, key: str) -> int | None:
+    seq = connection.execute(
+        "SELECT seq FROM message WHERE conversation_id = ? AND idempotency_key = ?",
+        (conversation_id, key),
+    ).get
+    return seq if isinstance(seq, int) else None
+
+
+# One index seek per conversation returned, however long the conversations are.
+_NEXT_CONVERSATIONS = """
+WITH RECURSIVE next(id) AS (
+    SELECT (SELECT min(conversation_id) FROM message WHERE {first})
+    UNION ALL
+    SELECT (SELECT min(conversation_id) FROM message WHERE conversation_id > next.id)
+    FROM next WHERE next.id IS NOT NULL
+)
+SELECT id FROM next WHERE id IS NOT NULL LIMIT ?
+"""
+
+
+def list_conversations(connection: apsw.Connection, after: str | None, limit: int) -> list[str]:
+    if after is None:
+        sql, bindings = _NEXT_CONVERSATIONS.format(first="1"), (limit,)
+    else:
+        sql = _NEXT_CONVERSATIONS.format(first="conversation_id > ?")
+        bindings = (after, limit)  # type: ignore[assignment]
+    rows = cast("list[tuple[str]]", connection.execute(sql, bindings).fetchall())
+    return [row[0] for row in rows]
+
+
+# --- working memory -------------------------------------------------------------
+
+
+_EntryRow = tuple[int, str, str, int]
+
+
+def _memory_entry(row: _EntryRow) -> MemoryEntry:
+    entry_id, conversation_id, text, created_us = row
+    return MemoryEntry(
+        id=entry_id, conversation_id=conversation_id, text=text, created_at=from_micros(created_us)
+    )
+
+
+def append_memory(session: Session, conversation_id: str, text: str) -> MemoryEntry:
+    entry_id = session.connection.execute(
+        "INSERT INTO memory_entry (conversation_id, text, created_us) VALUES (?, ?, ?)"
+        " RETURNING id",
+        (conversation_id, text, session.now_us),
+    ).get
+    assert isinstance(entry_id, int)
+    return MemoryEntry(
+        id=entry_id,
+        conversation_id=conversation_id,
+        text=text,
+        created_at=from_micros(session.now_us),
+    )
+
+
+def archive_memory(session: Session, conversation_id: str, entry_ids: Sequence[int]) -> int:
+    session.connection.execute(
+        "UPDATE memory_entry SET archived = 1"
+        " WHERE id IN (SELECT value FROM json_each(?)) AND conversation_id = ? AND archived = 0",
+        (json.dumps(sorted(set(entry_ids))), conversation_id),
+    )
+    return session.connection.changes()
+
+
+def compact_memory(
+    session: Session, conversation_id: str, entry_ids: Sequence[int], summary: str
+) -> MemoryEntry:
+    wanted = set(entry_ids)
+    if archive_memory(session, conversation_id, list(wanted)) != len(wanted):
+        raise StoreError(
+            f"memory entries {sorted(wanted)} are not all active entries of conversation"
+            f" {conversation_id!r}; nothing was compacted"
+        )
+    return append_memory(session, conversation_id, summary)
+
+
+def list_memory(connection: apsw.Connection, conversation_id: str) -> list[MemoryEntry]:
+    rows = connection.execute(
+        "SELECT id, conversation_id, text, created_us FROM memory_entry"
+        " WHERE conversation_id = ? AND archived = 0 ORDER BY id",
+        (conversation_id,),
+    ).fetchall()
+    return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
+
+
+# --- reflections ----------------------------------------------------------------
+
+_REFLECTION_COLUMNS = "id, conversation_id, text, created_us"
+
+
+def _reflection(row: _EntryRow) -> Reflection:
+    reflection_id, conversation_id, text, created_us = row
+    return Reflection(
+        id=reflection_id,
+        conversation_id=conversation_id,
+        text=text,
+        created_at=from_micros(created_us),
+    )
+
+
+def insert_reflection(session: Session, conversation_id: str, text: str) -> Reflection:
+    reflection_id = session.connection.execute(
+        "INSERT INTO reflection (conversation_id, text, created_us) VALUES (?, ?, ?) RETURNING id",
+        (conversation_id, text, session.now_us),
+    ).get
+    assert isinstance(reflection_id, int)
+    return Reflection(
+        id=reflection_id,
+        conversation_id=conversation_id,
+        text=text,
+        created_at=from_micros(session.now_us),
+    )
+
+
+def delete_reflections_before(session: Session, cutoff_us: int) -> int:
+    session.connection.execute("DELETE FROM reflection WHERE created_us < ?", (cutoff_us,))
+    return session.connection.changes()
+
+
+def recent_reflections(connection: apsw.Connection, limit: int) -> list[Reflection]:
+    rows = connection.execute(
+        f"SELECT {_REFLECTION_COLUMNS} FROM reflection ORDER BY created_us DESC, id DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [_reflection(row) for row in cast("list[_EntryRow]", rows)]
+
+
+def count_reflections(connection: apsw.Connection) -> int:
+    count = connection.execute("SELECT count(*) FROM reflection").get
+    assert isinstance(count, int)
+    return count
+
+
+def reflections_of(connection: apsw.Connection, conversation_id: str) -> list[Reflection]:
+    rows = connection.execute(
+        f"SELECT {_REFLECTION_COLUMNS} FROM reflection WHERE conversation_id = ?"
+        " ORDER BY created_us, id",
+        (conversation_id,),
+    ).fetchall()
+    return [_reflection(row) for row in cast("list[_EntryRow]", rows)]
+
+
+# --- skills ---------------------------------------------------------------------
+
+
+def upsert_skill(session: Session, skill: Skill) -> Skill:
+    session.connection.execute(
+        "INSERT INTO skill (name, description, body, updated_us) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (name) DO UPDATE SET description = excluded.description,"
+        " body = excluded.body, updated_us = excluded.updated_us",
+        (skill.name, skill.description, skill.body, session.now_us),
+    )
+    return attrs.evolve(skill, updated_at=from_micros(session.now_us))
+
+
+def remove_skill(session: Session, name: str) -> bool:
+    session.connection.execute("DELETE FROM skill WHERE name = ?", (name,))
+    return session.connection.changes() > 0
+
+
+_SkillRow = tuple[str, str, str, int]
+
+
+def _skill(row: _SkillRow) -> Skill:
+    name, description, body, updated_us = row
+    return Skill(name=name, description=description, body=body, updated_at=from_micros(updated_us))
+
+
+def all_skills(connection: apsw.Connection) -> list[Skill]:
+    rows = connection.execute(
+        "SELECT name, description, body, updated_us FROM skill ORDER BY name"
+    ).fetchall()
+    return [_skill(row) for row in cast("list[_SkillRow]", rows)]
+
+
+def get_skill(connection: apsw.Connection, name: str) -> Skill | None:
+    rows = connection.execute(
+        "SELECT name, description, body, updated_us FROM skill WHERE name = ?", (name,)
+    ).fetchall()
+    return _skill(cast("_SkillRow", rows[0])) if rows else None
+
+
+def skill_catalog(connection: apsw.Connection) -> list[SkillSummary]:
+    rows = connection.execute("SELECT name, description FROM skill ORDER BY name").fetchall()
+    pairs = cast("list[tuple[str, str]]", rows)
+    return [SkillSummary(name=name, description=description) for name, description in pairs]
+
+
+def skill_exists(connection: apsw.Connection, name: str) -> bool:
+    return connection.execute("SELECT 1 FROM skill WHERE name = ?", (name,)).get is not None

@@ -1,0 +1,171 @@
+"""The four store protocols over the writer and the reader pool.
+
+Writes become closures over ``_queries`` functions sent to the writer; reads
+run ``_queries`` functions on the reader pool. Arguments are checked here,
+before they are queued, so a misuse fails in the caller's task.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from functools import partial
+from typing import final
+
+from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
+from agentik._messages import Message, TokenStats
+from agentik.storage._common import check_at_least, to_micros
+from agentik.storage._pending import Pending
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE
+from agentik.storage.sqlite import _queries as q
+from agentik.storage.sqlite._readers import ReaderPool
+from agentik.storage.sqlite._writer import Writer, WriterStats
+
+
+@final
+class SqliteMessageStore:
+    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+        self._writer = writer
+        self._readers = readers
+
+    def writer_stats(self) -> WriterStats:
+        """Counters of the bundle's writer (batch sizes, queue depth) for metrics."""
+        return self._writer.stats()
+
+    async def append(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Message:
+        pending = await self.submit(conversation_id, message, idempotency_key=idempotency_key)
+        return await pending.wait()
+
+    async def submit(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Pending[Message]:
+        return await self._writer.submit(
+            partial(
+                q.insert_message,
+                conversation_id=conversation_id,
+                message=message,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def get_messages(
+        self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> AsyncIterator[Message]:
+        check_at_least("page_size", page_size, 1)
+        position = after_seq
+        while True:
+            page = await self._readers.read(
+                partial(
+                    q.message_page,
+                    conversation_id=conversation_id,
+                    after_seq=position,
+                    limit=page_size,
+                )
+            )
+            for message in page:
+                yield message
+            if len(page) < page_size:
+                return
+            assert page[-1].seq is not None
+            position = page[-1].seq
+
+    async def token_stats(self, conversation_id: str) -> TokenStats:
+        return await self._readers.read(partial(q.token_stats, conversation_id=conversation_id))
+
+    async def find_idempotency_key(self, conversation_id: str, key: str) -> int | None:
+        return await self._readers.read(
+            partial(q.find_idempotency_key, conversation_id=conversation_id, key=key)
+        )
+
+    async def list_conversations(
+        self, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        return await self._readers.read(partial(q.list_conversations, after=after, limit=limit))
+
+
+@final
+class SqliteWorkingMemoryStore:
+    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+        self._writer = writer
+        self._readers = readers
+
+    async def append(self, conversation_id: str, text: str) -> MemoryEntry:
+        return await self._writer.write(
+            partial(q.append_memory, conversation_id=conversation_id, text=text)
+        )
+
+    async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
+        return await self._readers.read(partial(q.list_memory, conversation_id=conversation_id))
+
+    async def compact(
+        self, conversation_id: str, entry_ids: Sequence[int], summary: str
+    ) -> MemoryEntry:
+        return await self._writer.write(
+            partial(
+                q.compact_memory,
+                conversation_id=conversation_id,
+                entry_ids=tuple(entry_ids),
+                summary=summary,
+            )
+        )
+
+    async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
+        return await self._writer.write(
+            partial(q.archive_memory, conversation_id=conversation_id, entry_ids=tuple(entry_ids))
+        )
+
+
+@final
+class SqliteReflectionStore:
+    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+        self._writer = writer
+        self._readers = readers
+
+    async def insert(self, conversation_id: str, text: str) -> Reflection:
+        return await self._writer.write(
+            partial(q.insert_reflection, conversation_id=conversation_id, text=text)
+        )
+
+    async def list_recent(self, limit: int) -> builtins.list[Reflection]:
+        check_at_least("limit", limit, 0)
+        return await self._readers.read(partial(q.recent_reflections, limit=limit))
+
+    async def count(self) -> int:
+        return await self._readers.read(q.count_reflections)
+
+    async def list_for_conversation(self, conversation_id: str) -> builtins.list[Reflection]:
+        return await self._readers.read(partial(q.reflections_of, conversation_id=conversation_id))
+
+    async def delete_older_than(self, cutoff: datetime) -> int:
+        return await self._writer.write(
+            partial(q.delete_reflections_before, cutoff_us=to_micros(cutoff))
+        )
+
+
+@final
+class SqliteSkillStore:
+    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+        self._writer = writer
+        self._readers = readers
+
+    async def catalog(self) -> builtins.list[SkillSummary]:
+        return await self._readers.read(q.skill_catalog)
+
+    async def upsert(self, skill: Skill) -> Skill:
+        return await self._writer.write(partial(q.upsert_skill, skill=skill))
+
+    async def remove(self, name: str) -> bool:
+        return await self._writer.write(partial(q.remove_skill, name=name))
+
+    async def exists(self, name: str) -> bool:
+        return await self._readers.read(partial(q.skill_exists, name=name))
+
+    async def all(self) -> builtins.list[Skill]:
+        return await self._readers.read(q.all_skills)
+
+    async def get(self, name: str) -> Skill | None:
+        return await self._readers.read(partial(q.get_skill, name=name))

@@ -1,0 +1,242 @@
+"""The writer task: the only code that writes, through the only write connection.
+
+Callers put requests on a bounded trio memory channel (waiting for room is
+the backpressure). The writer takes what is queued, up to ``max_batch``, and
+hops to a worker thread once for the whole batch: one IMMEDIATE transaction,
+each request inside its own SAVEPOINT, one COMMIT (group commit). Back on the
+event loop it resolves each request's ``Pending``.
+
+Invariants:
+- a request is resolved exactly once: with its value after the COMMIT
+  returned, or with its own error (its savepoint was rolled back and its
+  batch-mates still commit), or with ``StoreClosedError`` when the writer
+  stopped before running it;
+- the thread hop and the wake-ups run shielded, so cancellation can never
+  separate a commit from its acknowledgement;
+- requests run in channel order, so one task's writes apply in the order it
+  submitted them;
+- if a transaction itself fails (the COMMIT, the connection), the writer dies:
+  every request in flight or queued fails with ``StoreClosedError``, and every
+  later submission is refused with the same cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar, final
+
+import apsw
+import attrs
+import outcome
+import trio
+
+from agentik._errors import StoreClosedError, StoreError
+from agentik.storage._common import to_micros, utc_now
+from agentik.storage._pending import Pending
+from agentik.storage.sqlite._queries import SeqCache, Session
+
+T = TypeVar("T")
+
+# A request's own failure: a constraint, a value SQLite or the encoder refuses,
+# an ``agentik`` error raised on purpose. Anything else is a bug and kills the writer.
+_REQUEST_ERRORS = (apsw.Error, StoreError, ValueError, TypeError, OverflowError)
+
+
+@attrs.frozen
+class WriterStats:
+    """A snapshot of the writer's counters, for metrics."""
+
+    running: bool
+    """False once the bundle closed or the writer died."""
+    batches: int
+    """Transactions committed."""
+    writes: int
+    """Requests committed."""
+    failed_writes: int
+    """Requests that failed on their own (their batch-mates committed)."""
+    last_batch_size: int
+    largest_batch_size: int
+    queue_depth: int
+    """Requests waiting for the writer: queued, plus callers waiting for room."""
+    queue_capacity: int
+
+
+class _Work(Protocol):
+    def run(self, session: Session) -> None: ...
+    def fail(self, error: BaseException) -> None: ...
+    def resolve(self) -> None: ...
+
+
+@final
+class _Request(Generic[T]):
+    """One write: the operation, then (set in the thread) its outcome."""
+
+    __slots__ = ("_operation", "_result", "pending")
+
+    def __init__(self, operation: Callable[[Session], T]) -> None:
+        self._operation = operation
+        self._result: outcome.Outcome[T] | None = None
+        self.pending: Pending[T] = Pending()
+
+    def run(self, session: Session) -> None:
+        self._result = outcome.Value(self._operation(session))
+
+    def fail(self, error: BaseException) -> None:
+        self._result = outcome.Error(error)
+
+    def resolve(self) -> None:
+        assert self._result is not None
+        self.pending.set(self._result)
+
+
+def _as_store_error(error: Exception) -> StoreError:
+    if isinstance(error, StoreError):
+        return error
+    failure = StoreError(f"storage write failed: {type(error).__name__}: {error}")
+    failure.__cause__ = error
+    return failure
+
+
+def _run_batch(connection: apsw.Connection, seqs: SeqCache, batch: list[_Work]) -> int:
+    """One transaction, a savepoint per request; return how many failed alone.
+    Runs in a worker thread; raises only if the transaction itself fails."""
+    session = Session(connection=connection, seqs=seqs, now_us=to_micros(utc_now()))
+    failed = 0
+    committed = False
+    try:
+        with connection:
+            for request in batch:
+                try:
+                    with connection:
+                        request.run(session)
+                except _REQUEST_ERRORS as error:
+                    seqs.undo()
+                    request.fail(_as_store_error(error))
+                    failed += 1
+                else:
+                    seqs.keep()
+        committed = True
+    finally:
+        if not committed:
+            seqs.clear()
+    return failed
+
+
+@final
+class Writer:
+    """Owns the write connection and the request channel; ``run`` is the task."""
+
+    def __init__(self, connection: apsw.Connection, *, max_batch: int, queue_size: int) -> None:
+        self._connection = connection
+        self._max_batch = max_batch
+        self._queue_capacity = queue_size
+        self._send, self._receive = trio.open_memory_channel[_Work](queue_size)
+        self._seqs = SeqCache()
+        self._thread = trio.CapacityLimiter(1)
+        self._closed = False
+        self._failure: Exception | None = None
+        self._batches = self._writes = self._failed = self._last = self._largest = 0
+
+    async def submit(self, operation: Callable[[Session], T]) -> Pending[T]:
+        """Queue one write; return once it is accepted (there was room)."""
+        self._check_open()
+        request = _Request(operation)
+        try:
+            await self._send.send(request)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._check_open()
+            raise StoreClosedError("the storage writer stopped; the write was refused") from None
+        return request.pending
+
+    async def write(self, operation: Callable[[Session], T]) -> T:
+        """Submit and wait for the commit."""
+        pending = await self.submit(operation)
+        return await pending.wait()
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise StoreClosedError(
+                f"the storage writer died ({type(self._failure).__name__}: {self._failure});"
+                " no more writes are accepted"
+            ) from self._failure
+        if self._closed:
+            raise StoreClosedError("the storage bundle is closed; no more writes are accepted")
+
+    def close(self) -> None:
+        """Accept nothing more; the writer drains what was accepted, then stops."""
+        self._closed = True
+        self._send.close()
+
+    def stats(self) -> WriterStats:
+        statistics = self._send.statistics()
+        return WriterStats(
+            running=not self._closed and self._failure is None,
+            batches=self._batches,
+            writes=self._writes,
+            failed_writes=self._failed,
+            last_batch_size=self._last,
+            largest_batch_size=self._largest,
+            queue_depth=statistics.current_buffer_used + statistics.tasks_waiting_send,
+            queue_capacity=self._queue_capacity,
+        )
+
+    async def run(self) -> None:
+        """Commit batches until the channel closes (or the writer dies)."""
+        try:
+            async for first in self._receive:
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                with trio.CancelScope(shield=True):
+                    if not await self._commit(batch):
+                        return
+        finally:
+            self._stop()
+
+    async def _commit(self, batch: list[_Work]) -> bool:
+        try:
+            failed = await trio.to_thread.run_sync(
+                _run_batch, self._connection, self._seqs, batch, limiter=self._thread
+            )
+        except Exception as error:  # the transaction failed: every waiter must hear of it
+            self._failure = error
+            for request in batch:
+                request.fail(self._died_error())
+                request.resolve()
+            return False
+        for request in batch:
+            request.resolve()
+        self._batches += 1
+        self._writes += len(batch) - failed
+        self._failed += failed
+        self._last = len(batch)
+        self._largest = max(self._largest, len(batch))
+        return True
+
+    def _died_error(self) -> StoreClosedError:
+        error = StoreClosedError(
+            f"the storage writer died ({type(self._failure).__name__}: {self._failure});"
+            " the write was not committed"
+        )
+        error.__cause__ = self._failure
+        return error
+
+    def _stop(self) -> None:
+        """Fail whatever is still queued, then close the channel. Synchronous, so
+        nothing can slip in between the drain and the close."""
+        self._closed = True
+        while True:
+            try:
+                request = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            request.fail(
+                self._died_error()
+                if self._failure is not None
+                else StoreClosedError("the storage writer stopped before this write ran")
+            )
+            request.resolve()
+        self._receive.close()
