@@ -1,0 +1,100 @@
+"""When to retry a model call, and how long to wait first. Pure: no I/O, no clock.
+
+The policy copies the openai SDK's, so agentik behaves like the client
+operators already know: retry 408, 409, 429, 5xx and connection failures (a
+server's ``x-should-retry`` header overrides the status), at most
+``max_retries`` times; wait what ``retry-after-ms`` or ``retry-after``
+(seconds or an HTTP date) asks when that is in (0, ``max_retry_after``],
+otherwise ``initial_delay``·2ⁿ capped at ``max_delay``, minus 0–25 % jitter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import attrs
+
+from agentik._errors import ModelBackendError
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not 0 <= value < math.inf:
+        raise ModelBackendError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
+
+
+def _count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ModelBackendError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """How often and how patiently a model backend is retried."""
+
+    max_retries: int = attrs.field(default=2, validator=_count)
+    """Retries after the first attempt; 0 disables retrying."""
+    initial_delay: float = attrs.field(default=0.5, validator=_seconds)
+    """Backoff before the first retry, in seconds; doubles with each retry."""
+    max_delay: float = attrs.field(default=8.0, validator=_seconds)
+    """Cap on the computed backoff, in seconds."""
+    max_retry_after: float = attrs.field(default=120.0, validator=_seconds)
+    """A server-requested delay longer than this is ignored (backoff is used)."""
+
+    def should_retry(self, status: int, headers: Mapping[str, str]) -> bool:
+        """Whether an HTTP error status is worth another attempt."""
+        verdict = headers.get("x-should-retry", "").strip().lower()
+        if verdict in ("true", "false"):
+            return verdict == "true"
+        return status in (408, 409, 429) or status >= 500
+
+    def delay(
+        self,
+        retries_done: int,
+        headers: Mapping[str, str],
+        *,
+        jitter: float,
+        now: datetime | None = None,
+    ) -> float:
+        """Seconds to wait before retry number ``retries_done + 1``.
+
+        ``jitter`` is a number in [0, 1) (``random.random()``); ``now`` is the
+        wall-clock time used to read an HTTP-date ``retry-after``.
+        """
+        requested = _requested_delay(headers, now)
+        if requested is not None and 0 < requested <= self.max_retry_after:
+            return requested
+        backoff = min(self.initial_delay * 2.0**retries_done, self.max_delay)
+        return backoff * (1 - 0.25 * jitter)
+
+
+def _requested_delay(headers: Mapping[str, str], now: datetime | None) -> float | None:
+    """The delay the server asked for, in seconds, if it asked readably."""
+    millis = _number(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    text = headers.get("retry-after")
+    if text is None:
+        return None
+    seconds = _number(text)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - (now or datetime.now(UTC))).total_seconds()
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
