@@ -34,7 +34,7 @@ def contribution_lists(draw: st.DrawFn) -> list[ToolsetContribution]:
     for name in names:
         tool_names = draw(
             st.lists(
-                st.sampled_from([name]) | verbs.map(lambda v, n=name: f"{n}_{v}"),
+                st.sampled_from([name]) | st.builds("{}_{}".format, st.just(name), verbs),
                 unique=True,
                 min_size=1,
                 max_size=4,
