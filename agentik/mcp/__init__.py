@@ -1,0 +1,31 @@
+"""MCP servers as toolsets: each configured server becomes one toolset source.
+
+``parse_mcp_servers`` reads the ``[[mcp.servers]]`` array of ``agentik.toml``;
+``open_mcp_toolsets`` runs a manager task per server and yields
+``McpToolset`` sources to pass as ``toolsets=`` to ``open_chat_agent``.
+See docs/mcp.md.
+"""
+
+from agentik.mcp._config import HttpServer as HttpServer
+from agentik.mcp._config import McpConfigError as McpConfigError
+from agentik.mcp._config import McpServerConfig as McpServerConfig
+from agentik.mcp._config import StdioServer as StdioServer
+from agentik.mcp._config import parse_mcp_server as parse_mcp_server
+from agentik.mcp._config import parse_mcp_servers as parse_mcp_servers
+from agentik.mcp._open import open_mcp_toolsets as open_mcp_toolsets
+from agentik.mcp._source import McpHealth as McpHealth
+from agentik.mcp._source import McpState as McpState
+from agentik.mcp._source import McpToolset as McpToolset
+
+__all__ = [
+    "HttpServer",
+    "McpConfigError",
+    "McpHealth",
+    "McpServerConfig",
+    "McpState",
+    "McpToolset",
+    "StdioServer",
+    "open_mcp_toolsets",
+    "parse_mcp_server",
+    "parse_mcp_servers",
+]

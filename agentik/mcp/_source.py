@@ -1,0 +1,447 @@
+"""``McpToolset``: one MCP server as a toolset source, and the task that keeps it connected.
+
+The manager task (``run``) owns the connection: it launches or connects,
+initializes, lists the tools, publishes them as one ``ToolsetContribution``,
+then waits for a change (``tools/list_changed``), a lost connection or a
+suspected hang, and restarts with exponential backoff after any fault. A
+fault is contained here: it is logged, shown in ``health``, and turned into
+error results for the model; it never propagates to the agent.
+
+Invariants:
+- ``contribution`` is always a valid contribution and the same object until
+  the listing changes (the agent compares by identity); before any listing it
+  holds one tool named after the toolset that explains why nothing is there.
+- The toolset name never changes once chosen, across restarts and refreshes.
+- A tool handler never waits on a server that is down: it answers with an
+  error at once. The only wait is a lazy server's first launch, bounded by
+  ``connect_timeout``; a call itself is bounded by ``call_timeout``.
+- Tasks: only ``run`` and, during a connection, its listener child. Callers'
+  tasks only send requests over the live session.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from typing import final
+
+import attrs
+import mcp.types as mt
+import trio
+from mcp import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from agentik._errors import ToolError
+from agentik._json import JsonObject
+from agentik.mcp._config import HttpServer, McpServerConfig
+from agentik.mcp._naming import one_line, tool_names, toolset_name
+from agentik.mcp._render import render_result
+from agentik.mcp._transport import open_transport
+from agentik.toolsets import NamedTool, ToolsetContribution
+
+logger = logging.getLogger("agentik.mcp")
+
+_MAX_PAGES = 100
+"""A tools/list pagination that never ends is a faulty server, not a long listing."""
+_PROBE_TIMEOUT = 10.0
+"""How long a suspected-hung server gets to answer tools/list before it is restarted."""
+
+
+class McpState(enum.Enum):
+    """Where a server's manager task is."""
+
+    IDLE = "idle"
+    """Lazy server, not running; tools known from the start-up listing."""
+    STARTING = "starting"
+    READY = "ready"
+    FAILED = "failed"
+    """The last attempt failed; waiting out the backoff before the next one."""
+    RESTARTING = "restarting"
+    STOPPED = "stopped"
+
+
+@attrs.frozen(kw_only=True)
+class McpHealth:
+    """A snapshot of one server for ``/health``."""
+
+    name: str
+    state: McpState
+    last_error: str | None
+    """Why the last connection or attempt ended, or the last unreadable message."""
+    restarts: int
+    tools: int
+    protocol_version: str | None
+    reports: tuple[str, ...]
+    """Tool renames caused by name collisions in the current listing."""
+
+
+class _Fault(Exception):
+    """A connection fault described in words for the log and ``/health``."""
+
+
+@attrs.define(eq=False)
+class _Connection:
+    """Signals from one live connection to the manager loop; replaced on reconnect."""
+
+    closed: bool = False
+    refresh: bool = False
+    suspect: bool = False
+    wake: trio.Event = attrs.field(factory=trio.Event)
+
+    def poke(self) -> None:
+        self.wake.set()
+
+
+@final
+class McpToolset:
+    """An MCP server as a ``ToolsetSource``: read ``contribution`` and ``health`` any time.
+
+    Start its manager with ``nursery.start_soon(toolset.run)``, or use
+    ``open_mcp_toolsets``, which also waits for the first listing.
+    """
+
+    def __init__(self, config: McpServerConfig, *, taken: set[str] | None = None) -> None:
+        self.config = config
+        self._taken = set() if taken is None else taken
+        """Toolset names already used by sibling servers; a derived name avoids them."""
+        self._name: str | None = config.name
+        self._description: str | None = config.description
+        self._state = McpState.IDLE if config.lazy else McpState.STARTING
+        self._changed = trio.Event()
+        self._settled = trio.Event()
+        self._wanted = trio.Event()
+        self._last_error: str | None = None
+        self._restarts = 0
+        self._reports: tuple[str, ...] = ()
+        self._protocol_version: str | None = None
+        self._client: Client | None = None
+        self._conn = _Connection()
+        self._mcp_names: dict[str, str] = {}
+        self._contribution: ToolsetContribution | None = None
+        self._fallback: ToolsetContribution | None = None
+        self._listed_once = False
+
+    # -- what the agent and /health read ------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The toolset name: configured, else the server's own, else from the command or URL."""
+        if self._name is None:
+            self._name = self._claim(toolset_name(_config_label(self.config)))
+        return self._name
+
+    @property
+    def state(self) -> McpState:
+        return self._state
+
+    @property
+    def contribution(self) -> ToolsetContribution:
+        """The current tools; an explaining placeholder tool until the first listing."""
+        if self._contribution is not None:
+            return self._contribution
+        if self._fallback is None:
+            self._fallback = ToolsetContribution(
+                self.name,
+                self._catalog_description(),
+                (
+                    NamedTool(
+                        self.name,
+                        f"Reports why the MCP server {self.name!r} has no tools available.",
+                        {"type": "object", "properties": {}},
+                        self._explain_unavailable,
+                    ),
+                ),
+            )
+        return self._fallback
+
+    @property
+    def health(self) -> McpHealth:
+        return McpHealth(
+            name=self.name,
+            state=self._state,
+            last_error=self._last_error,
+            restarts=self._restarts,
+            tools=len(self._mcp_names),
+            protocol_version=self._protocol_version,
+            reports=self._reports,
+        )
+
+    async def wait_settled(self) -> None:
+        """Return once the first attempt has an outcome: ready, failed or (lazy) listed."""
+        await self._settled.wait()
+
+    # -- the manager task ----------------------------------------------------
+
+    async def run(self) -> None:
+        """Keep the server connected until cancelled; every fault ends in a backoff and a retry."""
+        try:
+            await self._run()
+        finally:
+            self._set_state(McpState.STOPPED)
+
+    async def _run(self) -> None:
+        attempt = 0
+        if self.config.lazy:
+            try:
+                await self._attempt(probe=True)
+                self._set_state(McpState.IDLE)
+            except _Fault as fault:
+                self._fail(str(fault))
+            self._settled.set()
+            await self._wanted.wait()
+        while True:
+            self._set_state(McpState.RESTARTING if self._restarts else McpState.STARTING)
+            started = trio.current_time()
+            try:
+                await self._attempt(probe=False)
+            except _Fault as fault:
+                self._fail(str(fault))
+            if trio.current_time() - started >= self.config.backoff_max:
+                attempt = 0  # it ran a good while: this is a fresh failure, not a crash loop
+            delay = min(self.config.backoff_max, self.config.backoff * 2**attempt)
+            attempt += 1
+            await trio.sleep(delay)
+            self._restarts += 1
+
+    async def _attempt(self, *, probe: bool) -> None:
+        """One connection, from launch to its end; raises ``_Fault`` saying why it ended."""
+        conn = self._conn = _Connection()
+        timeout = self.config.connect_timeout
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+            try:
+                async with Client(
+                    open_transport(self.config.transport, lambda: _close(conn)),
+                    mode=self.config.protocol,
+                    message_handler=lambda message: self._on_message(conn, message),
+                    cache=None,
+                ) as client:
+                    self._protocol_version = client.protocol_version
+                    async with trio.open_nursery() as nursery:
+                        if not probe and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                            # Subscribe before listing, so no change can fall in between.
+                            await nursery.start(self._listen, client, conn)
+                        await self._list(client)
+                        if probe:
+                            nursery.cancel_scope.cancel()
+                            return
+                        scope.deadline = math.inf
+                        self._client = client
+                        self._set_state(McpState.READY)
+                        try:
+                            why = await self._watch(client, conn)
+                        finally:
+                            self._client = None
+                        nursery.cancel_scope.cancel()
+            # The boundary between a server and the agent: whatever the SDK raises
+            # for a broken server (OSError, MCPError, ValidationError, groups of
+            # them) ends this connection, never the agent. Cancelled is not caught.
+            except Exception as exc:
+                raise _Fault(_describe(exc)) from exc
+        if scope.cancelled_caught:
+            raise _Fault(f"no answer to initialize and tools/list within {timeout:g}s")
+        raise _Fault(why)
+
+    async def _watch(self, client: Client, conn: _Connection) -> str:
+        """Serve change events and hang suspicions until the connection ends; say why it did."""
+        while not conn.closed:
+            if conn.refresh or conn.suspect:
+                suspect, conn.refresh, conn.suspect = conn.suspect, False, False
+                patience = min(_PROBE_TIMEOUT, self.config.connect_timeout)
+                with trio.move_on_after(patience) as probe:
+                    await self._list(client)
+                if probe.cancelled_caught:
+                    why = "after a call timed out" if suspect else "after tools/list_changed"
+                    return f"the server stopped answering ({why}, no tools/list answer)"
+                continue
+            await conn.wake.wait()
+            conn.wake = trio.Event()
+        return "the server closed the connection"
+
+    async def _listen(
+        self,
+        client: Client,
+        conn: _Connection,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """On 2026-07-28 sessions change events come only through ``subscriptions/listen``."""
+        started = False
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                task_status.started()
+                started = True
+                async for _ in subscription:
+                    conn.refresh = True
+                    conn.poke()
+        except (ListenNotSupportedError, MCPError) as exc:
+            logger.info("mcp server %r offers no tool change events: %s", self.name, exc)
+        except SubscriptionLost:
+            _close(conn)
+        if not started:
+            task_status.started()
+
+    async def _on_message(self, conn: _Connection, message: IncomingMessage) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            conn.refresh = True
+            conn.poke()
+        elif isinstance(message, Exception):
+            self._last_error = f"unreadable message from the server: {_describe(message)}"
+            logger.warning("mcp server %r: %s", self.name, self._last_error)
+
+    async def _list(self, client: Client) -> None:
+        tools: list[mt.Tool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        else:
+            raise _Fault(f"tools/list did not end after {_MAX_PAGES} pages")
+        if self._name is None:
+            info = client.server_info
+            fallback = toolset_name(_config_label(self.config))
+            self._name = self._claim(toolset_name(info.name if info else "", fallback=fallback))
+        if self._description is None:
+            info = client.server_info
+            self._description = (
+                one_line(client.instructions or (info.description or info.title if info else None))
+                or None
+            )
+        self._publish(tools)
+
+    def _publish(self, tools: list[mt.Tool]) -> None:
+        by_mcp = {tool.name: tool for tool in tools}
+        naming = tool_names(self.name, (tool.name for tool in tools))
+        for report in naming.reports:
+            if report not in self._reports:
+                logger.warning("mcp server %r: %s", self.name, report)
+        self._reports = naming.reports
+        self._listed_once = True
+        if naming.by_tool_name == self._mcp_names and self._contribution is not None:
+            return
+        self._mcp_names = naming.by_tool_name
+        named = tuple(
+            self._named_tool(tool_name, by_mcp[mcp_name])
+            for tool_name, mcp_name in naming.by_tool_name.items()
+        )
+        self._contribution = (
+            ToolsetContribution(self.name, self._catalog_description(), named) if named else None
+        )
+
+    def _named_tool(self, tool_name: str, tool: mt.Tool) -> NamedTool:
+        async def handler(arguments: JsonObject) -> str:
+            return await self._call(tool_name, arguments)
+
+        description = tool.description or tool.title or f"The MCP tool {tool.name!r}."
+        return NamedTool(tool_name, description, dict(tool.input_schema), handler)
+
+    # -- calls -----------------------------------------------------------------
+
+    async def _call(self, tool_name: str, arguments: JsonObject) -> str:
+        mcp_name = self._mcp_names.get(tool_name)
+        if mcp_name is None:
+            raise ToolError(f"tool {tool_name!r} was removed by mcp server {self.name!r}")
+        if self._state is McpState.IDLE:
+            await self._launch_on_demand()
+        client = self._client
+        if client is None or self._state is not McpState.READY:
+            raise ToolError(self._unavailable())
+        timeout = self.config.call_timeout
+        with trio.move_on_after(timeout):
+            try:
+                result = await client.call_tool(mcp_name, dict(arguments))
+            except MCPError as exc:
+                if exc.code == CONNECTION_CLOSED:
+                    _close(self._conn)
+                    raise ToolError(
+                        f"mcp server {self.name!r} closed the connection during {mcp_name!r}; "
+                        "it is being restarted"
+                    ) from exc
+                raise ToolError(f"mcp server {self.name!r} refused {mcp_name!r}: {exc}") from exc
+            # A tool's failure becomes an error result here, whatever the SDK raised.
+            except Exception as exc:
+                raise ToolError(
+                    f"mcp server {self.name!r} failed calling {mcp_name!r}: {_describe(exc)}"
+                ) from exc
+            if result.is_error:
+                raise ToolError(render_result(result))
+            return render_result(result)
+        self._conn.suspect = True
+        self._conn.poke()
+        raise ToolError(f"mcp tool {mcp_name!r} of {self.name!r} timed out after {timeout:g}s")
+
+    async def _launch_on_demand(self) -> None:
+        self._wanted.set()
+        with trio.move_on_after(self.config.connect_timeout + 1.0):
+            while self._state in (McpState.IDLE, McpState.STARTING):
+                await self._changed.wait()
+
+    async def _explain_unavailable(self, arguments: JsonObject) -> str:
+        raise ToolError(self._unavailable())
+
+    def _unavailable(self) -> str:
+        why = f": {self._last_error}" if self._last_error else ""
+        if self._state is McpState.READY:
+            return f"mcp server {self.name!r} lists no tools"
+        return (
+            f"mcp server {self.name!r} is unavailable ({self._state.value}{why}); try again later"
+        )
+
+    # -- state ----------------------------------------------------------------
+
+    def _set_state(self, state: McpState) -> None:
+        if state is McpState.READY:
+            logger.info("mcp server %r is ready with %d tools", self.name, len(self._mcp_names))
+        self._state = state
+        if state in (McpState.READY, McpState.FAILED, McpState.STOPPED):
+            self._settled.set()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _fail(self, error: str) -> None:
+        self._last_error = error
+        logger.warning("mcp server %r failed: %s", self.name, error)
+        self._set_state(McpState.FAILED)
+
+    def _claim(self, preferred: str) -> str:
+        """``preferred``, or ``preferred-2``, ``-3``… if a sibling server already uses it."""
+        name, n = preferred, 1
+        while name in self._taken:
+            n += 1
+            name = f"{preferred[: 32 - len(str(n)) - 1]}-{n}"
+        if name != preferred:
+            logger.warning(
+                "mcp server named %r is exposed as toolset %r (name taken)", preferred, name
+            )
+        self._taken.add(name)
+        return name
+
+    def _catalog_description(self) -> str:
+        return self._description or f"Tools of the MCP server {self.name!r}."
+
+
+def _close(conn: _Connection) -> None:
+    conn.closed = True
+    conn.poke()
+
+
+def _config_label(config: McpServerConfig) -> str:
+    """A name for a server that has not told us its own: its command or host."""
+    if isinstance(config.transport, HttpServer):
+        return config.transport.url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    return config.transport.command.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
+
+
+def _describe(exc: BaseException) -> str:
+    """One line saying what went wrong, unwrapping the groups the SDK's task groups raise."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return one_line(f"{type(exc).__name__}: {text}" if str(exc) else text, limit=300)

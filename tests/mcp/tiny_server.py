@@ -1,0 +1,95 @@
+"""A tiny MCP server for the tests, over stdio (run as a script) or HTTP (``build()``).
+
+Tools: ``add``; ``fail`` (raises: an isError result); ``hang`` (never
+answers); ``grow``/``shrink`` (add or remove a tool, then announce the change
+both ways: ``subscriptions/listen`` for 2026-07-28 sessions, the
+``tools/list_changed`` notification for handshake ones); stdio only:
+``crash`` (the process exits), ``freeze`` (the whole process stops:
+SIGSTOP), ``garbage`` (writes a non-JSON line to stdout).
+
+With ``TINY_PID_DIR`` set, each start writes ``<pid>`` there as an empty
+file, so tests can count launches and check that a process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+
+def build() -> MCPServer:
+    server = MCPServer("tiny test server", instructions="A tiny MCP server\nfor the tests.")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Fail with the given message."""
+        raise ToolError(message)
+
+    @server.tool()
+    async def hang() -> str:
+        """Never answer."""
+        await anyio.sleep(3600)
+        return "woke up"
+
+    @server.tool()
+    async def grow(name: str, ctx: Context) -> str:
+        """Add a tool called ``name`` that echoes its text."""
+
+        def echo(text: str) -> str:
+            return f"{name}: {text}"
+
+        server.add_tool(echo, name=name, description=f"Echo, added as {name}.")
+        await _announce(ctx)
+        return f"added {name}"
+
+    @server.tool()
+    async def shrink(name: str, ctx: Context) -> str:
+        """Remove the tool called ``name``."""
+        server.remove_tool(name)
+        await _announce(ctx)
+        return f"removed {name}"
+
+    @server.tool()
+    def crash() -> str:
+        """Exit the server process at once."""
+        os._exit(3)
+
+    @server.tool()
+    def freeze() -> str:
+        """Stop the whole server process (SIGSTOP): it will never answer anything again."""
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return "thawed"
+
+    @server.tool()
+    def garbage() -> str:
+        """Write a line that is not JSON-RPC to stdout, then answer normally."""
+        sys.stdout.write("this is not json\n")
+        sys.stdout.flush()
+        return "sent garbage"
+
+    return server
+
+
+async def _announce(ctx: Context) -> None:
+    await ctx.notify_tools_changed()
+    try:
+        await ctx.session.send_tool_list_changed()
+    except Exception:  # a 2026-07-28 session has no unsolicited notifications
+        pass
+
+
+if __name__ == "__main__":
+    if pid_dir := os.environ.get("TINY_PID_DIR"):
+        (pathlib.Path(pid_dir) / str(os.getpid())).touch()
+    build().run()
