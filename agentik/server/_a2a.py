@@ -1,0 +1,275 @@
+"""A2A 1.0 over JSON-RPC at ``POST /a2a``, and the agent card at
+``/.well-known/agent-card.json``.
+
+contextId is the conversation id. A task is one turn: its id is the
+idempotency key of the turn's user message (see ``_a2a_wire``), so GetTask
+rebuilds status and answer from stored history, also after a restart; the
+ledger in ``ServerContext`` only adds what history cannot show (running now,
+cancelled here) and the ids ListTasks lists. Protocol errors are JSON-RPC
+errors with HTTP 200; an overloaded conversation is HTTP 429 like every
+other transport.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+import agentik
+from agentik._errors import AgentikError, TurnError
+from agentik._json import JsonObject, JsonValue
+from agentik._messages import Message
+from agentik.agent import TurnFailed, TurnFinished
+from agentik.server._a2a_wire import (
+    TERMINAL,
+    A2AError,
+    RpcCall,
+    TaskView,
+    agent_card,
+    agent_message,
+    artifact,
+    context_of,
+    invalid_params,
+    parse_call,
+    parse_send,
+    request_id_of,
+    rpc_error,
+    rpc_result,
+    status,
+    task_id_param,
+    task_not_found,
+    view_from_turn,
+)
+from agentik.server._app import json_response
+from agentik.server._context import ServerContext
+from agentik.server._errors import HttpError
+from agentik.server._request import parse_json, read_body
+from agentik.server._sse import sse_frame
+from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
+
+_MAX_TURN_MESSAGES = 1000
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
+    agent = ctx.agent
+    store = agent.storage.message_store
+
+    async def find_task(task_id: str) -> TaskView:
+        context_id = context_of(task_id)
+        if context_id is None:
+            raise task_not_found(task_id)
+        running = task_id in ctx.tasks.running
+        seq = await store.find_idempotency_key(context_id, task_id)
+        if seq is None:
+            if running:  # accepted, its user message not stored yet
+                return TaskView(task_id, context_id, "TASK_STATE_SUBMITTED", _now())
+            raise task_not_found(task_id)
+        turn: list[Message] = []
+        async for message in store.get_messages(context_id, after_seq=seq - 1):
+            if (turn and message.role.value == "user") or len(turn) >= _MAX_TURN_MESSAGES:
+                break
+            turn.append(message)
+        return view_from_turn(
+            task_id,
+            context_id,
+            turn,
+            running=running,
+            cancelled=task_id in ctx.tasks.cancelled,
+        )
+
+    def history_length(params: JsonObject) -> int | None:
+        value = params.get("historyLength")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid_params("field 'historyLength' must be a non-negative integer")
+        return value
+
+    async def send_message(call: RpcCall) -> JsonObject:
+        send = parse_send(call.params)
+        began = time.perf_counter()
+        ctx.tasks.start(send.task_id, send.context_id)
+        try:
+            result = await agent.send(send.context_id, send.text, idempotency_key=send.task_id)
+        except TurnError as exc:
+            log_turn("a2a", send.context_id, f"failed:{exc.code}", began)
+            ctx.tasks.finish(send.task_id)
+            return {"task": (await find_task(send.task_id)).to_json()}
+        except (AgentikError, ValueError) as exc:
+            ctx.tasks.finish(send.task_id)
+            raise to_http_error(exc) from exc
+        ctx.tasks.finish(send.task_id)
+        log_turn("a2a", send.context_id, "finished", began)
+        last = result.messages[-1].created_at or _now()
+        view = TaskView(
+            send.task_id,
+            send.context_id,
+            "TASK_STATE_COMPLETED",
+            last,
+            answer=result.text,
+            history=tuple(
+                m for m in result.messages if m.role.value in ("user", "assistant") and m.content
+            ),
+        )
+        return {"task": view.to_json(history_length=history_length(call.params))}
+
+    async def stream_message(call: RpcCall) -> EventStream:
+        send = parse_send(call.params)
+        task_id, context_id = send.task_id, send.context_id
+        ctx.tasks.start(task_id, context_id)
+        try:
+            events, stack = await open_stream(agent, "a2a", context_id, send.text, task_id)
+        except HttpError:
+            ctx.tasks.finish(task_id)
+            raise
+
+        def frame(result: JsonObject) -> bytes:
+            return sse_frame(rpc_result(call.id, result))
+
+        def update(state: str, message: JsonObject | None = None) -> bytes:
+            return frame(
+                {
+                    "statusUpdate": {
+                        "taskId": task_id,
+                        "contextId": context_id,
+                        "status": status(state, _now(), message),
+                    }
+                }
+            )
+
+        async def frames() -> AsyncIterator[bytes]:
+            submitted: JsonObject = {
+                "id": task_id,
+                "contextId": context_id,
+                "status": status("TASK_STATE_SUBMITTED", _now()),
+            }
+            yield frame({"task": submitted})
+            yield update("TASK_STATE_WORKING")
+            async for event in events:
+                if isinstance(event, TurnFinished):
+                    ctx.tasks.finish(task_id)
+                    yield frame(
+                        {
+                            "artifactUpdate": {
+                                "taskId": task_id,
+                                "contextId": context_id,
+                                "artifact": artifact(task_id, event.result.text),
+                                "lastChunk": True,
+                            }
+                        }
+                    )
+                    yield update("TASK_STATE_COMPLETED")
+                elif isinstance(event, TurnFailed):
+                    ctx.tasks.finish(task_id)
+                    state = (
+                        "TASK_STATE_CANCELED" if event.code == "cancelled" else "TASK_STATE_FAILED"
+                    )
+                    yield update(state, agent_message(event.message, context_id, task_id))
+
+        return EventStream(frames(), stack.aclose)
+
+    async def get_task(call: RpcCall) -> JsonObject:
+        view = await find_task(task_id_param(call.params))
+        return view.to_json(history_length=history_length(call.params))
+
+    async def cancel_task(call: RpcCall) -> JsonObject:
+        task_id = task_id_param(call.params)
+        view = await find_task(task_id)
+        if view.state in TERMINAL:
+            raise A2AError(-32002, f"Task cannot be canceled: {task_id!r} is {view.state}")
+        ctx.tasks.mark_cancelled(task_id)
+        agent.cancel(view.context_id)
+        canceled = TaskView(
+            task_id, view.context_id, "TASK_STATE_CANCELED", _now(), error="the task was canceled"
+        )
+        return canceled.to_json()
+
+    async def list_tasks(call: RpcCall) -> JsonObject:
+        params = call.params
+        context = params.get("contextId")
+        if context is not None and not isinstance(context, str):
+            raise invalid_params("field 'contextId' must be a string")
+        size = params.get("pageSize", 50)
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
+            raise invalid_params("field 'pageSize' must be an integer 1..100")
+        token = params.get("pageToken") or "0"
+        if not isinstance(token, str) or not token.isdigit():
+            raise invalid_params("field 'pageToken' must be a token from a previous ListTasks")
+        wanted_state = params.get("status")
+        with_artifacts = params.get("includeArtifacts") is True
+        ids = [t for t, c in reversed(ctx.tasks.created.items()) if context is None or c == context]
+        views = []
+        for task_id in ids:
+            try:
+                view = await find_task(task_id)
+            except A2AError:
+                continue
+            if wanted_state in (None, "TASK_STATE_UNSPECIFIED", view.state):
+                views.append(view)
+        start = int(token)
+        page = views[start : start + size]
+        tasks: list[JsonValue] = []
+        for view in page:
+            task = view.to_json(history_length=history_length(params))
+            if not with_artifacts:
+                task.pop("artifacts", None)
+            tasks.append(task)
+        more = start + size < len(views)
+        return {
+            "tasks": tasks,
+            "nextPageToken": str(start + size) if more else "",
+            "pageSize": size,
+            "totalSize": len(views),
+        }
+
+    handlers = {
+        "SendMessage": send_message,
+        "GetTask": get_task,
+        "CancelTask": cancel_task,
+        "ListTasks": list_tasks,
+    }
+
+    async def rpc(request: Request) -> Response | EventStream:
+        body = await read_body(request, ctx.config.limits.max_body_bytes)
+        try:
+            payload = parse_json(body)
+        except HttpError as exc:
+            return json_response(
+                rpc_error(None, A2AError(-32700, f"Invalid JSON payload: {exc.message}"))
+            )
+        try:
+            call = parse_call(payload, request.headers.get("a2a-version"))
+            if call.method == "SendStreamingMessage":
+                return await stream_message(call)
+            result = await handlers[call.method](call)
+        except A2AError as exc:
+            return json_response(rpc_error(request_id_of(payload), exc))
+        return json_response(rpc_result(call.id, result))
+
+    async def card(request: Request) -> Response:
+        base = str(request.base_url).rstrip("/")
+        skills = [(c.name, c.description) for c in agent.contributions]
+        return json_response(
+            agent_card(
+                url=f"{base}/a2a",
+                name="agentik",
+                description="An agentik agent: conversations with tools and toolsets.",
+                version=agentik.__version__,
+                skills=skills,
+                bearer_auth=ctx.config.auth_token is not None,
+            )
+        )
+
+    return [
+        Route("/.well-known/agent-card.json", card, methods=["GET"]),
+        Route("/a2a", rpc, methods=["POST"]),
+    ]

@@ -1,0 +1,148 @@
+"""The Starlette application: routes from each transport, behind one guard.
+
+The guard (plain ASGI, so streaming responses pass through untouched) checks
+the bearer token on every path but ``/health``, counts responses by status
+class for ``/metrics`` and logs one line per request (method, path, status,
+duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
+``{"error": {"code", "message"}}`` with its status.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import agentik
+from agentik._json import JsonObject
+from agentik.server._context import ServerContext
+from agentik.server._errors import HttpError
+from agentik.server._metrics import CONTENT_TYPE, render_metrics
+from agentik.server._sse import dumps
+
+log = logging.getLogger("agentik.server")
+PUBLIC_PATHS = frozenset({"/health"})
+
+
+def json_response(
+    data: JsonObject, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(dumps(data), status, headers=headers, media_type="application/json")
+
+
+def error_body(code: str, message: str) -> JsonObject:
+    return {"error": {"code": code, "message": message}}
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HttpError)
+    return json_response(error_body(exc.code, exc.message), exc.status, exc.headers)
+
+
+class Guard:
+    """Auth, counting and the access log around the whole app."""
+
+    def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
+        self.app = app
+        self.ctx = ctx
+        token = ctx.config.auth_token
+        self.expected = None if token is None else f"Bearer {token}".encode()
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self.expected is None or scope["path"] in PUBLIC_PATHS:
+            return True
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return hmac.compare_digest(value, self.expected)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status = 0
+
+        async def send_counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if self._authorized(scope):
+                await self.app(scope, receive, send_counted)
+            else:
+                refusal = json_response(
+                    error_body(
+                        "unauthorized", "a valid 'Authorization: Bearer <token>' is required"
+                    ),
+                    401,
+                    {"WWW-Authenticate": "Bearer"},
+                )
+                await refusal(scope, receive, send_counted)
+        finally:
+            self.ctx.http_requests[f"{status // 100}xx" if status else "aborted"] += 1
+            log.info(
+                "request method=%s path=%s status=%s ms=%.1f",
+                scope["method"],
+                scope["path"],
+                status or "-",
+                (time.perf_counter() - began) * 1000,
+            )
+
+
+def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
+    async def health(_: Request) -> Response:
+        body: JsonObject = {
+            "status": "ok",
+            "version": agentik.__version__,
+            "storage": ctx.storage_label,
+            "model": ctx.model_label,
+            "demo_model": ctx.demo_model,
+            "uptime_seconds": round(ctx.uptime, 3),
+            "live_conversations": ctx.agent.live_conversations,
+        }
+        if ctx.demo_model:
+            body["warning"] = (
+                "no model is configured: answers come from the built-in scripted demo model"
+            )
+        return json_response(body)
+
+    async def metrics(_: Request) -> Response:
+        text = render_metrics(
+            ctx.agent.stats,
+            uptime=ctx.uptime,
+            http_requests=dict(ctx.http_requests),
+            writer=ctx.writer_gauges(),
+        )
+        return Response(text, media_type=CONTENT_TYPE)
+
+    return [Route("/health", health, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
+
+
+def build_app(ctx: ServerContext) -> ASGIApp:
+    """The whole HTTP surface for one agent."""
+    from agentik.server._a2a import a2a_routes
+    from agentik.server._agui_routes import agui_routes
+    from agentik.server._native_routes import native_routes
+
+    async def not_found(_: Request, __: Exception) -> Response:
+        return json_response(error_body("not_found", "no such endpoint"), 404)
+
+    async def not_allowed(request: Request, __: Exception) -> Response:
+        return json_response(
+            error_body("method_not_allowed", f"method {request.method} is not allowed here"), 405
+        )
+
+    app = Starlette(
+        routes=[*_health_routes(ctx), *native_routes(ctx), *agui_routes(ctx), *a2a_routes(ctx)],
+        exception_handlers={HttpError: _http_error, 404: not_found, 405: not_allowed},
+    )
+    return Guard(app, ctx)

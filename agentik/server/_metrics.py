@@ -1,0 +1,135 @@
+"""``/metrics`` in the Prometheus text exposition format (version 0.0.4).
+
+Pure rendering from counters the agent, the storage writer and the app keep;
+nothing here counts anything itself. Counters end in ``_total``; the model
+latency is a cumulative histogram with an ``+Inf`` bucket, ``_sum`` and
+``_count``, as Prometheus expects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from agentik.agent import AgentStats
+from agentik.storage import WriterStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def metric(
+        self,
+        name: str,
+        kind: str,
+        help_text: str,
+        samples: Mapping[str, float] | float,
+        label: str = "",
+    ) -> None:
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        if isinstance(samples, Mapping):
+            for value_label, value in samples.items():
+                self.lines.append(f'{name}{{{label}="{_label(value_label)}"}} {_number(value)}')
+        else:
+            self.lines.append(f"{name} {_number(samples)}")
+
+
+def render_metrics(
+    stats: AgentStats,
+    *,
+    uptime: float,
+    http_requests: Mapping[str, int],
+    writer: WriterStats | None,
+) -> str:
+    out = _Out()
+    out.metric("agentik_uptime_seconds", "gauge", "Seconds since the server started.", uptime)
+    out.metric(
+        "agentik_turns_total",
+        "counter",
+        "Turns by outcome.",
+        {
+            "started": stats.turns_started,
+            "finished": stats.turns_finished,
+            "failed": stats.turns_failed,
+            "replayed": stats.turns_replayed,
+            "overloaded": stats.overloaded,
+        },
+        "outcome",
+    )
+    out.metric("agentik_tool_calls_total", "counter", "Tool calls run.", stats.tool_calls)
+    out.metric(
+        "agentik_errors_total",
+        "counter",
+        "Errors by kind.",
+        {
+            "tool": stats.tool_errors,
+            "model": stats.model_errors,
+            "turn": stats.turns_failed,
+            "http_5xx": http_requests.get("5xx", 0),
+        },
+        "kind",
+    )
+    out.metric("agentik_model_calls_total", "counter", "Model calls made.", stats.model_calls)
+    histogram = stats.model_latency
+    name = "agentik_model_latency_seconds"
+    out.lines += [
+        f"# HELP {name} Model call latency.",
+        f"# TYPE {name} histogram",
+    ]
+    for bound, count in histogram.cumulative():
+        out.lines.append(f'{name}_bucket{{le="{_number(bound)}"}} {count}')
+    out.lines += [f"{name}_sum {_number(histogram.total)}", f"{name}_count {histogram.count}"]
+    out.metric(
+        "agentik_live_conversations",
+        "gauge",
+        "Conversation tasks alive now.",
+        stats.live_conversations,
+    )
+    out.metric(
+        "agentik_http_requests_total",
+        "counter",
+        "HTTP requests by status class.",
+        dict(http_requests),
+        "status",
+    )
+    if writer is not None:
+        out.metric(
+            "agentik_writer_batches_total", "counter", "Commits the writer made.", writer.batches
+        )
+        out.metric(
+            "agentik_writer_writes_total", "counter", "Writes the writer committed.", writer.writes
+        )
+        out.metric(
+            "agentik_writer_batch_size",
+            "gauge",
+            "Writes in the writer's last commit.",
+            writer.last_batch_size,
+        )
+        out.metric(
+            "agentik_writer_max_batch_size",
+            "gauge",
+            "Most writes in one commit so far.",
+            writer.largest_batch_size,
+        )
+        out.metric(
+            "agentik_writer_queue_depth",
+            "gauge",
+            "Writes waiting for the writer.",
+            writer.queue_depth,
+        )
+    return "\n".join(out.lines) + "\n"

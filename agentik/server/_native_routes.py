@@ -1,0 +1,178 @@
+"""The native API under ``/agentik``: turns (JSON or SSE), history, memory, toolsets,
+reflections and skills.
+
+Handlers validate, call the agent or its stores, and translate with
+``_native``; they keep nothing between requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from agentik._json import JsonObject, JsonValue
+from agentik._memory import Skill
+from agentik._messages import Message
+from agentik._serde import converter
+from agentik.server._app import json_response
+from agentik.server._context import ServerContext
+from agentik.server._errors import HttpError
+from agentik.server._native import (
+    check_id,
+    message_json,
+    native_event,
+    parse_turn_request,
+    turn_result_json,
+)
+from agentik.server._request import as_object, field_str, query_int, read_json
+from agentik.server._sse import sse_frame
+from agentik.server._turns import EventStream, open_stream, send_turn
+
+MAX_PAGE = 1000
+
+
+def _path_id(request: Request, key: str = "conversation_id", what: str = "conversation id") -> str:
+    value = request.path_params[key]
+    assert isinstance(value, str)
+    return check_id(value, what)
+
+
+def wants_sse(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+async def _messages(
+    ctx: ServerContext, conversation_id: str, after: int, limit: int
+) -> list[Message]:
+    out: list[Message] = []
+    source = ctx.agent.storage.message_store.get_messages(
+        conversation_id, after_seq=after, page_size=min(limit, 500)
+    )
+    async with aclosing(source) as messages:  # type: ignore[type-var]
+        async for message in messages:
+            out.append(message)
+            if len(out) >= limit:
+                break
+    return out
+
+
+async def require_conversation(ctx: ServerContext, conversation_id: str) -> None:
+    if not await _messages(ctx, conversation_id, 0, 1):
+        raise HttpError(404, f"conversation {conversation_id!r} not found", code="not_found")
+
+
+def native_routes(ctx: ServerContext) -> list[BaseRoute]:
+    agent = ctx.agent
+    limit = ctx.config.limits.max_body_bytes
+
+    async def post_turn(request: Request) -> Response | EventStream:
+        conversation_id = _path_id(request)
+        turn = parse_turn_request(await read_json(request, limit))
+        if not wants_sse(request):
+            result = await send_turn(
+                agent, "native", conversation_id, turn.text, turn.idempotency_key
+            )
+            return json_response(turn_result_json(result))
+        events, stack = await open_stream(
+            agent, "native", conversation_id, turn.text, turn.idempotency_key
+        )
+
+        async def frames() -> AsyncIterator[bytes]:
+            async for event in events:
+                name, data = native_event(event)
+                yield sse_frame(data, event=name)
+
+        return EventStream(frames(), stack.aclose)
+
+    async def list_conversations(request: Request) -> Response:
+        after = request.query_params.get("after") or None
+        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
+        ids = await agent.storage.message_store.list_conversations(after=after, limit=page)
+        body: JsonObject = {
+            "conversations": list[JsonValue](ids),
+            "next_after": ids[-1] if len(ids) == page else None,
+        }
+        return json_response(body)
+
+    async def get_messages(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        after = query_int(request, "after_seq", default=0, minimum=0, maximum=2**62)
+        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
+        messages = await _messages(ctx, conversation_id, after, page)
+        if not messages:
+            await require_conversation(ctx, conversation_id)
+        body: JsonObject = {
+            "conversation_id": conversation_id,
+            "messages": [message_json(m) for m in messages],
+            "next_after_seq": messages[-1].seq if len(messages) == page else None,
+        }
+        return json_response(body)
+
+    async def get_memory(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        await require_conversation(ctx, conversation_id)
+        entries = await agent.storage.working_memory_store.list(conversation_id)
+        return json_response(
+            {"conversation_id": conversation_id, "entries": converter.unstructure(entries)}
+        )
+
+    async def get_toolsets(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        await require_conversation(ctx, conversation_id)
+        statuses = agent.toolset_status(conversation_id)
+        return json_response(
+            {"conversation_id": conversation_id, "toolsets": converter.unstructure(statuses)}
+        )
+
+    async def get_reflections(request: Request) -> Response:
+        page = query_int(request, "limit", default=20, minimum=1, maximum=MAX_PAGE)
+        store = agent.storage.reflection_store
+        recent = await store.list_recent(page)
+        return json_response(
+            {"reflections": converter.unstructure(recent), "total": await store.count()}
+        )
+
+    async def list_skills(_: Request) -> Response:
+        catalog = await agent.storage.skill_store.catalog()
+        return json_response({"skills": converter.unstructure(catalog)})
+
+    async def skill(request: Request) -> Response:
+        name = _path_id(request, "name", "skill name")
+        store = agent.storage.skill_store
+        if request.method == "PUT":
+            body = as_object(await read_json(request, limit))
+            unknown = sorted(set(body) - {"description", "body"})
+            if unknown:
+                raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
+            saved = await store.upsert(
+                Skill(
+                    name=name,
+                    description=field_str(body, "description"),
+                    body=field_str(body, "body"),
+                )
+            )
+            return json_response(converter.unstructure(saved))
+        if request.method == "DELETE":
+            if not await store.remove(name):
+                raise HttpError(404, f"skill {name!r} not found", code="not_found")
+            return Response(status_code=204)
+        found = await store.get(name)
+        if found is None:
+            raise HttpError(404, f"skill {name!r} not found", code="not_found")
+        return json_response(converter.unstructure(found))
+
+    base = "/agentik"
+    return [
+        Route(f"{base}/conversations/{{conversation_id}}/turns", post_turn, methods=["POST"]),
+        Route(f"{base}/conversations", list_conversations, methods=["GET"]),
+        Route(f"{base}/conversations/{{conversation_id}}/messages", get_messages, methods=["GET"]),
+        Route(f"{base}/conversations/{{conversation_id}}/memory", get_memory, methods=["GET"]),
+        Route(f"{base}/conversations/{{conversation_id}}/toolsets", get_toolsets, methods=["GET"]),
+        Route(f"{base}/reflections", get_reflections, methods=["GET"]),
+        Route(f"{base}/skills", list_skills, methods=["GET"]),
+        Route(f"{base}/skills/{{name}}", skill, methods=["GET", "PUT", "DELETE"]),
+    ]

@@ -1,0 +1,163 @@
+"""``serve_agentik``: storage, model, toolsets, agent and hypercorn, nested so they
+shut down in the right order.
+
+Lifetimes, outermost first: storage (its writer task) > agent (conversation
+tasks) > hypercorn (connections). On shutdown hypercorn stops accepting and
+gives in-flight requests ``graceful_timeout`` seconds; then the agent closes
+its inboxes and lets queued turns finish; then the writer commits what is
+left and closes. Runs in the caller's nursery: ``await nursery.start(
+serve_agentik, config)`` returns the bound base URL (port 0 picks a free one).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from agentik._config import ConfigError, ServerConfig
+from agentik.agent import DEFAULT_SYSTEM_PROMPT, ToolsetSource, open_chat_agent
+from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
+from agentik.server._app import build_app
+from agentik.server._context import ServerContext
+from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
+from agentik.toolsets import ToolsetContribution
+
+log = logging.getLogger("agentik.server")
+
+DEMO_WARNING = (
+    "NO MODEL CONFIGURED: answering with the built-in scripted demo model."
+    " Set [model] base_url and model in agentik.toml (or AGENTIK_MODEL_BASE_URL and"
+    " AGENTIK_MODEL) to use a real one."
+)
+
+Toolset = ToolsetContribution | ToolsetSource
+
+
+def load_toolsets(specs: Iterable[str]) -> list[Toolset]:
+    """Import each ``module:attribute``; it is a contribution, a source (has
+    ``.contribution``), an iterable of those, or a callable returning them."""
+    found: list[Toolset] = []
+    for spec in specs:
+        module_name, _, attribute = spec.partition(":")
+        try:
+            target: object = importlib.import_module(module_name)
+            for part in attribute.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(
+                f"[agent] toolsets entry {spec!r} cannot be loaded: {error}"
+            ) from error
+        if callable(target) and not _is_toolset(target):
+            target = target()
+        items = [target] if _is_toolset(target) else target
+        if not isinstance(items, Iterable) or isinstance(items, str | bytes):
+            raise ConfigError(
+                f"[agent] toolsets entry {spec!r} must give toolset contributions,"
+                f" got {type(target).__name__}"
+            )
+        for item in items:
+            if not _is_toolset(item):
+                raise ConfigError(
+                    f"[agent] toolsets entry {spec!r} gave {type(item).__name__},"
+                    " expected a ToolsetContribution"
+                )
+            found.append(item)
+    return found
+
+
+def _is_toolset(value: object) -> bool:
+    return isinstance(value, ToolsetContribution) or (
+        not isinstance(value, type) and hasattr(value, "contribution")
+    )
+
+
+@asynccontextmanager
+async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
+    if config.model is None:
+        log.warning(DEMO_WARNING)
+        yield ScriptedModel(demo_responder), "scripted demo model"
+        return
+    settings = config.model
+    async with OpenAICompatibleModel(
+        settings.base_url, settings.model, api_key=settings.api_key
+    ) as model:
+        yield model, f"{settings.model} at {settings.base_url}"
+
+
+async def serve_agentik(
+    config: ServerConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    storage: StorageBundle | None = None,
+    model: ChatModel | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until ``shutdown_trigger`` returns (or the caller cancels), then drain.
+
+    ``storage`` and ``model`` override the configured ones (embedding, tests)."""
+    toolsets = load_toolsets(config.toolsets)
+    async with AsyncExitStack() as stack:
+        if storage is None:
+            storage = await stack.enter_async_context(open_sqlite_storage(config.database))
+            storage_label = f"sqlite:{config.database}"
+        else:
+            storage_label = type(storage.message_store).__name__
+        chat_model: ChatModel
+        if model is None:
+            chat_model, model_label = await stack.enter_async_context(_model(config))
+            demo = config.model is None
+        else:
+            chat_model, model_label, demo = model, type(model).__name__, False
+        limits = config.limits
+        agent = await stack.enter_async_context(
+            open_chat_agent(
+                model=chat_model,
+                storage=storage,
+                toolsets=toolsets,
+                max_tool_rounds=limits.max_tool_rounds,
+                tool_timeout=limits.tool_timeout,
+                max_queued_turns=limits.max_queued_turns,
+                system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            )
+        )
+        bundle = storage
+        ctx = ServerContext(
+            agent=agent,
+            config=config,
+            model_label=model_label,
+            demo_model=demo,
+            storage_label=storage_label,
+            writer_gauges=lambda: writer_stats(bundle),
+        )
+        hyper = HypercornConfig()
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        hyper.bind = [f"{host}:{config.port}"]
+        hyper.graceful_timeout = limits.graceful_timeout
+        hyper.accesslog = None
+        hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(
+                partial(
+                    hypercorn_serve,
+                    build_app(ctx),  # type: ignore[arg-type]
+                    hyper,
+                    shutdown_trigger=shutdown_trigger,
+                )
+            )
+            ctx.base_url = binds[0]
+            log.info(
+                "serving url=%s storage=%s model=%r auth=%s",
+                binds[0],
+                storage_label,
+                model_label,
+                "bearer" if config.auth_token else "none",
+            )
+            task_status.started(binds[0])
+        log.info("stopped accepting requests; finishing queued turns and closing storage")

@@ -1,0 +1,139 @@
+"""Running a turn for any transport: error mapping, the turn log line, SSE responses.
+
+Errors the agent raises become HTTP refusals here and nowhere else:
+``OverloadedError`` is 429 with ``Retry-After``, a closed agent (shutting
+down) 503, bad input 422, and a failed turn a status by its code. A streamed
+turn is entered *before* the response starts, so a refusal is still a plain
+HTTP status; once streaming, a client that leaves only stops the reading:
+the turn completes and is committed by the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+
+import trio
+from starlette.types import Receive, Scope, Send
+
+from agentik._errors import AgentikError, OverloadedError, TurnError
+from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik.server._errors import HttpError
+
+log = logging.getLogger("agentik.server")
+
+_TURN_STATUS = {"model_error": 502, "cancelled": 409, "step_limit": 500, "turn_failed": 500}
+
+
+def to_http_error(exc: Exception) -> HttpError:
+    """The HTTP refusal for an error the agent raised."""
+    if isinstance(exc, OverloadedError):
+        seconds = max(1, math.ceil(exc.retry_after))
+        return HttpError(429, str(exc), code="overloaded", headers={"Retry-After": str(seconds)})
+    if isinstance(exc, TurnError):
+        code = getattr(exc, "code", "turn_failed")
+        return HttpError(_TURN_STATUS.get(code, 500), str(exc), code=code)
+    if isinstance(exc, ValueError):
+        return HttpError(422, str(exc), code="invalid_field")
+    return HttpError(503, f"the agent is not accepting turns: {exc}", code="unavailable")
+
+
+def log_turn(transport: str, conversation_id: str, outcome: str, began: float) -> None:
+    log.info(
+        "turn transport=%s conversation=%s outcome=%s ms=%.1f",
+        transport,
+        conversation_id,
+        outcome,
+        (time.perf_counter() - began) * 1000,
+    )
+
+
+async def send_turn(
+    agent: ChatAgent, transport: str, conversation_id: str, text: str, key: str | None
+) -> TurnResult:
+    began = time.perf_counter()
+    try:
+        result = await agent.send(conversation_id, text, idempotency_key=key)
+    except (AgentikError, ValueError) as exc:
+        log_turn(transport, conversation_id, f"refused:{type(exc).__name__}", began)
+        raise to_http_error(exc) from exc
+    log_turn(transport, conversation_id, "finished", began)
+    return result
+
+
+async def open_stream(
+    agent: ChatAgent, transport: str, conversation_id: str, text: str, key: str | None
+) -> tuple[AsyncIterator[TurnEvent], AsyncExitStack]:
+    """Enter ``agent.stream``; refusals raise ``HttpError`` before any byte is sent.
+    The caller closes the returned stack when done (``EventStream`` does)."""
+    began = time.perf_counter()
+    stack = AsyncExitStack()
+    try:
+        events = await stack.enter_async_context(
+            agent.stream(conversation_id, text, idempotency_key=key)
+        )
+    except (AgentikError, ValueError) as exc:
+        log_turn(transport, conversation_id, f"refused:{type(exc).__name__}", began)
+        raise to_http_error(exc) from exc
+
+    async def logged() -> AsyncIterator[TurnEvent]:
+        outcome = "disconnected"
+        try:
+            async for event in events:
+                if isinstance(event, TurnFinished):
+                    outcome = "finished"
+                elif isinstance(event, TurnFailed):
+                    outcome = f"failed:{event.code}"
+                yield event
+        finally:
+            log_turn(transport, conversation_id, outcome, began)
+
+    return logged(), stack
+
+
+class EventStream:
+    """An ASGI response streaming SSE frames until they end or the client leaves.
+
+    ``close`` always runs, shielded, whichever way the stream ends."""
+
+    def __init__(
+        self,
+        frames: AsyncIterator[bytes],
+        close: Callable[[], Awaitable[object]],
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.frames = frames
+        self.close = close
+        self.headers = {"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        *((k.encode(), v.encode()) for k, v in self.headers.items()),
+                    ],
+                }
+            )
+            async with trio.open_nursery() as nursery:
+
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch_disconnect)
+                async for frame in self.frames:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.close()

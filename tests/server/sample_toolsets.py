@@ -1,0 +1,27 @@
+"""Toolsets loaded by entry point (``tests.server.sample_toolsets:clock``) in server tests."""
+
+from __future__ import annotations
+
+from agentik.toolsets import ToolsetContribution, tool
+
+
+@tool
+async def clock_now(tz: str = "UTC") -> str:
+    """The time now.
+
+    Args:
+        tz: The time zone.
+    """
+    return f"12:00 {tz}"
+
+
+@tool
+async def clock_fail() -> str:
+    """A clock tool that always fails."""
+    raise RuntimeError("the clock is broken")
+
+
+def clock() -> ToolsetContribution:
+    return ToolsetContribution(
+        name="clock", description="Tells the time.", tools=(clock_now, clock_fail)
+    )
