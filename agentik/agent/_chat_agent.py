@@ -90,6 +90,8 @@ class ChatAgent:
         self._conversations: dict[str, Conversation] = {}
         self._mailboxes: dict[str, trio.MemorySendChannel[TurnRequest]] = {}
         self._closing = False
+        self._reaper_scope = trio.CancelScope()
+        nursery.start_soon(self._reap)
 
     @property
     def storage(self) -> StorageBundle:
@@ -207,8 +209,23 @@ class ChatAgent:
             self._mailboxes.pop(cid).close()
             self._runtime.stats.live_conversations -= 1
 
+    async def _reap(self) -> None:
+        """Retire conversations idle for ``idle_timeout`` (and with no active
+        toolset). One task scanning now and then is cheaper than a timer around
+        every conversation's inbox."""
+        idle_timeout = self._runtime.settings.idle_timeout
+        period = max(min(idle_timeout / 4, 15.0), 0.01)
+        with self._reaper_scope:
+            while True:
+                await trio.sleep(period)
+                now = trio.current_time()
+                for conversation in list(self._conversations.values()):
+                    if conversation.idle_for(now) >= idle_timeout:
+                        self._retire(conversation)
+
     def _close(self) -> None:
         self._closing = True
+        self._reaper_scope.cancel()
         for mailbox in self._mailboxes.values():
             mailbox.close()
 

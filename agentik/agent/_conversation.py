@@ -73,26 +73,26 @@ class Conversation:
     backlog: int = 0
     """Turns sent to the inbox and not yet taken (maintained by the agent)."""
     cancel_scope: trio.CancelScope | None = None
+    """The running turn's scope (None between turns)."""
+    last_active: float = attrs.field(factory=trio.current_time)
 
     @property
     def storage(self) -> StorageBundle:
         return self.runtime.storage
 
     async def run(self, retire: Callable[[Conversation], None]) -> None:
-        """Serve turns until the inbox closes, or idle long enough to retire."""
+        """Serve turns until the inbox closes (the agent closes it when this
+        conversation has been idle long enough, or when the agent shuts down)."""
         inbox = self.inbox
         try:
             while True:
-                with trio.move_on_after(self._idle_wait()):
-                    try:
-                        request = await inbox.receive()
-                    except trio.EndOfChannel:
-                        return
-                    self.backlog -= 1
-                    await self._serve(request)
-                    continue
-                if not self.activation.active_names():
-                    break
+                try:
+                    request = await inbox.receive()
+                except trio.EndOfChannel:
+                    return
+                self.backlog -= 1
+                await self._serve(request)
+                self.last_active = trio.current_time()
         finally:
             # Leave the registry, take what was already queued and close, with no
             # checkpoint in between: a later send fails and goes to a new task,
@@ -113,13 +113,12 @@ class Conversation:
                 for request in queued:
                     _fail_now(request)
 
-    def _idle_wait(self) -> float:
-        wait = self.runtime.settings.idle_timeout
-        for name in self.activation.active_names():
-            expires = self.activation.expires_in(name)
-            if expires is not None:
-                wait = max(wait, expires)
-        return wait
+    def idle_for(self, now: float) -> float:
+        """Seconds this conversation has had nothing to do, 0 while it is busy
+        or while one of its toolsets is still active (it must not forget it)."""
+        if self.backlog or self.cancel_scope is not None or self.activation.active_names():
+            return 0.0
+        return now - self.last_active
 
     async def _serve(self, request: TurnRequest) -> None:
         """Run one turn and deliver its outcome; the caller always hears back."""

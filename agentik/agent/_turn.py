@@ -77,7 +77,11 @@ class Turn:
 
     async def commit(self) -> list[Message]:
         """Wait until every submitted message is committed; return them as stored."""
-        stored = [await p.wait() for p in self.pending]
+        # Writes commit in order, so once the last is done all are: read them
+        # without a checkpoint each.
+        if self.pending and not self.pending[-1].done:
+            await self.pending[-1].wait()
+        stored = [p.result() if p.done else await p.wait() for p in self.pending]
         self.conversation.history[self.start :] = stored
         return stored
 

@@ -46,14 +46,19 @@ class Pending(Generic[T]):
     def done(self) -> bool:
         return self._outcome is not None
 
-    async def wait(self) -> T:
-        """Wait until the write is committed; return its result or raise its error."""
-        await self._done.wait()
+    def result(self) -> T:
+        """The result of a finished write (raises its error); the write must be done."""
         result = self._outcome
-        # Not ``unwrap()``: an Outcome unwraps once, and a result may be read
-        # by several waiters, or again after a failure.
         if isinstance(result, outcome.Value):
             value: T = result.value
             return value
-        assert isinstance(result, outcome.Error)
-        raise result.error
+        if isinstance(result, outcome.Error):
+            raise result.error
+        raise RuntimeError("the write is not finished yet; await wait() instead")
+
+    async def wait(self) -> T:
+        """Wait until the write is committed; return its result or raise its error."""
+        await self._done.wait()
+        # Not ``unwrap()``: an Outcome unwraps once, and a result may be read
+        # by several waiters, or again after a failure.
+        return self.result()

@@ -430,7 +430,9 @@ async def test_idle_conversation_retires_and_respawns(
     async with open_chat_agent(model=model, storage=storage, idle_timeout=30) as agent:
         assert (await agent.send("c", "a")).text == "2"
         assert agent.live_conversations == 1
-        await trio.sleep(31)
+        await trio.sleep(29)
+        assert agent.live_conversations == 1
+        await trio.sleep(10)  # idle 30 s, noticed within a quarter of that
         assert agent.live_conversations == 0
         # system + 2 old + new user = 4 messages: the history came back.
         assert (await agent.send("c", "b")).text == "4"

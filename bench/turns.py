@@ -1,0 +1,219 @@
+"""Turns per second through the in-process agent: SQLite (durable) vs in-memory.
+
+Workload (the one PERFORMANCE.md uses for the peers): N conversations at once,
+each running T turns one after another; every turn makes one tool call, so it
+stores four messages (user, assistant call, tool result, answer). The model is
+ScriptedModel with bench_responder (instant, constant cost). SQLite runs with
+synchronous=FULL unless told otherwise.
+
+Also measures resident memory per idle conversation after one turn, in a fresh
+subprocess so earlier runs do not pollute it.
+
+    python bench/turns.py                       # N = 100, 1000, 10000; T = 5
+    python bench/turns.py -n 1000 --turns 5 --repeat 3
+    python bench/turns.py --gc-freeze           # gc.freeze() + higher thresholds
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+
+import trio
+
+from agentik import NamedTool
+from agentik.agent import open_chat_agent
+from agentik.models import ScriptedModel, bench_responder
+from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
+
+
+async def _clock(arguments: dict[str, object]) -> str:
+    return "12:00"
+
+
+CLOCK = NamedTool("clock", "The time.", {"type": "object", "properties": {}}, _clock)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@asynccontextmanager
+async def memory_backend() -> AsyncIterator[StorageBundle]:
+    yield in_memory_storage()
+
+
+def sqlite_backend(
+    path: str, synchronous: str
+) -> Callable[[], AbstractAsyncContextManager[StorageBundle]]:
+    def open_() -> AbstractAsyncContextManager[StorageBundle]:
+        return open_sqlite_storage(path, synchronous=synchronous)  # type: ignore[arg-type]
+
+    return open_
+
+
+async def run_load(
+    open_storage: Callable[[], AbstractAsyncContextManager[StorageBundle]], n: int, turns: int
+) -> dict[str, float]:
+    latencies: list[float] = []
+    model = ScriptedModel(bench_responder("clock"))
+    async with (
+        open_storage() as storage,
+        open_chat_agent(model=model, storage=storage, tools=[CLOCK], builtin_tools=False) as agent,
+    ):
+
+        async def conversation(i: int) -> None:
+            cid = f"bench-{i}"
+            for t in range(turns):
+                start = time.perf_counter()
+                await agent.send(cid, f"turn {t}")
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(conversation, i)
+        elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "turns_per_s": n * turns / elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "seconds": elapsed,
+    }
+
+
+async def idle_rss(n: int) -> dict[str, float]:
+    """RSS growth per conversation that ran one turn and now sits idle."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model = ScriptedModel(bench_responder("clock"))
+        async with (
+            open_sqlite_storage(f"{tmp}/rss.db") as storage,
+            open_chat_agent(
+                model=model, storage=storage, tools=[CLOCK], builtin_tools=False, idle_timeout=3600
+            ) as agent,
+        ):
+            await agent.send("warm-up", "hello")  # imports, caches, first allocations
+            gc.collect()
+            before = rss_bytes()
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(agent.send, f"idle-{i}", "hello")
+            gc.collect()
+            after = rss_bytes()
+            live = agent.live_conversations
+            agent_stats = agent.stats
+            assert live == n + 1, live
+            del agent_stats
+    return {"bytes_per_conversation": (after - before) / n, "conversations": n}
+
+
+def tune_gc() -> None:
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, object]:
+    report: dict[str, object] = {"turns": args.turns, "runs": []}
+    runs: list[dict[str, object]] = report["runs"]  # type: ignore[assignment]
+    for n in args.n:
+        with tempfile.TemporaryDirectory() as tmp:
+            backends = {
+                "memory": memory_backend,
+                f"sqlite-{args.synchronous}": sqlite_backend(f"{tmp}/bench.db", args.synchronous),
+            }
+            figures: dict[str, list[dict[str, float]]] = {name: [] for name in backends}
+            for repeat in range(args.repeat):
+                for name, backend in backends.items():
+                    if name.startswith("sqlite") and os.path.exists(f"{tmp}/bench.db"):
+                        for suffix in ("", "-wal", "-shm"):
+                            if os.path.exists(f"{tmp}/bench.db{suffix}"):
+                                os.remove(f"{tmp}/bench.db{suffix}")
+                    figures[name].append(await run_load(backend, n, args.turns))
+                    print(
+                        f"  N={n} {name} run {repeat + 1}: {figures[name][-1]['turns_per_s']:.0f} turns/s",
+                        file=sys.stderr,
+                    )
+        row: dict[str, object] = {"conversations": n}
+        for name, results in figures.items():
+            row[name] = {key: statistics.median(r[key] for r in results) for key in results[0]} | {
+                "spread_turns_per_s": [round(r["turns_per_s"]) for r in results]
+            }
+        sqlite_tps = row[f"sqlite-{args.synchronous}"]["turns_per_s"]  # type: ignore[index]
+        memory_tps = row["memory"]["turns_per_s"]  # type: ignore[index]
+        row["sqlite_over_memory"] = sqlite_tps / memory_tps
+        runs.append(row)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-n", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--gc-freeze", action="store_true")
+    parser.add_argument("--rss-conversations", type=int, default=10_000)
+    parser.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.gc_freeze:
+        tune_gc()
+    if args.rss_only:
+        print(json.dumps(trio.run(idle_rss, args.rss_conversations)))
+        return
+    report = trio.run(main_async, args)
+    rss = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--rss-only",
+                "--rss-conversations",
+                str(args.rss_conversations),
+            ]
+            + (["--gc-freeze"] if args.gc_freeze else []),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    report["idle_rss"] = rss
+    report["gc_freeze"] = args.gc_freeze
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    sync = f"sqlite-{args.synchronous}"
+    print(
+        f"turns per conversation: {args.turns}; median of {args.repeat} runs; gc_freeze={args.gc_freeze}"
+    )
+    print(
+        f"{'N':>6} | {sync + ' turns/s':>18} | {'memory turns/s':>14} | {'ratio':>5} | {'sqlite p50/p99 ms':>18} | {'memory p50/p99 ms':>18}"
+    )
+    for row in report["runs"]:  # type: ignore[union-attr]
+        s, m = row[sync], row["memory"]
+        print(
+            f"{row['conversations']:>6} | {s['turns_per_s']:>18.0f} | {m['turns_per_s']:>14.0f} |"
+            f" {row['sqlite_over_memory']:>5.2f} | {s['p50_ms']:>8.1f} / {s['p99_ms']:<7.1f} |"
+            f" {m['p50_ms']:>8.1f} / {m['p99_ms']:<7.1f}"
+        )
+    print(
+        f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB resident each ({rss['conversations']} conversations)"
+    )
+
+
+if __name__ == "__main__":
+    main()
