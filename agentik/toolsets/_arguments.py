@@ -42,6 +42,10 @@ def _no_constants(name: str) -> JsonValue:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# Built once: json.loads with any keyword builds a new decoder per call (3x slower).
+_decoder = json.JSONDecoder(parse_constant=_no_constants)
+
+
 def parse_arguments(tool: NamedTool, raw: str) -> JsonObject:
     """Parse and validate the raw argument text of a call to ``tool``.
 
@@ -53,7 +57,7 @@ def parse_arguments(tool: NamedTool, raw: str) -> JsonObject:
         value: JsonValue = {}
     else:
         try:
-            value = json.loads(text, parse_constant=_no_constants)
+            value = _decoder.decode(text)
         except json.JSONDecodeError as error:
             raise ToolError(
                 f"arguments of tool {tool.name!r} are not valid JSON: {error.msg} "

@@ -59,7 +59,9 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
     def __init__(self, contributions: Sequence[ToolsetContribution] = ()) -> None:
         items = tuple(contributions)
         by_name: dict[str, ToolsetContribution] = {}
-        tools: dict[str, tuple[str, NamedTool]] = {}
+        # tool name -> (toolset, outcome when active, outcome when inactive): the
+        # outcomes are immutable, so they are built once here, not per call.
+        tools: dict[str, tuple[str, Run, Run]] = {}
         for contribution in items:
             if not isinstance(contribution, ToolsetContribution):
                 raise ValueError(f"expected a ToolsetContribution, got {contribution!r}")
@@ -68,7 +70,8 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
             by_name[contribution.name] = contribution
             for named in contribution.tools:
                 # Unique toolset names and the prefix rule make tool names unique too.
-                tools[named.name] = (contribution.name, named)
+                name = contribution.name
+                tools[named.name] = (name, Run(named, None, name), Run(named, name, name))
         self._contributions = items
         self._by_name = by_name
         self._tools = tools
@@ -108,10 +111,7 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         entry = self._tools.get(name)
         if entry is None:
             return _not_found(name)
-        toolset, named = entry
-        if toolset in active:
-            return Run(named, None, toolset)
-        return Run(named, toolset, toolset)
+        return entry[1] if entry[0] in active else entry[2]
 
     def __len__(self) -> int:
         return len(self._contributions)
@@ -144,9 +144,10 @@ def index_of(contributions: Sequence[ToolsetContribution]) -> ToolsetIndex:
     Only a ``ToolsetIndex`` or a tuple is O(1) on repeat calls; any other
     sequence may change between calls, so it is indexed afresh every time.
     """
-    if isinstance(contributions, ToolsetIndex):
-        return contributions
     if type(contributions) is not tuple:
+        # Checked after the tuple test: isinstance against an ABC subclass is slow.
+        if isinstance(contributions, ToolsetIndex):
+            return contributions
         return ToolsetIndex(contributions)
     key = id(contributions)
     hit = _cache.get(key)
