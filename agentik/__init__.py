@@ -23,9 +23,23 @@ from agentik._messages import Role as Role
 from agentik._messages import TokenStats as TokenStats
 from agentik._messages import TokenUsage as TokenUsage
 from agentik._messages import ToolCall as ToolCall
+from agentik.agent import AgentStats as AgentStats
+from agentik.agent import ChatAgent as ChatAgent
+from agentik.agent import SystemPromptContributor as SystemPromptContributor
+from agentik.agent import ToolCallFinished as ToolCallFinished
+from agentik.agent import ToolCallStarted as ToolCallStarted
+from agentik.agent import ToolsetSource as ToolsetSource
+from agentik.agent import ToolsetStatus as ToolsetStatus
+from agentik.agent import TurnEvent as TurnEvent
+from agentik.agent import TurnFailed as TurnFailed
+from agentik.agent import TurnFinished as TurnFinished
+from agentik.agent import TurnResult as TurnResult
+from agentik.agent import open_chat_agent as open_chat_agent
 from agentik.models import ChatModel as ChatModel
 from agentik.models import ModelRequest as ModelRequest
 from agentik.models import ModelResponse as ModelResponse
+from agentik.models import OpenAICompatibleModel as OpenAICompatibleModel
+from agentik.models import ScriptedModel as ScriptedModel
 from agentik.models import StreamingChatModel as StreamingChatModel
 from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
@@ -35,14 +49,26 @@ from agentik.storage import ReflectionStore as ReflectionStore
 from agentik.storage import SkillStore as SkillStore
 from agentik.storage import StorageBundle as StorageBundle
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
+from agentik.storage import in_memory_storage as in_memory_storage
+from agentik.storage import open_sqlite_storage as open_sqlite_storage
+from agentik.toolsets import Error as Error
 from agentik.toolsets import NamedTool as NamedTool
+from agentik.toolsets import Run as Run
+from agentik.toolsets import ToolsetActivation as ToolsetActivation
+from agentik.toolsets import ToolsetContribution as ToolsetContribution
+from agentik.toolsets import dispatch as dispatch
+from agentik.toolsets import render_toolset_section as render_toolset_section
+from agentik.toolsets import tool as tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentStats",
     "AgentikError",
+    "ChatAgent",
     "ChatModel",
     "DuplicateKeyError",
+    "Error",
     "MemoryEntry",
     "Message",
     "MessageStore",
@@ -50,13 +76,16 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NamedTool",
+    "OpenAICompatibleModel",
     "OverloadedError",
     "Pending",
     "ProtocolViolation",
     "Reflection",
     "ReflectionStore",
     "Role",
+    "Run",
     "SchemaVersionError",
+    "ScriptedModel",
     "Skill",
     "SkillStore",
     "SkillSummary",
@@ -64,13 +93,30 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StreamingChatModel",
+    "SystemPromptContributor",
     "TextDelta",
     "TokenStats",
     "TokenUsage",
     "ToolCall",
     "ToolCallDelta",
+    "ToolCallFinished",
+    "ToolCallStarted",
     "ToolError",
+    "ToolsetActivation",
+    "ToolsetContribution",
+    "ToolsetSource",
+    "ToolsetStatus",
     "TurnError",
+    "TurnEvent",
+    "TurnFailed",
+    "TurnFinished",
+    "TurnResult",
     "WorkingMemoryStore",
     "__version__",
+    "dispatch",
+    "in_memory_storage",
+    "open_chat_agent",
+    "open_sqlite_storage",
+    "render_toolset_section",
+    "tool",
 ]
