@@ -22,6 +22,7 @@ import attrs
 from agentik._messages import ToolCall
 from agentik.toolsets._contribution import ToolsetContribution
 from agentik.toolsets._named_tool import NamedTool
+from agentik.toolsets._prompt import render_toolset_section
 
 
 @attrs.frozen
@@ -42,6 +43,9 @@ class Error:
     message: str
 
 
+_SECTION_CACHE_SIZE = 32
+
+
 def _not_found(name: str) -> Error:
     return Error(f"tool {name!r} not found")
 
@@ -54,7 +58,7 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
     contributions share a toolset name.
     """
 
-    __slots__ = ("_by_name", "_contributions", "_names", "_tools")
+    __slots__ = ("_by_name", "_contributions", "_names", "_sections", "_tools")
 
     def __init__(self, contributions: Sequence[ToolsetContribution] = ()) -> None:
         items = tuple(contributions)
@@ -76,6 +80,7 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         self._by_name = by_name
         self._tools = tools
         self._names = tuple(by_name)
+        self._sections: dict[frozenset[str], str | None] = {}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -99,6 +104,21 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
             if contribution.name in active
             for named in contribution.tools
         )
+
+    def render_section(self, active: frozenset[str]) -> str | None:
+        """``render_toolset_section(self, active)``, remembered for the last few active sets.
+
+        Most conversations share a handful of active sets (often the empty
+        one), so the catalog text is built once per set, not once per request.
+        """
+        sections = self._sections
+        if active in sections:
+            return sections[active]
+        section = render_toolset_section(self._contributions, active)
+        if len(sections) >= _SECTION_CACHE_SIZE:
+            del sections[next(iter(sections))]
+        sections[active] = section
+        return section
 
     def dispatch(
         self, active: frozenset[str], call: ToolCall, core_tools: Mapping[str, NamedTool]

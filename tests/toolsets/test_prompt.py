@@ -61,3 +61,23 @@ def test_unknown_active_names_are_not_listed() -> None:
     assert text is not None
     assert "ghost" not in text
     assert "ACTIVE\n(none)" in text
+
+
+def test_index_renders_the_same_text_and_remembers_it() -> None:
+    """ToolsetIndex.render_section equals the function, built once per active set."""
+    index = ToolsetIndex([FILES, WEB, GIT])
+    for active in (frozenset(), frozenset({"git"}), frozenset({"web", "files"})):
+        first = index.render_section(active)
+        assert first == render_toolset_section((FILES, WEB, GIT), active)
+        assert index.render_section(frozenset(active)) is first
+    assert ToolsetIndex([]).render_section(frozenset()) is None
+
+
+def test_index_section_cache_is_bounded() -> None:
+    """Many distinct active sets do not grow the cache without limit."""
+    index = ToolsetIndex([FILES])
+    for n in range(100):
+        assert index.render_section(frozenset({f"x{n}"})) == render_toolset_section(
+            (FILES,), frozenset()
+        )
+    assert len(index._sections) <= 32
