@@ -1,0 +1,5 @@
+"""The ``agentik`` command line: ``serve``, ``chat``, ``conversations``, ``show``, ``demo``."""
+
+from agentik.cli._main import main as main
+
+__all__ = ["main"]

@@ -1,0 +1,141 @@
+"""``agentik chat``: an interactive terminal chat, streaming each answer.
+
+In-process (an agent on the configured database and model) or against a
+running server (``--url``, through the native SSE endpoint). Lines are read
+in a worker thread, one hop per line, so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import trio
+
+from agentik.agent import ToolCallFinished, ToolCallStarted, TurnEvent, TurnFailed, TurnFinished
+from agentik.models import TextDelta
+
+PROMPT = "you> "
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+async def print_stream(events: AsyncIterator[TurnEvent]) -> bool:
+    """Print a turn's events as they arrive; True if it finished."""
+    in_text = False
+    async for event in events:
+        if isinstance(event, TextDelta):
+            if not in_text:
+                _write("agent> ")
+                in_text = True
+            _write(event.text)
+            continue
+        if in_text:
+            _write("\n")
+            in_text = False
+        if isinstance(event, ToolCallStarted):
+            _write(f"  [tool] {event.call.name}({event.call.arguments})\n")
+        elif isinstance(event, ToolCallFinished):
+            _write(f"  [{'error' if event.is_error else 'result'}] {event.content}\n")
+        elif isinstance(event, TurnFinished):
+            return True
+        elif isinstance(event, TurnFailed):
+            _write(f"  [turn failed: {event.code}] {event.message}\n")
+            return False
+    return False
+
+
+async def _read_line() -> str | None:
+    _write(PROMPT)
+    line = await trio.to_thread.run_sync(sys.stdin.readline)
+    return line.rstrip("\n") if line else None
+
+
+async def _chat_in_process(args: argparse.Namespace) -> int:
+    from agentik._config import load_config
+    from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
+    from agentik.server._serve import _model, load_toolsets
+    from agentik.storage import open_sqlite_storage
+
+    overrides = {("storage", "database"): args.database} if args.database else {}
+    config = load_config(Path(args.config) if args.config else None, overrides=overrides)
+    async with (
+        open_sqlite_storage(config.database) as storage,
+        _model(config) as (model, label),
+        open_chat_agent(
+            model=model,
+            storage=storage,
+            toolsets=load_toolsets(config.toolsets),
+            system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        ) as agent,
+    ):
+        print(
+            f"chatting in-process with {label}; conversation {args.conversation!r}; Ctrl-D to quit"
+        )
+        while (line := await _read_line()) is not None:
+            if line.strip():
+                async with agent.stream(args.conversation, line) as events:
+                    await print_stream(events)
+    return 0
+
+
+async def _remote_events(response: httpx.Response) -> AsyncIterator[TurnEvent]:
+    from agentik._messages import ToolCall
+    from agentik.agent import TurnResult
+
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = json.loads(line[5:])
+        kind = data["type"]
+        if kind == "text_delta":
+            yield TextDelta(data["text"])
+        elif kind in ("tool_call_started", "tool_call_finished"):
+            call = ToolCall(**data["call"])
+            if kind == "tool_call_started":
+                yield ToolCallStarted(call)
+            else:
+                yield ToolCallFinished(call, data["content"], data["is_error"])
+        elif kind == "turn_finished":
+            yield TurnFinished(TurnResult(data["result"]["text"], ()))
+        elif kind == "turn_failed":
+            yield TurnFailed(data["message"], data["code"])
+
+
+async def _chat_remote(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get("AGENTIK_AUTH_TOKEN")
+    headers = {"Accept": "text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    url = f"/agentik/conversations/{args.conversation}/turns"
+    async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=None) as client:
+        print(f"chatting with {args.url}; conversation {args.conversation!r}; Ctrl-D to quit")
+        while (line := await _read_line()) is not None:
+            if not line.strip():
+                continue
+            async with client.stream("POST", url, json={"text": line}) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    print(f"  [HTTP {response.status_code}] {response.text}")
+                    continue
+                await print_stream(_remote_events(response))
+    return 0
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    try:
+        return trio.run(_chat_remote if args.url else _chat_in_process, args)
+    except KeyboardInterrupt:
+        print()
+        return 0
+    except httpx.HTTPError as error:
+        print(f"agentik chat: cannot reach {args.url}: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,66 @@
+"""``agentik conversations`` and ``agentik show ID``: read a database, change nothing.
+
+A database path that does not exist is an error rather than a new empty
+database, so a typo cannot create files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import trio
+
+from agentik._config import load_config
+from agentik._messages import Message
+from agentik.storage import open_sqlite_storage
+
+
+def format_message(message: Message) -> str:
+    head = f"#{message.seq} {message.role.value}"
+    if message.tool_call_id is not None:
+        head += f" (answers {message.tool_call_id})"
+    lines = [f"{head}: {message.content}" if message.content else head + ":"]
+    for call in message.tool_calls:
+        lines.append(f"    call {call.id}: {call.name}({call.arguments})")
+    return "\n".join(lines)
+
+
+async def _list(database: str, limit: int) -> int:
+    async with open_sqlite_storage(database) as storage:
+        store = storage.message_store
+        after: str | None = None
+        shown = 0
+        while shown < limit:
+            page = await store.list_conversations(after=after, limit=min(100, limit - shown))
+            if not page:
+                break
+            for conversation_id in page:
+                stats = await store.token_stats(conversation_id)
+                print(f"{conversation_id}\t{stats.total_tokens} tokens")
+            shown += len(page)
+            after = page[-1]
+    return 0
+
+
+async def _show(database: str, conversation_id: str) -> int:
+    async with open_sqlite_storage(database) as storage:
+        found = False
+        async for message in storage.message_store.get_messages(conversation_id):
+            found = True
+            print(format_message(message))
+    if not found:
+        print(f"agentik show: conversation {conversation_id!r} not found", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    database = args.database or load_config(None).database
+    if not Path(database).is_file():
+        print(f"agentik: database {database!r} does not exist", file=sys.stderr)
+        return 1
+    if args.command == "conversations":
+        return trio.run(_list, database, args.limit)
+    return trio.run(_show, database, args.conversation_id)

@@ -1,0 +1,91 @@
+"""The ``agentik`` command: argument parsing and dispatch to one subcommand.
+
+Each subcommand imports what it needs only when it runs, so ``--version`` and
+``--help`` stay instant. One event loop (``trio.run``) is entered here, at the
+CLI edge, and nowhere else. Exit codes: 0 success, 1 runtime failure, 2 usage
+or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import agentik
+
+
+def _add_database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database", "-d", help="SQLite database path (default: config, then ./agentik.db)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentik", description="An LLM agent runtime on trio: serve, chat, inspect."
+    )
+    parser.add_argument("--version", action="version", version=f"agentik {agentik.__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the HTTP server (native API, AG-UI, A2A)")
+    serve.add_argument("--config", "-c", help="TOML config file (default: ./agentik.toml if any)")
+    serve.add_argument("--bind", "-b", help="host:port to listen on (default 127.0.0.1:8080)")
+    _add_database(serve)
+    serve.add_argument("--model-base-url", help="OpenAI-compatible base URL ending in /v1")
+    serve.add_argument("--model", help="model name at that backend")
+    serve.add_argument("--system-prompt", help="system prompt text")
+    serve.add_argument(
+        "--toolset",
+        action="append",
+        dest="toolsets",
+        metavar="MODULE:ATTR",
+        help="a toolset entry point (repeatable; replaces the configured list)",
+    )
+
+    chat = commands.add_parser("chat", help="interactive chat, streaming the answers")
+    chat.add_argument("--url", help="a running server's base URL; without it, chat in-process")
+    chat.add_argument("--token", help="bearer token for --url (default: $AGENTIK_AUTH_TOKEN)")
+    chat.add_argument("--conversation", default="cli", help="conversation id (default: cli)")
+    chat.add_argument("--config", "-c", help="config file for the in-process agent")
+    _add_database(chat)
+
+    conversations = commands.add_parser("conversations", help="list a database's conversations")
+    _add_database(conversations)
+    conversations.add_argument("--limit", type=int, default=100)
+
+    show = commands.add_parser("show", help="print one conversation's messages")
+    show.add_argument("conversation_id", metavar="ID")
+    _add_database(show)
+
+    commands.add_parser("demo", help="a short scripted conversation on a temporary database")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit code."""
+    args = build_parser().parse_args(argv)
+    from agentik._config import ConfigError
+
+    try:
+        if args.command == "serve":
+            from agentik.cli._serve import run_serve
+
+            return run_serve(args)
+        if args.command == "chat":
+            from agentik.cli._chat import run_chat
+
+            return run_chat(args)
+        if args.command in ("conversations", "show"):
+            from agentik.cli._inspect import run_inspect
+
+            return run_inspect(args)
+        if args.command == "demo":
+            from agentik.cli._demo import run_demo
+
+            return run_demo()
+    except ConfigError as error:
+        print(f"agentik: configuration error: {error}", file=sys.stderr)
+        return 2
+    build_parser().print_help(sys.stderr)
+    return 2

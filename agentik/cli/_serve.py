@@ -1,0 +1,91 @@
+"""``agentik serve``: configuration from file, environment and flags; logs to stderr;
+SIGINT/SIGTERM drain in-flight turns, then close the writer, then exit 0.
+
+A second signal stops at once (history stays valid: the agent records results
+for tool calls it could not finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from agentik._config import Raw, ServerConfig, load_config
+
+log = logging.getLogger("agentik.server")
+
+_FLAGS = {
+    "bind": ("server", "bind"),
+    "database": ("storage", "database"),
+    "model_base_url": ("model", "base_url"),
+    "model": ("model", "model"),
+    "system_prompt": ("agent", "system_prompt"),
+    "toolsets": ("agent", "toolsets"),
+}
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    overrides: dict[tuple[str, str], Raw] = {}
+    for flag, setting in _FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[setting] = value
+    return load_config(Path(args.config) if args.config else None, overrides=overrides)
+
+
+def setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
+    )
+    root = logging.getLogger("agentik")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+async def serve_until_signalled(config: ServerConfig) -> None:
+    from agentik.server import serve_agentik
+
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    if stop.is_set():
+                        log.warning("second signal: stopping now")
+                        nursery.cancel_scope.cancel()
+                        return
+                    log.info("%s received: draining in-flight turns", signal.Signals(signum).name)
+                    stop.set()
+
+        nursery.start_soon(watch_signals)
+        await serve_agentik(config, shutdown_trigger=stop.wait)
+        nursery.cancel_scope.cancel()
+    log.info("stopped")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from agentik.server._serve import load_toolsets
+
+    config = config_from_args(args)
+    load_toolsets(config.toolsets)  # a bad entry point is a configuration error, before start-up
+    setup_logging()
+    failure: OSError | None = None
+    try:
+        trio.run(serve_until_signalled, config)
+    except* OSError as group:
+        error = group.exceptions[0]
+        assert isinstance(error, OSError)
+        failure = error
+    if failure is not None:
+        where = f"{config.host}:{config.port}"
+        print(f"agentik serve: cannot serve on {where}: {failure}", file=sys.stderr)
+        return 1
+    return 0
