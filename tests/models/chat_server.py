@@ -158,11 +158,13 @@ class Raw:
 class Sse:
     """Answer with an SSE stream: each event a JSON object (or raw data text),
     then ``[DONE]`` unless ``done`` is false; ``cut`` drops the connection
-    after the events, without finishing the chunked body."""
+    after the events, without finishing the chunked body; ``hang`` then sends
+    nothing more, ever."""
 
     events: Sequence[object]
     done: bool = True
     cut: bool = False
+    hang: bool = False
 
 
 @attrs.frozen
@@ -253,6 +255,8 @@ async def _answer(reply: Reply, send: Any) -> None:
         for frame in frames:
             body = f"data: {frame}\n\n".encode()
             await send({"type": "http.response.body", "body": body, "more_body": True})
+        if reply.hang:
+            await trio.sleep_forever()
         if not reply.cut:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         # when cut, returning now closes the connection mid-body

@@ -330,7 +330,10 @@ class TestComplete:
         chat_server.script(Hang())
         async with OpenAICompatibleModel(chat_server.base_url, "m", timeout=30) as model:
             start = trio.current_time()
-            with pytest.raises(ModelBackendError, match=r"timed out after 30 s$"):
+            with (
+                pytest.raises(ModelBackendError, match=r"timed out after 30 s$"),
+                trio.fail_after(60),
+            ):
                 await model.complete(REQUEST)
             assert trio.current_time() - start == pytest.approx(30)
 
@@ -551,9 +554,41 @@ class TestStream:
         """A stream that never starts fails at the deadline."""
         chat_server.script(Hang())
         async with OpenAICompatibleModel(chat_server.base_url, "m", timeout=5) as model:
-            events, error = await collect(model)
+            with trio.fail_after(60):  # fail, rather than hang, if the deadline is ignored
+                events, error = await collect(model)
         assert events == []
         assert str(error).endswith("timed out after 5 s")
+
+    async def test_total_timeout_covers_reads(
+        self, chat_server: ChatServer, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """A stream that stalls after it started fails at the deadline too."""
+        chat_server.script(Sse([chunk("a")], done=False, hang=True))
+        async with OpenAICompatibleModel(chat_server.base_url, "m", timeout=5) as model:
+            with trio.fail_after(60):  # fail, rather than hang, if the deadline is ignored
+                events, error = await collect(model)
+        assert str(error).endswith("timed out after 5 s")
+        assert not any(isinstance(event, ModelResponse) for event in events)
+
+    async def test_one_model_serves_concurrent_calls(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        """One instance (and its connection pool) serves many conversations at once."""
+        texts = [f"answer {i}" for i in range(8)]
+        chat_server.script(*(Sse([chunk(t, finish_reason="stop")]) for t in texts))
+        answers: list[str | None] = []
+
+        async def one() -> None:
+            events, error = await collect(model)
+            assert error is None
+            final = events[-1]
+            assert isinstance(final, ModelResponse)
+            answers.append(final.text)
+
+        async with trio.open_nursery() as nursery:
+            for _ in texts:
+                nursery.start_soon(one)
+        assert sorted(answers, key=str) == texts
 
 
 class TestConstruction:
