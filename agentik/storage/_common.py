@@ -6,10 +6,14 @@ them as integer microseconds since the Unix epoch, which round-trips exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+
+Clock = Callable[[], datetime]
+"""Returns the current time as an aware UTC datetime; injectable for tests."""
 
 
 def utc_now() -> datetime:

@@ -21,7 +21,7 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
-from agentik.storage._common import check_at_least, to_micros, utc_now
+from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import DEFAULT_PAGE_SIZE, StorageBundle
 
@@ -38,8 +38,9 @@ class _Conversation:
 class InMemoryMessageStore:
     """Histories kept in a dict of lists."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = utc_now) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        self._clock = clock
 
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
@@ -51,6 +52,7 @@ class InMemoryMessageStore:
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Pending[Message]:
         await trio.lowlevel.checkpoint()
+        now = self._clock()
         conversation = self._conversations.get(conversation_id)
         if idempotency_key is not None and conversation is not None:
             seq = conversation.keys.get(idempotency_key)
@@ -60,7 +62,7 @@ class InMemoryMessageStore:
                 return pending
         if conversation is None:
             conversation = self._conversations[conversation_id] = _Conversation()
-        stored = attrs.evolve(message, seq=len(conversation.messages) + 1, created_at=utc_now())
+        stored = attrs.evolve(message, seq=len(conversation.messages) + 1, created_at=now)
         conversation.messages.append(stored)
         if idempotency_key is not None:
             conversation.keys[idempotency_key] = len(conversation.messages)
@@ -127,13 +129,14 @@ class _Note:
 class InMemoryWorkingMemoryStore:
     """Notes kept in one dict by id; ids count up from 1 across conversations."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = utc_now) -> None:
         self._notes: dict[int, _Note] = {}
         self._last_id = 0
+        self._clock = clock
 
     async def append(self, conversation_id: str, text: str) -> MemoryEntry:
         await trio.lowlevel.checkpoint()
-        return self._add(conversation_id, text)
+        return self._add(conversation_id, text, self._clock())
 
     async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
         await trio.lowlevel.checkpoint()
@@ -147,6 +150,7 @@ class InMemoryWorkingMemoryStore:
         self, conversation_id: str, entry_ids: Sequence[int], summary: str
     ) -> MemoryEntry:
         await trio.lowlevel.checkpoint()
+        now = self._clock()
         wanted = set(entry_ids)
         active = self._active(conversation_id, wanted)
         missing = sorted(wanted - {note.entry.id for note in active})
@@ -157,10 +161,11 @@ class InMemoryWorkingMemoryStore:
             )
         for note in active:
             note.archived = True
-        return self._add(conversation_id, summary)
+        return self._add(conversation_id, summary, now)
 
     async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
         await trio.lowlevel.checkpoint()
+        self._clock()  # every write reads the clock once, as the SQLite writer does per batch
         active = self._active(conversation_id, set(entry_ids))
         for note in active:
             note.archived = True
@@ -176,10 +181,10 @@ class InMemoryWorkingMemoryStore:
             and note.entry.conversation_id == conversation_id
         ]
 
-    def _add(self, conversation_id: str, text: str) -> MemoryEntry:
+    def _add(self, conversation_id: str, text: str, now: datetime) -> MemoryEntry:
         self._last_id += 1
         entry = MemoryEntry(
-            id=self._last_id, conversation_id=conversation_id, text=text, created_at=utc_now()
+            id=self._last_id, conversation_id=conversation_id, text=text, created_at=now
         )
         self._notes[entry.id] = _Note(entry)
         return entry
@@ -189,15 +194,17 @@ class InMemoryWorkingMemoryStore:
 class InMemoryReflectionStore:
     """Reflections in insertion order; ids count up from 1 and are never reused."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = utc_now) -> None:
         self._reflections: dict[int, Reflection] = {}
         self._last_id = 0
+        self._clock = clock
 
     async def insert(self, conversation_id: str, text: str) -> Reflection:
         await trio.lowlevel.checkpoint()
+        now = self._clock()
         self._last_id += 1
         reflection = Reflection(
-            id=self._last_id, conversation_id=conversation_id, text=text, created_at=utc_now()
+            id=self._last_id, conversation_id=conversation_id, text=text, created_at=now
         )
         self._reflections[reflection.id] = reflection
         return reflection
@@ -222,6 +229,7 @@ class InMemoryReflectionStore:
     async def delete_older_than(self, cutoff: datetime) -> int:
         cutoff_micros = to_micros(cutoff)
         await trio.lowlevel.checkpoint()
+        self._clock()
         old = [i for i, r in self._reflections.items() if to_micros(r.created_at) < cutoff_micros]
         for reflection_id in old:
             del self._reflections[reflection_id]
@@ -232,8 +240,9 @@ class InMemoryReflectionStore:
 class InMemorySkillStore:
     """Skills in a dict by name."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = utc_now) -> None:
         self._skills: dict[str, Skill] = {}
+        self._clock = clock
 
     async def catalog(self) -> builtins.list[SkillSummary]:
         await trio.lowlevel.checkpoint()
@@ -241,12 +250,13 @@ class InMemorySkillStore:
 
     async def upsert(self, skill: Skill) -> Skill:
         await trio.lowlevel.checkpoint()
-        stored = attrs.evolve(skill, updated_at=utc_now())
+        stored = attrs.evolve(skill, updated_at=self._clock())
         self._skills[skill.name] = stored
         return stored
 
     async def remove(self, name: str) -> bool:
         await trio.lowlevel.checkpoint()
+        self._clock()
         return self._skills.pop(name, None) is not None
 
     async def exists(self, name: str) -> bool:
@@ -265,11 +275,16 @@ class InMemorySkillStore:
         return [self._skills[name] for name in sorted(self._skills)]
 
 
-def in_memory_storage() -> StorageBundle:
-    """A fresh bundle of in-memory stores; nothing survives the process."""
+def in_memory_storage(*, clock: Clock = utc_now) -> StorageBundle:
+    """A fresh bundle of in-memory stores; nothing survives the process.
+
+    Args:
+        clock: where timestamps come from (aware UTC); every write reads it
+            exactly once, so two backends given equal clocks agree exactly.
+    """
     return StorageBundle(
-        message_store=InMemoryMessageStore(),
-        working_memory_store=InMemoryWorkingMemoryStore(),
-        reflection_store=InMemoryReflectionStore(),
-        skill_store=InMemorySkillStore(),
+        message_store=InMemoryMessageStore(clock),
+        working_memory_store=InMemoryWorkingMemoryStore(clock),
+        reflection_store=InMemoryReflectionStore(clock),
+        skill_store=InMemorySkillStore(clock),
     )

@@ -24,8 +24,6 @@ MINIMUM_SQLITE = (3, 51, 3)
 """Older versions carry the WAL-reset bug, which can corrupt a WAL database
 written and checkpointed by several connections at once."""
 
-BUSY_TIMEOUT_MS = 5000
-
 
 def check_sqlite_version(version: str) -> None:
     """Refuse an SQLite older than ``MINIMUM_SQLITE``."""
@@ -45,28 +43,28 @@ def check_synchronous(synchronous: str) -> None:
         )
 
 
-def _common(connection: apsw.Connection) -> None:
-    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
+def _common(connection: apsw.Connection, busy_timeout: float) -> None:
+    connection.set_busy_timeout(round(busy_timeout * 1000))
     apsw.bestpractice.connection_enable_foreign_keys(connection)
     apsw.bestpractice.connection_dqs(connection)
 
 
 def open_write_connection(
-    path: str | os.PathLike[str], synchronous: Synchronous
+    path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float
 ) -> apsw.Connection:
     """The writer's connection: WAL, the chosen durability, IMMEDIATE transactions."""
     check_sqlite_version(apsw.sqlite_lib_version())
     check_synchronous(synchronous)
     connection = apsw.Connection(os.fspath(path))
-    _common(connection)
+    _common(connection, busy_timeout)
     apsw.bestpractice.connection_wal(connection)
     connection.pragma("synchronous", synchronous)
     connection.transaction_mode = "IMMEDIATE"
     return connection
 
 
-def open_read_connection(path: str | os.PathLike[str]) -> apsw.Connection:
+def open_read_connection(path: str | os.PathLike[str], busy_timeout: float) -> apsw.Connection:
     """A read-only connection; WAL lets it read while the writer commits."""
     connection = apsw.Connection(os.fspath(path), flags=apsw.SQLITE_OPEN_READONLY)
-    _common(connection)
+    _common(connection, busy_timeout)
     return connection

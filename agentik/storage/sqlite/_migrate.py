@@ -40,12 +40,20 @@ def migrate(connection: apsw.Connection) -> list[int]:
         )
     applied = []
     for version, sql in steps[current:]:
-        with connection:
-            if schema_version(connection) >= version:
-                continue  # another process migrated while we waited for the lock
-            connection.execute(sql)
-            connection.pragma("user_version", version)
-        applied.append(version)
+        # An explicit BEGIN, not ``with connection:``, which holds the GIL while
+        # it waits for the lock (see _writer.py).
+        connection.execute("BEGIN IMMEDIATE")
+        done = False
+        try:
+            if schema_version(connection) < version:  # else another process migrated
+                connection.execute(sql)
+                connection.pragma("user_version", version)
+                applied.append(version)
+            connection.execute("COMMIT")
+            done = True
+        finally:
+            if not done and connection.in_transaction:
+                connection.execute("ROLLBACK")
     return applied
 
 

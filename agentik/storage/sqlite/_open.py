@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 import apsw
 import trio
 
-from agentik.storage._common import check_at_least
+from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import StorageBundle
 from agentik.storage.sqlite._connect import (
     Synchronous,
@@ -36,13 +36,17 @@ from agentik.storage.sqlite._stores import (
 from agentik.storage.sqlite._writer import Writer, WriterStats
 
 
-def _open_writer(path: str | os.PathLike[str], synchronous: Synchronous) -> apsw.Connection:
-    connection = open_write_connection(path, synchronous)
+def _open_writer(
+    path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float
+) -> apsw.Connection:
+    connection = open_write_connection(path, synchronous, busy_timeout)
+    migrated = False
     try:
         migrate(connection)
-    except BaseException:
-        connection.close()
-        raise
+        migrated = True
+    finally:
+        if not migrated:
+            connection.close()
     return connection
 
 
@@ -54,6 +58,8 @@ async def open_sqlite_storage(
     readers: int = 4,
     max_batch: int = 1000,
     queue_size: int = 1000,
+    busy_timeout: float = 5.0,
+    clock: Clock = utc_now,
 ) -> AsyncIterator[StorageBundle]:
     """Open (creating and migrating if needed) the SQLite database at ``path``.
 
@@ -65,18 +71,25 @@ async def open_sqlite_storage(
         readers: read-only connections, i.e. reads that can run at once.
         max_batch: the most requests one transaction commits.
         queue_size: requests the writer's channel holds before callers wait.
+        busy_timeout: seconds a connection waits for a lock another process
+            holds. If the writer cannot begin or commit a transaction, it dies
+            (see ``docs/storage.md``).
+        clock: where timestamps come from (aware UTC); read once per batch, in
+            the writer's thread, so it must be thread-safe.
     """
     check_synchronous(synchronous)
     check_at_least("readers", readers, 1)
     check_at_least("max_batch", max_batch, 1)
     check_at_least("queue_size", queue_size, 0)
-    write_connection = await trio.to_thread.run_sync(_open_writer, path, synchronous)
-    pool: ReaderPool | None = None
+    write_connection = await trio.to_thread.run_sync(_open_writer, path, synchronous, busy_timeout)
+    read_connections: list[apsw.Connection] = []
     try:
-        pool = ReaderPool(
-            [await trio.to_thread.run_sync(open_read_connection, path) for _ in range(readers)]
-        )
-        writer = Writer(write_connection, max_batch=max_batch, queue_size=queue_size)
+        for _ in range(readers):
+            read_connections.append(
+                await trio.to_thread.run_sync(open_read_connection, path, busy_timeout)
+            )
+        pool = ReaderPool(read_connections)
+        writer = Writer(write_connection, clock=clock, max_batch=max_batch, queue_size=queue_size)
         bundle = StorageBundle(
             message_store=SqliteMessageStore(writer, pool),
             working_memory_store=SqliteWorkingMemoryStore(writer, pool),
@@ -90,15 +103,18 @@ async def open_sqlite_storage(
                     yield bundle
                 finally:
                     writer.close()
+                    pool.refuse()
         except BaseExceptionGroup as group:
-            # The writer never raises, so the group holds the body's error alone.
+            # The writer never raises, so a group holds the body's error alone:
+            # hand it out as itself, as if there were no nursery in here.
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
     finally:
-        if pool is not None:
-            pool.close()
-        await trio.to_thread.run_sync(_close_writer, write_connection)
+        for connection in read_connections:
+            connection.close()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_close_writer, write_connection)
 
 
 def _close_writer(connection: apsw.Connection) -> None:

@@ -23,7 +23,6 @@ T = TypeVar("T")
 class ReaderPool:
     def __init__(self, connections: list[apsw.Connection]) -> None:
         self._free = list(connections)
-        self._all = list(connections)
         self._admit = trio.CapacityLimiter(len(connections))
         self._threads = trio.CapacityLimiter(len(connections))
         self._closed = False
@@ -39,7 +38,6 @@ class ReaderPool:
             finally:
                 self._free.append(connection)
 
-    def close(self) -> None:
+    def refuse(self) -> None:
+        """Refuse reads from now on; the bundle closes the connections."""
         self._closed = True
-        for connection in self._all:
-            connection.close()

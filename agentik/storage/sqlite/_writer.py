@@ -31,7 +31,7 @@ import outcome
 import trio
 
 from agentik._errors import StoreClosedError, StoreError
-from agentik.storage._common import to_micros, utc_now
+from agentik.storage._common import Clock, to_micros
 from agentik.storage._pending import Pending
 from agentik.storage.sqlite._queries import SeqCache, Session
 
@@ -97,28 +97,36 @@ def _as_store_error(error: Exception) -> StoreError:
     return failure
 
 
-def _run_batch(connection: apsw.Connection, seqs: SeqCache, batch: list[_Work]) -> int:
+def _run_batch(
+    connection: apsw.Connection, seqs: SeqCache, clock: Clock, batch: list[_Work]
+) -> int:
     """One transaction, a savepoint per request; return how many failed alone.
     Runs in a worker thread; raises only if the transaction itself fails."""
-    session = Session(connection=connection, seqs=seqs, now_us=to_micros(utc_now()))
+    session = Session(connection=connection, seqs=seqs, now_us=to_micros(clock()))
     failed = 0
     committed = False
+    # BEGIN and COMMIT go through execute(), which releases the GIL while SQLite
+    # waits for a lock or syncs; apsw's outermost ``with connection:`` holds it
+    # through the busy handler and would freeze the event loop meanwhile.
+    connection.execute("BEGIN IMMEDIATE")
     try:
-        with connection:
-            for request in batch:
-                try:
-                    with connection:
-                        request.run(session)
-                except _REQUEST_ERRORS as error:
-                    seqs.undo()
-                    request.fail(_as_store_error(error))
-                    failed += 1
-                else:
-                    seqs.keep()
+        for request in batch:
+            try:
+                with connection:  # inside a transaction: a SAVEPOINT
+                    request.run(session)
+            except _REQUEST_ERRORS as error:
+                seqs.undo()
+                request.fail(_as_store_error(error))
+                failed += 1
+            else:
+                seqs.keep()
+        connection.execute("COMMIT")
         committed = True
     finally:
         if not committed:
             seqs.clear()
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
     return failed
 
 
@@ -126,8 +134,11 @@ def _run_batch(connection: apsw.Connection, seqs: SeqCache, batch: list[_Work]) 
 class Writer:
     """Owns the write connection and the request channel; ``run`` is the task."""
 
-    def __init__(self, connection: apsw.Connection, *, max_batch: int, queue_size: int) -> None:
+    def __init__(
+        self, connection: apsw.Connection, *, clock: Clock, max_batch: int, queue_size: int
+    ) -> None:
         self._connection = connection
+        self._clock = clock
         self._max_batch = max_batch
         self._queue_capacity = queue_size
         self._send, self._receive = trio.open_memory_channel[_Work](queue_size)
@@ -199,7 +210,7 @@ class Writer:
     async def _commit(self, batch: list[_Work]) -> bool:
         try:
             failed = await trio.to_thread.run_sync(
-                _run_batch, self._connection, self._seqs, batch, limiter=self._thread
+                _run_batch, self._connection, self._seqs, self._clock, batch, limiter=self._thread
             )
         except Exception as error:  # the transaction failed: every waiter must hear of it
             self._failure = error
