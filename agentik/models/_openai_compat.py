@@ -174,7 +174,7 @@ class OpenAICompatibleModel:
                 response = await self._by(deadline, partial(self._post, body, stream=False))
                 return decode_completion(parse_json(response.content, "model response body"))
             except _RetryableFailure as failure:
-                await self._by(deadline, partial(self._backoff, failure, retries))
+                await self._backoff(failure, retries, deadline)
                 retries += 1
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
@@ -200,7 +200,7 @@ class OpenAICompatibleModel:
                     raise ModelBackendError(
                         f"model stream from {self._url} broke after {yielded} events: {failure}"
                     ) from failure
-                await self._by(deadline, partial(self._backoff, failure, retries))
+                await self._backoff(failure, retries, deadline)
                 retries += 1
 
     async def _attempt(self, body: bytes, deadline: float) -> AsyncGenerator[ModelStreamEvent]:
@@ -261,12 +261,21 @@ class OpenAICompatibleModel:
             raise _RetryableFailure(message, response.headers)
         raise ModelBackendError(message)
 
-    async def _backoff(self, failure: _RetryableFailure, retries_done: int) -> None:
+    async def _backoff(
+        self, failure: _RetryableFailure, retries_done: int, deadline: float
+    ) -> None:
+        """Wait before the next attempt, or raise if there should be none."""
         if retries_done >= self._retry.max_retries:
             raise ModelBackendError(
                 f"{failure} (gave up after {retries_done + 1} attempts)"
             ) from failure
-        await self._sleep(self._retry.delay(retries_done, failure.headers, jitter=self._jitter()))
+        delay = self._retry.delay(retries_done, failure.headers, jitter=self._jitter())
+        if trio.current_time() + delay >= deadline:  # waiting could only end in a timeout
+            raise ModelBackendError(
+                f"{failure} (not retried: waiting {delay:g} s would pass the "
+                f"{self._timeout:g} s timeout)"
+            ) from failure
+        await self._by(deadline, partial(self._sleep, delay))
 
     async def _by(self, deadline: float, step: Callable[[], Awaitable[_T]]) -> _T:
         """Run ``step`` within the call's deadline; past it, raise a clear error."""

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import final
 
 import attrs
 
@@ -30,6 +31,7 @@ def _count(instance: object, attribute: attrs.Attribute[int], value: int) -> Non
         raise ModelBackendError(f"{attribute.name} must be >= 0, got {value!r}")
 
 
+@final
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
     """How often and how patiently a model backend is retried."""

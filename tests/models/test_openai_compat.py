@@ -241,6 +241,23 @@ class TestComplete:
         assert len(chat_server.received) == 4
         assert sleep.delays == pytest.approx([0.5 * 0.75025, 1.0 * 0.75025, 2.0 * 0.75025])
 
+    async def test_retry_after_past_the_deadline_fails_at_once(
+        self, chat_server: ChatServer, sleep: RecordedSleep
+    ) -> None:
+        """A wait that could only end in a timeout is not started."""
+        chat_server.script(
+            Json({"error": {"message": "busy"}}, status=429, headers={"retry-after": "60"})
+        )
+        async with OpenAICompatibleModel(
+            chat_server.base_url, "m", timeout=30, sleep=sleep
+        ) as model:
+            with pytest.raises(
+                ModelBackendError,
+                match=r": busy \(not retried: waiting 60 s would pass the 30 s timeout\)$",
+            ):
+                await model.complete(REQUEST)
+        assert sleep.delays == []
+
     async def test_default_policy_makes_three_attempts(
         self, model: OpenAICompatibleModel, chat_server: ChatServer, sleep: RecordedSleep
     ) -> None:
