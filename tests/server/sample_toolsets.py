@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import trio
+
 from agentik.toolsets import ToolsetContribution, tool
 
 
@@ -21,7 +23,13 @@ async def clock_fail() -> str:
     raise RuntimeError("the clock is broken")
 
 
+@tool
+async def clock_wait() -> str:
+    """Waits until cancelled (to test cancellation of a running turn)."""
+    await trio.sleep_forever()
+
+
 def clock() -> ToolsetContribution:
     return ToolsetContribution(
-        name="clock", description="Tells the time.", tools=(clock_now, clock_fail)
+        name="clock", description="Tells the time.", tools=(clock_now, clock_fail, clock_wait)
     )
