@@ -209,7 +209,10 @@ class OpenAICompatibleModel:
         try:
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 # The server ignored "stream": take its whole answer at once.
-                raw = await self._by(deadline, response.aread)
+                try:
+                    raw = await self._by(deadline, response.aread)
+                except httpx.RequestError as exc:
+                    raise _RetryableFailure(f"the answer was cut: {_describe(exc)}") from exc
                 answer = decode_completion(parse_json(raw, "model response body"))
                 for event in _whole_answer_events(answer):
                     yield event
@@ -237,7 +240,7 @@ class OpenAICompatibleModel:
                 line = await self._by(deadline, lines.__anext__)
             except StopAsyncIteration:
                 return None
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 raise _RetryableFailure(f"the stream was cut: {_describe(exc)}") from exc
             data = decoder.feed_line(line)
             if data is not None:
@@ -253,7 +256,7 @@ class OpenAICompatibleModel:
                 return response
             await response.aread()
             await response.aclose()
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             raise _RetryableFailure(f"could not reach {self._url}: {_describe(exc)}") from exc
         problem = _http_problem(response)
         message = f"model backend answered HTTP {response.status_code} for {self._url}: {problem}"
@@ -303,7 +306,7 @@ def _whole_answer_events(answer: ModelResponse) -> list[ModelStreamEvent]:
     return events
 
 
-def _describe(exc: httpx.TransportError) -> str:
+def _describe(exc: httpx.RequestError) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

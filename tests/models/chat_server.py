@@ -147,11 +147,13 @@ class Json:
 
 @attrs.frozen
 class Raw:
-    """Answer with raw bytes (say, an HTML error page)."""
+    """Answer with raw bytes (say, an HTML error page); ``cut`` drops the
+    connection after them, before the body is complete."""
 
     body: bytes
     status: int = 200
     content_type: str = "text/html"
+    cut: bool = False
 
 
 @attrs.frozen
@@ -245,6 +247,9 @@ async def _answer(reply: Reply, send: Any) -> None:
         await trio.sleep_forever()
     if isinstance(reply, Json):
         await _send(send, reply.status, "application/json", json.dumps(reply.body), reply.headers)
+    elif isinstance(reply, Raw) and reply.cut:
+        await _start(send, reply.status, reply.content_type, {})
+        await send({"type": "http.response.body", "body": reply.body, "more_body": True})
     elif isinstance(reply, Raw):
         await _send(send, reply.status, reply.content_type, reply.body)
     elif isinstance(reply, Sse):

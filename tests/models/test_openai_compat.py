@@ -327,6 +327,17 @@ class TestComplete:
         with pytest.raises(ModelBackendError, match=message):
             await model.complete(REQUEST)
 
+    async def test_body_cut_midway_is_retried(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer, sleep: RecordedSleep
+    ) -> None:
+        """A connection dropped in the middle of the JSON body is retried."""
+        chat_server.script(
+            Raw(b'{"choices": [', content_type="application/json", cut=True),
+            Json(completion("whole")),
+        )
+        assert (await model.complete(REQUEST)).text == "whole"
+        assert sleep.delays == [0.5]
+
     async def test_connection_refused_is_retried_then_fails(self, sleep: RecordedSleep) -> None:
         """Connection errors are retried a bounded number of times."""
         with socket.socket() as probe:  # a port nothing listens on
@@ -564,6 +575,19 @@ class TestStream:
                 finish_reason="stop",
             ),
         ]
+
+    async def test_plain_answer_cut_midway_is_retried(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer, sleep: RecordedSleep
+    ) -> None:
+        """A plain JSON answer to a streaming request, cut short, is retried."""
+        chat_server.script(
+            Raw(b'{"choices": [', content_type="application/json", cut=True),
+            Sse([chunk("ok", finish_reason="stop")]),
+        )
+        events, error = await collect(model)
+        assert error is None
+        assert events[-1] == ModelResponse(text="ok", finish_reason="stop")
+        assert sleep.delays == [0.5]
 
     async def test_total_timeout(
         self, chat_server: ChatServer, autojump_clock: trio.testing.MockClock
