@@ -9,11 +9,12 @@ invalidating them on every write made through the agent's storage).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
+import trio
 
 from agentik._memory import Reflection, Skill, SkillSummary
 from agentik.agent._prompt import SystemPromptContributor
@@ -21,6 +22,8 @@ from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import ReflectionStore, SkillStore, StorageBundle
 from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -48,9 +51,42 @@ class AgentSettings:
 
 
 @attrs.define
+class _Cached(Generic[T]):
+    """One cached read shared by every conversation, loaded once even when a
+    thousand first turns ask at the same moment (single flight)."""
+
+    value: T | None = None
+    generation: int = 0
+    """Bumped by every write, so a read that raced a write is not kept."""
+    loading: trio.Event | None = None
+
+    def invalidate(self) -> None:
+        self.value = None
+        self.generation += 1
+
+    async def get(self, load: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            if self.value is not None:
+                return self.value
+            if self.loading is not None:
+                await self.loading.wait()
+                continue
+            generation = self.generation
+            done = self.loading = trio.Event()
+            try:
+                value = await load()
+            finally:
+                self.loading = None
+                done.set()
+            if generation == self.generation:
+                self.value = value
+                return value
+
+
+@attrs.define
 class _CatalogCache:
-    skills: list[SkillSummary] | None = None
-    reflections: list[Reflection] | None = None
+    skills: _Cached[list[SkillSummary]] = attrs.Factory(_Cached)
+    reflections: _Cached[list[Reflection]] = attrs.Factory(_Cached)
 
 
 @attrs.frozen
@@ -67,13 +103,13 @@ class _CachingSkillStore:
         try:
             return await self.inner.upsert(skill)
         finally:
-            self.cache.skills = None
+            self.cache.skills.invalidate()
 
     async def remove(self, name: str) -> bool:
         try:
             return await self.inner.remove(name)
         finally:
-            self.cache.skills = None
+            self.cache.skills.invalidate()
 
     async def exists(self, name: str) -> bool:
         return await self.inner.exists(name)
@@ -96,7 +132,7 @@ class _CachingReflectionStore:
         try:
             return await self.inner.insert(conversation_id, text)
         finally:
-            self.cache.reflections = None
+            self.cache.reflections.invalidate()
 
     async def list_recent(self, limit: int) -> list[Reflection]:
         return await self.inner.list_recent(limit)
@@ -111,7 +147,7 @@ class _CachingReflectionStore:
         try:
             return await self.inner.delete_older_than(cutoff)
         finally:
-            self.cache.reflections = None
+            self.cache.reflections.invalidate()
 
 
 @attrs.define
@@ -184,16 +220,15 @@ class AgentRuntime:
 
     async def skills(self) -> list[SkillSummary]:
         """The skills catalog, read once and cached until a write."""
-        if self._cache.skills is None:
-            self._cache.skills = await self.storage.skill_store.catalog()
-        return self._cache.skills
+        return await self._cache.skills.get(self.storage.skill_store.catalog)
 
     async def reflections(self) -> list[Reflection]:
         """Recent reflections, read once and cached until a write."""
-        if self.settings.recent_reflections <= 0:
+        limit = self.settings.recent_reflections
+        if limit <= 0:
             return []
-        if self._cache.reflections is None:
-            self._cache.reflections = await self.storage.reflection_store.list_recent(
-                self.settings.recent_reflections
-            )
-        return self._cache.reflections
+
+        async def load() -> list[Reflection]:
+            return await self.storage.reflection_store.list_recent(limit)
+
+        return await self._cache.reflections.get(load)

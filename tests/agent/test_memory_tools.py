@@ -162,3 +162,48 @@ async def test_open_tool_calls_left_by_a_crash_are_answered_on_load() -> None:
     assert history[3].tool_call_id == "x2"
     assert history[3].content.startswith("error: interrupted")
     assert seen[0].messages[-1].content == "next"
+
+
+async def test_catalog_is_read_once_for_many_first_turns() -> None:
+    """A thousand conversations starting at once share one catalog read and one
+    reflections read (single flight), and a write makes the next turn re-read."""
+    import attrs
+    import trio
+
+    from agentik import StorageBundle
+
+    base = in_memory_storage()
+    reads = {"catalog": 0, "recent": 0}
+
+    class CountingSkills:
+        def __getattr__(self, name: str) -> object:
+            return getattr(base.skill_store, name)
+
+        async def catalog(self) -> list[object]:
+            reads["catalog"] += 1
+            await trio.lowlevel.checkpoint()  # let the other first turns pile up
+            return await base.skill_store.catalog()  # type: ignore[return-value]
+
+    class CountingReflections:
+        def __getattr__(self, name: str) -> object:
+            return getattr(base.reflection_store, name)
+
+        async def list_recent(self, limit: int) -> list[object]:
+            reads["recent"] += 1
+            await trio.lowlevel.checkpoint()
+            return await base.reflection_store.list_recent(limit)  # type: ignore[return-value]
+
+    storage = attrs.evolve(
+        base, skill_store=CountingSkills(), reflection_store=CountingReflections()
+    )
+    assert isinstance(storage, StorageBundle)
+    async with open_chat_agent(
+        model=ScriptedModel(lambda r: ModelResponse(text="ok")), storage=storage
+    ) as agent:
+        async with trio.open_nursery() as nursery:
+            for i in range(1000):
+                nursery.start_soon(agent.send, f"c{i}", "hi")
+        assert reads == {"catalog": 1, "recent": 1}
+        await agent.storage.skill_store.upsert(Skill("s", "d", "b"))
+        await agent.send("c0", "again")
+        assert reads == {"catalog": 2, "recent": 1}
