@@ -49,7 +49,7 @@ class TurnError(AgentikError):
     """A turn could not finish; history stays valid.
 
     ``code`` says why, for machines: ``step_limit``, ``model_error``,
-    ``store_error``, ``cancelled``, ``turn_failed``.
+    ``store_error``, ``cancelled``, ``internal_error``, ``turn_failed``.
     """
 
     def __init__(self, message: str, *, code: str = "turn_failed") -> None:

@@ -141,6 +141,17 @@ class Conversation:
                 self.stale = True
                 code = "store_error" if isinstance(exc, StoreError) else "turn_failed"
                 result = outcome.Error(TurnError(f"the turn failed: {exc}", code=code))
+            except Exception as exc:
+                # A bug (ours, a backend's, a contributor's) fails this turn only:
+                # the agent serves thousands of other conversations.
+                log.exception("conversation %r: the turn crashed", self.conversation_id)
+                self.stale = True
+                result = outcome.Error(
+                    TurnError(
+                        f"the turn failed unexpectedly: {type(exc).__name__}: {exc}",
+                        code="internal_error",
+                    )
+                )
         self.cancel_scope = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))

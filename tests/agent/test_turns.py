@@ -436,3 +436,26 @@ async def test_idle_conversation_retires_and_respawns(
         assert agent.live_conversations == 0
         # system + 2 old + new user = 4 messages: the history came back.
         assert (await agent.send("c", "b")).text == "4"
+
+
+async def test_a_crashing_turn_fails_alone() -> None:
+    """A bug-type exception (here from a prompt contributor) fails that turn
+    with code internal_error; other conversations and later turns go on."""
+
+    class Fragile:
+        def render(self, context: object) -> str | None:
+            if getattr(context, "conversation_id", "") == "bad":
+                raise KeyError("boom")
+            return "base"
+
+    storage = in_memory_storage()
+    async with open_chat_agent(
+        model=ScriptedModel(lambda r: ModelResponse(text="ok")),
+        storage=storage,
+        contributors=[Fragile()],
+    ) as agent:
+        with pytest.raises(TurnError, match="KeyError") as info:
+            await agent.send("bad", "hi")
+        assert info.value.code == "internal_error"
+        assert (await agent.send("good", "hi")).text == "ok"
+    assert_valid_history(await stored(storage, "bad"))
