@@ -233,6 +233,7 @@ def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Ser
             f"[server] auth_token is required when binding to the non-loopback address {host!r}"
             " (set AGENTIK_AUTH_TOKEN)"
         )
+
     def number(key: str, default: float) -> float:
         value = get("limits", key)
         return value if isinstance(value, int | float) else default

@@ -29,7 +29,16 @@ async def clock_wait() -> str:
     await trio.sleep_forever()
 
 
+@tool
+async def clock_slow() -> str:
+    """Answers after a short real pause (to disconnect a client mid-turn)."""
+    await trio.sleep(0.3)
+    return "tick"
+
+
 def clock() -> ToolsetContribution:
     return ToolsetContribution(
-        name="clock", description="Tells the time.", tools=(clock_now, clock_fail, clock_wait)
+        name="clock",
+        description="Tells the time.",
+        tools=(clock_now, clock_fail, clock_wait, clock_slow),
     )

@@ -1,0 +1,64 @@
+"""Every ``sh`` example in docs/server.md, run with curl against a real server."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.server.conftest import Running
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "server.md"
+DOC_URL = "http://127.0.0.1:8080"
+
+
+def examples() -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+def test_every_endpoint_has_an_example() -> None:
+    text = "\n".join(examples())
+    for path in [
+        "/health",
+        "/metrics",
+        "/agentik/conversations/demo/turns",
+        "/agentik/conversations?",
+        "/messages?",
+        "/memory",
+        "/toolsets",
+        "/agentik/reflections",
+        "-X PUT http://127.0.0.1:8080/agentik/skills/",
+        "-X DELETE",
+        "/agui",
+        "/.well-known/agent-card.json",
+        "SendMessage",
+        "SendStreamingMessage",
+        "GetTask",
+        "ListTasks",
+        "CancelTask",
+    ]:
+        assert path in text, path
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+async def test_examples_run(server: Running) -> None:
+    """Each example exits 0 with curl --fail-with-body, and the JSON ones print JSON."""
+    outputs = []
+    for example in examples():
+        script = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
+        script += example.replace(DOC_URL, server.url)
+        result = await trio.run_process(
+            ["bash", "-c", script], capture_stdout=True, capture_stderr=True, check=False
+        )
+        assert result.returncode == 0, (example, result.stderr.decode(), result.stdout.decode())
+        outputs.append(result.stdout.decode())
+    joined = "\n".join(outputs)
+    assert '"text":"You said: hello"' in joined
+    assert "event: turn_finished" in joined
+    assert '"type":"RUN_FINISHED"' in joined
+    assert '"state":"TASK_STATE_COMPLETED"' in joined
+    assert '"code":-32002' in joined  # cancelling a finished task
+    assert "agentik_turns_total" in joined
