@@ -64,16 +64,18 @@ class HttpServer:
     """Sent with every request (for instance ``Authorization``)."""
 
 
+_NAME_RULE = f"1-{MAX_TOOLSET_NAME} letters, digits or '-' (no '_')"
+
+
+def _valid_name(name: str) -> bool:
+    return TOOLSET_NAME_PATTERN.fullmatch(name) is not None and len(name) <= MAX_TOOLSET_NAME
+
+
 def _check_name(
     instance: object, attribute: attrs.Attribute[str | None], value: str | None
 ) -> None:
-    if value is not None and (
-        TOOLSET_NAME_PATTERN.fullmatch(value) is None or len(value) > MAX_TOOLSET_NAME
-    ):
-        raise McpConfigError(
-            f"mcp server name {value!r} is invalid; expected 1-{MAX_TOOLSET_NAME} letters, "
-            "digits or '-' (no '_')"
-        )
+    if value is not None and not _valid_name(value):
+        raise McpConfigError(f"mcp server name {value!r} is invalid; expected {_NAME_RULE}")
 
 
 def _check_positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -167,17 +169,17 @@ def parse_mcp_server(table: object, *, where: str) -> McpServerConfig:
     lazy = table.get("lazy", False)
     if not isinstance(lazy, bool):
         raise McpConfigError(f"{where}.lazy must be true or false, got {_kind(lazy)}")
-    try:
-        return McpServerConfig(
-            transport=transport,
-            name=_optional_string(table, "name", where),
-            description=_optional_string(table, "description", where),
-            lazy=lazy,
-            protocol=protocol,
-            **{key: _seconds(table[key], f"{where}.{key}") for key in _TIMES if key in table},
-        )
-    except McpConfigError as exc:
-        raise McpConfigError(f"{where}: {exc}") from None
+    name = _optional_string(table, "name", where)
+    if name is not None and not _valid_name(name):
+        raise McpConfigError(f"{where}.name {name!r} is invalid; expected {_NAME_RULE}")
+    return McpServerConfig(
+        transport=transport,
+        name=name,
+        description=_optional_string(table, "description", where),
+        lazy=lazy,
+        protocol=protocol,
+        **{key: _seconds(table[key], f"{where}.{key}") for key in _TIMES if key in table},
+    )
 
 
 _TIMES = ("call_timeout", "connect_timeout", "backoff", "backoff_max")

@@ -49,7 +49,8 @@ logger = logging.getLogger("agentik.mcp")
 _MAX_PAGES = 100
 """A tools/list pagination that never ends is a faulty server, not a long listing."""
 _PROBE_TIMEOUT = 10.0
-"""How long a suspected-hung server gets to answer tools/list before it is restarted."""
+"""How long a suspected-hung server gets to answer tools/list before it is restarted
+(less when ``call_timeout`` is shorter, but at least 2 s: a live server answers at once)."""
 
 
 class McpState(enum.Enum):
@@ -251,7 +252,7 @@ class McpToolset:
         while not conn.closed:
             if conn.refresh or conn.suspect:
                 suspect, conn.refresh, conn.suspect = conn.suspect, False, False
-                patience = min(_PROBE_TIMEOUT, self.config.connect_timeout)
+                patience = min(_PROBE_TIMEOUT, max(self.config.call_timeout, 2.0))
                 with trio.move_on_after(patience) as probe:
                     await self._list(client)
                 if probe.cancelled_caught:

@@ -50,7 +50,8 @@ async def http_url() -> AsyncIterator[str]:
     config.accesslog = None
     config.errorlog = None
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, config, shutdown_trigger=trio.sleep_forever))
+        server = partial(serve, app, config, shutdown_trigger=trio.sleep_forever)
+        binds = await nursery.start(server)
         yield f"{binds[0]}/mcp"
         nursery.cancel_scope.cancel()
 

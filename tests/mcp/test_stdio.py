@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import pathlib
+from collections.abc import Callable
 
 import pytest
 import trio
 
-from agentik import ToolError
+from agentik import NamedTool, ToolError
 from agentik.mcp import McpState, McpToolset, open_mcp_toolsets
 from tests.mcp.conftest import tiny_stdio
 
 LIMIT = 30  # seconds; a real subprocess on a busy 2-core machine
 
 
-def tool(source: McpToolset, name: str):  # noqa: ANN201
+def tool(source: McpToolset, name: str) -> NamedTool:
     return next(t for t in source.contribution.tools if t.name == name)
 
 
-async def wait_for(predicate, what: str) -> None:  # noqa: ANN001
+async def wait_for(predicate: Callable[[], bool]) -> None:
     """Poll a condition on a real server; real time, bounded by the caller's fail_after."""
-    while not predicate():
+    while not predicate():  # noqa: ASYNC110 - the condition lives in another process
         await trio.sleep(0.02)
 
 
@@ -73,14 +73,14 @@ class TestListChanged:
                 assert src.health.protocol_version == expected
                 before = src.contribution
                 assert await tool(src, "tiny_grow").handler({"name": "parrot"}) == "added parrot"
-                await wait_for(lambda: src.contribution is not before, "the refresh")
+                await wait_for(lambda: src.contribution is not before)
                 parrot = tool(src, "tiny_parrot")
                 assert parrot.description == "Echo, added as parrot."
                 assert await parrot.handler({"text": "hello"}) == "parrot: hello"
 
                 grown = src.contribution
                 await tool(src, "tiny_shrink").handler({"name": "parrot"})
-                await wait_for(lambda: src.contribution is not grown, "the refresh")
+                await wait_for(lambda: src.contribution is not grown)
                 assert "tiny_parrot" not in {t.name for t in src.contribution.tools}
                 with pytest.raises(
                     ToolError, match=r"^tool 'tiny_parrot' was removed by mcp server 'tiny'$"

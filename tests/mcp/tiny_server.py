@@ -13,14 +13,17 @@ file, so tests can count launches and check that a process is gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
-import sys
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+
+_PROTOCOL_OUT = os.dup(1)
+"""The protocol pipe itself: the SDK diverts ``sys.stdout`` (and fd 1) to stderr while serving."""
 
 
 def build() -> MCPServer:
@@ -74,8 +77,7 @@ def build() -> MCPServer:
     @server.tool()
     def garbage() -> str:
         """Write a line that is not JSON-RPC to stdout, then answer normally."""
-        sys.stdout.write("this is not json\n")
-        sys.stdout.flush()
+        os.write(_PROTOCOL_OUT, b"this is not json\n")
         return "sent garbage"
 
     return server
@@ -83,10 +85,9 @@ def build() -> MCPServer:
 
 async def _announce(ctx: Context) -> None:
     await ctx.notify_tools_changed()
-    try:
+    # A 2026-07-28 session has no unsolicited notifications; handshake ones need it.
+    with contextlib.suppress(Exception):
         await ctx.session.send_tool_list_changed()
-    except Exception:  # a 2026-07-28 session has no unsolicited notifications
-        pass
 
 
 if __name__ == "__main__":

@@ -1,0 +1,148 @@
+"""Parsing ``[[mcp.servers]]`` tables: values, defaults, and errors that name the key."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from agentik.mcp import (
+    HttpServer,
+    McpConfigError,
+    McpServerConfig,
+    StdioServer,
+    parse_mcp_servers,
+)
+
+TOML = """
+[[mcp.servers]]
+name = "time"
+command = "mcp-server-time"
+args = ["--local-timezone", "UTC"]
+env = { TZ = "UTC", A = "1" }
+cwd = "/tmp"
+lazy = true
+call_timeout = 5
+
+[[mcp.servers]]
+url = "http://127.0.0.1:8000/mcp"
+headers = { Authorization = "Bearer x" }
+description = "Remote tools."
+protocol = "legacy"
+connect_timeout = 2.5
+"""
+
+
+class TestParse:
+    def test_a_stdio_and_an_http_server_parse_into_configs(self) -> None:
+        """Every key lands in its field; mappings become sorted pairs."""
+        time, remote = parse_mcp_servers(tomllib.loads(TOML)["mcp"]["servers"])
+        assert time == McpServerConfig(
+            transport=StdioServer(
+                command="mcp-server-time",
+                args=("--local-timezone", "UTC"),
+                env=(("A", "1"), ("TZ", "UTC")),
+                cwd="/tmp",
+            ),
+            name="time",
+            lazy=True,
+            call_timeout=5.0,
+        )
+        assert remote == McpServerConfig(
+            transport=HttpServer(
+                url="http://127.0.0.1:8000/mcp", headers={"Authorization": "Bearer x"}
+            ),
+            description="Remote tools.",
+            protocol="legacy",
+            connect_timeout=2.5,
+        )
+
+    def test_defaults(self) -> None:
+        """Unset keys take the documented defaults."""
+        (config,) = parse_mcp_servers([{"command": "srv"}])
+        assert (config.name, config.description, config.lazy, config.protocol) == (
+            None,
+            None,
+            False,
+            "auto",
+        )
+        assert (config.call_timeout, config.connect_timeout) == (60.0, 30.0)
+        assert (config.backoff, config.backoff_max) == (0.5, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        (
+            {"command": "x"},
+            r"mcp.servers must be an array of tables, got {'command': 'x'} \(a dict\)",
+        ),
+        (["x"], r"mcp.servers\[0\] must be a table, got 'x' \(a str\)"),
+        ([{}], r"mcp.servers\[0\] needs exactly one of 'command' \(stdio\) or 'url' \(http\)"),
+        (
+            [{"command": "x", "url": "http://h"}],
+            r"mcp.servers\[0\] needs exactly one of 'command' \(stdio\) or 'url' \(http\)",
+        ),
+        (
+            [{"command": "x"}, {"command": "y", "headers": {}}],
+            r"mcp.servers\[1\].headers is not a known key; expected one of \[.*'args'.*\]",
+        ),
+        (
+            [{"command": ""}],
+            r"mcp.servers\[0\].command must be a non-empty string, got '' \(a str\)",
+        ),
+        (
+            [{"command": "x", "args": "a b"}],
+            r"mcp.servers\[0\].args must be an array of strings, .*",
+        ),
+        (
+            [{"command": "x", "args": ["a", 1]}],
+            r"mcp.servers\[0\].args\[1\] must be a string, got 1 \(a int\)",
+        ),
+        (
+            [{"command": "x", "env": {"A": 1}}],
+            r"mcp.servers\[0\].env.A must be a string, got 1 \(a int\)",
+        ),
+        (
+            [{"url": "ftp://h"}],
+            r"mcp.servers\[0\].url must start with http:// or https://, got 'ftp://h'",
+        ),
+        (
+            [{"command": "x", "lazy": "yes"}],
+            r"mcp.servers\[0\].lazy must be true or false, got 'yes' \(a str\)",
+        ),
+        (
+            [{"command": "x", "protocol": "new"}],
+            r"mcp.servers\[0\].protocol must be 'auto' or 'legacy', got 'new'",
+        ),
+        (
+            [{"command": "x", "call_timeout": 0}],
+            r"mcp.servers\[0\].call_timeout must be > 0 seconds, got 0",
+        ),
+        (
+            [{"command": "x", "backoff": True}],
+            r"mcp.servers\[0\].backoff must be a number of seconds, got True \(a bool\)",
+        ),
+        (
+            [{"command": "x", "name": "my_tools"}],
+            r"mcp.servers\[0\].name 'my_tools' is invalid; "
+            r"expected 1-32 letters, digits or '-' \(no '_'\)",
+        ),
+        (
+            [{"command": "x", "name": "a"}, {"url": "http://h", "name": "a"}],
+            r"mcp.servers\[0\].name 'a' is used by two servers",
+        ),
+    ],
+)
+def test_errors_name_the_key_and_the_expectation(servers: object, message: str) -> None:
+    """Each mistake raises McpConfigError whose message names the exact key."""
+    with pytest.raises(McpConfigError, match=rf"^{message}$"):
+        parse_mcp_servers(servers)
+
+
+def test_the_python_api_validates_too() -> None:
+    """Configs built in Python obey the same rules as parsed ones."""
+    with pytest.raises(
+        McpConfigError, match=r"^mcp server call_timeout must be > 0 seconds, got -1$"
+    ):
+        McpServerConfig(transport=StdioServer(command="x"), call_timeout=-1)
