@@ -2,15 +2,29 @@
 
 Run: /work/venv/bin/python bench/dispatch.py [--repeat 30] [--calls 10000]
 
-Prints CPU ns per call (the minimum and the median over interleaved repeats;
-CPU time, so other processes on the shared cores do not count) for the
-module-level ``dispatch`` (tuple of contributions, index cached by identity)
-and for ``ToolsetIndex.dispatch`` (the agent's hot path), and the large/small
-ratio of the minimums (expected within 2x: dispatch is O(1) in toolsets and
-tools). The same-process baseline is a bare dict lookup over the same calls:
-its own large/small ratio shows what the memory hierarchy alone costs at
-10,000 tools. Call names are fresh strings, as a JSON parser produces them.
-Also: ``parse_arguments`` against bare ``json.loads`` for a small argument object.
+For each scale it prints CPU ns per call, the minimum and the median over
+interleaved repeats. CPU time is used so that other processes on the shared
+cores do not count. Three variants are timed:
+
+- ``dispatch``: the module-level function, given a tuple of contributions
+  whose index is cached by identity;
+- ``index``: ``ToolsetIndex.dispatch``, the agent's hot path;
+- ``baseline``: a bare dict lookup of the same names, in the same process.
+
+The call mix is a quarter each: a tool of an active toolset, a tool of an
+inactive toolset, a core tool, and an unknown name with a known prefix. Call
+names are fresh strings, as a JSON parser produces them. There are two working
+sets:
+
+- ``hot``: the calls name 64 tools spread over the whole index, like the tools
+  a burst of conversations is using. This isolates the size of the index, and
+  it is the scale-independence figure (expected within 2x);
+- ``uniform``: the calls are spread over all 10,000 tools. The data then no
+  longer fits in the CPU caches. The baseline's own ratio shows what the
+  memory hierarchy alone costs, with no dispatch logic at all.
+
+It also times ``parse_arguments`` against bare ``json.loads`` on a small
+argument object.
 """
 
 from __future__ import annotations
@@ -34,6 +48,11 @@ from agentik.toolsets import (
     tool,
 )
 
+SCALES = {"small": (1, 3), "large": (500, 20)}
+WORKING_SETS = {"hot": 64, "uniform": None}
+# CPU time of this process: other processes on the 2 shared cores do not count.
+_CPU = time.process_time
+
 
 async def _answer(arguments: JsonObject) -> str:
     return "ok"
@@ -53,45 +72,35 @@ def _toolsets(count: int, tools_each: int) -> tuple[ToolsetContribution, ...]:
     )
 
 
-def _calls(contributions: tuple[ToolsetContribution, ...], n: int) -> list[ToolCall]:
-    """A fixed mix: tools of active and inactive toolsets, core tools, unknown names."""
+def _calls(
+    contributions: tuple[ToolsetContribution, ...], n: int, working_set: int | None
+) -> list[ToolCall]:
     rng = random.Random(42)
+    names = [t.name for c in contributions for t in c.tools]
+    if working_set is not None and working_set < len(names):
+        names = rng.sample(names, working_set)
+    missing = [f"{name.partition('_')[0]}_missing" for name in names]
     calls = []
     for k in range(n):
         kind = k % 4
         if kind in (0, 1):
-            contribution = rng.choice(contributions)
-            name = rng.choice(contribution.tools).name
+            name = rng.choice(names)
         elif kind == 2:
             name = "core_time"
         else:
-            name = f"set{rng.randrange(len(contributions))}_missing"
+            name = rng.choice(missing)
         # A fresh string, as a JSON parser would produce: not the tool's own name object.
         calls.append(ToolCall(f"c{k}", json.loads(json.dumps(name)), "{}"))
     return calls
 
 
-# CPU time of this process: other processes on the 2 shared cores do not count.
-_CPU = time.process_time
-
-
-def _time(fn: Callable[[], object], number: int, repeat: int) -> list[float]:
-    """Seconds per call, one figure per repeat."""
-    return [t / number for t in timeit.repeat(fn, timer=_CPU, number=number, repeat=repeat)]
-
-
-def _fmt(samples: list[float]) -> str:
-    ns = [s * 1e9 for s in samples]
-    return f"min {min(ns):7.1f} ns/call, median {statistics.median(ns):7.1f}"
-
-
 def _runners(
-    count: int, tools_each: int, n_calls: int, core: dict[str, NamedTool]
+    scale: tuple[int, int], working_set: int | None, n_calls: int, core: dict[str, NamedTool]
 ) -> dict[str, Callable[[], None]]:
-    contributions = _toolsets(count, tools_each)
+    contributions = _toolsets(*scale)
     index = ToolsetIndex(contributions)
     active = frozenset(c.name for c in contributions[::2])
-    calls = _calls(contributions, n_calls)
+    calls = _calls(contributions, n_calls, working_set)
     lookup = {t.name: t for c in contributions for t in c.tools}
 
     def run_dispatch() -> None:
@@ -109,7 +118,55 @@ def _runners(
     return {"dispatch": run_dispatch, "index": run_index, "baseline": run_baseline}
 
 
-SCALES = {"small": (1, 3), "large": (500, 20)}
+def _fmt(samples: list[float]) -> str:
+    ns = [s * 1e9 for s in samples]
+    return f"min {min(ns):7.1f} ns/call, median {statistics.median(ns):7.1f}"
+
+
+def _bench_dispatch(repeat: int, n_calls: int) -> None:
+    core = {"core_time": NamedTool("core_time", "the time", {"type": "object"}, _answer)}
+    keys = [(ws, scale) for ws in WORKING_SETS for scale in SCALES]
+    runners = {key: _runners(SCALES[key[1]], WORKING_SETS[key[0]], n_calls, core) for key in keys}
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    # Interleave everything, so a burst of outside load hits all variants alike.
+    for _ in range(repeat):
+        for key, variants in runners.items():
+            for name, run in variants.items():
+                elapsed = timeit.timeit(run, timer=_CPU, number=1)
+                samples.setdefault((*key, name), []).append(elapsed / n_calls)
+    for ws in WORKING_SETS:
+        print(f"working set: {ws}")
+        for scale, (count, each) in SCALES.items():
+            print(f"  {scale}: {count} toolset(s) x {each} tools = {count * each} tools")
+            for name in runners[(ws, scale)]:
+                print(f"    {name:9s} {_fmt(samples[(ws, scale, name)])}")
+        print("  ratio large / small (min per call):")
+        for name in runners[(ws, "large")]:
+            ratio = min(samples[(ws, "large", name)]) / min(samples[(ws, "small", name)])
+            print(f"    {name:9s} {ratio:.2f}x")
+
+
+def _bench_arguments(repeat: int) -> None:
+    @tool
+    async def weather(city: str, days: int = 1, unit: str | None = None) -> str:
+        """Weather for a city."""
+        return city
+
+    raw = '{"city": "Paris", "days": 3, "unit": null}'
+    number = 20_000
+    parse = [
+        t / number
+        for t in timeit.repeat(
+            lambda: parse_arguments(weather, raw), timer=_CPU, number=number, repeat=repeat
+        )
+    ]
+    loads = [
+        t / number
+        for t in timeit.repeat(lambda: json.loads(raw), timer=_CPU, number=number, repeat=repeat)
+    ]
+    print(f"parse_arguments {_fmt(parse)}")
+    print(f"json.loads      {_fmt(loads)}")
+    print(f"ratio (min)     {min(parse) / min(loads):.2f}x")
 
 
 def main() -> None:
@@ -117,39 +174,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--calls", type=int, default=10_000)
     options = parser.parse_args()
-    core = {"core_time": NamedTool("core_time", "the time", {"type": "object"}, _answer)}
-    runners = {label: _runners(*scale, options.calls, core) for label, scale in SCALES.items()}
-    samples: dict[str, dict[str, list[float]]] = {
-        label: {name: [] for name in runners[label]} for label in SCALES
-    }
-    # Interleave scales and variants so load from other processes hits all alike.
-    for _ in range(options.repeat):
-        for label in SCALES:
-            for name, run in runners[label].items():
-                samples[label][name].extend(
-                    t / options.calls for t in timeit.repeat(run, timer=_CPU, number=1, repeat=1)
-                )
-    for label, (count, tools_each) in SCALES.items():
-        print(f"{label}: {count} toolset(s) x {tools_each} tools = {count * tools_each} tools")
-        for name, figures in samples[label].items():
-            print(f"  {name:9s} {_fmt(figures)}")
-    print("ratio large / small (min per call; within 2x = independent of scale):")
-    for name in ("dispatch", "index", "baseline"):
-        ratio = min(samples["large"][name]) / min(samples["small"][name])
-        print(f"  {name:9s} {ratio:.2f}x")
-    index_vs_lookup = min(samples["large"]["index"]) / min(samples["large"]["baseline"])
-    print(f"index.dispatch / bare dict lookup (large): {index_vs_lookup:.1f}x")
-
-    @tool
-    async def weather(city: str, days: int = 1, unit: str | None = None) -> str:
-        """Weather for a city."""
-        return city
-
-    raw = '{"city": "Paris", "days": 3, "unit": null}'
-    parse = _time(lambda: parse_arguments(weather, raw), 20_000, options.repeat)
-    loads = _time(lambda: json.loads(raw), 20_000, options.repeat)
-    print(f"parse_arguments {_fmt(parse)}; json.loads {_fmt(loads)}; ", end="")
-    print(f"ratio {min(parse) / min(loads):.2f}x")
+    _bench_dispatch(options.repeat, options.calls)
+    _bench_arguments(min(options.repeat, 10))
 
 
 if __name__ == "__main__":
