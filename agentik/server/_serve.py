@@ -140,6 +140,7 @@ async def serve_agentik(
         host = f"[{config.host}]" if ":" in config.host else config.host
         hyper.bind = [f"{host}:{config.port}"]
         hyper.graceful_timeout = limits.graceful_timeout
+        hyper.backlog = 2048  # a burst of clients connecting at once must not hit SYN retries
         hyper.accesslog = None
         hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
         async with trio.open_nursery() as nursery:

@@ -1,0 +1,249 @@
+"""Turns per second and latency over HTTP, beside the in-process figure from the same run.
+
+Workload: N clients at once, each its own conversation, each running T turns
+one after another (closed loop); every turn makes one tool call, so it
+stores four messages. The model is ScriptedModel with bench_responder
+(instant). Storage is SQLite with synchronous=FULL, as ``agentik serve`` runs.
+
+- in-process: ``agent.send`` on an agent built as ``serve_agentik`` builds it.
+- HTTP: ``agentik serve``'s app (``serve_agentik``) in a child process, driven
+  by a minimal keep-alive HTTP/1.1 client on raw trio sockets (one connection
+  per client), so the figure measures the server rather than a Python HTTP
+  client. ``POST /agentik/conversations/{id}/turns`` with a JSON body.
+
+    python bench/http.py                      # N = 100 and 1000, T = 5
+    python bench/http.py -n 100 --turns 5 --repeat 3 [--gc-freeze]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This file is named http.py: keep its folder off sys.path so that `import http`
+# (httpx, hypercorn, …) finds the standard library, not this script.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import trio  # noqa: E402
+
+from agentik._config import ServerConfig  # noqa: E402
+from agentik.agent import open_chat_agent  # noqa: E402
+from agentik.models import ScriptedModel, bench_responder  # noqa: E402
+from agentik.storage import open_sqlite_storage  # noqa: E402
+from agentik.toolsets import ToolsetContribution, tool  # noqa: E402
+
+
+@tool
+async def bench_echo() -> str:
+    """Answers at once."""
+    return "12:00"
+
+
+def bench_toolset() -> ToolsetContribution:
+    return ToolsetContribution(name="bench", description="Benchmark tools.", tools=(bench_echo,))
+
+
+def model() -> ScriptedModel:
+    return ScriptedModel(bench_responder("bench_echo"))
+
+
+def summary(latencies: list[float], turns: int, elapsed: float, errors: int) -> dict[str, float]:
+    latencies.sort()
+    return {
+        "turns_per_s": turns / elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "seconds": elapsed,
+        "errors": errors,
+    }
+
+
+async def in_process(database: str, n: int, turns: int) -> dict[str, float]:
+    latencies: list[float] = []
+    async with (
+        open_sqlite_storage(database) as storage,
+        open_chat_agent(model=model(), storage=storage, toolsets=(bench_toolset(),)) as agent,
+    ):
+
+        async def client(i: int) -> None:
+            for t in range(turns):
+                began = time.perf_counter()
+                await agent.send(f"c{i}", f"turn {t}")
+                latencies.append(time.perf_counter() - began)
+
+        began = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(client, i)
+        elapsed = time.perf_counter() - began
+    return summary(latencies, n * turns, elapsed, 0)
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection; responses must carry Content-Length."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def _fill(self) -> None:
+        chunk = await self.stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self.buffer += chunk
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        await self.stream.send_all(head.encode() + body)
+        while b"\r\n\r\n" not in self.buffer:
+            await self._fill()
+        raw_head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = raw_head.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in lines[1:]
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(self.buffer) < length:
+            await self._fill()
+        data, self.buffer = self.buffer[:length], self.buffer[length:]
+        return status, data
+
+
+async def over_http(host: str, port: int, n: int, turns: int, tag: str) -> dict[str, float]:
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(i: int) -> None:
+        nonlocal errors
+        stream = await trio.open_tcp_stream(host, port)
+        async with stream:
+            connection = Connection(stream)
+            for t in range(turns):
+                body = json.dumps({"text": f"turn {t}"}).encode()
+                began = time.perf_counter()
+                status, _ = await connection.post(f"/agentik/conversations/{tag}{i}/turns", body)
+                latencies.append(time.perf_counter() - began)
+                errors += status != 200
+
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(client, i)
+    elapsed = time.perf_counter() - began
+    return summary(latencies, n * turns, elapsed, errors)
+
+
+def tune_gc() -> None:
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
+async def child(database: str, gc_freeze: bool) -> None:
+    """The server process: serve_agentik until SIGTERM, printing its URL first."""
+    from agentik.server import serve_agentik
+
+    if gc_freeze:
+        tune_gc()
+    stop = trio.Event()
+    config = ServerConfig(port=0, database=database, toolsets=("__main__:bench_toolset",))
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    stop.set()
+                    return
+
+        nursery.start_soon(watch)
+        url = await nursery.start(
+            lambda task_status: serve_agentik(
+                config, model=model(), shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        print(url, flush=True)
+
+
+def start_child(database: str, gc_freeze: bool) -> tuple[subprocess.Popen[str], str, int]:
+    command = [sys.executable, __file__, "--child", database]
+    if gc_freeze:
+        command.append("--gc-freeze")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    url = process.stdout.readline().strip()
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return process, host, int(port)
+
+
+def median_row(results: list[dict[str, float]]) -> dict[str, float]:
+    row = {key: statistics.median(r[key] for r in results) for key in results[0]}
+    row["spread"] = [round(r["turns_per_s"]) for r in results]  # type: ignore[assignment]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--gc-freeze", action="store_true")
+    parser.add_argument("--child", metavar="DATABASE", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args()
+    if args.child:
+        trio.run(child, args.child, args.gc_freeze)
+        return
+    if args.gc_freeze:
+        tune_gc()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.n:
+            local, remote = [], []
+            for repeat in range(args.repeat):
+                local.append(trio.run(in_process, f"{tmp}/local-{n}-{repeat}.db", n, args.turns))
+                process, host, port = start_child(f"{tmp}/http-{n}-{repeat}.db", args.gc_freeze)
+                try:
+                    remote.append(trio.run(over_http, host, port, n, args.turns, f"r{repeat}-"))
+                finally:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(timeout=60)
+                print(
+                    f"  N={n} run {repeat + 1}: in-process {local[-1]['turns_per_s']:.0f} turns/s,"
+                    f" HTTP {remote[-1]['turns_per_s']:.0f} turns/s",
+                    file=sys.stderr,
+                )
+            rows.append({"clients": n, "in_process": median_row(local), "http": median_row(remote)})
+    if args.json:
+        print(json.dumps({"turns": args.turns, "repeat": args.repeat, "rows": rows}, indent=2))
+        return
+    print(f"\n{args.turns} turns per client, one tool call per turn, SQLite FULL,", end=" ")
+    print(f"median of {args.repeat}")
+    print(
+        f"{'clients':>8} | {'in-process t/s':>14} {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'HTTP t/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} | {'HTTP/in-proc':>12}"
+    )
+    for row in rows:
+        a, b = row["in_process"], row["http"]
+        local = f"{a['turns_per_s']:>14.0f} {a['p50_ms']:>7.1f} {a['p99_ms']:>7.1f}"
+        remote = f"{b['turns_per_s']:>8.0f} {b['p50_ms']:>7.1f} {b['p99_ms']:>7.1f}"
+        ratio = b["turns_per_s"] / a["turns_per_s"]
+        print(f"{row['clients']:>8} | {local} | {remote} {b['errors']:>6.0f} | {ratio:>11.0%}")
+
+
+if __name__ == "__main__":
+    main()
