@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import cast, final
 
 import apsw
@@ -86,6 +87,8 @@ class Session:
     seqs: SeqCache
     now_us: int
     """The batch's timestamp: every write of one batch shares it."""
+    now: datetime
+    """The same instant as an aware UTC datetime."""
 
 
 # --- messages -------------------------------------------------------------------
@@ -99,42 +102,72 @@ _MESSAGE_COLUMNS = (
     "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, created_us"
 )
 
+_Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
 
-def insert_message(
-    session: Session, conversation_id: str, message: Message, idempotency_key: str | None
-) -> Message:
-    """Append ``message`` with the conversation's next seq."""
-    seq = session.seqs.next_seq(session.connection, conversation_id)
-    usage = message.usage
-    tool_calls = (
-        json.dumps(converter.unstructure(message.tool_calls, _TOOL_CALLS))
-        if message.tool_calls
-        else None
-    )
-    row = (
-        conversation_id,
-        seq,
-        message.role.value,
-        message.content,
-        tool_calls,
-        message.tool_call_id,
-        None if usage is None else usage.prompt_tokens,
-        None if usage is None else usage.completion_tokens,
-        session.now_us,
-        idempotency_key,
-    )
-    try:
-        session.connection.execute(_INSERT_MESSAGE, row)
-    except apsw.ConstraintError:
-        if idempotency_key is not None:
-            used = find_idempotency_key(session.connection, conversation_id, idempotency_key)
-            if used is not None:
-                raise DuplicateKeyError(
-                    f"idempotency key {idempotency_key!r} was already used in conversation"
-                    f" {conversation_id!r} (message seq {used})"
-                ) from None
-        raise
-    return attrs.evolve(message, seq=seq, created_at=from_micros(session.now_us))
+
+@attrs.frozen
+class InsertMessage:
+    """Append a message with its conversation's next seq. A value, not a
+    closure, so the writer can insert a run of them with one ``executemany``."""
+
+    conversation_id: str
+    message: Message
+    idempotency_key: str | None
+
+    def __call__(self, session: Session) -> Message:
+        row, stored = self._prepare(session)
+        try:
+            session.connection.execute(_INSERT_MESSAGE, row)
+        except apsw.ConstraintError:
+            self._raise_if_duplicate(session.connection)
+            raise
+        return stored
+
+    def _prepare(self, session: Session) -> tuple[_Row, Message]:
+        message = self.message
+        seq = session.seqs.next_seq(session.connection, self.conversation_id)
+        usage = message.usage
+        tool_calls = message.tool_calls
+        row = (
+            self.conversation_id,
+            seq,
+            message.role.value,
+            message.content,
+            json.dumps(converter.unstructure(tool_calls, _TOOL_CALLS)) if tool_calls else None,
+            message.tool_call_id,
+            None if usage is None else usage.prompt_tokens,
+            None if usage is None else usage.completion_tokens,
+            session.now_us,
+            self.idempotency_key,
+        )
+        stored = Message(
+            role=message.role,
+            content=message.content,
+            tool_calls=tool_calls,
+            tool_call_id=message.tool_call_id,
+            usage=usage,
+            seq=seq,
+            created_at=session.now,
+        )
+        return row, stored
+
+    def _raise_if_duplicate(self, connection: apsw.Connection) -> None:
+        key = self.idempotency_key
+        if key is None:
+            return
+        used = find_idempotency_key(connection, self.conversation_id, key)
+        if used is not None:
+            raise DuplicateKeyError(
+                f"idempotency key {key!r} was already used in conversation"
+                f" {self.conversation_id!r} (message seq {used})"
+            )
+
+
+def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> list[Message]:
+    """Several appends with one ``executemany``; all or none (the caller's savepoint)."""
+    prepared = [insert._prepare(session) for insert in inserts]
+    session.connection.executemany(_INSERT_MESSAGE, [row for row, _ in prepared])
+    return [stored for _, stored in prepared]
 
 
 _MessageRow = tuple[int, str, str, str | None, str | None, int | None, int | None, int]
@@ -232,7 +265,7 @@ def append_memory(session: Session, conversation_id: str, text: str) -> MemoryEn
         id=entry_id,
         conversation_id=conversation_id,
         text=text,
-        created_at=from_micros(session.now_us),
+        created_at=session.now,
     )
 
 
@@ -291,7 +324,7 @@ def insert_reflection(session: Session, conversation_id: str, text: str) -> Refl
         id=reflection_id,
         conversation_id=conversation_id,
         text=text,
-        created_at=from_micros(session.now_us),
+        created_at=session.now,
     )
 
 
@@ -333,7 +366,7 @@ def upsert_skill(session: Session, skill: Skill) -> Skill:
         " body = excluded.body, updated_us = excluded.updated_us",
         (skill.name, skill.description, skill.body, session.now_us),
     )
-    return attrs.evolve(skill, updated_at=from_micros(session.now_us))
+    return attrs.evolve(skill, updated_at=session.now)
 
 
 def remove_skill(session: Session, name: str) -> bool:

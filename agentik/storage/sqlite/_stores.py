@@ -36,19 +36,13 @@ class SqliteMessageStore:
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Message:
-        pending = await self.submit(conversation_id, message, idempotency_key=idempotency_key)
-        return await pending.wait()
+        return await self._writer.append(q.InsertMessage(conversation_id, message, idempotency_key))
 
     async def submit(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Pending[Message]:
-        return await self._writer.submit(
-            partial(
-                q.insert_message,
-                conversation_id=conversation_id,
-                message=message,
-                idempotency_key=idempotency_key,
-            )
+        return await self._writer.submit_append(
+            q.InsertMessage(conversation_id, message, idempotency_key)
         )
 
     async def get_messages(

@@ -31,9 +31,10 @@ import outcome
 import trio
 
 from agentik._errors import StoreClosedError, StoreError
+from agentik._messages import Message
 from agentik.storage._common import Clock, to_micros
 from agentik.storage._pending import Pending
-from agentik.storage.sqlite._queries import SeqCache, Session
+from agentik.storage.sqlite._queries import InsertMessage, SeqCache, Session, insert_messages
 
 T = TypeVar("T")
 
@@ -89,6 +90,31 @@ class _Request(Generic[T]):
         self.pending.set(self._result)
 
 
+@final
+class _AppendRequest:
+    """A message append: the common write, which the batch can insert in runs."""
+
+    __slots__ = ("_result", "insert", "pending")
+
+    def __init__(self, insert: InsertMessage) -> None:
+        self.insert = insert
+        self._result: outcome.Outcome[Message] | None = None
+        self.pending: Pending[Message] = Pending()
+
+    def run(self, session: Session) -> None:
+        self._result = outcome.Value(self.insert(session))
+
+    def succeed(self, message: Message) -> None:
+        self._result = outcome.Value(message)
+
+    def fail(self, error: BaseException) -> None:
+        self._result = outcome.Error(error)
+
+    def resolve(self) -> None:
+        assert self._result is not None
+        self.pending.set(self._result)
+
+
 def _as_store_error(error: Exception) -> StoreError:
     if isinstance(error, StoreError):
         return error
@@ -97,12 +123,52 @@ def _as_store_error(error: Exception) -> StoreError:
     return failure
 
 
+def _append_run(batch: list[_Work], start: int) -> list[_AppendRequest]:
+    run: list[_AppendRequest] = []
+    for request in batch[start:]:
+        if not isinstance(request, _AppendRequest):
+            break
+        run.append(request)
+    return run
+
+
+def _try_appends_at_once(session: Session, run: list[_AppendRequest]) -> bool:
+    """Insert a run of appends with one executemany in one savepoint. On any
+    failure roll it back and return False: the caller replays them one by one,
+    so the failing request fails alone."""
+    try:
+        with session.connection:
+            stored = insert_messages(session, [request.insert for request in run])
+    except _REQUEST_ERRORS:
+        session.seqs.undo()
+        return False
+    session.seqs.keep()
+    for request, message in zip(run, stored, strict=True):
+        request.succeed(message)
+    return True
+
+
+def _run_one(session: Session, request: _Work) -> bool:
+    """Run one request in its own savepoint; return False if it failed."""
+    try:
+        with session.connection:  # inside a transaction: a SAVEPOINT
+            request.run(session)
+    except _REQUEST_ERRORS as error:
+        session.seqs.undo()
+        request.fail(_as_store_error(error))
+        return False
+    session.seqs.keep()
+    return True
+
+
 def _run_batch(
     connection: apsw.Connection, seqs: SeqCache, clock: Clock, batch: list[_Work]
 ) -> int:
-    """One transaction, a savepoint per request; return how many failed alone.
-    Runs in a worker thread; raises only if the transaction itself fails."""
-    session = Session(connection=connection, seqs=seqs, now_us=to_micros(clock()))
+    """One transaction, a savepoint per request (or per run of appends); return
+    how many requests failed alone. Runs in a worker thread; raises only if the
+    transaction itself fails."""
+    now = clock()
+    session = Session(connection=connection, seqs=seqs, now_us=to_micros(now), now=now)
     failed = 0
     committed = False
     # BEGIN and COMMIT go through execute(), which releases the GIL while SQLite
@@ -110,16 +176,15 @@ def _run_batch(
     # through the busy handler and would freeze the event loop meanwhile.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        for request in batch:
-            try:
-                with connection:  # inside a transaction: a SAVEPOINT
-                    request.run(session)
-            except _REQUEST_ERRORS as error:
-                seqs.undo()
-                request.fail(_as_store_error(error))
-                failed += 1
-            else:
-                seqs.keep()
+        position = 0
+        while position < len(batch):
+            run = _append_run(batch, position)
+            if len(run) > 1 and _try_appends_at_once(session, run):
+                position += len(run)
+                continue
+            for request in run or batch[position : position + 1]:
+                failed += not _run_one(session, request)
+            position += max(len(run), 1)
         connection.execute("COMMIT")
         committed = True
     finally:
@@ -150,19 +215,47 @@ class Writer:
 
     async def submit(self, operation: Callable[[Session], T]) -> Pending[T]:
         """Queue one write; return once it is accepted (there was room)."""
-        self._check_open()
         request = _Request(operation)
-        try:
-            await self._send.send(request)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self._check_open()
-            raise StoreClosedError("the storage writer stopped; the write was refused") from None
+        await self._enqueue(request, schedule=True)
         return request.pending
 
     async def write(self, operation: Callable[[Session], T]) -> T:
         """Submit and wait for the commit."""
-        pending = await self.submit(operation)
-        return await pending.wait()
+        request = _Request(operation)
+        await self._enqueue(request, schedule=False)
+        return await request.pending.wait()
+
+    async def submit_append(self, insert: InsertMessage) -> Pending[Message]:
+        request = _AppendRequest(insert)
+        await self._enqueue(request, schedule=True)
+        return request.pending
+
+    async def append(self, insert: InsertMessage) -> Message:
+        request = _AppendRequest(insert)
+        await self._enqueue(request, schedule=False)
+        return await request.pending.wait()
+
+    async def _enqueue(self, request: _Work, *, schedule: bool) -> None:
+        """Put ``request`` on the channel, waiting only if it is full.
+
+        A cancelled caller raises before anything is queued. When there is
+        room, the request goes in without a task switch; ``schedule`` adds one
+        afterwards (``submit`` keeps trio's rule that every async call is a
+        schedule point; ``write`` gets its switch from waiting for the commit).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        try:
+            try:
+                self._send.send_nowait(request)
+            except trio.WouldBlock:
+                await self._send.send(request)
+            else:
+                if schedule:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._check_open()
+            raise StoreClosedError("the storage writer stopped; the write was refused") from None
 
     def _check_open(self) -> None:
         if self._failure is not None:
