@@ -68,7 +68,7 @@ def reference(
     return Error(f"tool {name!r} not found")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     contributions=contribution_lists(),
     active=st.frozensets(toolset_names, max_size=4),
@@ -105,7 +105,7 @@ def test_dispatch_matches_the_reference_and_its_invariants(
         assert outcome.message == f"tool {name!r} not found"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(contributions=contribution_lists(), active=st.frozensets(toolset_names, max_size=4))
 def test_rendering_lists_every_contribution_exactly_once(
     contributions: list[ToolsetContribution], active: frozenset[str]

@@ -307,3 +307,30 @@ class TestCalls:
 
         with pytest.raises(ToolError, match=r"^tool 'liar' returned int; expected str$"):
             await liar.handler({})
+
+
+async def test_containers_of_enums_and_optional_objects_convert() -> None:
+    """Conversion reaches inside lists, dicts and optionals."""
+    seen: list[object] = []
+
+    @tool
+    async def paint(colors: list[Color], by_name: dict[str, Level], where: Point | None) -> str:
+        """Paint."""
+        seen.extend([colors, by_name, where])
+        return "painted"
+
+    assert property_of(paint, "where") == {
+        "anyOf": [property_of(tool_for_point(), "p"), {"type": "null"}]
+    }
+    await paint.handler({"colors": ["red", "green"], "by_name": {"a": 1}, "where": None})
+    await paint.handler({"colors": [], "by_name": {}, "where": {"x": 4}})
+    assert seen == [[Color.RED, Color.GREEN], {"a": Level.LOW}, None, [], {}, Point(4)]
+
+
+def tool_for_point() -> NamedTool:
+    @tool
+    async def place(p: Point) -> str:
+        """Place."""
+        return ""
+
+    return place
