@@ -125,7 +125,7 @@ class McpToolset:
         self._mcp_names: dict[str, str] = {}
         self._contribution: ToolsetContribution | None = None
         self._fallback: ToolsetContribution | None = None
-        self._listed_once = False
+        self._launched = False
 
     # -- what the agent and /health read ------------------------------------
 
@@ -196,6 +196,7 @@ class McpToolset:
             self._settled.set()
             await self._wanted.wait()
         while True:
+            self._launched = True
             self._set_state(McpState.RESTARTING if self._restarts else McpState.STARTING)
             started = trio.current_time()
             try:
@@ -324,7 +325,6 @@ class McpToolset:
             if report not in self._reports:
                 logger.warning("mcp server %r: %s", self.name, report)
         self._reports = naming.reports
-        self._listed_once = True
         if naming.by_tool_name == self._mcp_names and self._contribution is not None:
             return
         self._mcp_names = naming.by_tool_name
@@ -349,7 +349,7 @@ class McpToolset:
         mcp_name = self._mcp_names.get(tool_name)
         if mcp_name is None:
             raise ToolError(f"tool {tool_name!r} was removed by mcp server {self.name!r}")
-        if self._state is McpState.IDLE:
+        if self.config.lazy and not self._wanted.is_set():
             await self._launch_on_demand()
         client = self._client
         if client is None or self._state is not McpState.READY:
@@ -379,12 +379,18 @@ class McpToolset:
         raise ToolError(f"mcp tool {mcp_name!r} of {self.name!r} timed out after {timeout:g}s")
 
     async def _launch_on_demand(self) -> None:
+        """Start a lazy server and wait (bounded) for its first real attempt to end."""
         self._wanted.set()
         with trio.move_on_after(self.config.connect_timeout + 1.0):
-            while self._state in (McpState.IDLE, McpState.STARTING):
+            while not self._launched or self._state is McpState.STARTING:
                 await self._changed.wait()
 
     async def _explain_unavailable(self, arguments: JsonObject) -> str:
+        if self.config.lazy and not self._wanted.is_set():
+            await self._launch_on_demand()
+        if self._state is McpState.READY and self._contribution is not None:
+            count = len(self._contribution.tools)
+            return f"mcp server {self.name!r} is ready now with {count} tools"
         raise ToolError(self._unavailable())
 
     def _unavailable(self) -> str:
@@ -444,5 +450,7 @@ def _describe(exc: BaseException) -> str:
     """One line saying what went wrong, unwrapping the groups the SDK's task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    if isinstance(exc, _Fault):
+        return str(exc)
     text = str(exc) or type(exc).__name__
     return one_line(f"{type(exc).__name__}: {text}" if str(exc) else text, limit=300)
