@@ -28,11 +28,20 @@ DISABLE_TOOLSET_DESCRIPTION = (
 
 
 def toolset_name_parameters() -> JsonObject:
-    """The schema both tools take: ``{"name": string}`` (a fresh copy each call)."""
+    """The schema both tools take: ``{"name": string}`` (a fresh copy each call).
+
+    ``name`` is deliberately not listed as required: a call without it then
+    reaches the handler, whose error lists the available toolsets, instead of
+    stopping at a bare "field 'name' is required" from argument validation.
+    """
     return {
         "type": "object",
-        "properties": {"name": {"type": "string", "description": "The toolset's name."}},
-        "required": ["name"],
+        "properties": {
+            "name": {
+                "type": "string",
+                "description": "The toolset's name, as listed in the Toolsets section.",
+            }
+        },
         "additionalProperties": False,
     }
 

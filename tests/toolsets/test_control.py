@@ -99,14 +99,22 @@ class TestTools:
         assert await disable.handler({"name": "files"}) == "Toolset 'files' deactivated."
         assert mine.active_names() == frozenset()
 
-    async def test_schema_is_a_required_string_name(self) -> None:
-        """Both tools take {"name": string}; the schema refuses anything else."""
+    async def test_schema_is_a_string_name_and_nothing_else(self) -> None:
+        """Both tools take {"name": string}; other fields and types are refused."""
         enable, disable = toolset_control_tools(INDEX, ToolsetActivation())
         assert enable.parameters == disable.parameters == TOOLSET_NAME_PARAMETERS
-        assert TOOLSET_NAME_PARAMETERS["required"] == ["name"]
         assert parse_arguments(enable, '{"name": "ping"}') == {"name": "ping"}
-        with pytest.raises(ToolError, match=r"field 'name' is required"):
-            parse_arguments(enable, "{}")
+        with pytest.raises(ToolError, match=r"field 'toolset' is not an accepted field"):
+            parse_arguments(enable, '{"toolset": "ping"}')
+        with pytest.raises(ToolError, match=r"field 'name' must be a string, got a number 1"):
+            parse_arguments(enable, '{"name": 1}')
+
+    async def test_empty_arguments_get_the_helpful_error(self) -> None:
+        """enable_toolset({}) passes validation, so the answer lists the toolsets."""
+        enable, _ = toolset_control_tools(INDEX, ToolsetActivation())
+        arguments = parse_arguments(enable, "{}")
+        with pytest.raises(ToolError, match=r"^toolset name is missing; .* one of: ping, files$"):
+            await enable.handler(arguments)
 
     async def test_errors_reach_the_caller_as_tool_errors(self) -> None:
         """The handler raises ToolError, which the agent turns into an error result."""
