@@ -57,10 +57,13 @@ def model() -> ScriptedModel:
     return ScriptedModel(bench_responder("bench_echo"))
 
 
-def summary(latencies: list[float], turns: int, elapsed: float, errors: int) -> dict[str, float]:
+def summary(
+    latencies: list[float], turns: int, elapsed: float, errors: int, cpu: float
+) -> dict[str, float]:
     latencies.sort()
     return {
         "turns_per_s": turns / elapsed,
+        "cpu_ms_per_turn": 1000 * cpu / turns,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "seconds": elapsed,
@@ -81,12 +84,12 @@ async def in_process(database: str, n: int, turns: int) -> dict[str, float]:
                 await agent.send(f"c{i}", f"turn {t}")
                 latencies.append(time.perf_counter() - began)
 
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         async with trio.open_nursery() as nursery:
             for i in range(n):
                 nursery.start_soon(client, i)
-        elapsed = time.perf_counter() - began
-    return summary(latencies, n * turns, elapsed, 0)
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+    return summary(latencies, n * turns, elapsed, 0, cpu)
 
 
 class Connection:
@@ -145,7 +148,7 @@ async def over_http(host: str, port: int, n: int, turns: int, tag: str) -> dict[
         for i in range(n):
             nursery.start_soon(client, i)
     elapsed = time.perf_counter() - began
-    return summary(latencies, n * turns, elapsed, errors)
+    return summary(latencies, n * turns, elapsed, errors, 0.0)
 
 
 def tune_gc() -> None:
@@ -190,6 +193,13 @@ def start_child(database: str, gc_freeze: bool) -> tuple[subprocess.Popen[str], 
     return process, host, int(port)
 
 
+def child_cpu(process: subprocess.Popen[str]) -> float:
+    """Seconds of CPU (user + system) the server process has used so far."""
+    with open(f"/proc/{process.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def median_row(results: list[dict[str, float]]) -> dict[str, float]:
     row = {key: statistics.median(r[key] for r in results) for key in results[0]}
     row["spread"] = [round(r["turns_per_s"]) for r in results]  # type: ignore[assignment]
@@ -218,7 +228,10 @@ def main() -> None:
                 local.append(trio.run(in_process, f"{tmp}/local-{n}-{repeat}.db", n, args.turns))
                 process, host, port = start_child(f"{tmp}/http-{n}-{repeat}.db", args.gc_freeze)
                 try:
+                    before = child_cpu(process)
                     remote.append(trio.run(over_http, host, port, n, args.turns, f"r{repeat}-"))
+                    spent = child_cpu(process) - before
+                    remote[-1]["cpu_ms_per_turn"] = 1000 * spent / (n * args.turns)
                 finally:
                     process.send_signal(signal.SIGTERM)
                     process.wait(timeout=60)
@@ -234,13 +247,20 @@ def main() -> None:
     print(f"\n{args.turns} turns per client, one tool call per turn, SQLite FULL,", end=" ")
     print(f"median of {args.repeat}")
     print(
-        f"{'clients':>8} | {'in-process t/s':>14} {'p50 ms':>7} {'p99 ms':>7} | "
-        f"{'HTTP t/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} | {'HTTP/in-proc':>12}"
+        f"{'clients':>8} | {'in-process t/s':>14} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>6} | "
+        f"{'HTTP t/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>6} {'errors':>6} | "
+        f"{'HTTP/in-proc':>12}"
     )
     for row in rows:
         a, b = row["in_process"], row["http"]
-        local = f"{a['turns_per_s']:>14.0f} {a['p50_ms']:>7.1f} {a['p99_ms']:>7.1f}"
-        remote = f"{b['turns_per_s']:>8.0f} {b['p50_ms']:>7.1f} {b['p99_ms']:>7.1f}"
+        local = (
+            f"{a['turns_per_s']:>14.0f} {a['p50_ms']:>7.1f} {a['p99_ms']:>7.1f}"
+            f" {a['cpu_ms_per_turn']:>6.2f}"
+        )
+        remote = (
+            f"{b['turns_per_s']:>8.0f} {b['p50_ms']:>7.1f} {b['p99_ms']:>7.1f}"
+            f" {b['cpu_ms_per_turn']:>6.2f}"
+        )
         ratio = b["turns_per_s"] / a["turns_per_s"]
         print(f"{row['clients']:>8} | {local} | {remote} {b['errors']:>6.0f} | {ratio:>11.0%}")
 

@@ -37,10 +37,11 @@ class TurnRequest:
 
 def check_id(value: str, what: str = "conversation id") -> str:
     """Ids travel in URLs and keys: printable, bounded, non-empty."""
-    if not value or len(value) > MAX_ID_LENGTH or not value.isprintable():
+    if not value.strip() or len(value) > MAX_ID_LENGTH or not value.isprintable():
         raise HttpError(
             422,
-            f"{what} must be 1..{MAX_ID_LENGTH} printable characters, got {value[:40]!r}",
+            f"{what} must be 1..{MAX_ID_LENGTH} printable characters, not only spaces,"
+            f" got {value[:40]!r}",
             code="invalid_field",
         )
     return value
