@@ -11,6 +11,7 @@ function, raising ``ToolError`` that names the bad field.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import re
 import typing
@@ -117,10 +118,13 @@ def _parameters(
         doc = arg_docs.get(parameter.name)
         if doc and "description" not in schema:
             schema = {**schema, "description": doc}
-        if parameter.default is parameter.empty:
+        default = parameter.default
+        if isinstance(default, enum.Enum):
+            default = default.value
+        if default is parameter.empty:
             required.append(parameter.name)
-        elif _is_json_scalar(parameter.default):
-            schema = {**schema, "default": parameter.default}
+        elif _is_json_scalar(default):
+            schema = {**schema, "default": default}
         properties[parameter.name] = schema
         converters[parameter.name] = convert
     return (

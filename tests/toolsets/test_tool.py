@@ -136,6 +136,23 @@ class TestSchema:
             "additionalProperties": False,
         }
 
+    def test_enum_default_is_shown_by_value(self) -> None:
+        """An enum default appears as its JSON value; other defaults are not shown."""
+
+        @tool
+        async def paint(color: Color = Color.GREEN, at: Point | None = Point(1)) -> str:
+            """Paint."""
+            return ""
+
+        assert property_of(paint, "color") == {
+            "type": "string",
+            "enum": ["red", "green"],
+            "default": "green",
+        }
+        at = property_of(paint, "at")
+        assert isinstance(at, dict)
+        assert "default" not in at
+
     def test_explicit_name_and_description(self) -> None:
         """@tool(name=..., description=...) overrides both."""
 
