@@ -41,17 +41,23 @@ class SeqCache:
         self._capacity = capacity
 
     def next_seq(self, connection: apsw.Connection, conversation_id: str) -> int:
-        last = self._last.get(conversation_id)
+        last_seqs = self._last
+        last = last_seqs.get(conversation_id)
+        if conversation_id not in self._undo:
+            self._undo[conversation_id] = last
         if last is None:
             last = _max_seq(connection, conversation_id)
-        if conversation_id not in self._undo:
-            self._undo[conversation_id] = self._last.get(conversation_id)
-        self._last[conversation_id] = last + 1
-        if len(self._last) > self._capacity:
-            oldest = next(iter(self._last))
-            if oldest not in self._undo:
-                del self._last[oldest]
+            if len(last_seqs) >= self._capacity:
+                self._evict()
+        last_seqs[conversation_id] = last + 1
         return last + 1
+
+    def _evict(self) -> None:
+        """Forget the oldest entry that the current request has not touched."""
+        for conversation_id in self._last:
+            if conversation_id not in self._undo:
+                del self._last[conversation_id]
+                return
 
     def keep(self) -> None:
         """The request's savepoint was released."""
@@ -102,6 +108,8 @@ _MESSAGE_COLUMNS = (
     "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, created_us"
 )
 
+_ROLE_TEXT = {role: role.value for role in Role}
+
 _Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
 
 
@@ -131,7 +139,7 @@ class InsertMessage:
         row = (
             self.conversation_id,
             seq,
-            message.role.value,
+            _ROLE_TEXT[message.role],
             message.content,
             json.dumps(converter.unstructure(tool_calls, _TOOL_CALLS)) if tool_calls else None,
             message.tool_call_id,
