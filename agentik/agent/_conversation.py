@@ -280,11 +280,14 @@ class Conversation:
 
     async def _load(self) -> None:
         """Read history and notes once; answer tool calls a crash left open."""
+        # Read into locals and publish at once: a load cut short (cancelled,
+        # failed) leaves nothing half-filled for the next attempt.
         store = self.storage.message_store
-        async for message in store.get_messages(self.conversation_id):
-            self.history.append(message)
-        self.had_history = bool(self.history)
-        self.memory = await self.storage.working_memory_store.list(self.conversation_id)
+        history = [m async for m in store.get_messages(self.conversation_id)]
+        memory = await self.storage.working_memory_store.list(self.conversation_id)
+        self.history[:] = history
+        self.memory[:] = memory
+        self.had_history = bool(history)
         await self._repair()
         self.loaded = True
 
