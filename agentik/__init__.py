@@ -38,6 +38,8 @@ from agentik.agent import open_chat_agent as open_chat_agent
 from agentik.models import ChatModel as ChatModel
 from agentik.models import ModelRequest as ModelRequest
 from agentik.models import ModelResponse as ModelResponse
+from agentik.models import ModelStreamEvent as ModelStreamEvent
+from agentik.models import RetryPolicy as RetryPolicy
 from agentik.models import OpenAICompatibleModel as OpenAICompatibleModel
 from agentik.models import ScriptedModel as ScriptedModel
 from agentik.models import StreamingChatModel as StreamingChatModel
@@ -51,14 +53,20 @@ from agentik.storage import StorageBundle as StorageBundle
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
 from agentik.storage import in_memory_storage as in_memory_storage
 from agentik.storage import open_sqlite_storage as open_sqlite_storage
+from agentik.toolsets import DISABLE_TOOLSET as DISABLE_TOOLSET
+from agentik.toolsets import ENABLE_TOOLSET as ENABLE_TOOLSET
 from agentik.toolsets import Error as Error
 from agentik.toolsets import NamedTool as NamedTool
 from agentik.toolsets import Run as Run
 from agentik.toolsets import ToolsetActivation as ToolsetActivation
+from agentik.toolsets import ToolHandler as ToolHandler
 from agentik.toolsets import ToolsetContribution as ToolsetContribution
+from agentik.toolsets import ToolsetIndex as ToolsetIndex
 from agentik.toolsets import dispatch as dispatch
+from agentik.toolsets import parse_arguments as parse_arguments
 from agentik.toolsets import render_toolset_section as render_toolset_section
 from agentik.toolsets import tool as tool
+from agentik.toolsets import toolset_control_tools as toolset_control_tools
 
 __version__ = "0.1.0"
 
@@ -67,7 +75,9 @@ __all__ = [
     "AgentikError",
     "ChatAgent",
     "ChatModel",
+    "DISABLE_TOOLSET",
     "DuplicateKeyError",
+    "ENABLE_TOOLSET",
     "Error",
     "MemoryEntry",
     "Message",
@@ -75,6 +85,7 @@ __all__ = [
     "ModelBackendError",
     "ModelRequest",
     "ModelResponse",
+    "ModelStreamEvent",
     "NamedTool",
     "OpenAICompatibleModel",
     "OverloadedError",
@@ -82,6 +93,7 @@ __all__ = [
     "ProtocolViolation",
     "Reflection",
     "ReflectionStore",
+    "RetryPolicy",
     "Role",
     "Run",
     "SchemaVersionError",
@@ -102,8 +114,10 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolError",
+    "ToolHandler",
     "ToolsetActivation",
     "ToolsetContribution",
+    "ToolsetIndex",
     "ToolsetSource",
     "ToolsetStatus",
     "TurnError",
@@ -117,6 +131,8 @@ __all__ = [
     "in_memory_storage",
     "open_chat_agent",
     "open_sqlite_storage",
+    "parse_arguments",
     "render_toolset_section",
     "tool",
+    "toolset_control_tools",
 ]

@@ -14,7 +14,7 @@ from typing import Protocol
 import attrs
 
 from agentik._memory import MemoryEntry, Reflection, SkillSummary
-from agentik.toolsets import ToolsetContribution, render_toolset_section
+from agentik.toolsets import ToolsetContribution, ToolsetIndex, render_toolset_section
 
 
 @attrs.frozen
@@ -50,7 +50,11 @@ class ToolsetSection:
     """The toolset catalog (absent when there are no toolsets)."""
 
     def render(self, context: PromptContext) -> str | None:
-        return render_toolset_section(context.contributions, context.active_toolsets)
+        contributions = context.contributions
+        if isinstance(contributions, ToolsetIndex):
+            # The index remembers the text per active set: no rebuild per request.
+            return contributions.render_section(context.active_toolsets)
+        return render_toolset_section(contributions, context.active_toolsets)
 
 
 @attrs.frozen
