@@ -39,8 +39,8 @@ from agentik.models import ChatModel as ChatModel
 from agentik.models import ModelRequest as ModelRequest
 from agentik.models import ModelResponse as ModelResponse
 from agentik.models import ModelStreamEvent as ModelStreamEvent
-from agentik.models import RetryPolicy as RetryPolicy
 from agentik.models import OpenAICompatibleModel as OpenAICompatibleModel
+from agentik.models import RetryPolicy as RetryPolicy
 from agentik.models import ScriptedModel as ScriptedModel
 from agentik.models import StreamingChatModel as StreamingChatModel
 from agentik.models import TextDelta as TextDelta
@@ -58,8 +58,8 @@ from agentik.toolsets import ENABLE_TOOLSET as ENABLE_TOOLSET
 from agentik.toolsets import Error as Error
 from agentik.toolsets import NamedTool as NamedTool
 from agentik.toolsets import Run as Run
-from agentik.toolsets import ToolsetActivation as ToolsetActivation
 from agentik.toolsets import ToolHandler as ToolHandler
+from agentik.toolsets import ToolsetActivation as ToolsetActivation
 from agentik.toolsets import ToolsetContribution as ToolsetContribution
 from agentik.toolsets import ToolsetIndex as ToolsetIndex
 from agentik.toolsets import dispatch as dispatch
@@ -71,13 +71,13 @@ from agentik.toolsets import toolset_control_tools as toolset_control_tools
 __version__ = "0.1.0"
 
 __all__ = [
+    "DISABLE_TOOLSET",
+    "ENABLE_TOOLSET",
     "AgentStats",
     "AgentikError",
     "ChatAgent",
     "ChatModel",
-    "DISABLE_TOOLSET",
     "DuplicateKeyError",
-    "ENABLE_TOOLSET",
     "Error",
     "MemoryEntry",
     "Message",
