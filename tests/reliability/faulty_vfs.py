@@ -1,0 +1,49 @@
+"""An apsw VFS that fails the write-ahead log's writes or syncs on demand.
+
+``open_sqlite_storage`` has no way to name a VFS, so ``FaultyVFS`` registers
+itself as SQLite's *default* VFS for the duration of one test (the
+``faulty_vfs`` fixture unregisters it): every connection the bundle opens
+then goes through it. It inherits everything from the ``unix`` VFS and only
+raises ``apsw.IOError`` (SQLITE_IOERR) from ``xWrite`` or ``xSync`` of a
+``-wal`` file while armed, which is what a full disk or a failing device
+looks like to SQLite in the middle of a COMMIT.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+FAULTS = ["sync", "write"]
+
+
+class FaultyVFS(apsw.VFS):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.fail: str | None = None
+        """"sync" or "write" to fail that operation on -wal files; None to pass."""
+        self.injected = 0
+        """How many operations failed on purpose."""
+        super().__init__("agentik-faulty", "unix", makedefault=True)
+
+    def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
+        return FaultyFile(self, name, flags)
+
+
+class FaultyFile(apsw.VFSFile):  # type: ignore[misc]
+    def __init__(self, vfs: FaultyVFS, name: object, flags: list[int]) -> None:
+        self._vfs = vfs
+        filename = name.filename() if isinstance(name, apsw.URIFilename) else str(name)
+        self._wal = filename.endswith("-wal")
+        super().__init__("unix", name, flags)
+
+    def _check(self, operation: str) -> None:
+        if self._wal and self._vfs.fail == operation:
+            self._vfs.injected += 1
+            raise apsw.IOError(f"injected {operation} failure")
+
+    def xWrite(self, data: bytes, offset: int) -> None:
+        self._check("write")
+        super().xWrite(data, offset)
+
+    def xSync(self, flags: int) -> None:
+        self._check("sync")
+        super().xSync(flags)
