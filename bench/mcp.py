@@ -12,8 +12,10 @@ cost is mostly inter-process I/O:
   (timeout scope, state checks, result rendering on top of the SDK call).
 
 The server is this script run with ``--serve`` (an ``MCPServer`` with one
-``add`` tool). It prints median and p99 per call in microseconds and the
-added latency (``agentik`` minus ``direct``), plus ``agentik`` over ``sdk``.
+``add`` tool). It prints median and p99 wall time per call in microseconds,
+this process's CPU time per call (the client side alone: the servers are
+other processes, so this column holds still when the machine is loaded), the
+added latency (``agentik`` minus ``direct``), and ``agentik`` over ``sdk``.
 """
 
 from __future__ import annotations
@@ -60,13 +62,15 @@ async def _direct_add(arguments: JsonObject) -> str:
     return str(a + b)
 
 
-async def _timed(call: Call, calls: int) -> list[float]:
+async def _timed(call: Call, calls: int) -> tuple[list[float], float]:
+    """Wall time of each call, and this process's CPU time for the whole batch."""
     samples = []
+    cpu = time.process_time()
     for _ in range(calls):
         start = time.perf_counter()
         assert await call() == "5"
         samples.append(time.perf_counter() - start)
-    return samples
+    return samples, time.process_time() - cpu
 
 
 def _p(samples: list[float], q: float) -> float:
@@ -101,22 +105,28 @@ async def main(calls: int, repeat: int) -> None:
         for call in ways.values():
             await _timed(call, 50)  # warm-up
         samples: dict[str, list[float]] = {name: [] for name in ways}
+        cpu: dict[str, float] = dict.fromkeys(ways, 0.0)
         for _ in range(repeat):
             for name, call in ways.items():
-                samples[name] += await _timed(call, calls)
+                wall, spent = await _timed(call, calls)
+                samples[name] += wall
+                cpu[name] += spent
     median = {name: statistics.median(s) * 1e6 for name, s in samples.items()}
     p99 = {name: _p(s, 0.99) for name, s in samples.items()}
+    cpu_us = {name: spent / (calls * repeat) * 1e6 for name, spent in cpu.items()}
     print(f"{calls} calls x {repeat} repeats per way, stdio, microseconds per call")
-    print(f"{'way':<8} {'median':>10} {'p99':>10}")
+    print(f"{'way':<8} {'median':>10} {'p99':>10} {'client CPU':>11}")
     for name in ways:
-        print(f"{name:<8} {median[name]:>10.1f} {p99[name]:>10.1f}")
+        print(f"{name:<8} {median[name]:>10.1f} {p99[name]:>10.1f} {cpu_us[name]:>11.1f}")
     added = median["agentik"] - median["direct"], p99["agentik"] - p99["direct"]
     print(
         f"added by an MCP call (agentik - direct): median {added[0]:.1f} us, p99 {added[1]:.1f} us"
     )
     print(
         f"agentik / sdk: median {median['agentik'] / median['sdk']:.3f}x,"
-        f" p99 {p99['agentik'] / p99['sdk']:.3f}x"
+        f" p99 {p99['agentik'] / p99['sdk']:.3f}x,"
+        f" client CPU {cpu_us['agentik'] / cpu_us['sdk']:.3f}x"
+        f" ({cpu_us['agentik'] - cpu_us['sdk']:+.1f} us)"
     )
 
 
