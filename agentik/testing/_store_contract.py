@@ -117,6 +117,18 @@ async def _get_messages_pages(bundle: StorageBundle) -> None:
         await _history(bundle, "c", page_size=0)
 
 
+async def _get_messages_fetches_lazily(bundle: StorageBundle) -> None:
+    store = bundle.message_store
+    for i in range(3):
+        await store.append("c", _user(str(i)))
+    seen = []
+    async for message in store.get_messages("c", page_size=2):
+        seen.append(message.content)
+        if message.seq == 1:
+            await store.append("c", _user("late"))
+    assert seen == ["0", "1", "2", "late"], f"pages were not fetched as iterated: {seen}"
+
+
 async def _token_stats_sum_usage(bundle: StorageBundle) -> None:
     store = bundle.message_store
     await store.append("c", _user("q"))
@@ -213,6 +225,7 @@ MESSAGE_CASES: tuple[Case, ...] = (
     _append_assigns_seq_and_time,
     _conversations_are_independent,
     _get_messages_pages,
+    _get_messages_fetches_lazily,
     _token_stats_sum_usage,
     _idempotency_keys,
     _submit_applies_in_order,

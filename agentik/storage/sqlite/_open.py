@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 import apsw
 import trio
 
+from agentik._errors import StoreError
 from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import StorageBundle
 from agentik.storage.sqlite._connect import (
@@ -39,7 +40,10 @@ from agentik.storage.sqlite._writer import Writer, WriterStats
 def _open_writer(
     path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float
 ) -> apsw.Connection:
-    connection = open_write_connection(path, synchronous, busy_timeout)
+    try:
+        connection = open_write_connection(path, synchronous, busy_timeout)
+    except apsw.Error as error:
+        raise StoreError(f"cannot open the database {os.fspath(path)!r}: {error}") from error
     migrated = False
     try:
         migrate(connection)
