@@ -22,7 +22,7 @@ import attrs
 
 from agentik._errors import AgentikError
 
-Kind: TypeAlias = Literal["str", "int", "float", "list", "bind"]
+Kind: TypeAlias = Literal["str", "int", "float", "list", "bind", "bool"]
 Raw: TypeAlias = "str | int | float | bool | list[str]"
 
 
@@ -48,6 +48,7 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("server", "bind", "bind", "AGENTIK_BIND"),
     Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN"),
+    Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
@@ -101,6 +102,9 @@ class ServerConfig:
     """Entry points ``module:attribute``, each giving one or more toolset contributions."""
     auth_token: str | None = attrs.field(default=None, repr=False)
     limits: Limits = Limits()
+    gc_freeze: bool = False
+    """Freeze the objects alive at start-up out of the garbage collector and raise
+    its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
 
     @property
     def is_loopback(self) -> bool:
@@ -157,6 +161,10 @@ def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string, got {value!r}")
         return value
+    if setting.kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
     if setting.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{where} must be a positive integer, got {value!r}")
@@ -178,7 +186,9 @@ def read_env(env: Mapping[str, str]) -> dict[tuple[str, str], Raw]:
             continue
         text = env[setting.env]
         value: object = text
-        if setting.kind == "int":
+        if setting.kind == "bool":
+            value = {"1": True, "true": True, "0": False, "false": False}.get(text.lower(), text)
+        elif setting.kind == "int":
             value = int(text) if text.strip().lstrip("-").isdigit() else text
         elif setting.kind == "float":
             try:
@@ -260,6 +270,7 @@ def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Ser
         else (),
         auth_token=auth_token,
         limits=limits,
+        gc_freeze=get("server", "gc_freeze") is True,
     )
 
 

@@ -44,6 +44,14 @@ class TestLoadConfig:
         assert config.model == ModelSettings(base_url="http://x/v1", model="m", api_key="sekrit")
         assert "sekrit" not in repr(config)
 
+    def test_gc_freeze(self, tmp_path: Path) -> None:
+        """A boolean from the file, overridden by the environment."""
+        path = write(tmp_path, "[server]\ngc_freeze = true\n")
+        assert load_config(path, env={}).gc_freeze is True
+        assert load_config(path, env={"AGENTIK_GC_FREEZE": "false"}).gc_freeze is False
+        with pytest.raises(ConfigError, match=r"gc_freeze must be true or false, got 'yes'$"):
+            load_config(path, env={"AGENTIK_GC_FREEZE": "yes"})
+
     def test_toolsets_from_environment(self) -> None:
         config = load_config(None, env={"AGENTIK_TOOLSETS": "a.b:c, d:e"})
         assert config.toolsets == ("a.b:c", "d:e")
