@@ -110,7 +110,13 @@ class Connection:
             f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         )
-        await self.stream.send_all(head.encode() + body)
+        return await self.request(head.encode() + body)
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        return await self.request(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+
+    async def request(self, raw: bytes) -> tuple[int, bytes]:
+        await self.stream.send_all(raw)
         while b"\r\n\r\n" not in self.buffer:
             await self._fill()
         raw_head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
@@ -149,6 +155,22 @@ async def over_http(host: str, port: int, n: int, turns: int, tag: str) -> dict[
             nursery.start_soon(client, i)
     elapsed = time.perf_counter() - began
     return summary(latencies, n * turns, elapsed, errors, 0.0)
+
+
+async def health_floor(host: str, port: int, clients: int, each: int) -> None:
+    """GET /health from ``clients`` connections: the server's cost of a request
+    that does nothing (hypercorn + Starlette + agentik's guard)."""
+
+    async def client() -> None:
+        async with await trio.open_tcp_stream(host, port) as stream:
+            connection = Connection(stream)
+            for _ in range(each):
+                status, _ = await connection.get("/health")
+                assert status == 200
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(clients):
+            nursery.start_soon(client)
 
 
 def tune_gc() -> None:
@@ -232,6 +254,9 @@ def main() -> None:
                     remote.append(trio.run(over_http, host, port, n, args.turns, f"r{repeat}-"))
                     spent = child_cpu(process) - before
                     remote[-1]["cpu_ms_per_turn"] = 1000 * spent / (n * args.turns)
+                    before = child_cpu(process)
+                    trio.run(health_floor, host, port, 50, 40)
+                    remote[-1]["floor_cpu_ms"] = 1000 * (child_cpu(process) - before) / 2000
                 finally:
                     process.send_signal(signal.SIGTERM)
                     process.wait(timeout=60)
@@ -249,7 +274,7 @@ def main() -> None:
     print(
         f"{'clients':>8} | {'in-process t/s':>14} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>6} | "
         f"{'HTTP t/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>6} {'errors':>6} | "
-        f"{'HTTP/in-proc':>12}"
+        f"{'HTTP/in-proc':>12} | {'GET /health cpu ms':>18}"
     )
     for row in rows:
         a, b = row["in_process"], row["http"]
@@ -262,7 +287,12 @@ def main() -> None:
             f" {b['cpu_ms_per_turn']:>6.2f}"
         )
         ratio = b["turns_per_s"] / a["turns_per_s"]
-        print(f"{row['clients']:>8} | {local} | {remote} {b['errors']:>6.0f} | {ratio:>11.0%}")
+        floor = b["floor_cpu_ms"]
+        print(
+            f"{row['clients']:>8} | {local} | {remote} {b['errors']:>6.0f} | {ratio:>12.0%}"
+            f" | {floor:>18.2f}"
+        )
+    print("cpu ms: CPU time of the serving process per turn (HTTP: the server process only)")
 
 
 if __name__ == "__main__":
