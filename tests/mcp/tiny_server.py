@@ -22,8 +22,9 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-_PROTOCOL_OUT = os.dup(1)
-"""The protocol pipe itself: the SDK diverts ``sys.stdout`` (and fd 1) to stderr while serving."""
+_PROTOCOL_OUT = -1
+"""The protocol pipe itself (set when run as a script): the SDK diverts ``sys.stdout``
+(and fd 1) to stderr while serving."""
 
 
 def build() -> MCPServer:
@@ -91,6 +92,7 @@ async def _announce(ctx: Context) -> None:
 
 
 if __name__ == "__main__":
+    _PROTOCOL_OUT = os.dup(1)
     if pid_dir := os.environ.get("TINY_PID_DIR"):
         (pathlib.Path(pid_dir) / str(os.getpid())).touch()
     build().run()
