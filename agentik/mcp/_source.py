@@ -41,7 +41,7 @@ from agentik._json import JsonObject
 from agentik.mcp._config import HttpServer, McpServerConfig
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
-from agentik.mcp._transport import open_transport
+from agentik.mcp._transport import StderrTail, open_transport
 from agentik.toolsets import NamedTool, ToolsetContribution
 
 logger = logging.getLogger("agentik.mcp")
@@ -213,11 +213,12 @@ class McpToolset:
     async def _attempt(self, *, probe: bool) -> None:
         """One connection, from launch to its end; raises ``_Fault`` saying why it ended."""
         conn = self._conn = _Connection()
+        stderr = StderrTail(self.config.name or _config_label(self.config))
         timeout = self.config.connect_timeout
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             try:
                 async with Client(
-                    open_transport(self.config.transport, lambda: _close(conn)),
+                    open_transport(self.config.transport, lambda: _close(conn), stderr),
                     mode=self.config.protocol,
                     message_handler=lambda message: self._on_message(conn, message),
                     cache=None,
@@ -243,10 +244,10 @@ class McpToolset:
             # for a broken server (OSError, MCPError, ValidationError, groups of
             # them) ends this connection, never the agent. Cancelled is not caught.
             except Exception as exc:
-                raise _Fault(_describe(exc)) from exc
+                raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
         if scope.cancelled_caught:
-            raise _Fault(f"no answer to initialize and tools/list within {timeout:g}s")
-        raise _Fault(why)
+            why = f"no answer to initialize and tools/list within {timeout:g}s"
+        raise _Fault(_with_stderr(why, stderr))
 
     async def _watch(self, client: Client, conn: _Connection) -> str:
         """Serve change events and hang suspicions until the connection ends; say why it did."""
@@ -444,6 +445,11 @@ def _config_label(config: McpServerConfig) -> str:
     if isinstance(config.transport, HttpServer):
         return config.transport.url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
     return config.transport.command.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
+
+
+def _with_stderr(why: str, stderr: StderrTail) -> str:
+    """The server's last words (a traceback's last line, usually) make a fault clear."""
+    return f"{why}; its stderr ended with: {stderr.last}" if stderr.last else why
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,16 +6,27 @@ died says nothing. ``open_transport`` wraps the read stream so that its end
 (EOF, or closed under the reader) calls ``on_closed`` — for stdio that is the
 process exiting, for HTTP the session's streams being torn down. The
 manager waits on that to restart a crashed server without waiting for a call.
+
+A stdio server's stderr goes through a pipe into ``StderrTail``: each line is
+logged (logger ``agentik.mcp.stderr``, debug) and the last few are kept, so a
+server that dies can say why in ``health`` (its traceback's last line) rather
+than just "connection closed". By the time ``open_transport`` exits, the pipe
+has been read to its end (or for at most ``_DRAIN_GRACE`` seconds, when a
+grandchild keeps it open).
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Self
 
 import anyio
+import trio
 from mcp import StdioServerParameters
 from mcp.client._transport import ReadStream, TransportStreams
 from mcp.client.stdio import stdio_client
@@ -26,6 +37,39 @@ from mcp.shared.message import SessionMessage
 from agentik.mcp._config import HttpServer, StdioServer
 
 _Item = SessionMessage | Exception
+_DRAIN_GRACE = 0.5
+_stderr_log = logging.getLogger("agentik.mcp.stderr")
+
+
+class StderrTail:
+    """The last lines a server wrote to stderr, for fault reports."""
+
+    def __init__(self, server: str, lines: int = 20) -> None:
+        self._server = server
+        self._lines: collections.deque[str] = collections.deque(maxlen=lines)
+
+    def add(self, line: str) -> None:
+        if line.strip():
+            self._lines.append(line.rstrip())
+            _stderr_log.debug("mcp server %r: %s", self._server, line.rstrip())
+
+    def clear(self) -> None:
+        self._lines.clear()
+
+    @property
+    def last(self) -> str | None:
+        return self._lines[-1] if self._lines else None
+
+
+async def _drain(stream: trio.lowlevel.FdStream, tail: StderrTail, done: trio.Event) -> None:
+    async with stream:
+        pending = b""
+        while chunk := await stream.receive_some():
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                tail.add(line.decode("utf-8", "replace"))
+        tail.add(pending.decode("utf-8", "replace"))
+    done.set()
 
 
 class _WatchedRead:
@@ -68,7 +112,7 @@ class _WatchedRead:
 
 @asynccontextmanager
 async def open_transport(
-    transport: StdioServer | HttpServer, on_closed: Callable[[], None]
+    transport: StdioServer | HttpServer, on_closed: Callable[[], None], stderr: StderrTail
 ) -> AsyncIterator[TransportStreams]:
     """The SDK transport for ``transport``; ``on_closed`` runs when the server's side ends."""
     if isinstance(transport, StdioServer):
@@ -78,8 +122,17 @@ async def open_transport(
             env=dict(transport.env) or None,
             cwd=transport.cwd,
         )
-        async with stdio_client(params) as (read, write):
-            yield _WatchedRead(read, on_closed), write
+        read_end, write_end = os.pipe()
+        drained = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, trio.lowlevel.FdStream(read_end), stderr, drained)
+            with os.fdopen(write_end, "w") as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write):
+                    errlog.close()  # the child has its own copy; EOF comes when it exits
+                    yield _WatchedRead(read, on_closed), write
+            with trio.move_on_after(_DRAIN_GRACE):
+                await drained.wait()
+            nursery.cancel_scope.cancel()
     else:
         async with (
             create_mcp_http_client(headers=dict(transport.headers)) as http,

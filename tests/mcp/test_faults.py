@@ -113,6 +113,15 @@ class TestStartFailures:
                 await wait_for(lambda: src.health.restarts >= 2)
                 assert src.health.last_error
 
+    async def test_a_server_that_dies_at_start_says_why_in_health(self) -> None:
+        """The last line of the server's stderr is part of the report."""
+        config = python("import sys; sys.exit('boom: no API key set')", name="dies", backoff=30)
+        with trio.fail_after(LIMIT):
+            async with open_mcp_toolsets([config]) as (src,):
+                assert src.state is McpState.FAILED
+                error = src.health.last_error or ""
+                assert error.endswith("; its stderr ended with: boom: no API key set"), error
+
     async def test_a_server_that_never_answers_times_out(self) -> None:
         """Initialize is bounded by connect_timeout."""
         config = python("import time; time.sleep(60)", name="mute", connect_timeout=0.5, backoff=30)
