@@ -36,6 +36,10 @@ def _reject_constant(name: str) -> JsonValue:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+"""One decoder, reused: ``json.loads(text, parse_constant=…)`` builds a new one per call."""
+
+
 def parse_json(body: bytes) -> JsonValue:
     """Strict JSON from UTF-8 bytes (no NaN or Infinity)."""
     try:
@@ -45,7 +49,7 @@ def parse_json(body: bytes) -> JsonValue:
             400, f"request body is not valid UTF-8 (byte {error.start})", code="invalid_utf8"
         ) from error
     try:
-        value: JsonValue = json.loads(text, parse_constant=_reject_constant)
+        value: JsonValue = _DECODER.decode(text)
     except ValueError as error:
         raise HttpError(
             400, f"request body is not valid JSON: {error}", code="invalid_json"
