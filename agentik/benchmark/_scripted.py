@@ -1,0 +1,45 @@
+"""The benchmark's scripted workload: a model that makes ``tool_calls`` tool
+calls per turn (one per model call) and then answers ``reply_chars`` of text,
+and the tool it calls. Constant cost per call, whatever the history length."""
+
+from __future__ import annotations
+
+from agentik._json import JsonObject
+from agentik._messages import Role, TokenUsage, ToolCall
+from agentik.models import ModelRequest, ModelResponse
+from agentik.models._scripted import Responder
+from agentik.toolsets import NamedTool
+
+BENCH_TOOL = "bench_clock"
+
+
+async def _clock(arguments: JsonObject) -> str:
+    return "12:00"
+
+
+def bench_tool() -> NamedTool:
+    """The tool the scripted benchmark model calls."""
+    return NamedTool(BENCH_TOOL, "The time of day.", {"type": "object", "properties": {}}, _clock)
+
+
+def workload_responder(tool_calls: int, reply_chars: int) -> Responder:
+    """``tool_calls`` calls of the bench tool per turn, then a text answer."""
+    if tool_calls < 0 or reply_chars < 0:
+        raise ValueError("tool_calls and reply_chars must be >= 0")
+    reply = ("ok " * (reply_chars // 3 + 1))[:reply_chars]
+    usage = TokenUsage(prompt_tokens=16, completion_tokens=max(1, reply_chars // 4))
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        messages = request.messages
+        made = 0
+        for message in reversed(messages):
+            if message.role is Role.USER:
+                break
+            if message.role is Role.TOOL:
+                made += 1
+        if made < tool_calls:
+            call = ToolCall(f"call_{len(messages)}", BENCH_TOOL, "{}")
+            return ModelResponse(tool_calls=(call,), usage=usage, finish_reason="tool_calls")
+        return ModelResponse(text=reply, usage=usage, finish_reason="stop")
+
+    return respond
