@@ -172,6 +172,23 @@ class TestGroupCommit:
             assert [e.text for e in await memory.list("c")] == ["mine", "blocker", "other"]
             assert await memory.list("d") == [theirs]
 
+    async def test_a_stale_seq_cache_heals_after_one_failure(self, tmp_path: Path) -> None:
+        """If something else appends to the file behind the writer's back, the
+        clashing append fails alone and the next one looks the seq up afresh."""
+        path = tmp_path / "db"
+        async with open_sqlite_storage(path) as bundle:
+            store = bundle.message_store
+            await store.append("c", user("one"))
+            intruder = apsw.Connection(str(path))
+            intruder.execute(
+                "INSERT INTO message (conversation_id, seq, role, content, created_us)"
+                " VALUES ('c', 2, 'user', 'intruder', 0)"
+            )
+            intruder.close()
+            with pytest.raises(StoreError, match=r"^storage write failed: ConstraintError"):
+                await store.append("c", user("clash"))
+            assert (await store.append("c", user("three"))).seq == 3
+
 
 class TestDurability:
     async def test_data_survives_close_and_reopen(self, tmp_path: Path) -> None:

@@ -31,20 +31,20 @@ _SEQ_CACHE_SIZE = 10_000
 @final
 class SeqCache:
     """The last seq of recently written conversations, so most appends skip
-    the ``max(seq)`` lookup. Owned by the writer thread. Changes made by a
-    request are undone if its savepoint rolls back; the whole cache is dropped
-    if a transaction fails."""
+    the ``max(seq)`` lookup. Owned by the writer thread. If a request's
+    savepoint rolls back, the conversations it touched are forgotten (the next
+    append looks them up again, which also heals a cache gone stale because
+    something else wrote to the file); if a transaction fails, everything is."""
 
     def __init__(self, capacity: int = _SEQ_CACHE_SIZE) -> None:
         self._last: dict[str, int] = {}
-        self._undo: dict[str, int | None] = {}
+        self._touched: set[str] = set()
         self._capacity = capacity
 
     def next_seq(self, connection: apsw.Connection, conversation_id: str) -> int:
         last_seqs = self._last
         last = last_seqs.get(conversation_id)
-        if conversation_id not in self._undo:
-            self._undo[conversation_id] = last
+        self._touched.add(conversation_id)
         if last is None:
             last = _max_seq(connection, conversation_id)
             if len(last_seqs) >= self._capacity:
@@ -55,27 +55,24 @@ class SeqCache:
     def _evict(self) -> None:
         """Forget the oldest entry that the current request has not touched."""
         for conversation_id in self._last:
-            if conversation_id not in self._undo:
+            if conversation_id not in self._touched:
                 del self._last[conversation_id]
                 return
 
     def keep(self) -> None:
         """The request's savepoint was released."""
-        self._undo.clear()
+        self._touched.clear()
 
     def undo(self) -> None:
         """The request's savepoint was rolled back."""
-        for conversation_id, last in self._undo.items():
-            if last is None:
-                self._last.pop(conversation_id, None)
-            else:
-                self._last[conversation_id] = last
-        self._undo.clear()
+        for conversation_id in self._touched:
+            self._last.pop(conversation_id, None)
+        self._touched.clear()
 
     def clear(self) -> None:
         """The whole transaction was rolled back."""
         self._last.clear()
-        self._undo.clear()
+        self._touched.clear()
 
 
 def _max_seq(connection: apsw.Connection, conversation_id: str) -> int:
