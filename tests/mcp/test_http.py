@@ -11,7 +11,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from agentik import ToolError
-from agentik.mcp import McpState, McpToolset, open_mcp_toolsets
+from agentik.mcp import HttpServer, McpServerConfig, McpState, McpToolset, open_mcp_toolsets
 from tests.mcp import tiny_server
 from tests.mcp.conftest import tiny_http
 from tests.mcp.test_stdio import LIMIT, tool, wait_for
@@ -19,9 +19,12 @@ from tests.mcp.test_stdio import LIMIT, tool, wait_for
 
 async def test_list_call_and_error_result(http_url: str) -> None:
     """The same toolset as over stdio: named from the server, calls forwarded, errors kept."""
+    config = McpServerConfig(transport=HttpServer(url=http_url, headers={"X-Test": "sent"}))
     with trio.fail_after(LIMIT):
-        async with open_mcp_toolsets([tiny_http(http_url)]) as (src,):
+        async with open_mcp_toolsets([config]) as (src,):
             assert src.name == "tiny-test-server"
+            where = await tool(src, "tiny-test-server_where").handler({"variable": "NOPE"})
+            assert where.endswith(" NOPE=None x-test=sent")
             assert src.health.protocol_version == "2026-07-28"
             assert await tool(src, "tiny-test-server_add").handler({"a": 2, "b": 3}) == "5"
             with pytest.raises(ToolError, match=r"^Error executing tool fail: nope$"):

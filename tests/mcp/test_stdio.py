@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Callable
 
+import attrs
 import pytest
 import trio
 
@@ -25,10 +27,20 @@ async def wait_for(predicate: Callable[[], bool]) -> None:
 
 
 class TestListAndCall:
-    async def test_every_mcp_tool_becomes_a_prefixed_tool_with_its_schema(self) -> None:
-        """The toolset takes the server's name made to fit, and tools keep their input schema."""
+    async def test_every_mcp_tool_becomes_a_prefixed_tool_with_its_schema(
+        self, tmp_path: pathlib.Path
+    ) -> None:
+        """The toolset takes the server's name made to fit, and tools keep their input schema;
+        the process runs with the configured environment and working directory."""
+        config = tiny_stdio()
+        config = attrs.evolve(
+            config,
+            transport=attrs.evolve(
+                config.transport, env={"GREETING": "hello there"}, cwd=str(tmp_path)
+            ),
+        )
         with trio.fail_after(LIMIT):
-            async with open_mcp_toolsets([tiny_stdio()]) as (source,):
+            async with open_mcp_toolsets([config]) as (source,):
                 contribution = source.contribution
                 assert contribution.name == "tiny-test-server"
                 assert contribution.description == "A tiny MCP server for the tests."
@@ -36,7 +48,10 @@ class TestListAndCall:
                 assert names == [
                     f"tiny-test-server_{verb}"
                     for verb in sorted(
-                        ["add", "crash", "fail", "freeze", "garbage", "grow", "hang", "shrink"]
+                        [
+                            *("add", "crash", "fail", "freeze", "garbage"),
+                            *("grow", "hang", "shrink", "where"),
+                        ]
                     )
                 ]
                 add = tool(source, "tiny-test-server_add")
@@ -47,7 +62,11 @@ class TestListAndCall:
                     "b": {"title": "B", "type": "integer"},
                 }
                 health = source.health
-                assert (health.state, health.restarts, health.tools) == (McpState.READY, 0, 8)
+                assert (health.state, health.restarts, health.tools) == (McpState.READY, 0, 9)
+                where = tool(source, "tiny-test-server_where")
+                assert await where.handler({"variable": "GREETING"}) == (
+                    f"cwd={tmp_path} GREETING=hello there x-test=None"
+                )
                 assert source.contribution is contribution  # stable until the listing changes
 
     async def test_calls_are_forwarded_and_tool_errors_become_error_results(self) -> None:

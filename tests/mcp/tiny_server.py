@@ -1,6 +1,7 @@
 """A tiny MCP server for the tests, over stdio (run as a script) or HTTP (``build()``).
 
-Tools: ``add``; ``fail`` (raises: an isError result); ``hang`` (never
+Tools: ``add``; ``where`` (its cwd, an environment variable, the X-Test
+header); ``fail`` (raises: an isError result); ``hang`` (never
 answers); ``grow``/``shrink`` (add or remove a tool, then announce the change
 both ways: ``subscriptions/listen`` for 2026-07-28 sessions, the
 ``tools/list_changed`` notification for handshake ones); stdio only:
@@ -63,6 +64,12 @@ def build() -> MCPServer:
         server.remove_tool(name)
         await _announce(ctx)
         return f"removed {name}"
+
+    @server.tool()
+    def where(variable: str, ctx: Context) -> str:
+        """Report the working directory, an environment variable and the X-Test header."""
+        header = (ctx.headers or {}).get("x-test")
+        return f"cwd={os.getcwd()} {variable}={os.environ.get(variable)} x-test={header}"
 
     @server.tool()
     def crash() -> str:
