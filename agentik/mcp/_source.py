@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import math
 from typing import final
@@ -124,6 +125,7 @@ class McpToolset:
         self._conn = _Connection()
         self._mcp_names: dict[str, str] = {}
         self._contribution: ToolsetContribution | None = None
+        self._listing: tuple[tuple[str, str | None, str | None, str], ...] = ()
         self._fallback: ToolsetContribution | None = None
         self._launched = False
 
@@ -294,7 +296,8 @@ class McpToolset:
             conn.poke()
         elif isinstance(message, Exception):
             self._last_error = f"unreadable message from the server: {_describe(message)}"
-            logger.warning("mcp server %r: %s", self.name, self._last_error)
+            label = self._name or self.config.name or _config_label(self.config)
+            logger.warning("mcp server %r: %s", label, self._last_error)
 
     async def _list(self, client: Client) -> None:
         tools: list[mt.Tool] = []
@@ -326,8 +329,13 @@ class McpToolset:
             if report not in self._reports:
                 logger.warning("mcp server %r: %s", self.name, report)
         self._reports = naming.reports
-        if naming.by_tool_name == self._mcp_names and self._contribution is not None:
-            return
+        key = tuple(
+            (t.name, t.title, t.description, json.dumps(t.input_schema, sort_keys=True))
+            for t in sorted(tools, key=lambda t: t.name)
+        )
+        if key == self._listing and self._contribution is not None:
+            return  # same tools: keep the same object, so the agent sees no change
+        self._listing = key
         self._mcp_names = naming.by_tool_name
         named = tuple(
             self._named_tool(tool_name, by_mcp[mcp_name])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mcp.types as mt
 import pytest
 
 from agentik import ToolError
@@ -53,3 +54,35 @@ def test_a_configured_description_is_the_catalog_row() -> None:
     """Configuration wins over anything the server says."""
     source = McpToolset(stdio("srv", description="Files: read and list."))
     assert source.contribution.description == "Files: read and list."
+
+
+def _tool(name: str, description: str = "Adds.") -> mt.Tool:
+    return mt.Tool(name=name, description=description, input_schema={"type": "object"})
+
+
+class TestPublish:
+    """A listing becomes the contribution; the object changes only when the tools do."""
+
+    def test_the_same_listing_keeps_the_same_object(self) -> None:
+        """The agent compares by identity, so a no-op refresh must not look like a change."""
+        source = McpToolset(stdio("srv", name="calc"))
+        source._publish([_tool("add"), _tool("sub")])
+        first = source.contribution
+        source._publish([_tool("sub"), _tool("add")])
+        assert source.contribution is first
+
+    def test_a_changed_description_or_schema_is_a_new_contribution(self) -> None:
+        """Same names, different definitions: the model must see the new ones."""
+        source = McpToolset(stdio("srv", name="calc"))
+        source._publish([_tool("add")])
+        first = source.contribution
+        source._publish([_tool("add", "Adds two numbers, now with units.")])
+        assert source.contribution is not first
+        (add,) = source.contribution.tools
+        assert add.description == "Adds two numbers, now with units."
+
+    def test_an_empty_listing_falls_back_to_the_explaining_tool(self) -> None:
+        """A toolset needs a tool; a server listing none gets the one that explains."""
+        source = McpToolset(stdio("srv", name="calc"))
+        source._publish([])
+        assert [t.name for t in source.contribution.tools] == ["calc"]
