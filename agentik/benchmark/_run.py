@@ -52,6 +52,9 @@ class BenchConfig:
     """Use a real OpenAI-compatible endpoint instead of the scripted model."""
     model_name: str | None = None
     api_key: str | None = attrs.field(default=None, repr=False)
+    """The model endpoint's API key."""
+    auth_token: str | None = attrs.field(default=None, repr=False)
+    """Bearer token for the server at ``url``."""
     progress: bool = False
     http_timeout: float = 120.0
 
@@ -251,7 +254,7 @@ async def _run_http(config: BenchConfig) -> BenchResult:
     limits = httpx.Limits(
         max_connections=config.conversations, max_keepalive_connections=config.conversations
     )
-    headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
     async with httpx.AsyncClient(
         base_url=config.url.rstrip("/"), limits=limits, timeout=config.http_timeout, headers=headers
     ) as client:
