@@ -163,6 +163,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="agentik-bench-", dir=args.folder))
     figures: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+    args.load = [os.getloadavg()[0]]
     lines = [
         "| synchronous | tasks | writer appends/s | mean batch | raw apsw rows/s | writer/raw"
         " | writer without SQLite | writer/without | in-memory appends/s |",
@@ -195,6 +196,7 @@ def main() -> None:
                 figures[(synchronous, tasks)] = (w, r, n, m)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    args.load.append(os.getloadavg()[0])
     table = "\n".join(lines)
     print(table)
     if args.write_docs:
@@ -207,12 +209,16 @@ def write_docs(
     args: argparse.Namespace,
 ) -> None:
     writer, raw, bare, memory = figures[("FULL", 1000)]
+    full_1, full_1000 = figures[("FULL", 1)][0], writer
+    normal_1, normal_1000 = figures[("NORMAL", 1)][0], figures[("NORMAL", 1000)][0]
+    load = " → ".join(f"{value:.1f}" for value in args.load)
     section = (
         "## Storage\n\n"
         f"`python -m bench.storage --runs {args.runs} --messages {args.messages} --write-docs`"
         f" on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; messages of {CONTENT_CHARS}"
         " characters, each task appending to its own conversation; medians of the runs"
-        " (± half the spread), the three measurements interleaved. *raw apsw* inserts the"
+        f" (± half the spread), the four measurements interleaved; load average {load}."
+        " *raw apsw* inserts the"
         " same rows into the same schema with `executemany`, 1,000 rows per transaction,"
         " in one thread, rows built beforehand: the ceiling for SQLite. *writer without"
         " SQLite* is the same writer with its batch function replaced by one that"
@@ -221,8 +227,9 @@ def write_docs(
         " `in_memory_storage()`.\n\n"
         f"{table}\n\n"
         "Reading it: group commit works: one transaction per batch, each batch as large as"
-        " the number of waiting tasks, so FULL costs little against NORMAL once tasks are"
-        " many, while a lone task pays one sync per append. With 1,000 tasks at FULL the"
+        " the number of waiting tasks. A lone task pays one sync per append (FULL ran at"
+        f" {full_1 / normal_1:.0%} of NORMAL with one task, {full_1000 / normal_1000:.0%} with"
+        " 1,000, where one sync covers a whole batch). With 1,000 tasks at FULL the"
         f" writer ran at {writer / raw:.0%} of raw apsw ({writer:,.0f} against {raw:,.0f}"
         " rows/s; the goal is 50 %). With SQLite taken out the same writer ran at"
         f" {bare:,.0f} appends/s ({bare / raw:.0%} of raw apsw), and the in-memory backend,"
