@@ -101,12 +101,22 @@ class GatedMessageStore:
     submit_content: str = ""
     commit_content: str = ""
     submits: collections.Counter[str] = attrs.Factory(collections.Counter)
+    appends_accepted: int = 0
+    """``append`` calls whose write the real store accepted (committed or not)."""
+    _accepted: trio.Event = attrs.Factory(trio.Event)
 
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Message:
         pending = await self.submit(conversation_id, message, idempotency_key=idempotency_key)
+        self.appends_accepted += 1
+        self._accepted.set()
+        self._accepted = trio.Event()
         return await pending.wait()
+
+    async def wait_appends_accepted(self, count: int) -> None:
+        while self.appends_accepted < count:
+            await self._accepted.wait()
 
     async def submit(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
