@@ -1,7 +1,23 @@
 """The HTTP server: native API, AG-UI and A2A over hypercorn (trio) and Starlette."""
 
+from agentik._config import ConfigError as ConfigError
+from agentik._config import Limits as Limits
+from agentik._config import ModelSettings as ModelSettings
+from agentik._config import ServerConfig as ServerConfig
+from agentik._config import load_config as load_config
 from agentik.server._app import build_app as build_app
 from agentik.server._context import ServerContext as ServerContext
+from agentik.server._serve import load_toolsets as load_toolsets
 from agentik.server._serve import serve_agentik as serve_agentik
 
-__all__ = ["ServerContext", "build_app", "serve_agentik"]
+__all__ = [
+    "ConfigError",
+    "Limits",
+    "ModelSettings",
+    "ServerConfig",
+    "ServerContext",
+    "build_app",
+    "load_config",
+    "load_toolsets",
+    "serve_agentik",
+]

@@ -33,6 +33,8 @@ class TaskLedger:
 
     def start(self, task_id: str, context_id: str) -> None:
         self.running[task_id] = context_id
+        if len(self.running) > TASK_LEDGER_SIZE:  # streams left early never saw their end
+            del self.running[next(iter(self.running))]
         self.created[task_id] = context_id
         self.created.move_to_end(task_id)
         while len(self.created) > TASK_LEDGER_SIZE:
