@@ -46,6 +46,9 @@ def _is_utc(value: datetime | None) -> bool:
     return value is not None and value.utcoffset() == timedelta(0)
 
 
+_CALLERS_TIME = datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+
+
 def _user(content: str) -> Message:
     return Message(role=Role.USER, content=content)
 
@@ -64,12 +67,7 @@ async def _empty_conversation(bundle: StorageBundle) -> None:
 async def _append_assigns_seq_and_time(bundle: StorageBundle) -> None:
     store = bundle.message_store
     sent = [
-        Message(
-            role=Role.SYSTEM,
-            content="be brief",
-            seq=99,
-            created_at=datetime(2000, 1, 1, tzinfo=UTC),
-        ),
+        Message(role=Role.SYSTEM, content="be brief", seq=99, created_at=_CALLERS_TIME),
         _user("hi"),
         Message(
             role=Role.ASSISTANT,
@@ -79,13 +77,12 @@ async def _append_assigns_seq_and_time(bundle: StorageBundle) -> None:
         ),
         Message(role=Role.TOOL, content="error: bad json", tool_call_id="c1"),
     ]
-    before = datetime.now(UTC) - timedelta(seconds=5)
     stored = [await store.append("c", m) for m in sent]
     assert [m.seq for m in stored] == [1, 2, 3, 4], f"seqs {[m.seq for m in stored]}"
     for original, saved in zip(sent, stored, strict=True):
         assert _is_utc(saved.created_at), f"created_at {saved.created_at!r} is not aware UTC"
         assert saved.created_at is not None
-        assert saved.created_at > before, "the caller's created_at was kept"
+        assert saved.created_at != _CALLERS_TIME, "the caller's created_at was kept"
         assert saved.role == original.role
         assert saved.content == original.content
         assert saved.tool_calls == original.tool_calls
