@@ -213,43 +213,54 @@ class McpToolset:
             self._restarts += 1
 
     async def _attempt(self, *, probe: bool) -> None:
-        """One connection, from launch to its end; raises ``_Fault`` saying why it ended."""
+        """One connection, from launch to its end; raises ``_Fault`` saying why it ended
+        (a successful probe returns)."""
         conn = self._conn = _Connection()
         stderr = StderrTail(self.config.name or _config_label(self.config))
         timeout = self.config.connect_timeout
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-            try:
-                async with Client(
-                    open_transport(self.config.transport, lambda: _close(conn), stderr),
-                    mode=self.config.protocol,
-                    message_handler=lambda message: self._on_message(conn, message),
-                    cache=None,
-                ) as client:
-                    self._protocol_version = client.protocol_version
-                    async with trio.open_nursery() as nursery:
-                        if not probe and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            # Subscribe before listing, so no change can fall in between.
-                            await nursery.start(self._listen, client, conn)
-                        await self._list(client)
-                        if probe:
-                            nursery.cancel_scope.cancel()
-                            return
-                        scope.deadline = math.inf
-                        self._client = client
-                        self._set_state(McpState.READY)
-                        try:
-                            why = await self._watch(client, conn)
-                        finally:
-                            self._client = None
-                        nursery.cancel_scope.cancel()
-            # The boundary between a server and the agent: whatever the SDK raises
-            # for a broken server (OSError, MCPError, ValidationError, groups of
-            # them) ends this connection, never the agent. Cancelled is not caught.
-            except Exception as exc:
-                raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
+        # The except sits outside the cancel scope: a fault racing the connect
+        # deadline arrives grouped with Cancelled, which the scope strips first.
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                why = await self._connection(conn, stderr, scope, probe=probe)
+        # The boundary between a server and the agent: whatever the SDK raises
+        # for a broken server (OSError, MCPError, ValidationError, groups of
+        # them) ends this connection, never the agent. Cancelled is not caught.
+        except Exception as exc:
+            raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
         if scope.cancelled_caught:
             why = f"no answer to initialize and tools/list within {timeout:g}s"
-        raise _Fault(_with_stderr(why, stderr))
+        if why is not None:
+            raise _Fault(_with_stderr(why, stderr))
+
+    async def _connection(
+        self, conn: _Connection, stderr: StderrTail, scope: trio.CancelScope, *, probe: bool
+    ) -> str | None:
+        """Connect, list, and (unless probing) serve; return why the connection ended."""
+        async with Client(
+            open_transport(self.config.transport, lambda: _close(conn), stderr),
+            mode=self.config.protocol,
+            message_handler=lambda message: self._on_message(conn, message),
+            cache=None,
+        ) as client:
+            self._protocol_version = client.protocol_version
+            async with trio.open_nursery() as nursery:
+                if not probe and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    # Subscribe before listing, so no change can fall in between.
+                    await nursery.start(self._listen, client, conn)
+                await self._list(client)
+                if probe:
+                    nursery.cancel_scope.cancel()
+                    return None
+                scope.deadline = math.inf
+                self._client = client
+                self._set_state(McpState.READY)
+                try:
+                    why = await self._watch(client, conn)
+                finally:
+                    self._client = None
+                nursery.cancel_scope.cancel()
+        return why
 
     async def _watch(self, client: Client, conn: _Connection) -> str:
         """Serve change events and hang suspicions until the connection ends; say why it did."""

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import mcp.types as mt
 import pytest
+import trio
+import trio.testing
 
 from agentik import ToolError
 from agentik.agent import ToolsetSource
-from agentik.mcp import HttpServer, McpServerConfig, McpState, McpToolset, StdioServer
+from agentik.mcp import (
+    HttpServer,
+    McpServerConfig,
+    McpState,
+    McpToolset,
+    StdioServer,
+    open_mcp_toolsets,
+)
 
 
 def stdio(command: str, **options: object) -> McpServerConfig:
@@ -86,3 +95,29 @@ class TestPublish:
         source = McpToolset(stdio("srv", name="calc"))
         source._publish([])
         assert [t.name for t in source.contribution.tools] == ["calc"]
+
+
+@pytest.fixture
+def idle_jump_clock() -> trio.testing.MockClock:
+    """Virtual time that jumps only once every task has waited 0.2 s of real time.
+
+    A plain autojump clock would jump while the spawn of the (missing) command
+    runs in a worker thread, making that attempt look slow.
+    """
+    return trio.testing.MockClock(autojump_threshold=0.2)
+
+
+async def test_restarts_back_off_exponentially_up_to_the_maximum(
+    idle_jump_clock: trio.testing.MockClock,
+) -> None:
+    """Attempts at t = 0, 1, 3, 7, 15, 23, 31 for backoff 1 doubling up to 8 (virtual time)."""
+    config = stdio("/nonexistent/srv", backoff=1.0, backoff_max=8.0, connect_timeout=1e6)
+    async with open_mcp_toolsets([config]) as (source,):
+        start = trio.current_time()
+        seen = []
+        for t in (0.5, 2, 5, 10, 20, 28, 35):
+            await trio.sleep_until(start + t)
+            seen.append(source.health.restarts)
+        assert seen == [0, 1, 2, 3, 4, 5, 6]
+        assert source.state is McpState.FAILED
+        assert "No such file or directory" in (source.health.last_error or "")
