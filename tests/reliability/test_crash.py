@@ -14,7 +14,8 @@ one tool call, and kills land inside tool calls as well as inside writes.
 A turn is *acknowledged* only when its 200 response body was received in
 full (for a stream: its ``turn_finished`` frame and its end). A turn that got
 no answer (the kill dropped the connection) is *unknown*: the client retries
-it, with the same key and text, after the restart, until it is acknowledged.
+it, with the same key and text, after the restart, until it is acknowledged;
+half the time with two requests at once, whose answers must then agree.
 
 Checks, on the database read directly (apsw, read-only) and through the API:
 
@@ -25,7 +26,9 @@ Checks, on the database read directly (apsw, read-only) and through the API:
   turn retried with its key returns a result, and then every turn ever sent
   is in the history exactly once with the messages the client received,
   every tool call has exactly one result, the API serves the same messages,
-  and one more turn in every conversation works.
+  one earlier turn per conversation resent with its key gets its first
+  answer again and adds nothing, and one more turn in every conversation
+  works.
 
 ``test_crash`` runs 4 kills (CI); ``AGENTIK_LONG=1`` also runs
 ``test_crash_long`` (``AGENTIK_CRASH_KILLS``, default 25). The seed comes from
@@ -65,6 +68,8 @@ MAX_SETTLE_ATTEMPTS = 20
 INTERRUPTED = "error: interrupted"
 STREAMED = 1 / 3
 """The share of turns sent as SSE streams rather than plain JSON requests."""
+DOUBLE_RETRIES = 1 / 2
+"""The share of unknown turns retried with two concurrent requests."""
 LONG = os.environ.get("AGENTIK_LONG") == "1"
 
 # (seq, role, content, ((id, name, arguments), ...), tool_call_id): one message
@@ -84,6 +89,8 @@ class SentTurn:
     stream: bool
     """Sent as SSE (acknowledged by its ``turn_finished`` frame) or as JSON."""
     attempts: int = 0
+    doubled: bool = False
+    """Retried at least once with two requests at once."""
     result: dict[str, object] | None = None
     """The TurnResult JSON of the 200 response, once received in full."""
 
@@ -98,6 +105,8 @@ class ConversationLog:
     pending: SentTurn | None = None
     """The turn sent and not acknowledged (at most one: turns go in sequence)."""
     refusals: list[str] = attrs.Factory(list)
+    disagreements: list[str] = attrs.Factory(list)
+    """Two answers to one key that differ (none is expected)."""
     """Non-200 answers: none is expected, the server only ever dies."""
 
     def new_turn(self) -> SentTurn:
@@ -126,6 +135,43 @@ async def send(client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn) 
     turn unknown, never lost."""
     log.pending = turn
     turn.attempts += 1
+    result = await post_turn(client, log, turn)
+    if result is None:
+        return False
+    turn.result = result
+    log.pending = None
+    return True
+
+
+async def send_twice(client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn) -> bool:
+    """Retry ``turn`` with two requests at once (an impatient client): when
+    both are answered, the answers must be the same."""
+    log.pending = turn
+    turn.attempts += 2
+    turn.doubled = True
+    results: list[dict[str, object] | None] = [None, None]
+
+    async def one(i: int) -> None:
+        results[i] = await post_turn(client, log, turn)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, 0)
+        nursery.start_soon(one, 1)
+    answered = [r for r in results if r is not None]
+    if len(answered) == 2 and answered[0] != answered[1]:
+        log.disagreements.append(f"{turn.key}: {answered[0]} != {answered[1]}")
+    if not answered:
+        return False
+    turn.result = answered[0]
+    log.pending = None
+    return True
+
+
+async def post_turn(
+    client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn
+) -> dict[str, object] | None:
+    """One request for ``turn``: its TurnResult JSON, or None (no answer, or
+    a refusal, which is recorded)."""
     headers = {"Accept": "text/event-stream"} if turn.stream else {}
     try:
         async with client.stream(
@@ -136,18 +182,16 @@ async def send(client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn) 
         ) as response:
             body = await response.aread()
     except httpx.TransportError:
-        return False
+        return None
     refusal = f"{turn.key}: HTTP {response.status_code} {body[:300]!r}"
     if response.status_code != 200:
         log.refusals.append(refusal)
-        return False
+        return None
     result = json.loads(body) if not turn.stream else _finished(body.decode())
     if not isinstance(result, dict):
         log.refusals.append(f"{refusal} (a stream without turn_finished)")
-        return False
-    turn.result = result
-    log.pending = None
-    return True
+        return None
+    return result
 
 
 def _finished(body: str) -> object:
@@ -164,8 +208,17 @@ def _finished(body: str) -> object:
 async def drive(client: httpx.AsyncClient, log: ConversationLog) -> None:
     """Send turns in sequence, an unknown one (from the last round) first, until
     one gets no answer: only the kill makes that happen."""
-    while await send(client, log, log.pending or log.new_turn()):
+    if log.pending is not None and not await retry(client, log):
+        return
+    while await send(client, log, log.new_turn()):
         pass
+
+
+async def retry(client: httpx.AsyncClient, log: ConversationLog) -> bool:
+    """Retry the unknown turn with its key: half the time as two requests at once."""
+    assert log.pending is not None
+    twice = log.rng.random() < DOUBLE_RETRIES
+    return await (send_twice if twice else send)(client, log, log.pending)
 
 
 # --- the server process -------------------------------------------------------
@@ -474,6 +527,8 @@ class Figures:
     retried_with_same_key: int = 0
     """Turns whose first attempt got no answer (in flight at a kill), then
     acknowledged when retried with the same key after the restart."""
+    retried_twice_at_once: int = 0
+    """Of those, turns retried (at least once) with two concurrent requests."""
     lost: int = 0
     duplicated: int = 0
     mismatched: int = 0
@@ -528,10 +583,8 @@ async def settle(server: ServerProcess, logs: list[ConversationLog]) -> None:
 
 
 async def _settle_one(client: httpx.AsyncClient, log: ConversationLog) -> None:
-    turn = log.pending
-    assert turn is not None
     for _ in range(MAX_SETTLE_ATTEMPTS):
-        if await send(client, log, turn):
+        if await retry(client, log):
             return
         await trio.sleep(0.1)
 
@@ -666,6 +719,7 @@ async def run_crash(
     figures.acknowledged = sum(len(log.acknowledged) for log in logs)
     figures.streamed = sum(1 for log in logs for t in log.acknowledged if t.stream)
     figures.retried_with_same_key = sum(1 for log in logs for t in log.turns if t.attempts > 1)
+    figures.retried_twice_at_once = sum(1 for log in logs for t in log.turns if t.doubled)
     # Once more: the API agrees with the file, and every conversation goes on.
     async with running_server(database) as server:
         problems += await check_api(server, snapshot, logs)
@@ -680,6 +734,9 @@ async def run_crash(
     figures.messages = tally.messages
     figures.refusals = sum(len(log.refusals) for log in logs)
     problems += [f"{log.conversation_id}: refused: {r}" for log in logs for r in log.refusals]
+    problems += [
+        f"{log.conversation_id}: two answers: {d}" for log in logs for d in log.disagreements
+    ]
     figures.server_error_lines = len(error_lines)
     problems += [f"server log: {line}" for line in error_lines[:20]]
     figures.wall_seconds = round(time.monotonic() - began, 1)
