@@ -29,11 +29,30 @@ sys.path.insert(0, str(_ROOT))
 
 import argparse  # noqa: E402
 import random  # noqa: E402
+import signal  # noqa: E402
 import tempfile  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
 
 import trio  # noqa: E402
 
-from tests.reliability.test_crash import run_crash  # noqa: E402
+from tests.reliability.test_crash import Report, run_crash  # noqa: E402
+
+
+async def until_terminated(run: Callable[[], Awaitable[Report]]) -> Report | None:
+    """``run()``, cancelled on SIGTERM (Ctrl-C also unwinds): either way the
+    server child is killed on the way out."""
+    report: Report | None = None
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        report = await run()
+        nursery.cancel_scope.cancel()
+    return report
 
 
 def main() -> int:
@@ -50,6 +69,7 @@ def main() -> int:
         directory = Path(args.keep) if args.keep else Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         report = trio.run(
+            until_terminated,
             lambda: run_crash(
                 directory,
                 kills=args.kills,
@@ -57,8 +77,11 @@ def main() -> int:
                 seed=seed,
                 max_delay=args.max_delay,
                 progress=True,
-            )
+            ),
         )
+    if report is None:
+        print("terminated", file=sys.stderr)
+        return 1
     print(report.figures.summary())
     for problem in report.problems:
         print("PROBLEM:", problem)

@@ -39,6 +39,7 @@ same harness from the command line and prints the figures.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import random
@@ -484,7 +485,8 @@ def _check_turns(
         elif key not in sent:
             tally.problems.append(f"{cid}: user message with a key no client sent: {key!r}")
     texts = collections.Counter(stored[i].row[2] for i in users)
-    ends = {start: end for start, end in zip(users, [*users[1:], len(stored)], strict=True)}
+    bounds = [*users, len(stored)]
+    ends = dict(itertools.pairwise(bounds))  # a turn runs up to the next user message
     for turn in log.turns:
         found = by_key.get(turn.key, [])
         if len(found) > 1 or texts[turn.text] > 1:
