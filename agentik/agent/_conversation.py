@@ -39,6 +39,9 @@ REFLECTION_PROMPT = (
     " would help in future conversations. Answer with the lesson only, one or two sentences."
 )
 _FINAL_EVENT_SECONDS = 5.0
+STALLED_READER_SECONDS = 30.0
+"""A stream reader that takes no event for this long is dropped (its stream
+ends); the turn goes on and commits as if nobody were watching."""
 REFLECT = "What is the one lesson from this conversation?"
 
 
@@ -69,6 +72,9 @@ class Conversation:
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
+    inflight: list[Pending[Message]] = attrs.Factory(list)
+    """Writes accepted by the store that may not be committed yet (a turn was
+    cut short while they waited); a reload waits for them first."""
     """The cache may disagree with the store: retire after this turn."""
     backlog: int = 0
     """Turns sent to the inbox and not yet taken (maintained by the agent)."""
@@ -199,6 +205,8 @@ class Conversation:
         events.close()
 
     async def _turn(self, request: TurnRequest) -> TurnResult:
+        if self.inflight:
+            await self._settle_inflight()
         if self.stale:
             # A failed write left the cache unsure: start again from the store.
             self.history.clear()
@@ -227,9 +235,20 @@ class Conversation:
             events = request.events
 
             async def emit(event: TurnEvent) -> None:
-                # A reader that left does not stop the turn.
+                # A reader that left does not stop the turn, and neither does
+                # one that stopped reading: past a stall it is dropped.
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await events.send(event)
+                    try:
+                        events.send_nowait(event)
+                    except trio.WouldBlock:
+                        with trio.move_on_after(STALLED_READER_SECONDS) as stall:
+                            await events.send(event)
+                        if stall.cancelled_caught:
+                            log.warning(
+                                "conversation %r: a stream reader stopped reading; dropped",
+                                self.conversation_id,
+                            )
+                            events.close()
 
         begin = len(self.history)
         if key is not None and text is not None:
@@ -291,6 +310,17 @@ class Conversation:
         await self._repair()
         self.loaded = True
 
+    async def _settle_inflight(self) -> None:
+        """Wait for writes a cut-short turn left queued; the store applies
+        them in order, whatever their outcome, so the cache is then reloaded
+        from a store that holds them (or that refused them)."""
+        while self.inflight:
+            pending = self.inflight[0]
+            with contextlib.suppress(AgentikError):
+                await pending.wait()
+            self.inflight.pop(0)
+        self.stale = True
+
     async def _repair(self) -> None:
         open_calls: dict[str, int] = {}
         for i, message in enumerate(self.history):
@@ -307,11 +337,16 @@ class Conversation:
             self.conversation_id,
             len(open_calls),
         )
+        # Submit all, then wait: if this is cut short, the accepted writes are
+        # remembered and the next load waits for them instead of repairing twice.
         for call_id in open_calls:
-            stored = await self.storage.message_store.append(
+            pending = await self.storage.message_store.submit(
                 self.conversation_id, Message(Role.TOOL, INTERRUPTED, tool_call_id=call_id)
             )
-            self.history.append(stored)
+            self.inflight.append(pending)
+        repaired = [await p.wait() for p in self.inflight]
+        self.inflight.clear()
+        self.history.extend(repaired)
 
 
 def _fail_now(request: TurnRequest) -> None:

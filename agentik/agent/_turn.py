@@ -255,6 +255,9 @@ class Turn:
                 )
         if self.unanswered or not all(p.done for p in self.pending):
             conv.stale = True
+        # Writes accepted but not yet committed will still commit: the next
+        # reload must wait for them, or it would miss them.
+        conv.inflight.extend(p for p in self.pending if not p.done)
 
 
 def offered_tools(

@@ -102,16 +102,13 @@ class GatedMessageStore:
     commit_content: str = ""
     submits: collections.Counter[str] = attrs.Factory(collections.Counter)
     appends_accepted: int = 0
-    """``append`` calls whose write the real store accepted (committed or not)."""
+    """Writes (``append`` or ``submit``) the real store accepted, committed or not."""
     _accepted: trio.Event = attrs.Factory(trio.Event)
 
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Message:
         pending = await self.submit(conversation_id, message, idempotency_key=idempotency_key)
-        self.appends_accepted += 1
-        self._accepted.set()
-        self._accepted = trio.Event()
         return await pending.wait()
 
     async def wait_appends_accepted(self, count: int) -> None:
@@ -132,6 +129,9 @@ class GatedMessageStore:
         inner: Pending[Message] = await self.inner.submit(  # type: ignore[attr-defined]
             conversation_id, message, idempotency_key=idempotency_key
         )
+        self.appends_accepted += 1
+        self._accepted.set()
+        self._accepted = trio.Event()
         if not gated:
             return inner
         outer: Pending[Message] = Pending()

@@ -64,17 +64,6 @@ async def test_open_calls_are_answered_once_on_load(backend: str, tmp_path: Path
     assert all(m.content.startswith("error: interrupted") for m in results)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Conversation._repair appends each 'interrupted' result with MessageStore.append and"
-        " the cache is filled from committed reads only: a turn cancelled while a repair"
-        " write waits for its commit leaves that write queued (it commits later), and the"
-        " next turn reloads before it is committed, sees the call still open and appends a"
-        " second result for the same tool call id (SQLite; the in-memory store applies at"
-        " once)"
-    ),
-)
 async def test_cancel_during_repair_answers_each_call_once(tmp_path: Path) -> None:
     """SQLite: the repairing turn is cancelled while its first repair write
     waits behind a stuck writer; the next turn must not answer the calls again."""
@@ -102,9 +91,15 @@ async def test_cancel_during_repair_answers_each_call_once(tmp_path: Path) -> No
                             nursery.start_soon(first)
                             await watched.wait_appends_accepted(1)  # repairing call-1
                             assert agent.cancel("c")
+                        repairs = watched.appends_accepted
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(agent.send, "c", "second")
-                            await watched.wait_appends_accepted(2)  # the reload repairs again
+                            # The second turn must wait for the first one's queued
+                            # repair, not repair again: release the lock once it runs.
+                            while agent.stats.turns_started < 2:  # noqa: ASYNC110
+                                await trio.sleep(0.01)
+                            await trio.sleep(0.05)  # time to (wrongly) repair again
+                            assert watched.appends_accepted == repairs  # no second repair
                             lock.execute("ROLLBACK")
                     finally:
                         if lock.in_transaction:
