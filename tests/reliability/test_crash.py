@@ -112,7 +112,7 @@ class ConversationLog:
 
     def new_turn(self) -> SentTurn:
         n = len(self.turns) + 1
-        ms = self.rng.randint(1, 20)
+        ms = self.rng.randint(5, 50)  # long enough for kills to land mid-call
         tag = f"{self.conversation_id}-{n}"
         text = (
             f"{tag}: crash_work {json.dumps({'ms': ms, 'tag': tag})}"
