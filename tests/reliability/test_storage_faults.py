@@ -63,15 +63,6 @@ async def test_failed_batch_is_reported_and_invisible(
         assert stored.seq == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the SQLite writer dies on any failed transaction (Writer._commit sets _failure and"
-        " returns False): after one failed COMMIT (an I/O error on the WAL, since cleared)"
-        " every later write of the bundle is refused with StoreClosedError until the bundle"
-        " is reopened; issue 7 expects the writer to keep serving after a failed batch"
-    ),
-)
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_writer_keeps_serving_after_a_failed_commit(
     fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
@@ -192,15 +183,6 @@ async def test_commit_fails_mid_turn(fault: str, faulty_vfs: FaultyVFS, tmp_path
     assert interrupted[0].content.startswith("error: interrupted")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "after a failed COMMIT the SQLite writer is dead (see"
-        " test_writer_keeps_serving_after_a_failed_commit), so every later turn of the"
-        " agent fails with store_error until the agent and the bundle are reopened;"
-        " issue 7 expects the next turn to work once the fault clears"
-    ),
-)
 async def test_next_turn_works_in_the_same_agent(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
     """After a turn failed on a commit and the fault cleared, the same agent
     on the same bundle serves the conversation again (reloaded from the store)."""

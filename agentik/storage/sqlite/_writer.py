@@ -15,9 +15,13 @@ Invariants:
   separate a commit from its acknowledgement;
 - requests run in channel order, so one task's writes apply in the order it
   submitted them;
-- if a transaction itself fails (the COMMIT, the connection), the writer dies:
-  every request in flight or queued fails with ``StoreClosedError``, and every
-  later submission is refused with the same cause.
+- if SQLite cannot commit a transaction (a lock held past the busy timeout, an
+  I/O error, a full disk), every request of that batch fails with a
+  ``StoreError`` saying so, nothing of it is written, and the writer goes on
+  with the next batch;
+- if the writer itself breaks (any other exception: a bug), it dies: every
+  request in flight or queued fails with ``StoreClosedError``, and every later
+  submission is refused with the same cause.
 """
 
 from __future__ import annotations
@@ -54,7 +58,11 @@ class WriterStats:
     writes: int
     """Requests committed."""
     failed_writes: int
-    """Requests that failed on their own (their batch-mates committed)."""
+    """Requests that failed: on their own (their batch-mates committed), or
+    with their whole batch."""
+    failed_batches: int
+    """Transactions SQLite could not commit (lock, I/O error, full disk); the
+    writer went on serving."""
     last_batch_size: int
     largest_batch_size: int
     queue_depth: int
@@ -212,6 +220,7 @@ class Writer:
         self._closed = False
         self._failure: Exception | None = None
         self._batches = self._writes = self._failed = self._last = self._largest = 0
+        self._failed_batches = 0
 
     async def submit(self, operation: Callable[[Session], T]) -> Pending[T]:
         """Queue one write; return once it is accepted (there was room)."""
@@ -278,6 +287,7 @@ class Writer:
             batches=self._batches,
             writes=self._writes,
             failed_writes=self._failed,
+            failed_batches=self._failed_batches,
             last_batch_size=self._last,
             largest_batch_size=self._largest,
             queue_depth=statistics.current_buffer_used + statistics.tasks_waiting_send,
@@ -305,7 +315,23 @@ class Writer:
             failed = await trio.to_thread.run_sync(
                 _run_batch, self._connection, self._seqs, self._clock, batch, limiter=self._thread
             )
-        except Exception as error:  # the transaction failed: every waiter must hear of it
+        except apsw.Error as error:
+            # SQLite could not commit (a lock held past busy_timeout, an I/O
+            # error, a full disk): nothing of the batch was written. Its callers
+            # hear why; the writer goes on, so writes work again once the
+            # cause clears.
+            failure = StoreError(
+                f"the write was not committed: its batch failed ({type(error).__name__}:"
+                f" {error}); nothing of the batch was written"
+            )
+            failure.__cause__ = error
+            for request in batch:
+                request.fail(failure)
+                request.resolve()
+            self._failed_batches += 1
+            self._failed += len(batch)
+            return True
+        except Exception as error:  # a bug: the writer cannot be trusted any more
             self._failure = error
             for request in batch:
                 request.fail(self._died_error())
