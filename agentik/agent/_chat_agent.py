@@ -168,6 +168,12 @@ class ChatAgent:
                 raise AgentikError("the agent is closed")
             conversation = self._conversations.get(conversation_id)
             if conversation is None:
+                if len(self._conversations) >= settings.max_conversations:
+                    self._runtime.stats.overloaded += 1
+                    raise OverloadedError(
+                        f"{len(self._conversations)} conversations are live"
+                        f" (max_conversations={settings.max_conversations}); retry later"
+                    )
                 conversation = self._spawn(conversation_id)
             if conversation.backlog >= settings.max_queued_turns:
                 self._runtime.stats.overloaded += 1
@@ -282,6 +288,7 @@ async def open_chat_agent(
     idle_timeout: float = 60.0,
     turn_queue_size: int = 2,
     max_queued_turns: int = 8,
+    max_conversations: int = 100_000,
     max_tool_output: int = 64 * 1024,
     reflection: bool = False,
     recent_reflections: int = 5,
@@ -306,6 +313,8 @@ async def open_chat_agent(
         turn_queue_size: turns a conversation's inbox holds before ``send`` waits.
         max_queued_turns: turns that may wait for one conversation before
             ``send`` raises ``OverloadedError``.
+        max_conversations: live conversation tasks at most; a turn for a new
+            conversation past it raises ``OverloadedError`` (memory stays bounded).
         max_tool_output: characters of a tool result kept; the rest is cut.
         reflection: after each finished turn, ask the model for a lesson and
             store it as a reflection.
@@ -316,6 +325,7 @@ async def open_chat_agent(
     _positive("activation_timeout", activation_timeout)
     _positive("idle_timeout", idle_timeout)
     _positive("max_queued_turns", max_queued_turns)
+    _positive("max_conversations", max_conversations)
     _positive("max_tool_output", max_tool_output)
     if turn_queue_size < 0:
         raise ValueError(f"turn_queue_size must be >= 0, got {turn_queue_size!r}")
@@ -338,6 +348,7 @@ async def open_chat_agent(
             idle_timeout=idle_timeout,
             turn_queue_size=turn_queue_size,
             max_queued_turns=max_queued_turns,
+            max_conversations=max_conversations,
             max_tool_output=max_tool_output,
             reflection=reflection,
             recent_reflections=recent_reflections,

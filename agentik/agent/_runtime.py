@@ -45,6 +45,7 @@ class AgentSettings:
     idle_timeout: float = 60.0
     turn_queue_size: int = 2
     max_queued_turns: int = 8
+    max_conversations: int = 100_000
     max_tool_output: int = 64 * 1024
     reflection: bool = False
     recent_reflections: int = 5

@@ -459,3 +459,21 @@ async def test_a_crashing_turn_fails_alone() -> None:
         assert info.value.code == "internal_error"
         assert (await agent.send("good", "hi")).text == "ok"
     assert_valid_history(await stored(storage, "bad"))
+
+
+async def test_live_conversations_are_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    """Past max_conversations live tasks, a turn for a new conversation is
+    refused at once; existing ones go on, and room comes back as they retire."""
+    storage = in_memory_storage()
+    model = ScriptedModel(lambda r: ModelResponse(text="ok"))
+    async with open_chat_agent(
+        model=model, storage=storage, max_conversations=3, idle_timeout=10
+    ) as agent:
+        for i in range(3):
+            await agent.send(f"c{i}", "hi")
+        with pytest.raises(OverloadedError, match="max_conversations=3"):
+            await agent.send("c3", "hi")
+        assert (await agent.send("c0", "again")).text == "ok"
+        await trio.sleep(20)  # all three idle: retired
+        assert (await agent.send("c3", "hi")).text == "ok"
+    assert await storage.message_store.list_conversations() == ["c0", "c1", "c2", "c3"]
