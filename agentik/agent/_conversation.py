@@ -25,7 +25,7 @@ from agentik._messages import Message, Role, TokenUsage
 from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._turn import Turn
 from agentik.models import ModelRequest
-from agentik.storage import Pending, StorageBundle
+from agentik.storage import ConversationLoader, Pending, StorageBundle
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ REFLECTION_PROMPT = (
     " would help in future conversations. Answer with the lesson only, one or two sentences."
 )
 _FINAL_EVENT_SECONDS = 5.0
+_LOAD_PAGE = 500
 STALLED_READER_SECONDS = 30.0
 """A stream reader that takes no event for this long is dropped (its stream
 ends); the turn goes on and commits as if nobody were watching."""
@@ -302,8 +303,16 @@ class Conversation:
         # Read into locals and publish at once: a load cut short (cancelled,
         # failed) leaves nothing half-filled for the next attempt.
         store = self.storage.message_store
-        history = [m async for m in store.get_messages(self.conversation_id)]
-        memory = await self.storage.working_memory_store.list(self.conversation_id)
+        cid = self.conversation_id
+        if isinstance(store, ConversationLoader):
+            snapshot = await store.load_conversation(cid, page_size=_LOAD_PAGE)
+            history, memory = list(snapshot.messages), list(snapshot.memory)
+            if len(history) == _LOAD_PAGE and history[-1].seq is not None:
+                after = history[-1].seq
+                history += [m async for m in store.get_messages(cid, after_seq=after)]
+        else:
+            history = [m async for m in store.get_messages(cid)]
+            memory = await self.storage.working_memory_store.list(cid)
         self.history[:] = history
         self.memory[:] = memory
         self.had_history = bool(history)

@@ -3,6 +3,12 @@
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
 from agentik.storage._protocols import (
+    ConversationLoader as ConversationLoader,
+)
+from agentik.storage._protocols import (
+    ConversationSnapshot as ConversationSnapshot,
+)
+from agentik.storage._protocols import (
     MessageStore as MessageStore,
 )
 from agentik.storage._protocols import (
@@ -23,6 +29,8 @@ from agentik.storage.sqlite._open import writer_stats as writer_stats
 from agentik.storage.sqlite._writer import WriterStats as WriterStats
 
 __all__ = [
+    "ConversationLoader",
+    "ConversationSnapshot",
     "MessageStore",
     "Pending",
     "ReflectionStore",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
@@ -125,6 +125,26 @@ class SkillStore(Protocol):
         ...
 
     async def get(self, name: str) -> Skill | None: ...
+
+
+@attrs.frozen
+class ConversationSnapshot:
+    """The start of a conversation's history and its active notes, read together."""
+
+    messages: tuple[Message, ...]
+    """The first ``page_size`` messages (all of them if fewer)."""
+    memory: tuple[MemoryEntry, ...]
+
+
+@runtime_checkable
+class ConversationLoader(Protocol):
+    """Optional: a message store that can read what a conversation needs to
+    start (history and working memory) in one go. The agent uses it when
+    present to spend one read, not two, per conversation it loads."""
+
+    async def load_conversation(
+        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> ConversationSnapshot: ...
 
 
 @attrs.frozen

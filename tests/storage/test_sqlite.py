@@ -373,3 +373,26 @@ def test_timestamps_are_utc() -> None:
     assert from_micros(to_micros(moment)) == moment
     with pytest.raises(ValueError, match=r"must be timezone-aware$"):
         to_micros(datetime(2026, 1, 1))
+
+
+async def test_load_conversation_is_history_and_notes_in_one_read(tmp_path: Path) -> None:
+    """The optional ConversationLoader fast path returns what get_messages and
+    the working-memory list return, the history cut at page_size."""
+    from agentik.storage import ConversationLoader
+
+    async with open_sqlite_storage(tmp_path / "db") as bundle:
+        store = bundle.message_store
+        assert isinstance(store, ConversationLoader)
+        for i in range(5):
+            await store.append("c", user(f"m{i}"))
+        note = await bundle.working_memory_store.append("c", "remember")
+        await bundle.working_memory_store.append("other", "not mine")
+        snapshot = await store.load_conversation("c", page_size=3)
+        assert [m.content for m in snapshot.messages] == ["m0", "m1", "m2"]
+        assert snapshot.memory == (note,)
+        whole = await store.load_conversation("c")
+        assert list(whole.messages) == [m async for m in store.get_messages("c")]
+        empty = await store.load_conversation("new")
+        assert empty.messages == () and empty.memory == ()
+        with pytest.raises(ValueError, match="page_size"):
+            await store.load_conversation("c", page_size=0)

@@ -304,6 +304,16 @@ def list_memory(connection: apsw.Connection, conversation_id: str) -> list[Memor
     return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
 
 
+def conversation_snapshot(
+    connection: apsw.Connection, conversation_id: str, limit: int
+) -> tuple[list[Message], list[MemoryEntry]]:
+    """The first page of history and the active notes, in one read transaction."""
+    with connection:
+        messages = message_page(connection, conversation_id, 0, limit)
+        memory = list_memory(connection, conversation_id)
+    return messages, memory
+
+
 # --- reflections ----------------------------------------------------------------
 
 _REFLECTION_COLUMNS = "id, conversation_id, text, created_us"

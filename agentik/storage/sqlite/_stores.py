@@ -17,7 +17,7 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
 from agentik.storage._common import check_at_least, to_micros
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import DEFAULT_PAGE_SIZE
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE, ConversationSnapshot
 from agentik.storage.sqlite import _queries as q
 from agentik.storage.sqlite._readers import ReaderPool
 from agentik.storage.sqlite._writer import Writer, WriterStats
@@ -65,6 +65,16 @@ class SqliteMessageStore:
                 return
             assert page[-1].seq is not None
             position = page[-1].seq
+
+    async def load_conversation(
+        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> ConversationSnapshot:
+        """History's first page and the active notes: one read, one thread hop."""
+        check_at_least("page_size", page_size, 1)
+        messages, memory = await self._readers.read(
+            partial(q.conversation_snapshot, conversation_id=conversation_id, limit=page_size)
+        )
+        return ConversationSnapshot(tuple(messages), tuple(memory))
 
     async def token_stats(self, conversation_id: str) -> TokenStats:
         return await self._readers.read(partial(q.token_stats, conversation_id=conversation_id))
