@@ -4,6 +4,9 @@ This module only re-exports the public API; everything lives in private
 modules of the subpackages. Names here are a contract: add, never rename.
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from agentik._errors import AgentikError as AgentikError
 from agentik._errors import DuplicateKeyError as DuplicateKeyError
 from agentik._errors import ModelBackendError as ModelBackendError
@@ -45,14 +48,18 @@ from agentik.models import ScriptedModel as ScriptedModel
 from agentik.models import StreamingChatModel as StreamingChatModel
 from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
+from agentik.storage import ConversationLoader as ConversationLoader
+from agentik.storage import ConversationSnapshot as ConversationSnapshot
 from agentik.storage import MessageStore as MessageStore
 from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
 from agentik.storage import SkillStore as SkillStore
 from agentik.storage import StorageBundle as StorageBundle
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
+from agentik.storage import WriterStats as WriterStats
 from agentik.storage import in_memory_storage as in_memory_storage
 from agentik.storage import open_sqlite_storage as open_sqlite_storage
+from agentik.storage import writer_stats as writer_stats
 from agentik.toolsets import DISABLE_TOOLSET as DISABLE_TOOLSET
 from agentik.toolsets import ENABLE_TOOLSET as ENABLE_TOOLSET
 from agentik.toolsets import Error as Error
@@ -68,6 +75,38 @@ from agentik.toolsets import render_toolset_section as render_toolset_section
 from agentik.toolsets import tool as tool
 from agentik.toolsets import toolset_control_tools as toolset_control_tools
 
+if TYPE_CHECKING:
+    from agentik.mcp import HttpServer as HttpServer
+    from agentik.mcp import McpConfigError as McpConfigError
+    from agentik.mcp import McpHealth as McpHealth
+    from agentik.mcp import McpServerConfig as McpServerConfig
+    from agentik.mcp import McpState as McpState
+    from agentik.mcp import McpToolset as McpToolset
+    from agentik.mcp import StdioServer as StdioServer
+    from agentik.mcp import open_mcp_toolsets as open_mcp_toolsets
+    from agentik.mcp import parse_mcp_servers as parse_mcp_servers
+
+# MCP pulls in the mcp SDK (over a second of imports): load it on first use.
+_LAZY = {
+    "HttpServer": "agentik.mcp",
+    "McpConfigError": "agentik.mcp",
+    "McpHealth": "agentik.mcp",
+    "McpServerConfig": "agentik.mcp",
+    "McpState": "agentik.mcp",
+    "McpToolset": "agentik.mcp",
+    "StdioServer": "agentik.mcp",
+    "open_mcp_toolsets": "agentik.mcp",
+    "parse_mcp_servers": "agentik.mcp",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentik' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -77,8 +116,16 @@ __all__ = [
     "AgentikError",
     "ChatAgent",
     "ChatModel",
+    "ConversationLoader",
+    "ConversationSnapshot",
     "DuplicateKeyError",
     "Error",
+    "HttpServer",
+    "McpConfigError",
+    "McpHealth",
+    "McpServerConfig",
+    "McpState",
+    "McpToolset",
     "MemoryEntry",
     "Message",
     "MessageStore",
@@ -101,6 +148,7 @@ __all__ = [
     "Skill",
     "SkillStore",
     "SkillSummary",
+    "StdioServer",
     "StorageBundle",
     "StoreClosedError",
     "StoreError",
@@ -126,13 +174,17 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "WorkingMemoryStore",
+    "WriterStats",
     "__version__",
     "dispatch",
     "in_memory_storage",
     "open_chat_agent",
+    "open_mcp_toolsets",
     "open_sqlite_storage",
     "parse_arguments",
+    "parse_mcp_servers",
     "render_toolset_section",
     "tool",
     "toolset_control_tools",
+    "writer_stats",
 ]
