@@ -9,14 +9,15 @@ synchronous=FULL unless told otherwise.
 Also measures resident memory per idle conversation after one turn, in a fresh
 subprocess so earlier runs do not pollute it.
 
-    python bench/turns.py                       # N = 100, 1000, 10000; T = 5
-    python bench/turns.py -n 1000 --turns 5 --repeat 3
-    python bench/turns.py --gc-freeze           # gc.freeze() + higher thresholds
+    python -m bench.turns                       # N = 100, 1000, 10000; T = 5
+    python -m bench.turns -n 1000 --turns 5 --repeat 3
+    python -m bench.turns --gc-freeze           # gc.freeze() + higher thresholds
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -25,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import trio
 
@@ -136,13 +137,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             figures: dict[str, list[dict[str, float]]] = {name: [] for name in backends}
             for repeat in range(args.repeat):
                 for name, backend in backends.items():
-                    if name.startswith("sqlite") and os.path.exists(f"{tmp}/bench.db"):
+                    if name.startswith("sqlite"):
+                        # A fresh database for every run.
                         for suffix in ("", "-wal", "-shm"):
-                            if os.path.exists(f"{tmp}/bench.db{suffix}"):
+                            with contextlib.suppress(FileNotFoundError):
                                 os.remove(f"{tmp}/bench.db{suffix}")
                     figures[name].append(await run_load(backend, n, args.turns))
                     print(
-                        f"  N={n} {name} run {repeat + 1}: {figures[name][-1]['turns_per_s']:.0f} turns/s",
+                        f"  N={n} {name} run {repeat + 1}:"
+                        f" {figures[name][-1]['turns_per_s']:.0f} turns/s",
                         file=sys.stderr,
                     )
         row: dict[str, object] = {"conversations": n}
@@ -180,13 +183,15 @@ def main() -> None:
         subprocess.run(
             [
                 sys.executable,
-                __file__,
+                "-m",
+                "bench.turns",
                 "--rss-only",
                 "--rss-conversations",
                 str(args.rss_conversations),
             ]
             + (["--gc-freeze"] if args.gc_freeze else []),
             check=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
             capture_output=True,
             text=True,
         ).stdout
@@ -198,10 +203,12 @@ def main() -> None:
         return
     sync = f"sqlite-{args.synchronous}"
     print(
-        f"turns per conversation: {args.turns}; median of {args.repeat} runs; gc_freeze={args.gc_freeze}"
+        f"turns per conversation: {args.turns}; median of {args.repeat} runs;"
+        f" gc_freeze={args.gc_freeze}"
     )
     print(
-        f"{'N':>6} | {sync + ' turns/s':>18} | {'memory turns/s':>14} | {'ratio':>5} | {'sqlite p50/p99 ms':>18} | {'memory p50/p99 ms':>18}"
+        f"{'N':>6} | {sync + ' turns/s':>18} | {'memory turns/s':>14} | {'ratio':>5}"
+        f" | {'sqlite p50/p99 ms':>18} | {'memory p50/p99 ms':>18}"
     )
     for row in report["runs"]:  # type: ignore[union-attr]
         s, m = row[sync], row["memory"]
@@ -211,7 +218,8 @@ def main() -> None:
             f" {m['p50_ms']:>8.1f} / {m['p99_ms']:<7.1f}"
         )
     print(
-        f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB resident each ({rss['conversations']} conversations)"
+        f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB"
+        f" resident each ({rss['conversations']} conversations)"
     )
 
 
