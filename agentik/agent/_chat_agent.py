@@ -354,12 +354,19 @@ async def open_chat_agent(
             recent_reflections=recent_reflections,
         ),
     )
-    async with trio.open_nursery() as nursery:
-        agent = ChatAgent(runtime, nursery)
-        try:
-            yield agent
-        finally:
-            agent._close()
+    try:
+        async with trio.open_nursery() as nursery:
+            agent = ChatAgent(runtime, nursery)
+            try:
+                yield agent
+            finally:
+                agent._close()
+    except BaseExceptionGroup as group:
+        # Conversation tasks and the reaper never raise, so a lone error is the
+        # body's own: hand it out as itself, as if there were no nursery here.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 def _positive(name: str, value: float) -> None:

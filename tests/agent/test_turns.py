@@ -477,3 +477,13 @@ async def test_live_conversations_are_bounded(autojump_clock: trio.testing.MockC
         await trio.sleep(20)  # all three idle: retired
         assert (await agent.send("c3", "hi")).text == "ok"
     assert await storage.message_store.list_conversations() == ["c0", "c1", "c2", "c3"]
+
+
+async def test_an_error_in_the_agent_block_comes_out_as_itself() -> None:
+    """No ExceptionGroup wrapping: the body's error is raised as it was."""
+    with pytest.raises(KeyError, match="mine"):  # noqa: PT012
+        async with open_chat_agent(
+            model=ScriptedModel(lambda r: ModelResponse(text="ok")), storage=in_memory_storage()
+        ) as agent:
+            await agent.send("c", "hi")
+            raise KeyError("mine")

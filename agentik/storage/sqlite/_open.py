@@ -76,8 +76,8 @@ async def open_sqlite_storage(
         max_batch: the most requests one transaction commits.
         queue_size: requests the writer's channel holds before callers wait.
         busy_timeout: seconds a connection waits for a lock another process
-            holds. If the writer cannot begin or commit a transaction, it dies
-            (see ``docs/storage.md``).
+            holds. If the writer cannot begin or commit a transaction, that
+            batch fails and the writer goes on (see ``docs/storage.md``).
         clock: where timestamps come from (aware UTC); read once per batch, in
             the writer's thread, so it must be thread-safe.
     """
