@@ -23,7 +23,7 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentik", description="An LLM agent runtime on trio: serve, chat, inspect."
+        prog="agentik", description="An LLM agent runtime on trio: serve, chat, inspect, bench."
     )
     parser.add_argument("--version", action="version", version=f"agentik {agentik.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_database(show)
 
     commands.add_parser("demo", help="a short scripted conversation on a temporary database")
+
+    from agentik.cli._bench import add_bench_parser
+
+    add_bench_parser(commands)
     return parser
 
 
@@ -86,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agentik.cli._inspect import run_inspect
 
             return run_inspect(args)
+        if args.command == "bench":
+            from agentik.cli._bench import run_bench_command
+
+            return run_bench_command(args)
         if args.command == "demo":
             from agentik.cli._demo import run_demo
 
