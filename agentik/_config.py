@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
@@ -24,6 +24,10 @@ from agentik._errors import AgentikError
 
 Kind: TypeAlias = Literal["str", "int", "float", "list", "bind", "bool"]
 Raw: TypeAlias = "str | int | float | bool | list[str]"
+
+
+if TYPE_CHECKING:
+    from agentik.mcp import McpServerConfig
 
 
 class ConfigError(AgentikError):
@@ -102,6 +106,8 @@ class ServerConfig:
     """Entry points ``module:attribute``, each giving one or more toolset contributions."""
     auth_token: str | None = attrs.field(default=None, repr=False)
     limits: Limits = Limits()
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
     gc_freeze: bool = False
     """Freeze the objects alive at start-up out of the garbage collector and raise
     its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
@@ -145,6 +151,8 @@ def read_file(path: Path) -> dict[tuple[str, str], Raw]:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {error}") from error
     found: dict[tuple[str, str], Raw] = {}
     for section, table in document.items():
+        if section == "mcp":
+            continue  # nested tables: read by read_mcp_servers
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{section}] must be a table, got {table!r}")
         for key, value in table.items():
@@ -153,6 +161,22 @@ def read_file(path: Path) -> dict[tuple[str, str], Raw]:
                 raise ConfigError(f"{path}: unknown setting [{section}] {key}")
             found[(section, key)] = _check_kind(setting, value, origin=str(path))
     return found
+
+
+def read_mcp_servers(path: Path) -> tuple[McpServerConfig, ...]:
+    """The ``[[mcp.servers]]`` tables of a TOML file (checked: errors name the key)."""
+    document = tomllib.loads(path.read_bytes().decode("utf-8"))
+    mcp = document.get("mcp")
+    if mcp is None:
+        return ()
+    if not isinstance(mcp, dict) or set(mcp) - {"servers"}:
+        raise ConfigError(f"{path}: [mcp] may only hold the [[mcp.servers]] array")
+    from agentik.mcp import McpConfigError, parse_mcp_servers  # the SDK loads only if used
+
+    try:
+        return parse_mcp_servers(mcp.get("servers", []))
+    except McpConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
 
 
 def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
@@ -217,15 +241,17 @@ def load_config(
         default = Path("agentik.toml")
         path = default if default.is_file() else None
     merged: dict[tuple[str, str], Raw] = {}
+    mcp_servers: tuple[McpServerConfig, ...] = ()
     if path is not None:
         merged.update(read_file(path))
+        mcp_servers = read_mcp_servers(path)
     merged.update(read_env(env))
     for (section, key), value in (overrides or {}).items():
         setting = _BY_NAME.get((section, key))
         if setting is None:
             raise ConfigError(f"unknown setting [{section}] {key}")
         merged[(section, key)] = _check_kind(setting, value, origin="command line")
-    return _build(merged, env)
+    return attrs.evolve(_build(merged, env), mcp_servers=mcp_servers)
 
 
 def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ServerConfig:

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import agentik
-from agentik._json import JsonObject
+from agentik._json import JsonObject, JsonValue
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
@@ -113,6 +113,22 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
             body["warning"] = (
                 "no model is configured: answers come from the built-in scripted demo model"
             )
+        if ctx.mcp:
+            servers: list[JsonValue] = []
+            for source in ctx.mcp:
+                health = source.health
+                servers.append(
+                    {
+                        "name": health.name,
+                        "state": health.state.value,
+                        "tools": health.tools,
+                        "restarts": health.restarts,
+                        "last_error": health.last_error,
+                    }
+                )
+                if health.state.value in ("failed", "restarting"):
+                    body["status"] = "degraded"
+            body["mcp"] = servers
         return json_response(body)
 
     async def metrics(_: Request) -> Response:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 
 from agentik._config import ServerConfig
 from agentik.agent import ChatAgent
 from agentik.storage import WriterStats
+
+if TYPE_CHECKING:
+    from agentik.mcp import McpToolset
 
 TASK_LEDGER_SIZE = 10_000
 
@@ -61,6 +65,8 @@ class ServerContext:
     started: float = attrs.field(factory=time.monotonic)
     http_requests: collections.Counter[str] = attrs.field(factory=collections.Counter)
     tasks: TaskLedger = attrs.field(factory=TaskLedger)
+    mcp: tuple[McpToolset, ...] = ()
+    """MCP servers served as toolsets, for their health."""
     base_url: str = "http://127.0.0.1:8080"
     """The URL clients reach this server at (the A2A card's interface URL)."""
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -28,6 +29,9 @@ from agentik.server._app import build_app
 from agentik.server._context import ServerContext
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from agentik.toolsets import ToolsetContribution
+
+if TYPE_CHECKING:
+    from agentik.mcp import McpToolset
 
 log = logging.getLogger("agentik.server")
 
@@ -102,8 +106,14 @@ async def serve_agentik(
     """Serve until ``shutdown_trigger`` returns (or the caller cancels), then drain.
 
     ``storage`` and ``model`` override the configured ones (embedding, tests)."""
-    toolsets = load_toolsets(config.toolsets)
+    toolsets: list[ToolsetContribution | ToolsetSource] = list(load_toolsets(config.toolsets))
     async with AsyncExitStack() as stack:
+        mcp: tuple[McpToolset, ...] = ()
+        if config.mcp_servers:
+            from agentik.mcp import open_mcp_toolsets
+
+            mcp = await stack.enter_async_context(open_mcp_toolsets(config.mcp_servers))
+            toolsets.extend(mcp)
         if storage is None:
             storage = await stack.enter_async_context(open_sqlite_storage(config.database))
             storage_label = f"sqlite:{config.database}"
@@ -133,6 +143,7 @@ async def serve_agentik(
             config=config,
             model_label=model_label,
             demo_model=demo,
+            mcp=mcp,
             storage_label=storage_label,
             writer_gauges=lambda: writer_stats(bundle),
         )
