@@ -29,24 +29,17 @@ argument object.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import json
+import random
+import statistics
+import time
+import timeit
+from collections.abc import Callable
 
-# Scripts in bench/ may shadow stdlib modules (bench/http.py shadows http);
-# drop this directory from the import path before anything imports them.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-import timeit  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-
-from agentik import ToolCall  # noqa: E402
-from agentik._json import JsonObject  # noqa: E402
-from agentik.toolsets import (  # noqa: E402
+from agentik import ToolCall
+from agentik._json import JsonObject
+from agentik.toolsets import (
     NamedTool,
     ToolsetContribution,
     ToolsetIndex,

@@ -11,7 +11,7 @@ table into the "## Storage" section of docs/performance.md.
     python -m bench.storage [--runs 3] [--messages 20000] [--write-docs]
 
 (Run it as a module from the repository root: as a script, bench/ would come
-first on sys.path and bench/http.py would shadow the standard library.)
+first on sys.path, where a script named after a standard module would shadow it.)
 
 Also measured in the same run: the same tasks appending to the in-memory
 backend, i.e. what the trio side alone (task switches, the benchmark's own

@@ -11,8 +11,8 @@ stores four messages. The model is ScriptedModel with bench_responder
   per client), so the figure measures the server rather than a Python HTTP
   client. ``POST /agentik/conversations/{id}/turns`` with a JSON body.
 
-    python bench/http.py                      # N = 100 and 1000, T = 5
-    python bench/http.py -n 100 --turns 5 --repeat 3 [--gc-freeze]
+    python -m bench.http_load                      # N = 100 and 1000, T = 5
+    python -m bench.http_load -n 100 --turns 5 --repeat 3 [--gc-freeze]
 """
 
 from __future__ import annotations
