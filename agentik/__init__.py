@@ -7,6 +7,11 @@ modules of the subpackages. Names here are a contract: add, never rename.
 import importlib
 from typing import TYPE_CHECKING
 
+from agentik._config import ConfigError as ConfigError
+from agentik._config import Limits as Limits
+from agentik._config import ModelSettings as ModelSettings
+from agentik._config import ServerConfig as ServerConfig
+from agentik._config import load_config as load_config
 from agentik._errors import AgentikError as AgentikError
 from agentik._errors import DuplicateKeyError as DuplicateKeyError
 from agentik._errors import ModelBackendError as ModelBackendError
@@ -85,8 +90,10 @@ if TYPE_CHECKING:
     from agentik.mcp import StdioServer as StdioServer
     from agentik.mcp import open_mcp_toolsets as open_mcp_toolsets
     from agentik.mcp import parse_mcp_servers as parse_mcp_servers
+    from agentik.server import serve_agentik as serve_agentik
 
-# MCP pulls in the mcp SDK (over a second of imports): load it on first use.
+# MCP pulls in the mcp SDK (over a second of imports) and the server Starlette
+# and hypercorn: load them on first use, so an embedded agent imports neither.
 _LAZY = {
     "HttpServer": "agentik.mcp",
     "McpConfigError": "agentik.mcp",
@@ -97,6 +104,7 @@ _LAZY = {
     "StdioServer": "agentik.mcp",
     "open_mcp_toolsets": "agentik.mcp",
     "parse_mcp_servers": "agentik.mcp",
+    "serve_agentik": "agentik.server",
 }
 
 
@@ -116,11 +124,13 @@ __all__ = [
     "AgentikError",
     "ChatAgent",
     "ChatModel",
+    "ConfigError",
     "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",
     "Error",
     "HttpServer",
+    "Limits",
     "McpConfigError",
     "McpHealth",
     "McpServerConfig",
@@ -132,6 +142,7 @@ __all__ = [
     "ModelBackendError",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "ModelStreamEvent",
     "NamedTool",
     "OpenAICompatibleModel",
@@ -145,6 +156,7 @@ __all__ = [
     "Run",
     "SchemaVersionError",
     "ScriptedModel",
+    "ServerConfig",
     "Skill",
     "SkillStore",
     "SkillSummary",
@@ -178,12 +190,14 @@ __all__ = [
     "__version__",
     "dispatch",
     "in_memory_storage",
+    "load_config",
     "open_chat_agent",
     "open_mcp_toolsets",
     "open_sqlite_storage",
     "parse_arguments",
     "parse_mcp_servers",
     "render_toolset_section",
+    "serve_agentik",
     "tool",
     "toolset_control_tools",
     "writer_stats",

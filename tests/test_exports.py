@@ -4,6 +4,8 @@ listed in ``__all__`` and documented."""
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -58,3 +60,24 @@ def test_all_names_exist_once() -> None:
     assert len(set(agentik.__all__)) == len(agentik.__all__)
     for name in agentik.__all__:
         assert hasattr(agentik, name)
+
+
+@pytest.mark.parametrize(
+    "name", ["serve_agentik", "ServerConfig", "load_config", "ConfigError", "Limits"]
+)
+def test_server_names_are_public(name: str) -> None:
+    """Running the server from Python needs no import from a private module."""
+    value = getattr(agentik, name)
+    assert name in agentik.__all__
+    assert inspect.getdoc(value), f"{name} has no docstring"
+
+
+def test_importing_agentik_loads_neither_the_server_nor_the_mcp_sdk() -> None:
+    """An embedded agent pays for Starlette, hypercorn and the MCP SDK only on use."""
+    code = (
+        "import sys, agentik; "
+        "heavy = [m for m in ('starlette', 'hypercorn', 'mcp', 'agentik.server') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
