@@ -37,7 +37,9 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
     """The HTTP refusal for an error the agent raised about ``conversation_id``."""
     message = str(exc)
     if SEPARATOR not in conversation_id:
-        message = message.replace(repr(caller.internal(conversation_id)), repr(conversation_id))
+        stored = caller.internal(conversation_id)
+        message = message.replace(repr(stored), repr(conversation_id))
+        message = message.replace(stored, conversation_id)
     if isinstance(exc, OverloadedError):
         seconds = max(1, math.ceil(exc.retry_after))
         return HttpError(429, message, code="overloaded", headers={"Retry-After": str(seconds)})

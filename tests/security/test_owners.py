@@ -23,9 +23,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentik import Role, in_memory_storage
+from agentik._config import ServerConfig
+from agentik._errors import OverloadedError
 from agentik._messages import Message
+from agentik.server import Client
 from agentik.server._a2a_wire import make_task_id
 from agentik.server._owners import SEPARATOR, Authenticator, Caller, owned_conversations
+from agentik.server._turns import to_http_error
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS, Server, start
 
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]
@@ -197,9 +201,6 @@ class TestTokens:
 
     def test_authenticator_maps_each_token_to_its_owner(self) -> None:
         """The header's token picks the owner; one owner may hold several tokens."""
-        from agentik._config import ServerConfig
-        from agentik.server import Client
-
         clients = (*OWNER_CLIENTS, Client(owner="alice", token="alice-second-token-xyz"))
         auth = Authenticator.from_config(ServerConfig(clients=clients, auth_token=LEGACY))
         assert auth.caller(f"Bearer {ALICE}".encode()) == Caller("alice")
@@ -428,3 +429,17 @@ def test_stored_ids_never_collide_across_owners(
     if first != second:
         assert a.internal(one) != b.internal(other)
         assert b.external(a.internal(one)) is None
+
+
+def test_refusals_name_the_id_the_client_sent() -> None:
+    """An agent error quoting the stored id is rewritten to the client's id, so a 429
+    or 422 shows neither the separator nor the owner prefix."""
+    caller = Caller("alice")
+    stored = caller.internal("demo")
+    for shown, expected in [(repr(stored), "'demo'"), (stored, "demo")]:
+        exc = OverloadedError(f"conversation {shown} has 8 turns queued", retry_after=1.0)
+        refusal = to_http_error(exc, caller, "demo")
+        assert (refusal.status, refusal.message) == (
+            429,
+            f"conversation {expected} has 8 turns queued",
+        )
