@@ -133,6 +133,12 @@ class ServerConfig:
     def is_loopback(self) -> bool:
         return _is_loopback(self.host)
 
+    def __attrs_post_init__(self) -> None:
+        try:
+            check_distinct(self.clients, self.auth_token)
+        except ClientConfigError as error:
+            raise ConfigError(str(error)) from None
+
     @property
     def requires_auth(self) -> bool:
         """Whether every endpoint but ``/health`` needs a bearer token."""
@@ -315,10 +321,6 @@ def _build(
             f"[server] auth_token is required when binding to the non-loopback address {host!r}"
             " (set AGENTIK_AUTH_TOKEN, or give clients tokens in [[server.clients]])"
         )
-    try:
-        check_distinct(clients, auth_token)
-    except ClientConfigError as error:
-        raise ConfigError(str(error)) from None
 
     def number(key: str, default: float) -> float:
         value = get("limits", key)

@@ -30,7 +30,7 @@ from agentik._errors import ModelBackendError
 from agentik._messages import Message
 from agentik.models import RetryPolicy
 from agentik.models._redact import Redactor
-from agentik.server import serve_agentik
+from agentik.server import Client, serve_agentik
 from tests.security.backend import EchoBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,6 +256,14 @@ class TestConfigErrors:
             load_config(None, env={"AGENTIK_CLIENTS": clients, "AGENTIK_AUTH_TOKEN": LEGACY})
         assert expected in str(err.value)
         assert_clean("the error", str(err.value))
+
+    def test_a_config_built_in_code_is_checked_too(self) -> None:
+        """Embedders building ``ServerConfig`` get the same check: one token, one owner."""
+        twice = (Client(owner="alice", token=ALICE), Client(owner="bob", token=ALICE))
+        with pytest.raises(ConfigError, match=r"^client entries 1 and 2 have the same token"):
+            ServerConfig(clients=twice)
+        with pytest.raises(ConfigError, match=r"reuses \[server\] auth_token"):
+            ServerConfig(clients=twice[:1], auth_token=ALICE)
 
     def test_a_missing_token_variable(self, tmp_path: Path) -> None:
         path = tmp_path / "agentik.toml"
