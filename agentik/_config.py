@@ -6,7 +6,11 @@ apart. Layers are merged into one flat mapping, later layers winning, and only
 then validated into a frozen ``ServerConfig``; every error names the setting
 (``[limits] max_queued_turns``) and what was expected. Secrets (the model API
 key, the bearer token) come from the environment or the file, never from a
-flag, and are kept out of ``repr``.
+flag, and are kept out of ``repr`` and out of every error message.
+
+``[[server.clients]]`` (or ``AGENTIK_CLIENTS``) maps bearer tokens to owners;
+``_clients`` reads it. ``[server] auth_token`` stays the token of the default
+owner, whose conversation ids are stored as sent (as before owners existed).
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
+from agentik._clients import (
+    CLIENTS_ENV,
+    Client,
+    ClientConfigError,
+    check_distinct,
+    parse_clients_env,
+    parse_clients_table,
+)
 from agentik._errors import AgentikError
 
 Kind: TypeAlias = Literal["str", "int", "float", "list", "bind", "bool"]
@@ -43,6 +55,8 @@ class Setting:
     kind: Kind
     env: str | None
     """Environment variable that overrides the file, if any."""
+    secret: bool = False
+    """Errors about it never show its value."""
 
     @property
     def name(self) -> str:
@@ -51,7 +65,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("server", "bind", "bind", "AGENTIK_BIND"),
-    Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN"),
+    Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
@@ -105,6 +119,9 @@ class ServerConfig:
     toolsets: tuple[str, ...] = ()
     """Entry points ``module:attribute``, each giving one or more toolset contributions."""
     auth_token: str | None = attrs.field(default=None, repr=False)
+    """The default owner's token: its conversation ids are stored as sent."""
+    clients: tuple[Client, ...] = ()
+    """Tokens of named owners; each owner sees only its own conversations."""
     limits: Limits = Limits()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
@@ -115,6 +132,17 @@ class ServerConfig:
     @property
     def is_loopback(self) -> bool:
         return _is_loopback(self.host)
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            check_distinct(self.clients, self.auth_token)
+        except ClientConfigError as error:
+            raise ConfigError(str(error)) from None
+
+    @property
+    def requires_auth(self) -> bool:
+        """Whether every endpoint but ``/health`` needs a bearer token."""
+        return self.auth_token is not None or bool(self.clients)
 
 
 def _is_loopback(host: str) -> bool:
@@ -156,6 +184,8 @@ def read_file(path: Path) -> dict[tuple[str, str], Raw]:
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{section}] must be a table, got {table!r}")
         for key, value in table.items():
+            if (section, key) == ("server", "clients"):
+                continue  # an array of tables: read by read_clients
             setting = _BY_NAME.get((section, key))
             if setting is None:
                 raise ConfigError(f"{path}: unknown setting [{section}] {key}")
@@ -179,11 +209,28 @@ def read_mcp_servers(path: Path) -> tuple[McpServerConfig, ...]:
         raise ConfigError(f"{path}: {error}") from error
 
 
+def read_clients(path: Path | None, env: Mapping[str, str]) -> tuple[Client, ...]:
+    """``AGENTIK_CLIENTS`` if set, else the file's ``[[server.clients]]``."""
+    try:
+        if CLIENTS_ENV in env:
+            return parse_clients_env(env[CLIENTS_ENV])
+        if path is None:
+            return ()
+        server = tomllib.loads(path.read_bytes().decode("utf-8")).get("server", {})
+        if not isinstance(server, dict) or "clients" not in server:
+            return ()
+        return parse_clients_table(server["clients"], env)
+    except ClientConfigError as error:
+        origin = "" if CLIENTS_ENV in env else f"{path}: "
+        raise ConfigError(f"{origin}{error}") from None
+
+
 def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
     where = f"{origin}: {setting.name}"
     if setting.kind in ("str", "bind"):
         if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
+            shown = "a value not shown (it is secret)" if setting.secret else repr(value)
+            raise ConfigError(f"{where} must be a string, got {shown}")
         return value
     if setting.kind == "bool":
         if not isinstance(value, bool):
@@ -251,10 +298,15 @@ def load_config(
         if setting is None:
             raise ConfigError(f"unknown setting [{section}] {key}")
         merged[(section, key)] = _check_kind(setting, value, origin="command line")
-    return attrs.evolve(_build(merged, env), mcp_servers=mcp_servers)
+    return _build(merged, env, read_clients(path, env), mcp_servers)
 
 
-def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ServerConfig:
+def _build(
+    merged: Mapping[tuple[str, str], Raw],
+    env: Mapping[str, str],
+    clients: tuple[Client, ...],
+    mcp_servers: tuple[McpServerConfig, ...],
+) -> ServerConfig:
     def get(section: str, key: str) -> Raw | None:
         return merged.get((section, key))
 
@@ -264,10 +316,10 @@ def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Ser
         host, port = parse_bind(bind)
     token = get("server", "auth_token")
     auth_token = token if isinstance(token, str) and token else None
-    if not _is_loopback(host) and auth_token is None:
+    if not _is_loopback(host) and auth_token is None and not clients:
         raise ConfigError(
             f"[server] auth_token is required when binding to the non-loopback address {host!r}"
-            " (set AGENTIK_AUTH_TOKEN)"
+            " (set AGENTIK_AUTH_TOKEN, or give clients tokens in [[server.clients]])"
         )
 
     def number(key: str, default: float) -> float:
@@ -295,7 +347,9 @@ def _build(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Ser
         if isinstance(toolsets, list)
         else (),
         auth_token=auth_token,
+        clients=clients,
         limits=limits,
+        mcp_servers=mcp_servers,
         gc_freeze=get("server", "gc_freeze") is True,
     )
 

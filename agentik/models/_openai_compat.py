@@ -3,8 +3,9 @@
 The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing) and
 ``_retry`` (the policy). Invariants:
 
-- Every failure leaves as ``ModelBackendError``; the API key appears in no
-  message and no repr.
+- Every failure leaves as ``ModelBackendError``; the API key (and any other
+  credential it sends) appears in no message and no repr, and is masked in
+  every body it reads (``_redact``), so no answer can carry it onwards.
 - One deadline, ``timeout`` seconds after the call starts, bounds the whole
   call: every attempt, every backoff, and every read of a stream.
 - Retries are bounded (``RetryPolicy.max_retries``). A stream is retried only
@@ -35,6 +36,7 @@ from agentik.models._protocol import (
     TextDelta,
     ToolCallDelta,
 )
+from agentik.models._redact import Redactor
 from agentik.models._retry import RetryPolicy
 from agentik.models._sse import SSEDecoder
 from agentik.models._wire import (
@@ -97,6 +99,7 @@ class OpenAICompatibleModel:
         "_model",
         "_owns_client",
         "_params",
+        "_redact",
         "_retry",
         "_sleep",
         "_timeout",
@@ -134,6 +137,7 @@ class OpenAICompatibleModel:
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._redact = Redactor.for_credentials(api_key, self._headers, base_url)
         self._timeout = timeout
         self._retry = retry
         self._sleep = sleep
@@ -166,16 +170,13 @@ class OpenAICompatibleModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One non-streaming call, retried per the policy."""
-        body = self._encode(request, stream=False)
-        deadline = trio.current_time() + self._timeout
-        retries = 0
-        while True:
-            try:
-                response = await self._by(deadline, partial(self._post, body, stream=False))
-                return decode_completion(parse_json(response.content, "model response body"))
-            except _RetryableFailure as failure:
-                await self._backoff(failure, retries, deadline)
-                retries += 1
+        try:
+            return await self._complete(request)
+        except ModelBackendError as exc:
+            masked = self._redact.error(exc)
+            if masked is exc:
+                raise
+            raise masked from None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """One streaming call: deltas as they arrive, then the complete response.
@@ -184,6 +185,30 @@ class OpenAICompatibleModel:
         ``finish_reason == "length"`` it leaves out tool calls cut off
         mid-arguments, although their deltas were already yielded.
         """
+        try:
+            async with aclosing(self._stream(request)) as events:
+                async for event in events:
+                    yield event
+        except ModelBackendError as exc:
+            masked = self._redact.error(exc)
+            if masked is exc:
+                raise
+            raise masked from None
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        body = self._encode(request, stream=False)
+        deadline = trio.current_time() + self._timeout
+        retries = 0
+        while True:
+            try:
+                response = await self._by(deadline, partial(self._post, body, stream=False))
+                answer = self._redact.data(response.content)
+                return decode_completion(parse_json(answer, "model response body"))
+            except _RetryableFailure as failure:
+                await self._backoff(failure, retries, deadline)
+                retries += 1
+
+    async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelStreamEvent]:
         body = self._encode(request, stream=True)
         deadline = trio.current_time() + self._timeout
         retries = 0
@@ -213,7 +238,9 @@ class OpenAICompatibleModel:
                     raw = await self._by(deadline, response.aread)
                 except httpx.RequestError as exc:
                     raise _RetryableFailure(f"the answer was cut: {_describe(exc)}") from exc
-                answer = decode_completion(parse_json(raw, "model response body"))
+                answer = decode_completion(
+                    parse_json(self._redact.data(raw), "model response body")
+                )
                 for event in _whole_answer_events(answer):
                     yield event
                 return
@@ -242,7 +269,7 @@ class OpenAICompatibleModel:
                 return None
             except httpx.RequestError as exc:
                 raise _RetryableFailure(f"the stream was cut: {_describe(exc)}") from exc
-            data = decoder.feed_line(line)
+            data = decoder.feed_line(self._redact.text(line))
             if data is not None:
                 return data
 
@@ -258,7 +285,7 @@ class OpenAICompatibleModel:
             await response.aclose()
         except httpx.RequestError as exc:
             raise _RetryableFailure(f"could not reach {self._url}: {_describe(exc)}") from exc
-        problem = _http_problem(response)
+        problem = _http_problem(response, self._redact)
         message = f"model backend answered HTTP {response.status_code} for {self._url}: {problem}"
         if self._retry.should_retry(response.status_code, response.headers):
             raise _RetryableFailure(message, response.headers)
@@ -311,13 +338,14 @@ def _describe(exc: httpx.RequestError) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _http_problem(response: httpx.Response) -> str:
-    """What an error response says, from its JSON error body or its text."""
+def _http_problem(response: httpx.Response, redact: Redactor) -> str:
+    """What an error response says, from its JSON error body or its text (masked first)."""
+    text = redact.text(response.text)
     try:
-        reported = error_message(json.loads(response.content))
+        reported = error_message(json.loads(text))
     except ValueError:
         reported = None
     if reported is not None:
         return reported
-    text = response.text.strip()
+    text = text.strip()
     return repr(text[:200] + ("…" if len(text) > 200 else "")) if text else "(empty body)"

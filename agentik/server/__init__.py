@@ -1,5 +1,6 @@
 """The HTTP server: native API, AG-UI and A2A over hypercorn (trio) and Starlette."""
 
+from agentik._clients import Client as Client
 from agentik._config import ConfigError as ConfigError
 from agentik._config import Limits as Limits
 from agentik._config import ModelSettings as ModelSettings
@@ -11,6 +12,7 @@ from agentik.server._serve import load_toolsets as load_toolsets
 from agentik.server._serve import serve_agentik as serve_agentik
 
 __all__ = [
+    "Client",
     "ConfigError",
     "Limits",
     "ModelSettings",

@@ -1,7 +1,9 @@
 """A2A 1.0 over JSON-RPC at ``POST /a2a``, and the agent card at
 ``/.well-known/agent-card.json``.
 
-contextId is the conversation id. A task is one turn: its id is the
+contextId is the conversation id, in the caller's owner scope (``_owners``):
+tasks are found only through the caller's own conversations, and the ledger
+keys them by the stored (owner-scoped) context id. A task is one turn: its id is the
 idempotency key of the turn's user message (see ``_a2a_wire``), so GetTask
 rebuilds status and answer from stored history, also after a restart; the
 ledger in ``ServerContext`` only adds what history cannot show (running now,
@@ -43,11 +45,13 @@ from agentik.server._a2a_wire import (
     status,
     task_id_param,
     task_not_found,
+    valid_context_id,
     view_from_turn,
 )
 from agentik.server._app import json_response
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
+from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
@@ -63,18 +67,19 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     agent = ctx.agent
     store = agent.storage.message_store
 
-    async def find_task(task_id: str) -> TaskView:
+    async def find_task(caller: Caller, task_id: str) -> TaskView:
         context_id = context_of(task_id)
-        if context_id is None:
+        if context_id is None or not valid_context_id(context_id):
             raise task_not_found(task_id)
-        running = task_id in ctx.tasks.running
-        seq = await store.find_idempotency_key(context_id, task_id)
+        stored = caller.internal(context_id)
+        running = (stored, task_id) in ctx.tasks.running
+        seq = await store.find_idempotency_key(stored, task_id)
         if seq is None:
             if running:  # accepted, its user message not stored yet
                 return TaskView(task_id, context_id, "TASK_STATE_SUBMITTED", _now())
             raise task_not_found(task_id)
         turn: list[Message] = []
-        async for message in store.get_messages(context_id, after_seq=seq - 1):
+        async for message in store.get_messages(stored, after_seq=seq - 1):
             if (turn and message.role.value == "user") or len(turn) >= _MAX_TURN_MESSAGES:
                 break
             turn.append(message)
@@ -83,7 +88,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             context_id,
             turn,
             running=running,
-            cancelled=task_id in ctx.tasks.cancelled,
+            cancelled=(stored, task_id) in ctx.tasks.cancelled,
         )
 
     def history_length(params: JsonObject) -> int | None:
@@ -94,21 +99,22 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise invalid_params("field 'historyLength' must be a non-negative integer")
         return value
 
-    async def send_message(call: RpcCall) -> JsonObject:
+    async def send_message(caller: Caller, call: RpcCall) -> JsonObject:
         send = parse_send(call.params)
         began = time.perf_counter()
-        ctx.tasks.start(send.task_id, send.context_id)
+        key = (caller.internal(send.context_id), send.task_id)
+        ctx.tasks.start(key)
         try:
-            result = await agent.send(send.context_id, send.text, idempotency_key=send.task_id)
+            result = await agent.send(key[0], send.text, idempotency_key=send.task_id)
         except TurnError as exc:
-            log_turn("a2a", send.context_id, f"failed:{exc.code}", began)
-            ctx.tasks.finish(send.task_id)
-            return {"task": (await find_task(send.task_id)).to_json()}
+            log_turn("a2a", caller, send.context_id, f"failed:{exc.code}", began)
+            ctx.tasks.finish(key)
+            return {"task": (await find_task(caller, send.task_id)).to_json()}
         except (AgentikError, ValueError) as exc:
-            ctx.tasks.finish(send.task_id)
-            raise to_http_error(exc) from exc
-        ctx.tasks.finish(send.task_id)
-        log_turn("a2a", send.context_id, "finished", began)
+            ctx.tasks.finish(key)
+            raise to_http_error(exc, caller, send.context_id) from exc
+        ctx.tasks.finish(key)
+        log_turn("a2a", caller, send.context_id, "finished", began)
         last = result.messages[-1].created_at or _now()
         view = TaskView(
             send.task_id,
@@ -122,14 +128,15 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
         return {"task": view.to_json(history_length=history_length(call.params))}
 
-    async def stream_message(call: RpcCall) -> EventStream:
+    async def stream_message(caller: Caller, call: RpcCall) -> EventStream:
         send = parse_send(call.params)
         task_id, context_id = send.task_id, send.context_id
-        ctx.tasks.start(task_id, context_id)
+        key = (caller.internal(context_id), task_id)
+        ctx.tasks.start(key)
         try:
-            events, stack = await open_stream(agent, "a2a", context_id, send.text, task_id)
+            events, stack = await open_stream(agent, "a2a", caller, context_id, send.text, task_id)
         except HttpError:
-            ctx.tasks.finish(task_id)
+            ctx.tasks.finish(key)
             raise
 
         def frame(result: JsonObject) -> bytes:
@@ -156,7 +163,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             yield update("TASK_STATE_WORKING")
             async for event in events:
                 if isinstance(event, TurnFinished):
-                    ctx.tasks.finish(task_id)
+                    ctx.tasks.finish(key)
                     yield frame(
                         {
                             "artifactUpdate": {
@@ -169,7 +176,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                     )
                     yield update("TASK_STATE_COMPLETED")
                 elif isinstance(event, TurnFailed):
-                    ctx.tasks.finish(task_id)
+                    ctx.tasks.finish(key)
                     state = (
                         "TASK_STATE_CANCELED" if event.code == "cancelled" else "TASK_STATE_FAILED"
                     )
@@ -177,23 +184,24 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
 
         return EventStream(frames(), stack.aclose)
 
-    async def get_task(call: RpcCall) -> JsonObject:
-        view = await find_task(task_id_param(call.params))
+    async def get_task(caller: Caller, call: RpcCall) -> JsonObject:
+        view = await find_task(caller, task_id_param(call.params))
         return view.to_json(history_length=history_length(call.params))
 
-    async def cancel_task(call: RpcCall) -> JsonObject:
+    async def cancel_task(caller: Caller, call: RpcCall) -> JsonObject:
         task_id = task_id_param(call.params)
-        view = await find_task(task_id)
+        view = await find_task(caller, task_id)
         if view.state in TERMINAL:
             raise A2AError(-32002, f"Task cannot be canceled: {task_id!r} is {view.state}")
-        ctx.tasks.mark_cancelled(task_id)
-        agent.cancel(view.context_id)
+        stored = caller.internal(view.context_id)
+        ctx.tasks.mark_cancelled((stored, task_id))
+        agent.cancel(stored)
         canceled = TaskView(
             task_id, view.context_id, "TASK_STATE_CANCELED", _now(), error="the task was canceled"
         )
         return canceled.to_json()
 
-    async def list_tasks(call: RpcCall) -> JsonObject:
+    async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:
         params = call.params
         context = params.get("contextId")
         if context is not None and not isinstance(context, str):
@@ -206,11 +214,15 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise invalid_params("field 'pageToken' must be a token from a previous ListTasks")
         wanted_state = params.get("status")
         with_artifacts = params.get("includeArtifacts") is True
-        ids = [t for t, c in reversed(ctx.tasks.created.items()) if context is None or c == context]
+        ids = [
+            task_id
+            for stored, task_id in reversed(ctx.tasks.created)
+            if (mine := caller.external(stored)) is not None and context in (None, mine)
+        ]
         views = []
         for task_id in ids:
             try:
-                view = await find_task(task_id)
+                view = await find_task(caller, task_id)
             except A2AError:
                 continue
             if wanted_state in (None, "TASK_STATE_UNSPECIFIED", view.state):
@@ -239,6 +251,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     }
 
     async def rpc(request: Request) -> Response | EventStream:
+        caller = caller_of(request)
         body = await read_body(request, ctx.config.limits.max_body_bytes)
         try:
             payload = parse_json(body)
@@ -249,8 +262,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         try:
             call = parse_call(payload, request.headers.get("a2a-version"))
             if call.method == "SendStreamingMessage":
-                return await stream_message(call)
-            result = await handlers[call.method](call)
+                return await stream_message(caller, call)
+            result = await handlers[call.method](caller, call)
         except A2AError as exc:
             return json_response(rpc_error(request_id_of(payload), exc))
         return json_response(rpc_result(call.id, result))
@@ -265,7 +278,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 description="An agentik agent: conversations with tools and toolsets.",
                 version=agentik.__version__,
                 skills=skills,
-                bearer_auth=ctx.config.auth_token is not None,
+                bearer_auth=ctx.config.requires_auth,
             )
         )
 

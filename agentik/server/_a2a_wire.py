@@ -36,6 +36,8 @@ UNSUPPORTED_METHODS = frozenset(
         "GetExtendedAgentCard",
     }
 )
+MAX_CONTEXT_ID = 200
+"""As long as any conversation id a client may send (``_native.MAX_ID_LENGTH``)."""
 TERMINAL = frozenset({"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"})
 
 _REASONS = {
@@ -184,8 +186,10 @@ def parse_send(params: JsonObject) -> SendParams:
     context_id = message.get("contextId")
     if context_id is None:
         context_id = f"ctx-{uuid.uuid4().hex}"
-    elif not isinstance(context_id, str) or not context_id or not context_id.isprintable():
-        raise invalid_params("field 'message.contextId' must be a non-empty printable string")
+    elif not isinstance(context_id, str) or not valid_context_id(context_id):
+        raise invalid_params(
+            f"field 'message.contextId' must be 1..{MAX_CONTEXT_ID} printable characters"
+        )
     if message.get("taskId") is not None:
         raise A2AError(
             -32004,
@@ -201,6 +205,11 @@ def parse_send(params: JsonObject) -> SendParams:
         message_id=message_id,
         return_immediately=immediately,
     )
+
+
+def valid_context_id(context_id: str) -> bool:
+    """Printable (so it cannot carry the owner separator) and bounded, like every id."""
+    return 0 < len(context_id) <= MAX_CONTEXT_ID and context_id.isprintable()
 
 
 def make_task_id(context_id: str, message_id: str) -> str:

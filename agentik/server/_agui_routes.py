@@ -1,7 +1,9 @@
 """``POST /agui``: one AG-UI run per request, streamed as SSE.
 
-threadId is the conversation id; the run's input is the last user message,
-and history comes from the store, not from what the client sends. A refusal
+threadId is the conversation id (in the caller's owner scope); the run's
+input is the text of the last message, which must be the user's, and history
+comes from the store: no earlier message the client sends, of any role,
+reaches the model or the store. A refusal
 before the run starts (bad input, overload) is a plain HTTP status, which
 the client reports as ``HTTP <status>: <body>``; after RUN_STARTED every
 failure is a RUN_ERROR.
@@ -16,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from agentik.server._agui import AguiRun, parse_run_input
 from agentik.server._context import ServerContext
+from agentik.server._owners import caller_of
 from agentik.server._request import read_json
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, open_stream
@@ -27,7 +30,9 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def run(request: Request) -> EventStream:
         run_input = parse_run_input(await read_json(request, limit))
-        events, stack = await open_stream(agent, "agui", run_input.thread_id, run_input.text, None)
+        events, stack = await open_stream(
+            agent, "agui", caller_of(request), run_input.thread_id, run_input.text, None
+        )
         translator = AguiRun(run_input.thread_id, run_input.run_id, model_name=ctx.model_label)
 
         async def frames() -> AsyncIterator[bytes]:

@@ -1,7 +1,8 @@
 """The Starlette application: routes from each transport, behind one guard.
 
 The guard (plain ASGI, so streaming responses pass through untouched) checks
-the bearer token on every path but ``/health``, counts responses by status
+the bearer token on every path but ``/health``, puts the request's ``Caller``
+(its owner, ``_owners``) in the scope for the handlers, counts responses by status
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
 ``{"error": {"code", "message"}}`` with its status.
@@ -9,7 +10,6 @@ duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 
@@ -24,6 +24,7 @@ from agentik._json import JsonObject, JsonValue
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
+from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._sse import dumps
 
 log = logging.getLogger("agentik.server")
@@ -51,16 +52,13 @@ class Guard:
     def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
         self.app = app
         self.ctx = ctx
-        token = ctx.config.auth_token
-        self.expected = None if token is None else f"Bearer {token}".encode()
+        self.auth = Authenticator.from_config(ctx.config)
 
-    def _authorized(self, scope: Scope) -> bool:
-        if self.expected is None or scope["path"] in PUBLIC_PATHS:
-            return True
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)
-        return False
+    def _caller(self, scope: Scope) -> Caller | None:
+        if scope["path"] in PUBLIC_PATHS:
+            return DEFAULT_CALLER  # /health names no conversation
+        header = next((v for n, v in scope["headers"] if n == b"authorization"), None)
+        return self.auth.caller(header)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,7 +74,9 @@ class Guard:
             await send(message)
 
         try:
-            if self._authorized(scope):
+            caller = self._caller(scope)
+            if caller is not None:
+                scope[CALLER_KEY] = caller
                 await self.app(scope, receive, send_counted)
             else:
                 refusal = json_response(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
@@ -24,33 +24,37 @@ if TYPE_CHECKING:
 
 TASK_LEDGER_SIZE = 10_000
 
+TaskKey: TypeAlias = tuple[str, str]
+"""(stored context id, task id): the stored id carries the owner, so two owners'
+tasks never share an entry even when their task ids are equal."""
+
+
+def _bounded_add(entries: collections.OrderedDict[TaskKey, None], key: TaskKey) -> None:
+    entries[key] = None
+    entries.move_to_end(key)
+    while len(entries) > TASK_LEDGER_SIZE:
+        entries.popitem(last=False)
+
 
 @attrs.define
 class TaskLedger:
-    """A2A task ids this process has seen, bounded; history stays the source of truth."""
+    """A2A tasks this process has seen, bounded; history stays the source of truth."""
 
-    running: dict[str, str] = attrs.field(factory=dict)
-    """task id -> context id, while its turn runs."""
-    cancelled: collections.OrderedDict[str, None] = attrs.field(factory=collections.OrderedDict)
-    created: collections.OrderedDict[str, str] = attrs.field(factory=collections.OrderedDict)
-    """task id -> context id, oldest first."""
+    running: collections.OrderedDict[TaskKey, None] = attrs.field(factory=collections.OrderedDict)
+    """While its turn runs (bounded: streams left early never saw their end)."""
+    cancelled: collections.OrderedDict[TaskKey, None] = attrs.field(factory=collections.OrderedDict)
+    created: collections.OrderedDict[TaskKey, None] = attrs.field(factory=collections.OrderedDict)
+    """Oldest first."""
 
-    def start(self, task_id: str, context_id: str) -> None:
-        self.running[task_id] = context_id
-        if len(self.running) > TASK_LEDGER_SIZE:  # streams left early never saw their end
-            del self.running[next(iter(self.running))]
-        self.created[task_id] = context_id
-        self.created.move_to_end(task_id)
-        while len(self.created) > TASK_LEDGER_SIZE:
-            self.created.popitem(last=False)
+    def start(self, key: TaskKey) -> None:
+        _bounded_add(self.running, key)
+        _bounded_add(self.created, key)
 
-    def finish(self, task_id: str) -> None:
-        self.running.pop(task_id, None)
+    def finish(self, key: TaskKey) -> None:
+        self.running.pop(key, None)
 
-    def mark_cancelled(self, task_id: str) -> None:
-        self.cancelled[task_id] = None
-        while len(self.cancelled) > TASK_LEDGER_SIZE:
-            self.cancelled.popitem(last=False)
+    def mark_cancelled(self, key: TaskKey) -> None:
+        _bounded_add(self.cancelled, key)
 
 
 @attrs.define

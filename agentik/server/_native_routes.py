@@ -2,7 +2,10 @@
 reflections and skills.
 
 Handlers validate, call the agent or its stores, and translate with
-``_native``; they keep nothing between requests.
+``_native``; they keep nothing between requests. Every conversation id a
+client sends is mapped to the caller's owner scope (``_owners``) before any
+store or the agent sees it; another owner's conversation is simply not found.
+Skills are agent-wide (docs/server.md, "Owners").
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
+import attrs
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -28,6 +32,7 @@ from agentik.server._native import (
     parse_turn_request,
     turn_result_json,
 )
+from agentik.server._owners import caller_of, owned_conversations, recent_reflections
 from agentik.server._request import as_object, field_str, query_int, read_json
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, open_stream, send_turn
@@ -60,8 +65,9 @@ async def _messages(
     return out
 
 
-async def require_conversation(ctx: ServerContext, conversation_id: str) -> None:
-    if not await _messages(ctx, conversation_id, 0, 1):
+async def require_conversation(ctx: ServerContext, stored_id: str, conversation_id: str) -> None:
+    """404 (naming the client's id) unless the stored conversation has a message."""
+    if not await _messages(ctx, stored_id, 0, 1):
         raise HttpError(404, f"conversation {conversation_id!r} not found", code="not_found")
 
 
@@ -70,15 +76,16 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
     limit = ctx.config.limits.max_body_bytes
 
     async def post_turn(request: Request) -> Response | EventStream:
+        caller = caller_of(request)
         conversation_id = _path_id(request)
         turn = parse_turn_request(await read_json(request, limit))
         if not wants_sse(request):
             result = await send_turn(
-                agent, "native", conversation_id, turn.text, turn.idempotency_key
+                agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
             )
             return json_response(turn_result_json(result))
         events, stack = await open_stream(
-            agent, "native", conversation_id, turn.text, turn.idempotency_key
+            agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
         )
 
         async def frames() -> AsyncIterator[bytes]:
@@ -91,7 +98,8 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
     async def list_conversations(request: Request) -> Response:
         after = request.query_params.get("after") or None
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        ids = await agent.storage.message_store.list_conversations(after=after, limit=page)
+        store = agent.storage.message_store
+        ids = await owned_conversations(store, caller_of(request), after, page)
         body: JsonObject = {
             "conversations": list[JsonValue](ids),
             "next_after": ids[-1] if len(ids) == page else None,
@@ -100,11 +108,12 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def get_messages(request: Request) -> Response:
         conversation_id = _path_id(request)
+        stored_id = caller_of(request).internal(conversation_id)
         after = query_int(request, "after_seq", default=0, minimum=0, maximum=2**62)
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        messages = await _messages(ctx, conversation_id, after, page)
+        messages = await _messages(ctx, stored_id, after, page)
         if not messages:
-            await require_conversation(ctx, conversation_id)
+            await require_conversation(ctx, stored_id, conversation_id)
         body: JsonObject = {
             "conversation_id": conversation_id,
             "messages": [message_json(m) for m in messages],
@@ -114,27 +123,34 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def get_memory(request: Request) -> Response:
         conversation_id = _path_id(request)
-        await require_conversation(ctx, conversation_id)
-        entries = await agent.storage.working_memory_store.list(conversation_id)
+        stored_id = caller_of(request).internal(conversation_id)
+        await require_conversation(ctx, stored_id, conversation_id)
+        entries = [
+            attrs.evolve(entry, conversation_id=conversation_id)
+            for entry in await agent.storage.working_memory_store.list(stored_id)
+        ]
         return json_response(
             {"conversation_id": conversation_id, "entries": converter.unstructure(entries)}
         )
 
     async def get_toolsets(request: Request) -> Response:
         conversation_id = _path_id(request)
-        await require_conversation(ctx, conversation_id)
-        statuses = agent.toolset_status(conversation_id)
+        stored_id = caller_of(request).internal(conversation_id)
+        await require_conversation(ctx, stored_id, conversation_id)
+        statuses = agent.toolset_status(stored_id)
         return json_response(
             {"conversation_id": conversation_id, "toolsets": converter.unstructure(statuses)}
         )
 
     async def get_reflections(request: Request) -> Response:
         page = query_int(request, "limit", default=20, minimum=1, maximum=MAX_PAGE)
-        store = agent.storage.reflection_store
-        recent = await store.list_recent(page)
-        return json_response(
-            {"reflections": converter.unstructure(recent), "total": await store.count()}
+        recent, total = await recent_reflections(
+            agent.storage.reflection_store,
+            caller_of(request),
+            page,
+            scoped=bool(ctx.config.clients),
         )
+        return json_response({"reflections": converter.unstructure(recent), "total": total})
 
     async def list_skills(_: Request) -> Response:
         catalog = await agent.storage.skill_store.catalog()

@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
 
+import httpx
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
@@ -92,7 +93,8 @@ async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
     async with OpenAICompatibleModel(
         settings.base_url, settings.model, api_key=settings.api_key
     ) as model:
-        yield model, f"{settings.model} at {settings.base_url}"
+        shown = httpx.URL(settings.base_url).copy_with(userinfo=b"")  # no password in /health
+        yield model, f"{settings.model} at {shown}"
 
 
 async def serve_agentik(
@@ -169,7 +171,9 @@ async def serve_agentik(
                 binds[0],
                 storage_label,
                 model_label,
-                "bearer" if config.auth_token else "none",
+                f"bearer owners={len({c.owner for c in config.clients})}"
+                if config.requires_auth
+                else "none",
             )
             task_status.started(binds[0])
         log.info("stopped accepting requests; finishing queued turns and closing storage")

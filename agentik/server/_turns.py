@@ -6,6 +6,10 @@ down) 503, bad input 422, and a failed turn a status by its code. A streamed
 turn is entered *before* the response starts, so a refusal is still a plain
 HTTP status; once streaming, a client that leaves only stops the reading:
 the turn completes and is committed by the agent.
+
+Transports pass the caller and the conversation id the client sent; the
+owner-scoped id the agent uses is made here, and any error message that names
+it is rewritten to name the client's id again.
 """
 
 from __future__ import annotations
@@ -22,50 +26,68 @@ from starlette.types import Receive, Scope, Send
 from agentik._errors import AgentikError, OverloadedError, TurnError
 from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.server._errors import HttpError
+from agentik.server._owners import SEPARATOR, Caller
 
 log = logging.getLogger("agentik.server")
 
 _TURN_STATUS = {"model_error": 502, "cancelled": 409, "step_limit": 500, "turn_failed": 500}
 
 
-def to_http_error(exc: Exception) -> HttpError:
-    """The HTTP refusal for an error the agent raised."""
+def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpError:
+    """The HTTP refusal for an error the agent raised about ``conversation_id``."""
+    message = str(exc)
+    if SEPARATOR not in conversation_id:
+        stored = caller.internal(conversation_id)
+        message = message.replace(repr(stored), repr(conversation_id))
+        message = message.replace(stored, conversation_id)
     if isinstance(exc, OverloadedError):
         seconds = max(1, math.ceil(exc.retry_after))
-        return HttpError(429, str(exc), code="overloaded", headers={"Retry-After": str(seconds)})
+        return HttpError(429, message, code="overloaded", headers={"Retry-After": str(seconds)})
     if isinstance(exc, TurnError):
         code = getattr(exc, "code", "turn_failed")
-        return HttpError(_TURN_STATUS.get(code, 500), str(exc), code=code)
+        return HttpError(_TURN_STATUS.get(code, 500), message, code=code)
     if isinstance(exc, ValueError):
-        return HttpError(422, str(exc), code="invalid_field")
-    return HttpError(503, f"the agent is not accepting turns: {exc}", code="unavailable")
+        return HttpError(422, message, code="invalid_field")
+    return HttpError(503, f"the agent is not accepting turns: {message}", code="unavailable")
 
 
-def log_turn(transport: str, conversation_id: str, outcome: str, began: float) -> None:
+def log_turn(
+    transport: str, caller: Caller, conversation_id: str, outcome: str, began: float
+) -> None:
     log.info(
         "turn transport=%s conversation=%s outcome=%s ms=%.1f",
         transport,
-        conversation_id,
+        caller.describe(conversation_id),
         outcome,
         (time.perf_counter() - began) * 1000,
     )
 
 
 async def send_turn(
-    agent: ChatAgent, transport: str, conversation_id: str, text: str, key: str | None
+    agent: ChatAgent,
+    transport: str,
+    caller: Caller,
+    conversation_id: str,
+    text: str,
+    key: str | None,
 ) -> TurnResult:
     began = time.perf_counter()
     try:
-        result = await agent.send(conversation_id, text, idempotency_key=key)
+        result = await agent.send(caller.internal(conversation_id), text, idempotency_key=key)
     except (AgentikError, ValueError) as exc:
-        log_turn(transport, conversation_id, f"refused:{type(exc).__name__}", began)
-        raise to_http_error(exc) from exc
-    log_turn(transport, conversation_id, "finished", began)
+        log_turn(transport, caller, conversation_id, f"refused:{type(exc).__name__}", began)
+        raise to_http_error(exc, caller, conversation_id) from exc
+    log_turn(transport, caller, conversation_id, "finished", began)
     return result
 
 
 async def open_stream(
-    agent: ChatAgent, transport: str, conversation_id: str, text: str, key: str | None
+    agent: ChatAgent,
+    transport: str,
+    caller: Caller,
+    conversation_id: str,
+    text: str,
+    key: str | None,
 ) -> tuple[AsyncIterator[TurnEvent], AsyncExitStack]:
     """Enter ``agent.stream``; refusals raise ``HttpError`` before any byte is sent.
     The caller closes the returned stack when done (``EventStream`` does)."""
@@ -73,11 +95,11 @@ async def open_stream(
     stack = AsyncExitStack()
     try:
         events = await stack.enter_async_context(
-            agent.stream(conversation_id, text, idempotency_key=key)
+            agent.stream(caller.internal(conversation_id), text, idempotency_key=key)
         )
     except (AgentikError, ValueError) as exc:
-        log_turn(transport, conversation_id, f"refused:{type(exc).__name__}", began)
-        raise to_http_error(exc) from exc
+        log_turn(transport, caller, conversation_id, f"refused:{type(exc).__name__}", began)
+        raise to_http_error(exc, caller, conversation_id) from exc
 
     async def logged() -> AsyncIterator[TurnEvent]:
         outcome = "disconnected"
@@ -89,7 +111,7 @@ async def open_stream(
                     outcome = f"failed:{event.code}"
                 yield event
         finally:
-            log_turn(transport, conversation_id, outcome, began)
+            log_turn(transport, caller, conversation_id, outcome, began)
 
     return logged(), stack
 
