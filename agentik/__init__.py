@@ -7,6 +7,7 @@ modules of the subpackages. Names here are a contract: add, never rename.
 import importlib
 from typing import TYPE_CHECKING
 
+from agentik._clients import Client as Client
 from agentik._config import ConfigError as ConfigError
 from agentik._config import Limits as Limits
 from agentik._config import ModelSettings as ModelSettings
@@ -124,6 +125,7 @@ __all__ = [
     "AgentikError",
     "ChatAgent",
     "ChatModel",
+    "Client",
     "ConfigError",
     "ConversationLoader",
     "ConversationSnapshot",

@@ -10,6 +10,7 @@ Also measures resident memory per idle conversation after one turn, in a fresh
 subprocess so earlier runs do not pollute it.
 
     python -m bench.turns                       # N = 100, 1000, 10000; T = 5
+    python -m bench.turns -n 1000 --synchronous FULL NORMAL   # the cost of FULL
     python -m bench.turns -n 1000 --turns 5 --repeat 3
     python -m bench.turns --gc-freeze           # gc.freeze() + higher thresholds
 """
@@ -130,9 +131,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     runs: list[dict[str, object]] = report["runs"]  # type: ignore[assignment]
     for n in args.n:
         with tempfile.TemporaryDirectory() as tmp:
-            backends = {
-                "memory": memory_backend,
-                f"sqlite-{args.synchronous}": sqlite_backend(f"{tmp}/bench.db", args.synchronous),
+            backends = {"memory": memory_backend} | {
+                f"sqlite-{sync}": sqlite_backend(f"{tmp}/bench.db", sync)
+                for sync in args.synchronous
             }
             figures: dict[str, list[dict[str, float]]] = {name: [] for name in backends}
             for repeat in range(args.repeat):
@@ -153,9 +154,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             row[name] = {key: statistics.median(r[key] for r in results) for key in results[0]} | {
                 "spread_turns_per_s": [round(r["turns_per_s"]) for r in results]
             }
-        sqlite_tps = row[f"sqlite-{args.synchronous}"]["turns_per_s"]  # type: ignore[index]
+        sqlite_tps = row[f"sqlite-{args.synchronous[0]}"]["turns_per_s"]  # type: ignore[index]
         memory_tps = row["memory"]["turns_per_s"]  # type: ignore[index]
         row["sqlite_over_memory"] = sqlite_tps / memory_tps
+        if "FULL" in args.synchronous and "NORMAL" in args.synchronous:
+            full_tps = row["sqlite-FULL"]["turns_per_s"]  # type: ignore[index]
+            row["full_over_normal"] = full_tps / row["sqlite-NORMAL"]["turns_per_s"]  # type: ignore[index]
         runs.append(row)
     return report
 
@@ -167,7 +171,13 @@ def main() -> None:
     parser.add_argument("-n", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument(
+        "--synchronous",
+        nargs="+",
+        default=["FULL"],
+        choices=["FULL", "NORMAL"],
+        help="one or both; with both, each N also reports FULL / NORMAL from the same run",
+    )
     parser.add_argument("--gc-freeze", action="store_true")
     parser.add_argument("--rss-conversations", type=int, default=10_000)
     parser.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
@@ -201,7 +211,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    sync = f"sqlite-{args.synchronous}"
+    sync = f"sqlite-{args.synchronous[0]}"
     print(
         f"turns per conversation: {args.turns}; median of {args.repeat} runs;"
         f" gc_freeze={args.gc_freeze}"
@@ -217,6 +227,14 @@ def main() -> None:
             f" {row['sqlite_over_memory']:>5.2f} | {s['p50_ms']:>8.1f} / {s['p99_ms']:<7.1f} |"
             f" {m['p50_ms']:>8.1f} / {m['p99_ms']:<7.1f}"
         )
+    for row in report["runs"]:  # type: ignore[union-attr]
+        if "full_over_normal" in row:
+            full, normal = row["sqlite-FULL"], row["sqlite-NORMAL"]
+            print(
+                f"N={row['conversations']}: FULL {full['turns_per_s']:.0f} turns/s,"
+                f" NORMAL {normal['turns_per_s']:.0f} turns/s,"
+                f" FULL / NORMAL {row['full_over_normal']:.2f}"
+            )
     print(
         f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB"
         f" resident each ({rss['conversations']} conversations)"

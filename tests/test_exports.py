@@ -63,7 +63,7 @@ def test_all_names_exist_once() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["serve_agentik", "ServerConfig", "load_config", "ConfigError", "Limits"]
+    "name", ["serve_agentik", "ServerConfig", "Client", "load_config", "ConfigError", "Limits"]
 )
 def test_server_names_are_public(name: str) -> None:
     """Running the server from Python needs no import from a private module."""
