@@ -31,6 +31,7 @@ from agentik.server._a2a_wire import (
     TERMINAL,
     A2AError,
     RpcCall,
+    SendParams,
     TaskView,
     agent_card,
     agent_message,
@@ -92,15 +93,24 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
 
     def history_length(params: JsonObject) -> int | None:
+        """GetTask and ListTasks carry ``historyLength`` in their params, SendMessage
+        in ``configuration``."""
+        where = ""
+        configuration = params.get("configuration")
+        if isinstance(configuration, dict):
+            params, where = configuration, "configuration."
         value = params.get("historyLength")
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise invalid_params("field 'historyLength' must be a non-negative integer")
+            raise invalid_params(f"field '{where}historyLength' must be a non-negative integer")
         return value
 
     async def send_message(caller: Caller, call: RpcCall) -> JsonObject:
         send = parse_send(call.params)
+        limit = history_length(call.params)  # bad params refuse before anything runs
+        if send.return_immediately and ctx.background is not None:
+            return await submit_message(caller, send, limit)
         began = time.perf_counter()
         key = (caller.internal(send.context_id), send.task_id)
         ctx.tasks.start(key)
@@ -126,7 +136,34 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 m for m in result.messages if m.role.value in ("user", "assistant") and m.content
             ),
         )
-        return {"task": view.to_json(history_length=history_length(call.params))}
+        return {"task": view.to_json(history_length=limit)}
+
+    async def submit_message(caller: Caller, send: SendParams, limit: int | None) -> JsonObject:
+        """``returnImmediately``: admit the turn (or refuse it now, 429), answer
+        SUBMITTED, and let the turn run on in the server's nursery; GetTask and
+        ListTasks follow it, and shutdown drains it like any in-flight turn."""
+        key = (caller.internal(send.context_id), send.task_id)
+        ctx.tasks.start(key)
+        try:
+            events, stack = await open_stream(
+                agent, "a2a", caller, send.context_id, send.text, send.task_id
+            )
+        except HttpError:
+            ctx.tasks.finish(key)
+            raise
+
+        async def follow() -> None:
+            try:
+                async with stack:
+                    async for _ in events:
+                        pass
+            finally:
+                ctx.tasks.finish(key)
+
+        assert ctx.background is not None
+        ctx.background.start_soon(follow)
+        view = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", _now())
+        return {"task": view.to_json(history_length=limit)}
 
     async def stream_message(caller: Caller, call: RpcCall) -> EventStream:
         send = parse_send(call.params)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
+import trio
 
 from agentik._config import ServerConfig
 from agentik.agent import ChatAgent
@@ -73,6 +74,9 @@ class ServerContext:
     """MCP servers served as toolsets, for their health."""
     base_url: str = "http://127.0.0.1:8080"
     """The URL clients reach this server at (the A2A card's interface URL)."""
+    background: trio.Nursery | None = None
+    """Where turns that outlive their request run (A2A ``returnImmediately``):
+    the server's own nursery, so shutdown waits for them."""
 
     @property
     def uptime(self) -> float:

@@ -157,6 +157,7 @@ async def serve_agentik(
         hyper.accesslog = None
         hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
         async with trio.open_nursery() as nursery:
+            ctx.background = nursery
             binds: list[str] = await nursery.start(
                 partial(
                     hypercorn_serve,

@@ -271,3 +271,87 @@ async def test_task_survives_restart(tmp_path: Path) -> None:
             second.stop.set()
     assert got["status"]["state"] == "TASK_STATE_COMPLETED"
     assert got["artifacts"] == task["artifacts"]
+
+
+async def test_return_immediately_answers_submitted_then_the_turn_runs_on(
+    server: Running,
+) -> None:
+    """returnImmediately: SendMessage answers SUBMITTED before the turn ends; the
+    turn runs on (GetTask says WORKING while its tool hangs), CancelTask stops it,
+    and a following turn that returns at once completes in the background."""
+    await server.client.post(
+        "/agentik/conversations/ri/turns", json={"text": 'call enable_toolset {"name": "clock"}'}
+    )
+    client = await create_client(server.url, client_config=ClientConfig(streaming=False))
+    try:
+        request = user_message("call clock_wait", "r1", "ri")
+        request.configuration.return_immediately = True
+        with trio.fail_after(5):  # the tool never returns: a blocking send would hang
+            reply = await client.send_message(request).__anext__()
+        assert reply.task.status.state == TaskState.TASK_STATE_SUBMITTED
+        task_id = reply.task.id
+        await wait_for_tool_call(server, "ri", "clock_wait")
+        working = await client.get_task(GetTaskRequest(id=task_id))
+        assert working.status.state == TaskState.TASK_STATE_WORKING
+        listed = await client.list_tasks(ListTasksRequest(context_id="ri"))
+        assert [t.id for t in listed.tasks] == [task_id]
+        await client.cancel_task(CancelTaskRequest(id=task_id))
+
+        quick = user_message("hello", "r2", "ri")
+        quick.configuration.return_immediately = True
+        reply = await client.send_message(quick).__anext__()
+        assert reply.task.status.state == TaskState.TASK_STATE_SUBMITTED
+        with trio.fail_after(5):
+            while True:
+                got = await client.get_task(GetTaskRequest(id=reply.task.id))
+                if got.status.state == TaskState.TASK_STATE_COMPLETED:
+                    break
+                await trio.sleep(0.01)
+        assert got.artifacts[0].parts[0].text
+    finally:
+        await client.close()
+
+
+async def test_return_immediately_still_refuses_bad_params_before_running(
+    server: Running,
+) -> None:
+    """A bad historyLength is refused and no turn starts."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "b",
+                "role": "ROLE_USER",
+                "parts": [{"text": "hi"}],
+                "contextId": "bad-ri",
+            },
+            "configuration": {"returnImmediately": True, "historyLength": -1},
+        },
+    }
+    reply = await server.client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
+    assert reply.json()["error"]["code"] == -32602
+    listed = await server.client.get("/agentik/conversations/bad-ri/messages")
+    assert listed.status_code == 404 or listed.json()["messages"] == []
+
+
+async def test_blocking_send_refuses_bad_history_length_before_running(server: Running) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "b",
+                "role": "ROLE_USER",
+                "parts": [{"text": "hi"}],
+                "contextId": "bad-blocking",
+            },
+            "configuration": {"historyLength": "all"},
+        },
+    }
+    reply = await server.client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
+    assert "configuration.historyLength" in reply.json()["error"]["message"]
+    listed = await server.client.get("/agentik/conversations/bad-blocking/messages")
+    assert listed.status_code == 404 or listed.json()["messages"] == []
