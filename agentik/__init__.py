@@ -56,6 +56,7 @@ from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
 from agentik.storage import ConversationLoader as ConversationLoader
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
+from agentik.storage import IdempotencyKeyIndex as IdempotencyKeyIndex
 from agentik.storage import MessageStore as MessageStore
 from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
@@ -132,6 +133,7 @@ __all__ = [
     "DuplicateKeyError",
     "Error",
     "HttpServer",
+    "IdempotencyKeyIndex",
     "Limits",
     "McpConfigError",
     "McpHealth",

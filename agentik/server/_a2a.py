@@ -50,12 +50,13 @@ from agentik.server._a2a_wire import (
     view_from_turn,
 )
 from agentik.server._app import json_response
-from agentik.server._context import ServerContext
+from agentik.server._context import TASK_LEDGER_SIZE, ServerContext
 from agentik.server._errors import HttpError
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
+from agentik.storage import IdempotencyKeyIndex
 
 _MAX_TURN_MESSAGES = 1000
 
@@ -238,6 +239,23 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
         return canceled.to_json()
 
+    async def stored_task_ids(
+        caller: Caller, context: str, index: IdempotencyKeyIndex
+    ) -> list[str]:
+        """A context's tasks newest first, from history, so the list survives a
+        restart: the keys stored with its turns that are task ids of this
+        context, after the ones still waiting for their user message to land."""
+        stored = caller.internal(context)
+        keys = await index.list_idempotency_keys(stored, limit=TASK_LEDGER_SIZE)
+        ids = [key for _, key in keys if context_of(key) == context]
+        seen = set(ids)
+        waiting = [
+            task_id
+            for (where, task_id) in reversed(ctx.tasks.running)
+            if where == stored and task_id not in seen
+        ]
+        return waiting + ids
+
     async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:
         params = call.params
         context = params.get("contextId")
@@ -251,11 +269,15 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise invalid_params("field 'pageToken' must be a token from a previous ListTasks")
         wanted_state = params.get("status")
         with_artifacts = params.get("includeArtifacts") is True
-        ids = [
-            task_id
-            for stored, task_id in reversed(ctx.tasks.created)
-            if (mine := caller.external(stored)) is not None and context in (None, mine)
-        ]
+        start = int(token)
+        if context is not None and isinstance(store, IdempotencyKeyIndex):
+            ids = await stored_task_ids(caller, context, store)
+        else:
+            ids = [
+                task_id
+                for stored, task_id in reversed(ctx.tasks.created)
+                if (mine := caller.external(stored)) is not None and context in (None, mine)
+            ]
         views = []
         for task_id in ids:
             try:
@@ -264,7 +286,6 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 continue
             if wanted_state in (None, "TASK_STATE_UNSPECIFIED", view.state):
                 views.append(view)
-        start = int(token)
         page = views[start : start + size]
         tasks: list[JsonValue] = []
         for view in page:

@@ -9,6 +9,9 @@ from agentik.storage._protocols import (
     ConversationSnapshot as ConversationSnapshot,
 )
 from agentik.storage._protocols import (
+    IdempotencyKeyIndex as IdempotencyKeyIndex,
+)
+from agentik.storage._protocols import (
     MessageStore as MessageStore,
 )
 from agentik.storage._protocols import (
@@ -31,6 +34,7 @@ from agentik.storage.sqlite._writer import WriterStats as WriterStats
 __all__ = [
     "ConversationLoader",
     "ConversationSnapshot",
+    "IdempotencyKeyIndex",
     "MessageStore",
     "Pending",
     "ReflectionStore",

@@ -111,6 +111,24 @@ class InMemoryMessageStore:
         ids = sorted(c for c in self._conversations if after is None or c > after)
         return ids[:limit]
 
+    async def list_idempotency_keys(
+        self, conversation_id: str, *, before_seq: int | None = None, limit: int = 100
+    ) -> builtins.list[tuple[int, str]]:
+        check_at_least("limit", limit, 0)
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return []
+        keyed = sorted(
+            (
+                (seq, key)
+                for key, seq in conversation.keys.items()
+                if before_seq is None or seq < before_seq
+            ),
+            reverse=True,
+        )
+        return keyed[:limit]
+
 
 def _duplicate(conversation_id: str, key: str, seq: int) -> DuplicateKeyError:
     return DuplicateKeyError(

@@ -147,6 +147,22 @@ class ConversationLoader(Protocol):
     ) -> ConversationSnapshot: ...
 
 
+@runtime_checkable
+class IdempotencyKeyIndex(Protocol):
+    """Optional: a message store that can list a conversation's idempotency keys.
+
+    Keys name turns from outside (an A2A task id is one), so this is how a
+    server lists them again after a restart, from history rather than from
+    memory."""
+
+    async def list_idempotency_keys(
+        self, conversation_id: str, *, before_seq: int | None = None, limit: int = 100
+    ) -> list[tuple[int, str]]:
+        """``(seq, key)`` of the messages stored with a key, newest first, only
+        those with ``seq < before_seq`` when given; at most ``limit``."""
+        ...
+
+
 @attrs.frozen
 class StorageBundle:
     """The four stores an agent needs, from one backend."""

@@ -18,7 +18,7 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
-from agentik.storage._protocols import StorageBundle
+from agentik.storage._protocols import IdempotencyKeyIndex, StorageBundle
 
 MakeBundle = Callable[[], AbstractAsyncContextManager[StorageBundle]]
 """Returns an async context manager yielding a fresh, empty bundle."""
@@ -156,6 +156,26 @@ async def _idempotency_keys(bundle: StorageBundle) -> None:
     assert await store.find_idempotency_key("nobody", "turn-1") is None
 
 
+async def _list_idempotency_keys(bundle: StorageBundle) -> None:
+    store = bundle.message_store
+    if not isinstance(store, IdempotencyKeyIndex):
+        return  # optional
+    assert await store.list_idempotency_keys("nobody") == []
+    await store.append("c", _user("no key"))
+    for i in range(1, 6):
+        await store.append("c", _user(f"turn {i}"), idempotency_key=f"k{i}")
+        await store.append("c", Message(role=Role.ASSISTANT, content="a"))
+    await store.append("d", _user("elsewhere"), idempotency_key="k9")
+    keys = await store.list_idempotency_keys("c")
+    assert keys == [(10, "k5"), (8, "k4"), (6, "k3"), (4, "k2"), (2, "k1")], keys
+    assert await store.list_idempotency_keys("c", limit=2) == keys[:2]
+    assert await store.list_idempotency_keys("c", before_seq=8, limit=2) == keys[2:4]
+    assert await store.list_idempotency_keys("c", before_seq=2) == []
+    assert await store.list_idempotency_keys("c", limit=0) == []
+    with _raises(ValueError, "a negative limit"):
+        await store.list_idempotency_keys("c", limit=-1)
+
+
 async def _submit_applies_in_order(bundle: StorageBundle) -> None:
     store = bundle.message_store
     pendings = [await store.submit("c", _user(str(i))) for i in range(20)]
@@ -225,6 +245,7 @@ MESSAGE_CASES: tuple[Case, ...] = (
     _get_messages_fetches_lazily,
     _token_stats_sum_usage,
     _idempotency_keys,
+    _list_idempotency_keys,
     _submit_applies_in_order,
     _concurrent_appends_are_gapless,
     _list_conversations_pages,

@@ -355,3 +355,49 @@ async def test_blocking_send_refuses_bad_history_length_before_running(server: R
     assert "configuration.historyLength" in reply.json()["error"]["message"]
     listed = await server.client.get("/agentik/conversations/bad-blocking/messages")
     assert listed.status_code == 404 or listed.json()["messages"] == []
+
+
+async def test_list_tasks_of_a_context_survives_restart(tmp_path: Path) -> None:
+    """ListTasks with a contextId lists the context's tasks from stored history,
+    newest first, also in a new server; native turns (other keys) are not tasks."""
+
+    def send(message_id: str) -> dict[str, object]:
+        message = {
+            "messageId": message_id,
+            "role": "ROLE_USER",
+            "parts": [{"text": f"q {message_id}"}],
+            "contextId": "lc",
+        }
+        return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+
+    headers = {"A2A-Version": "1.0"}
+    async with trio.open_nursery() as nursery:
+        async for first in start_server(nursery, tmp_path):
+            sent = []
+            for message_id in ("a", "b", "c"):
+                reply = await first.client.post("/a2a", json=send(message_id), headers=headers)
+                sent.append(reply.json()["result"]["task"]["id"])
+            native = await first.client.post(
+                "/agentik/conversations/lc/turns", json={"text": "hi", "idempotency_key": "n1"}
+            )
+            assert native.status_code == 200
+    async with trio.open_nursery() as nursery:
+        async for second in start_server(nursery, tmp_path):
+            client = await create_client(second.url, client_config=ClientConfig(streaming=False))
+            try:
+                listed = await client.list_tasks(ListTasksRequest(context_id="lc"))
+                first_page = await client.list_tasks(ListTasksRequest(context_id="lc", page_size=2))
+                rest = await client.list_tasks(
+                    ListTasksRequest(
+                        context_id="lc", page_size=2, page_token=first_page.next_page_token
+                    )
+                )
+                other = await client.list_tasks(ListTasksRequest(context_id="elsewhere"))
+            finally:
+                await client.close()
+            second.stop.set()
+    assert [t.id for t in listed.tasks] == sent[::-1]
+    assert {t.status.state for t in listed.tasks} == {TaskState.TASK_STATE_COMPLETED}
+    assert listed.total_size == 3
+    assert [t.id for t in [*first_page.tasks, *rest.tasks]] == sent[::-1]
+    assert list(other.tasks) == []

@@ -216,6 +216,18 @@ def token_stats(connection: apsw.Connection, conversation_id: str) -> TokenStats
     return TokenStats(prompt_tokens=prompt, completion_tokens=completion, messages=counted)
 
 
+def list_idempotency_keys(
+    connection: apsw.Connection, conversation_id: str, before_seq: int | None, limit: int
+) -> list[tuple[int, str]]:
+    """Walks the conversation's rows newest first (``message_by_seq``)."""
+    rows = connection.execute(
+        "SELECT seq, idempotency_key FROM message WHERE conversation_id = ? AND seq < ?"
+        " AND idempotency_key IS NOT NULL ORDER BY seq DESC LIMIT ?",
+        (conversation_id, 2**62 if before_seq is None else before_seq, limit),
+    ).fetchall()
+    return cast("list[tuple[int, str]]", rows)
+
+
 def find_idempotency_key(connection: apsw.Connection, conversation_id: str, key: str) -> int | None:
     seq = connection.execute(
         "SELECT seq FROM message WHERE conversation_id = ? AND idempotency_key = ?",

@@ -90,6 +90,19 @@ class SqliteMessageStore:
         check_at_least("limit", limit, 0)
         return await self._readers.read(partial(q.list_conversations, after=after, limit=limit))
 
+    async def list_idempotency_keys(
+        self, conversation_id: str, *, before_seq: int | None = None, limit: int = 100
+    ) -> builtins.list[tuple[int, str]]:
+        check_at_least("limit", limit, 0)
+        return await self._readers.read(
+            partial(
+                q.list_idempotency_keys,
+                conversation_id=conversation_id,
+                before_seq=before_seq,
+                limit=limit,
+            )
+        )
+
 
 @final
 class SqliteWorkingMemoryStore:
