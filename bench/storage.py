@@ -44,6 +44,7 @@ from agentik.storage._common import Clock
 from agentik.storage.sqlite import _writer
 from agentik.storage.sqlite._connect import open_write_connection
 from agentik.storage.sqlite._migrate import migrate
+from agentik.storage.sqlite._queries import Session
 
 CONTENT_CHARS = 500
 """A typical chat message; the content is the bulk of each row."""
@@ -132,8 +133,9 @@ def _no_database(
 ) -> int:
     """Stands in for the writer's batch function: acknowledges every append
     without touching SQLite, so what remains is the writer's trio side."""
+    session = Session(connection=connection, seqs=seqs, now_us=0, now=clock())  # type: ignore[arg-type]
     for request in batch:
-        request.succeed(request.insert.message)
+        request.succeed(session)
     return 0
 
 

@@ -75,7 +75,7 @@ async def open_sqlite_storage(
             commits on power loss (never on a process crash).
         readers: read-only connections, i.e. reads that can run at once.
         max_batch: the most requests one transaction commits.
-        queue_size: requests the writer's channel holds before callers wait.
+        queue_size: requests the writer's queue holds before callers wait.
         busy_timeout: seconds a connection waits for a lock another process
             holds. If the writer cannot begin or commit a transaction, that
             batch fails and the writer goes on (see ``docs/storage.md``).
