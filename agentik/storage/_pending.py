@@ -3,20 +3,24 @@
 Splitting "accepted" from "committed" lets a conversation submit each message
 as it happens and wait once, at the end of its turn, for all of them.
 
-It is on the hot path of every write (one per message), so it parks waiting
-tasks directly instead of allocating a ``trio.Event`` per write. It is resolved
-and awaited only from trio tasks of one run (the writer resolves it after its
-thread returns), never from another thread.
+It is on the hot path of every write (one per message), so it is as cheap as
+trio allows: no ``trio.Event`` and no stored ``Outcome`` per write; the one
+waiting task (the usual case; several are kept in a list) is parked directly
+and rescheduled with the result itself, so it wakes holding its value. It is
+resolved and awaited only from trio tasks of one run (the writer resolves it
+after its thread returns), never from another thread.
 """
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar, final
+from typing import Generic, TypeVar, cast, final
 
 import outcome
 import trio
 
 T = TypeVar("T")
+
+_Waiters = trio.lowlevel.Task | list[trio.lowlevel.Task] | None
 
 
 @final
@@ -27,61 +31,97 @@ class Pending(Generic[T]):
     committed or fails on its own.
     """
 
-    __slots__ = ("_outcome", "_waiters")
+    __slots__ = ("_done", "_error", "_value", "_waiters")
 
     def __init__(self) -> None:
-        self._outcome: outcome.Outcome[T] | None = None
-        self._waiters: list[trio.lowlevel.Task] | None = None
+        self._done = False
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._waiters: _Waiters = None
 
     @classmethod
     def completed(cls, value: T) -> Pending[T]:
         """A write that is already committed (stores that apply at once)."""
         pending: Pending[T] = cls()
-        pending._outcome = outcome.Value(value)
+        pending._done = True
+        pending._value = value
         return pending
 
     def set(self, result: outcome.Outcome[T]) -> None:
         """Record the write's result and wake its waiters (the store calls this)."""
-        if self._outcome is not None:
+        if isinstance(result, outcome.Value):
+            self.set_value(result.value)
+        else:
+            assert isinstance(result, outcome.Error)
+            self.set_error(result.error)
+
+    def set_value(self, value: T) -> None:
+        """``set(outcome.Value(value))``, without building the outcome."""
+        if self._done:
             raise RuntimeError("a pending write was resolved twice")
-        self._outcome = result
-        waiters, self._waiters = self._waiters, None
-        if waiters:
-            for task in waiters:
-                trio.lowlevel.reschedule(task)
+        self._done = True
+        self._value = value
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            # Each waiter gets its own Value: trio unwraps it, once, in that task.
+            if isinstance(waiters, list):
+                for task in waiters:
+                    trio.lowlevel.reschedule(task, outcome.Value(value))
+            else:
+                trio.lowlevel.reschedule(waiters, outcome.Value(value))
+
+    def set_error(self, error: BaseException) -> None:
+        """``set(outcome.Error(error))``, without building the outcome."""
+        if self._done:
+            raise RuntimeError("a pending write was resolved twice")
+        self._done = True
+        self._error = error
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for task in waiters if isinstance(waiters, list) else (waiters,):
+                trio.lowlevel.reschedule(task, outcome.Error(error))
 
     @property
     def done(self) -> bool:
-        return self._outcome is not None
+        return self._done
 
     def result(self) -> T:
         """The result of a finished write (raises its error); the write must be done."""
-        result = self._outcome
-        if isinstance(result, outcome.Value):
-            value: T = result.value
-            return value
-        if isinstance(result, outcome.Error):
-            raise result.error
-        raise RuntimeError("the write is not finished yet; await wait() instead")
+        if not self._done:
+            raise RuntimeError("the write is not finished yet; await wait() instead")
+        if self._error is not None:
+            raise self._error
+        return cast("T", self._value)
 
     async def wait(self) -> T:
         """Wait until the write is committed; return its result or raise its error.
 
-        Not ``outcome.unwrap()``: an Outcome unwraps once, and a result may be
-        read by several waiters, or again after a failure.
+        A result may be read by several waiters, or again after a failure.
         """
-        if self._outcome is not None:
+        if self._done:
             await trio.lowlevel.checkpoint()
             return self.result()
         task = trio.lowlevel.current_task()
-        if self._waiters is None:
-            self._waiters = []
         waiters = self._waiters
-        waiters.append(task)
+        if waiters is None:
+            self._waiters = task
+        elif isinstance(waiters, list):
+            waiters.append(task)
+        else:
+            self._waiters = [waiters, task]
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            waiters.remove(task)
+            self._forget(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
-        return self.result()
+        value: T = await trio.lowlevel.wait_task_rescheduled(abort)
+        return value
+
+    def _forget(self, task: trio.lowlevel.Task) -> None:
+        waiters = self._waiters
+        if isinstance(waiters, list):
+            waiters.remove(task)
+        elif waiters is task:
+            self._waiters = None

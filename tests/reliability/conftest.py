@@ -11,7 +11,8 @@ from tests.reliability.faulty_vfs import FaultyVFS
 
 @pytest.fixture
 def faulty_vfs() -> Iterator[FaultyVFS]:
-    """A fault-injecting VFS, SQLite's default for this test only."""
+    """A fault-injecting VFS, registered by name (``FaultyVFS.NAME``) for this
+    test only; bundles opened with ``vfs=FaultyVFS.NAME`` use it."""
     vfs = FaultyVFS()
     try:
         yield vfs

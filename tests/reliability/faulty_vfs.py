@@ -1,9 +1,11 @@
 """An apsw VFS that fails the write-ahead log's writes or syncs on demand.
 
-``open_sqlite_storage`` has no way to name a VFS, so ``FaultyVFS`` registers
-itself as SQLite's *default* VFS for the duration of one test (the
-``faulty_vfs`` fixture unregisters it): every connection the bundle opens
-then goes through it. It inherits everything from the ``unix`` VFS and only
+``FaultyVFS`` registers itself under its own name (``FaultyVFS.NAME``), not as
+SQLite's default, for the duration of one test (the ``faulty_vfs`` fixture
+unregisters it); a test opens its bundle with ``open_sqlite_storage(path,
+vfs=FaultyVFS.NAME)`` and only that bundle's connections go through it, while
+every other connection in the process keeps the default VFS. It inherits
+everything from the ``unix`` VFS and only
 raises ``apsw.IOError`` (SQLITE_IOERR) from ``xWrite`` or ``xSync`` of a
 ``-wal`` file while armed, which is what a full disk or a failing device
 looks like to SQLite in the middle of a COMMIT.
@@ -17,12 +19,14 @@ FAULTS = ["sync", "write"]
 
 
 class FaultyVFS(apsw.VFS):  # type: ignore[misc]
+    NAME = "agentik-faulty"
+
     def __init__(self) -> None:
         self.fail: str | None = None
         """"sync" or "write" to fail that operation on -wal files; None to pass."""
         self.injected = 0
         """How many operations failed on purpose."""
-        super().__init__("agentik-faulty", "unix", makedefault=True)
+        super().__init__(self.NAME, "unix", makedefault=False)
 
     def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
         return FaultyFile(self, name, flags)

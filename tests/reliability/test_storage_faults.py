@@ -43,7 +43,7 @@ async def test_failed_batch_is_reported_and_invisible(
     """Writes whose COMMIT fails all raise StoreError; none is visible, to the
     bundle's readers or after reopening; earlier writes stay; reads go on."""
     path = tmp_path / "db"
-    async with open_sqlite_storage(path) as bundle:
+    async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
         store = bundle.message_store
         await store.append("c", user("kept"))
         faulty_vfs.fail = fault
@@ -68,7 +68,7 @@ async def test_writer_keeps_serving_after_a_failed_commit(
     fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
 ) -> None:
     """Once the fault clears, the same bundle accepts and commits writes."""
-    async with open_sqlite_storage(tmp_path / "db") as bundle:
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
         store = bundle.message_store
         await store.append("c", user("kept"))
         faulty_vfs.fail = fault
@@ -77,6 +77,19 @@ async def test_writer_keeps_serving_after_a_failed_commit(
         faulty_vfs.fail = None
         stored = await store.append("c", user("after"))  # today: StoreClosedError
         assert stored.seq == 2
+
+
+async def test_the_fault_vfs_is_not_the_default(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
+    """Armed, the fault VFS fails only the bundles opened with its name."""
+    faulty_vfs.fail = "sync"
+    async with open_sqlite_storage(tmp_path / "db") as bundle:
+        assert (await bundle.message_store.append("c", user("fine"))).seq == 1
+    assert faulty_vfs.injected == 0
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        with pytest.raises(StoreError):
+            await bundle.message_store.append("c", user("lost"))
+        faulty_vfs.fail = None
+    assert faulty_vfs.injected >= 1
 
 
 class Model:
@@ -131,7 +144,7 @@ async def test_turn_whose_commit_fails(fault: str, faulty_vfs: FaultyVFS, tmp_pa
         return "probed"
 
     probe = NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
-    async with open_sqlite_storage(path) as bundle:
+    async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
         async with agent(model, bundle, probe) as chat:
             await chat.send("c", "warmup")
             faulty_vfs.fail = fault
@@ -163,7 +176,7 @@ async def test_commit_fails_mid_turn(fault: str, faulty_vfs: FaultyVFS, tmp_path
         return "probed"
 
     probe = NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
-    async with open_sqlite_storage(path) as bundle:
+    async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
         bundles.append(bundle)
         async with agent(model, bundle, probe) as chat:
             await chat.send("c", "warmup")
@@ -192,7 +205,7 @@ async def test_next_turn_works_in_the_same_agent(faulty_vfs: FaultyVFS, tmp_path
         return "probed"
 
     probe = NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
-    async with open_sqlite_storage(tmp_path / "db") as bundle:
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
         async with agent(model, bundle, probe) as chat:
             await chat.send("c", "warmup")
             faulty_vfs.fail = "sync"

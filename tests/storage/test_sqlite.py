@@ -259,6 +259,59 @@ class TestMigrations:
         check_sqlite_version(apsw.sqlite_lib_version())
 
 
+class CountingVFS(apsw.VFS):  # type: ignore[misc]
+    """The ``unix`` VFS under another name, counting the main database files it opens."""
+
+    NAME = "agentik-counting"
+
+    def __init__(self) -> None:
+        self.opened: list[int] = []
+        """The open flags of each main database file opened through this VFS."""
+        super().__init__(self.NAME, "unix", makedefault=False)
+
+    def xOpen(self, name: object, flags: list[int]) -> apsw.VFSFile:
+        if flags[0] & apsw.SQLITE_OPEN_MAIN_DB:
+            self.opened.append(flags[0])
+        return apsw.VFSFile("unix", name, flags)
+
+
+@pytest.fixture
+def counting_vfs() -> Iterator[CountingVFS]:
+    vfs = CountingVFS()
+    try:
+        yield vfs
+    finally:
+        vfs.unregister()
+
+
+class TestVfs:
+    async def test_every_connection_opens_through_the_named_vfs(
+        self, counting_vfs: CountingVFS, tmp_path: Path
+    ) -> None:
+        """``vfs=`` reaches the write connection and every reader; the process
+        default VFS stays what it was."""
+        default = apsw.vfs_names()[0]
+        async with open_sqlite_storage(tmp_path / "db", readers=3, vfs=CountingVFS.NAME) as bundle:
+            stored = await bundle.message_store.append("c", user("hello"))
+            assert await history(bundle, "c") == [stored]
+        writable = [f for f in counting_vfs.opened if f & apsw.SQLITE_OPEN_READWRITE]
+        read_only = [f for f in counting_vfs.opened if f & apsw.SQLITE_OPEN_READONLY]
+        assert (len(writable), len(read_only)) == (1, 3)
+        assert apsw.vfs_names()[0] == default != CountingVFS.NAME
+
+    async def test_without_vfs_the_default_is_used(
+        self, counting_vfs: CountingVFS, tmp_path: Path
+    ) -> None:
+        async with open_sqlite_storage(tmp_path / "db") as bundle:
+            await bundle.message_store.append("c", user("hello"))
+        assert counting_vfs.opened == []
+
+    async def test_an_unknown_vfs_is_refused(self, tmp_path: Path) -> None:
+        with pytest.raises(StoreError, match=r"^cannot open the database .*no such vfs: nope"):
+            async with open_sqlite_storage(tmp_path / "db", vfs="nope"):
+                pass
+
+
 class TestShutdown:
     async def test_close_drains_accepted_writes(self, tmp_path: Path) -> None:
         """Writes accepted before close are committed, then later ones are refused."""

@@ -50,12 +50,16 @@ def _common(connection: apsw.Connection, busy_timeout: float) -> None:
 
 
 def open_write_connection(
-    path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float
+    path: str | os.PathLike[str],
+    synchronous: Synchronous,
+    busy_timeout: float,
+    vfs: str | None = None,
 ) -> apsw.Connection:
-    """The writer's connection: WAL, the chosen durability, IMMEDIATE transactions."""
+    """The writer's connection: WAL, the chosen durability, IMMEDIATE transactions.
+    ``vfs`` names a registered SQLite VFS; None is the process default."""
     check_sqlite_version(apsw.sqlite_lib_version())
     check_synchronous(synchronous)
-    connection = apsw.Connection(os.fspath(path))
+    connection = apsw.Connection(os.fspath(path), vfs=vfs)
     _common(connection, busy_timeout)
     apsw.bestpractice.connection_wal(connection)
     connection.pragma("synchronous", synchronous)
@@ -63,8 +67,10 @@ def open_write_connection(
     return connection
 
 
-def open_read_connection(path: str | os.PathLike[str], busy_timeout: float) -> apsw.Connection:
+def open_read_connection(
+    path: str | os.PathLike[str], busy_timeout: float, vfs: str | None = None
+) -> apsw.Connection:
     """A read-only connection; WAL lets it read while the writer commits."""
-    connection = apsw.Connection(os.fspath(path), flags=apsw.SQLITE_OPEN_READONLY)
+    connection = apsw.Connection(os.fspath(path), flags=apsw.SQLITE_OPEN_READONLY, vfs=vfs)
     _common(connection, busy_timeout)
     return connection

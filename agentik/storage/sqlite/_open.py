@@ -38,10 +38,10 @@ from agentik.storage.sqlite._writer import Writer, WriterStats
 
 
 def _open_writer(
-    path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float
+    path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float, vfs: str | None
 ) -> apsw.Connection:
     try:
-        connection = open_write_connection(path, synchronous, busy_timeout)
+        connection = open_write_connection(path, synchronous, busy_timeout, vfs)
     except apsw.Error as error:
         raise StoreError(f"cannot open the database {os.fspath(path)!r}: {error}") from error
     migrated = False
@@ -64,6 +64,7 @@ async def open_sqlite_storage(
     queue_size: int = 1000,
     busy_timeout: float = 5.0,
     clock: Clock = utc_now,
+    vfs: str | None = None,
 ) -> AsyncIterator[StorageBundle]:
     """Open (creating and migrating if needed) the SQLite database at ``path``.
 
@@ -74,23 +75,29 @@ async def open_sqlite_storage(
             commits on power loss (never on a process crash).
         readers: read-only connections, i.e. reads that can run at once.
         max_batch: the most requests one transaction commits.
-        queue_size: requests the writer's channel holds before callers wait.
+        queue_size: requests the writer's queue holds before callers wait.
         busy_timeout: seconds a connection waits for a lock another process
             holds. If the writer cannot begin or commit a transaction, that
             batch fails and the writer goes on (see ``docs/storage.md``).
         clock: where timestamps come from (aware UTC); read once per batch, in
             the writer's thread, so it must be thread-safe.
+        vfs: the name of a registered SQLite VFS (``apsw.vfs_names()``) that
+            every connection of the bundle, write and read, opens the file
+            through; None (the default) is SQLite's default VFS. Lets a test
+            inject faults without changing the process default.
     """
     check_synchronous(synchronous)
     check_at_least("readers", readers, 1)
     check_at_least("max_batch", max_batch, 1)
     check_at_least("queue_size", queue_size, 0)
-    write_connection = await trio.to_thread.run_sync(_open_writer, path, synchronous, busy_timeout)
+    write_connection = await trio.to_thread.run_sync(
+        _open_writer, path, synchronous, busy_timeout, vfs
+    )
     read_connections: list[apsw.Connection] = []
     try:
         for _ in range(readers):
             read_connections.append(
-                await trio.to_thread.run_sync(open_read_connection, path, busy_timeout)
+                await trio.to_thread.run_sync(open_read_connection, path, busy_timeout, vfs)
             )
         pool = ReaderPool(read_connections)
         writer = Writer(write_connection, clock=clock, max_batch=max_batch, queue_size=queue_size)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import chain
 from typing import cast, final
 
 import apsw
@@ -96,65 +97,110 @@ class Session:
 
 # --- messages -------------------------------------------------------------------
 
+_MESSAGE_INSERT_COLUMNS = (
+    "conversation_id, seq, role, content, tool_calls, tool_call_id,"
+    " prompt_tokens, completion_tokens, created_us, idempotency_key"
+)
 _INSERT_MESSAGE = (
-    "INSERT INTO message (conversation_id, seq, role, content, tool_calls, tool_call_id,"
-    " prompt_tokens, completion_tokens, created_us, idempotency_key)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO message ({_MESSAGE_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _MESSAGE_COLUMNS = (
     "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, created_us"
 )
 
-_ROLE_TEXT = {role: role.value for role in Role}
-
 _Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
 
 
-@attrs.frozen
+def tool_calls_json(tool_calls: Sequence[ToolCall]) -> str:
+    """The ``tool_calls`` column: what ``json.dumps(converter.unstructure(
+    tool_calls, tuple[ToolCall, ...]))`` gives (a test keeps the two equal),
+    written out because it runs for every stored tool call."""
+    return json.dumps(
+        [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in tool_calls]
+    )
+
+
 class InsertMessage:
     """Append a message with its conversation's next seq. A value, not a
-    closure, so the writer can insert a run of them with one ``executemany``."""
+    closure, so the writer can insert a run of them with a few multi-row
+    statements (``insert_messages``); the writer's append request extends it.
 
-    conversation_id: str
-    message: Message
-    idempotency_key: str | None
+    What could fail in Python (a role that is not a ``Role``, tool calls to
+    encode) is done here, in the caller's task; the writer's thread only adds
+    the seq and the batch's timestamp.
+    """
+
+    __slots__ = (
+        "completion_tokens",
+        "conversation_id",
+        "idempotency_key",
+        "message",
+        "prompt_tokens",
+        "role",
+        "seq",
+        "tool_calls",
+    )
+
+    def __init__(self, conversation_id: str, message: Message, idempotency_key: str | None) -> None:
+        self.conversation_id = conversation_id
+        self.message = message
+        self.idempotency_key = idempotency_key
+        role = message.role
+        if type(role) is not Role:
+            raise StoreError(f"message role must be a Role, got {role!r}")
+        self.role: str = role._value_
+        usage = message.usage
+        if usage is None:
+            self.prompt_tokens: int | None = None
+            self.completion_tokens: int | None = None
+        else:
+            self.prompt_tokens = usage.prompt_tokens
+            self.completion_tokens = usage.completion_tokens
+        tool_calls = message.tool_calls
+        self.tool_calls = tool_calls_json(tool_calls) if tool_calls else None
+        """The ``tool_calls`` column (JSON), None when there are none."""
+        self.seq = 0
+        """Set when the row is built, inside the writer's transaction."""
 
     def __call__(self, session: Session) -> Message:
-        row, stored = self._prepare(session)
+        """Insert this one message; a reused idempotency key is a ``DuplicateKeyError``."""
         try:
-            session.connection.execute(_INSERT_MESSAGE, row)
+            session.connection.execute(_INSERT_MESSAGE, self.row(session))
         except apsw.ConstraintError:
             self._raise_if_duplicate(session.connection)
             raise
-        return stored
+        return self.stored(session.now)
 
-    def _prepare(self, session: Session) -> tuple[_Row, Message]:
+    def row(self, session: Session) -> _Row:
+        """The row to insert, with the conversation's next seq (recorded in ``seq``)."""
+        self.seq = seq = session.seqs.next_seq(session.connection, self.conversation_id)
         message = self.message
-        seq = session.seqs.next_seq(session.connection, self.conversation_id)
-        usage = message.usage
-        tool_calls = message.tool_calls
-        row = (
+        return (
             self.conversation_id,
             seq,
-            _ROLE_TEXT[message.role],
+            self.role,
             message.content,
-            json.dumps(converter.unstructure(tool_calls, _TOOL_CALLS)) if tool_calls else None,
+            self.tool_calls,
             message.tool_call_id,
-            None if usage is None else usage.prompt_tokens,
-            None if usage is None else usage.completion_tokens,
+            self.prompt_tokens,
+            self.completion_tokens,
             session.now_us,
             self.idempotency_key,
         )
-        stored = Message(
-            role=message.role,
-            content=message.content,
-            tool_calls=tool_calls,
-            tool_call_id=message.tool_call_id,
-            usage=usage,
-            seq=seq,
-            created_at=session.now,
+
+    def stored(self, now: datetime) -> Message:
+        """The message as stored: with its seq and the batch's timestamp."""
+        message = self.message
+        # Positional (a third cheaper than keywords): a test pins Message's field order.
+        return Message(
+            message.role,
+            message.content,
+            message.tool_calls,
+            message.tool_call_id,
+            message.usage,
+            self.seq,
+            now,
         )
-        return row, stored
 
     def _raise_if_duplicate(self, connection: apsw.Connection) -> None:
         key = self.idempotency_key
@@ -168,11 +214,58 @@ class InsertMessage:
             )
 
 
-def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> list[Message]:
-    """Several appends with one ``executemany``; all or none (the caller's savepoint)."""
-    prepared = [insert._prepare(session) for insert in inserts]
-    session.connection.executemany(_INSERT_MESSAGE, [row for row, _ in prepared])
-    return [stored for _, stored in prepared]
+_ROW_PLACEHOLDERS = "(?,?,?,?,?,?,?,?,?,?)"
+LARGEST_CHUNK = 512
+"""Rows in the largest multi-row INSERT: its SQL (11 KiB) stays under the
+16 KiB up to which apsw caches a prepared statement, and its 5,120 bindings
+under SQLite's limit of 32,766."""
+_INSERT_ROWS = {
+    size: f"INSERT INTO message ({_MESSAGE_INSERT_COLUMNS}) VALUES "
+    + ",".join([_ROW_PLACEHOLDERS] * size)
+    for size in (1 << power for power in range(LARGEST_CHUNK.bit_length()))
+}
+
+
+def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> None:
+    """Insert several messages, all or none (the caller's savepoint), each
+    ``insert.seq`` set to its seq.
+
+    A few multi-row ``INSERT … VALUES (…), (…), …`` statements rather than an
+    ``executemany``: chunks of 512, 256, … 1 rows, so only ten statement texts
+    exist and apsw's cache keeps them prepared. Each statement binds its rows
+    at once and SQLite inserts them in one step, where ``executemany`` goes
+    back to Python (and takes the GIL) for every row.
+    """
+    connection = session.connection
+    next_seq = session.seqs.next_seq
+    now_us = session.now_us
+    rows: list[_Row] = []
+    add = rows.append
+    for insert in inserts:  # InsertMessage.row, written out: it runs for every message
+        conversation_id = insert.conversation_id
+        insert.seq = seq = next_seq(connection, conversation_id)
+        message = insert.message
+        add(
+            (
+                conversation_id,
+                seq,
+                insert.role,
+                message.content,
+                insert.tool_calls,
+                message.tool_call_id,
+                insert.prompt_tokens,
+                insert.completion_tokens,
+                now_us,
+                insert.idempotency_key,
+            )
+        )
+    position, total = 0, len(rows)
+    while position < total:
+        left = total - position
+        size = LARGEST_CHUNK if left >= LARGEST_CHUNK else 1 << (left.bit_length() - 1)
+        chunk = rows[position : position + size] if size < total else rows
+        connection.execute(_INSERT_ROWS[size], list(chain.from_iterable(chunk)))
+        position += size
 
 
 _MessageRow = tuple[int, str, str, str | None, str | None, int | None, int | None, int]

@@ -8,7 +8,7 @@ before they are queued, so a misuse fails in the caller's task.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import datetime
 from functools import partial
 from typing import final
@@ -33,17 +33,17 @@ class SqliteMessageStore:
         """Counters of the bundle's writer (batch sizes, queue depth) for metrics."""
         return self._writer.stats()
 
-    async def append(
+    def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
-    ) -> Message:
-        return await self._writer.append(q.InsertMessage(conversation_id, message, idempotency_key))
+    ) -> Coroutine[object, object, Message]:
+        # Not ``async def``: it hands out the writer's coroutine instead of
+        # wrapping it in one more (this runs once per stored message).
+        return self._writer.append(conversation_id, message, idempotency_key)
 
     async def submit(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Pending[Message]:
-        return await self._writer.submit_append(
-            q.InsertMessage(conversation_id, message, idempotency_key)
-        )
+        return await self._writer.submit_append(conversation_id, message, idempotency_key)
 
     async def get_messages(
         self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE

@@ -1,10 +1,17 @@
 """The writer task: the only code that writes, through the only write connection.
 
-Callers put requests on a bounded trio memory channel (waiting for room is
-the backpressure). The writer takes what is queued, up to ``max_batch``, and
-hops to a worker thread once for the whole batch: one IMMEDIATE transaction,
-each request inside its own SAVEPOINT, one COMMIT (group commit). Back on the
-event loop it resolves each request's ``Pending``.
+Callers put requests on a bounded queue (``RequestQueue``: a trio memory
+channel's semantics, minus its per-item costs; waiting for room is the
+backpressure). The writer takes what is queued, up to ``max_batch``, and hops
+to a worker thread once for the whole batch: one IMMEDIATE transaction, one
+COMMIT (group commit). Back on the event loop it resolves each request's
+``Pending``.
+
+Inside the transaction a run of consecutive message appends is inserted at
+once, with a few multi-row INSERT statements inside one SAVEPOINT; any other
+request runs in its own SAVEPOINT. If a run fails, its savepoint is rolled back
+and its appends are replayed one by one, each in its own savepoint, so the
+failing one fails alone.
 
 Invariants:
 - a request is resolved exactly once: with its value after the COMMIT
@@ -13,12 +20,12 @@ Invariants:
   stopped before running it;
 - the thread hop and the wake-ups run shielded, so cancellation can never
   separate a commit from its acknowledgement;
-- requests run in channel order, so one task's writes apply in the order it
+- requests run in queue order, so one task's writes apply in the order it
   submitted them;
 - if SQLite cannot commit a transaction (a lock held past the busy timeout, an
-  I/O error, a full disk), every request of that batch fails with a
-  ``StoreError`` saying so, nothing of it is written, and the writer goes on
-  with the next batch;
+  I/O error, a full disk), or an error ends the transaction early, every
+  request of that batch fails with a ``StoreError`` saying so, nothing of it
+  is written, and the writer goes on with the next batch;
 - if the writer itself breaks (any other exception: a bug), it dies: every
   request in flight or queued fails with ``StoreClosedError``, and every later
   submission is refused with the same cause.
@@ -27,7 +34,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar, final
+from typing import Generic, Protocol, TypeVar, cast, final
 
 import apsw
 import attrs
@@ -39,6 +46,7 @@ from agentik._messages import Message
 from agentik.storage._common import Clock, to_micros
 from agentik.storage._pending import Pending
 from agentik.storage.sqlite._queries import InsertMessage, SeqCache, Session, insert_messages
+from agentik.storage.sqlite._queue import RequestQueue
 
 T = TypeVar("T")
 
@@ -78,49 +86,96 @@ class _Work(Protocol):
 
 @final
 class _Request(Generic[T]):
-    """One write: the operation, then (set in the thread) its outcome."""
+    """One write: the operation, then (set in the thread) its result."""
 
-    __slots__ = ("_operation", "_result", "pending")
+    __slots__ = ("_error", "_operation", "_value", "pending")
 
     def __init__(self, operation: Callable[[Session], T]) -> None:
         self._operation = operation
-        self._result: outcome.Outcome[T] | None = None
+        self._value: T | None = None
+        self._error: BaseException | None = None
         self.pending: Pending[T] = Pending()
 
     def run(self, session: Session) -> None:
-        self._result = outcome.Value(self._operation(session))
+        self._value = self._operation(session)
 
     def fail(self, error: BaseException) -> None:
-        self._result = outcome.Error(error)
+        self._error = error
 
     def resolve(self) -> None:
-        assert self._result is not None
-        self.pending.set(self._result)
+        if self._error is not None:
+            self.pending.set_error(self._error)
+        else:
+            self.pending.set_value(cast("T", self._value))
 
 
 @final
-class _AppendRequest:
-    """A message append: the common write, which the batch can insert in runs."""
+class _AppendRequest(InsertMessage):
+    """A message append: the common write, which the batch inserts in runs.
 
-    __slots__ = ("_result", "insert", "pending")
+    ``submit_append`` hands out a ``Pending``; ``append`` (submit and wait,
+    the hot path) does without one: its caller waits on the request itself.
+    """
 
-    def __init__(self, insert: InsertMessage) -> None:
-        self.insert = insert
-        self._result: outcome.Outcome[Message] | None = None
-        self.pending: Pending[Message] = Pending()
+    __slots__ = ("_error", "_stored", "done", "pending", "waiter")
+
+    def __init__(
+        self,
+        conversation_id: str,
+        message: Message,
+        idempotency_key: str | None,
+        pending: Pending[Message] | None = None,
+    ) -> None:
+        InsertMessage.__init__(self, conversation_id, message, idempotency_key)
+        self._stored: Message | None = None
+        self._error: BaseException | None = None
+        self.done = False
+        self.waiter: trio.lowlevel.Task | None = None
+        self.pending = pending
 
     def run(self, session: Session) -> None:
-        self._result = outcome.Value(self.insert(session))
+        self._stored = self(session)
 
-    def succeed(self, message: Message) -> None:
-        self._result = outcome.Value(message)
+    def succeed(self, session: Session) -> None:
+        """Inserted as part of a run (``insert_messages`` set ``seq``)."""
+        self._stored = self.stored(session.now)
 
     def fail(self, error: BaseException) -> None:
-        self._result = outcome.Error(error)
+        self._error = error
 
     def resolve(self) -> None:
-        assert self._result is not None
-        self.pending.set(self._result)
+        error, stored = self._error, self._stored
+        if self.pending is not None:
+            if error is not None:
+                self.pending.set_error(error)
+            else:
+                assert stored is not None
+                self.pending.set_value(stored)
+            return
+        self.done = True
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            trio.lowlevel.reschedule(
+                waiter, outcome.Value(stored) if error is None else outcome.Error(error)
+            )
+
+    def abort(self, _: object) -> trio.lowlevel.Abort:
+        """Its waiter was cancelled: the append still commits; nobody waits for it."""
+        self.waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def result(self) -> Message:
+        """The committed message, or the request's error raised (once resolved)."""
+        if self._error is not None:
+            raise self._error
+        assert self._stored is not None
+        return self._stored
+
+
+class _TransactionLost(Exception):
+    """An error ended the transaction early (SQLite rolls it back by itself on
+    some I/O, full-disk and out-of-memory errors): the batch fails as a whole."""
 
 
 def _as_store_error(error: Exception) -> StoreError:
@@ -131,28 +186,35 @@ def _as_store_error(error: Exception) -> StoreError:
     return failure
 
 
-def _append_run(batch: list[_Work], start: int) -> list[_AppendRequest]:
-    run: list[_AppendRequest] = []
-    for request in batch[start:]:
-        if not isinstance(request, _AppendRequest):
-            break
-        run.append(request)
-    return run
+def _check_transaction(connection: apsw.Connection, error: Exception) -> None:
+    if not connection.in_transaction:
+        raise _TransactionLost(f"{type(error).__name__}: {error}") from error
 
 
 def _try_appends_at_once(session: Session, run: list[_AppendRequest]) -> bool:
-    """Insert a run of appends with one executemany in one savepoint. On any
-    failure roll it back and return False: the caller replays them one by one,
-    so the failing request fails alone."""
+    """Insert a run of appends in one savepoint. On any failure roll it back
+    and return False: the caller replays them one by one, so the failing
+    request fails alone."""
     try:
         with session.connection:
-            stored = insert_messages(session, [request.insert for request in run])
-    except _REQUEST_ERRORS:
+            insert_messages(session, run)
+    except _REQUEST_ERRORS as error:
         session.seqs.undo()
+        _check_transaction(session.connection, error)
         return False
     session.seqs.keep()
-    for request, message in zip(run, stored, strict=True):
-        request.succeed(message)
+    now = session.now
+    for request in run:  # InsertMessage.stored, written out: it runs for every message
+        message = request.message
+        request._stored = Message(
+            message.role,
+            message.content,
+            message.tool_calls,
+            message.tool_call_id,
+            message.usage,
+            request.seq,
+            now,
+        )
     return True
 
 
@@ -163,36 +225,49 @@ def _run_one(session: Session, request: _Work) -> bool:
             request.run(session)
     except _REQUEST_ERRORS as error:
         session.seqs.undo()
+        _check_transaction(session.connection, error)
         request.fail(_as_store_error(error))
         return False
     session.seqs.keep()
     return True
 
 
+def _run_requests(session: Session, batch: list[_Work]) -> int:
+    """Every request of the batch, runs of appends at once; return how many
+    requests failed alone."""
+    failed = 0
+    position, total = 0, len(batch)
+    while position < total:
+        end = position
+        while end < total and type(batch[end]) is _AppendRequest:
+            end += 1
+        if end - position > 1:
+            whole = end - position == total
+            run = cast("list[_AppendRequest]", batch if whole else batch[position:end])
+            if not _try_appends_at_once(session, run):
+                for request in run:
+                    failed += not _run_one(session, request)
+            position = end
+        else:
+            failed += not _run_one(session, batch[position])
+            position += 1
+    return failed
+
+
 def _run_batch(
     connection: apsw.Connection, seqs: SeqCache, clock: Clock, batch: list[_Work]
 ) -> int:
-    """One transaction, a savepoint per request (or per run of appends); return
-    how many requests failed alone. Runs in a worker thread; raises only if the
-    transaction itself fails."""
+    """One transaction for the whole batch; return how many requests failed
+    alone. Runs in a worker thread; raises only if the transaction itself fails."""
     now = clock()
     session = Session(connection=connection, seqs=seqs, now_us=to_micros(now), now=now)
-    failed = 0
     committed = False
     # BEGIN and COMMIT go through execute(), which releases the GIL while SQLite
     # waits for a lock or syncs; apsw's outermost ``with connection:`` holds it
     # through the busy handler and would freeze the event loop meanwhile.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        position = 0
-        while position < len(batch):
-            run = _append_run(batch, position)
-            if len(run) > 1 and _try_appends_at_once(session, run):
-                position += len(run)
-                continue
-            for request in run or batch[position : position + 1]:
-                failed += not _run_one(session, request)
-            position += max(len(run), 1)
+        failed = _run_requests(session, batch)
         connection.execute("COMMIT")
         committed = True
     finally:
@@ -205,7 +280,7 @@ def _run_batch(
 
 @final
 class Writer:
-    """Owns the write connection and the request channel; ``run`` is the task."""
+    """Owns the write connection and the request queue; ``run`` is the task."""
 
     def __init__(
         self, connection: apsw.Connection, *, clock: Clock, max_batch: int, queue_size: int
@@ -214,7 +289,7 @@ class Writer:
         self._clock = clock
         self._max_batch = max_batch
         self._queue_capacity = queue_size
-        self._send, self._receive = trio.open_memory_channel[_Work](queue_size)
+        self._queue: RequestQueue[_Work] = RequestQueue(queue_size)
         self._seqs = SeqCache()
         self._thread = trio.CapacityLimiter(1)
         self._closed = False
@@ -234,18 +309,36 @@ class Writer:
         await self._enqueue(request, schedule=False)
         return await request.pending.wait()
 
-    async def submit_append(self, insert: InsertMessage) -> Pending[Message]:
-        request = _AppendRequest(insert)
+    async def submit_append(
+        self, conversation_id: str, message: Message, idempotency_key: str | None
+    ) -> Pending[Message]:
+        pending: Pending[Message] = Pending()
+        request = _AppendRequest(conversation_id, message, idempotency_key, pending)
         await self._enqueue(request, schedule=True)
-        return request.pending
+        return pending
 
-    async def append(self, insert: InsertMessage) -> Message:
-        request = _AppendRequest(insert)
-        await self._enqueue(request, schedule=False)
-        return await request.pending.wait()
+    async def append(
+        self, conversation_id: str, message: Message, idempotency_key: str | None
+    ) -> Message:
+        """Submit an append and wait for the commit. The hot path (one call per
+        stored message), so it is written out: no task switch to enqueue when
+        there is room, and the caller waits on the request itself (no
+        ``Pending``); the writer reschedules it with the stored message."""
+        request = _AppendRequest(conversation_id, message, idempotency_key)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed or self._failure is not None:
+            self._check_open()
+        if not self._queue.put_nowait(request):
+            await self._wait_for_room(request)
+        if request.done:  # resolved while this task waited for room
+            await trio.lowlevel.checkpoint()
+            return request.result()
+        request.waiter = trio.lowlevel.current_task()
+        stored: Message = await trio.lowlevel.wait_task_rescheduled(request.abort)
+        return stored
 
     async def _enqueue(self, request: _Work, *, schedule: bool) -> None:
-        """Put ``request`` on the channel, waiting only if it is full.
+        """Put ``request`` on the queue, waiting only if it is full.
 
         A cancelled caller raises before anything is queued. When there is
         room, the request goes in without a task switch; ``schedule`` adds one
@@ -254,15 +347,15 @@ class Writer:
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
+        if not self._queue.put_nowait(request):
+            await self._wait_for_room(request)
+        elif schedule:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _wait_for_room(self, request: _Work) -> None:
         try:
-            try:
-                self._send.send_nowait(request)
-            except trio.WouldBlock:
-                await self._send.send(request)
-            else:
-                if schedule:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            await self._queue.put(request)
+        except trio.ClosedResourceError:
             self._check_open()
             raise StoreClosedError("the storage writer stopped; the write was refused") from None
 
@@ -278,10 +371,9 @@ class Writer:
     def close(self) -> None:
         """Accept nothing more; the writer drains what was accepted, then stops."""
         self._closed = True
-        self._send.close()
+        self._queue.close()
 
     def stats(self) -> WriterStats:
-        statistics = self._send.statistics()
         return WriterStats(
             running=not self._closed and self._failure is None,
             batches=self._batches,
@@ -290,20 +382,14 @@ class Writer:
             failed_batches=self._failed_batches,
             last_batch_size=self._last,
             largest_batch_size=self._largest,
-            queue_depth=statistics.current_buffer_used + statistics.tasks_waiting_send,
+            queue_depth=len(self._queue),
             queue_capacity=self._queue_capacity,
         )
 
     async def run(self) -> None:
-        """Commit batches until the channel closes (or the writer dies)."""
+        """Commit batches until the queue closes and drains (or the writer dies)."""
         try:
-            async for first in self._receive:
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+            while batch := await self._queue.take(self._max_batch):
                 with trio.CancelScope(shield=True):
                     if not await self._commit(batch):
                         return
@@ -315,16 +401,17 @@ class Writer:
             failed = await trio.to_thread.run_sync(
                 _run_batch, self._connection, self._seqs, self._clock, batch, limiter=self._thread
             )
-        except apsw.Error as error:
+        except (apsw.Error, _TransactionLost) as error:
             # SQLite could not commit (a lock held past busy_timeout, an I/O
-            # error, a full disk): nothing of the batch was written. Its callers
-            # hear why; the writer goes on, so writes work again once the
-            # cause clears.
+            # error, a full disk), or lost the transaction on the way: nothing
+            # of the batch was written. Its callers hear why; the writer goes
+            # on, so writes work again once the cause clears.
+            cause = error.__cause__ if isinstance(error, _TransactionLost) else error
             failure = StoreError(
-                f"the write was not committed: its batch failed ({type(error).__name__}:"
-                f" {error}); nothing of the batch was written"
+                f"the write was not committed: its batch failed ({type(cause).__name__}:"
+                f" {cause}); nothing of the batch was written"
             )
-            failure.__cause__ = error
+            failure.__cause__ = cause
             for request in batch:
                 request.fail(failure)
                 request.resolve()
@@ -355,18 +442,13 @@ class Writer:
         return error
 
     def _stop(self) -> None:
-        """Fail whatever is still queued, then close the channel. Synchronous, so
+        """Fail whatever is still queued and close the queue. Synchronous, so
         nothing can slip in between the drain and the close."""
         self._closed = True
-        while True:
-            try:
-                request = self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
+        for request in self._queue.drain():
             request.fail(
                 self._died_error()
                 if self._failure is not None
                 else StoreClosedError("the storage writer stopped before this write ran")
             )
             request.resolve()
-        self._receive.close()
