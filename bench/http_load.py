@@ -183,12 +183,11 @@ def drive(host: str, port: int, requests: list[list[bytes]]) -> Driven:
             errors += exchange.status != 200
             if exchange.next < len(exchange.requests):
                 exchange.start()
-            else:
+            else:  # done: close it, as a client leaving would (the server may time it out)
+                selector.unregister(exchange.sock)
+                exchange.sock.close()
                 running -= 1
     elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-    for exchange in exchanges:
-        selector.unregister(exchange.sock)
-        exchange.sock.close()
     selector.close()
     return Driven(latencies, errors, elapsed, cpu)
 
