@@ -23,8 +23,12 @@ out the kernel, and run about 50 times slower).
   SQLite FULL).
 - ``in-process``: the same turns through ``agent.send``, no HTTP.
 
+``--steps`` counts trio task steps (a task resumed once) and tasks spawned per
+request instead: the scheduling an HTTP request adds, independent of load.
+
     python -m bench.http_floor --repeat 3 --gc-freeze
     python -m bench.http_floor --callgrind raw turn in-process
+    python -m bench.http_floor --steps
 """
 
 from __future__ import annotations
@@ -73,6 +77,29 @@ __all__ = ["bench_toolset"]  # the agentik child loads it as __main__:bench_tool
 Scope = dict[str, object]
 Receive = Callable[[], Awaitable[dict[str, object]]]
 Send = Callable[[dict[str, object]], Awaitable[None]]
+
+
+class Steps(trio.abc.Instrument):
+    """Counts task steps and spawns; ``report`` writes them to stderr (on SIGUSR1)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.spawns = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawns += 1
+
+    def report(self, *_: object) -> None:
+        print(f"trio-steps {self.steps} {self.spawns}", file=sys.stderr, flush=True)
+
+
+def reported_steps(log: str) -> tuple[int, int]:
+    with open(log) as f:
+        last = [line.split() for line in f if line.startswith("trio-steps ")][-1]
+    return int(last[1]), int(last[2])
 
 
 async def raw_app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -150,10 +177,11 @@ async def plain_child(variant: str) -> None:
         print(binds[0], flush=True)
 
 
-def start(variant: str, tmp: str, gc_freeze: bool, callgrind: str | None) -> subprocess.Popen[str]:
+def start(
+    variant: str, tmp: str, args: argparse.Namespace, callgrind: str | None
+) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, "--child", variant, f"{tmp}/{variant}.db"]
-    if gc_freeze:
-        command.append("--gc-freeze")
+    command += ["--gc-freeze"] * args.gc_freeze + ["--steps"] * args.steps
     if callgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind}", *command]
     with open(f"{tmp}/{variant}.log", "w") as log:
@@ -200,9 +228,15 @@ def measure(variant: str, args: argparse.Namespace, tmp: str, repeat: int) -> fl
         if args.callgrind:
             return in_process_instructions(args, tmp)
         trio.run(in_process, f"{tmp}/warm-{repeat}.db", n, 2)
-        return trio.run(in_process, f"{tmp}/local-{repeat}.db", n, each)["cpu_ms_per_turn"]
+        steps = Steps()
+        result = trio.run(in_process, f"{tmp}/local-{repeat}.db", n, each, instruments=[steps])
+        if args.steps:
+            print(f"    {steps.spawns / (n * each):.2f} tasks spawned per turn", file=sys.stderr)
+            return steps.steps / (n * each)
+        return result["cpu_ms_per_turn"]
     out = f"{tmp}/{variant}-{repeat}.cg" if args.callgrind else None
-    process = start(variant, tmp, args.gc_freeze, out)
+    process = start(variant, tmp, args, out)
+    log = f"{tmp}/{variant}.log"
     try:
         assert process.stdout is not None
         host, port = process.stdout.readline().strip().removeprefix("http://").rsplit(":", 1)
@@ -219,10 +253,22 @@ def measure(variant: str, args: argparse.Namespace, tmp: str, repeat: int) -> fl
         assert drive(host, int(port), requests("w", 2)).errors == 0  # warm up
         if out:
             instructions(process, out, zero=True)
+        if args.steps:
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            before_steps = reported_steps(log)
         before = child_cpu(process)
         assert drive(host, int(port), requests("m", each)).errors == 0
         if out:
             return instructions(process, out, zero=False) / (n * each) / 1e6
+        if args.steps:
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            stepped, spawned = (
+                b - a for a, b in zip(before_steps, reported_steps(log), strict=True)
+            )
+            print(f"    {spawned / (n * each):.2f} tasks spawned per request", file=sys.stderr)
+            return stepped / (n * each)
         return 1000 * (child_cpu(process) - before) / (n * each)
     finally:
         process.send_signal(signal.SIGTERM)
@@ -237,6 +283,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--gc-freeze", action="store_true")
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--steps", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "DATABASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     variants = args.variants or list(VARIANTS)
@@ -244,14 +291,17 @@ def main() -> None:
         parser.error(f"unknown variant {sorted(unknown)[0]!r}; choose from {', '.join(VARIANTS)}")
     if args.child:
         variant, database = args.child
+        steps = Steps()
+        if args.steps:
+            signal.signal(signal.SIGUSR1, steps.report)
         if variant == "in-process":
             trio.run(in_process, database, args.clients, args.requests)
         elif variant in ("health", "turn"):
-            trio.run(child, database, args.gc_freeze)
+            trio.run(child, database, args.gc_freeze, instruments=[steps] * args.steps)
         else:
             if args.gc_freeze:
                 tune_gc()
-            trio.run(plain_child, variant)
+            trio.run(plain_child, variant, instruments=[steps] * args.steps)
         return
     if args.gc_freeze:
         tune_gc()
@@ -263,7 +313,7 @@ def main() -> None:
             for variant in variants:  # interleaved, so load changes hit all alike
                 results[variant].append(measure(variant, args, tmp, repeat))
                 print(f"  {variant}: {results[variant][-1]:.3f}", file=sys.stderr)
-    unit = "M instructions" if args.callgrind else "CPU ms"
+    unit = "M instructions" if args.callgrind else "trio task steps" if args.steps else "CPU ms"
     print(
         f"\n{unit} per request, {args.clients} clients x {args.requests}, median of {args.repeat}"
     )
