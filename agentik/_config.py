@@ -75,6 +75,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
     Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
+    Setting("limits", "max_conversations", "int", "AGENTIK_MAX_CONVERSATIONS"),
     Setting("limits", "max_tool_rounds", "int", "AGENTIK_MAX_TOOL_ROUNDS"),
     Setting("limits", "tool_timeout", "float", "AGENTIK_TOOL_TIMEOUT"),
     Setting("limits", "graceful_timeout", "float", "AGENTIK_GRACEFUL_TIMEOUT"),
@@ -101,6 +102,8 @@ class Limits:
     """Larger request bodies get 413 before they are parsed."""
     max_queued_turns: int = 8
     """Turns waiting per conversation; past it, 429 with Retry-After."""
+    max_conversations: int = 100_000
+    """Live conversations (about 12 KiB each); a turn for a new one past it gets 429."""
     max_tool_rounds: int = 25
     tool_timeout: float = 60.0
     graceful_timeout: float = 30.0
@@ -330,6 +333,7 @@ def _build(
     limits = Limits(
         max_body_bytes=int(number("max_body_bytes", base.max_body_bytes)),
         max_queued_turns=int(number("max_queued_turns", base.max_queued_turns)),
+        max_conversations=int(number("max_conversations", base.max_conversations)),
         max_tool_rounds=int(number("max_tool_rounds", base.max_tool_rounds)),
         tool_timeout=number("tool_timeout", base.tool_timeout),
         graceful_timeout=number("graceful_timeout", base.graceful_timeout),

@@ -7,9 +7,11 @@ stores four messages. The model is ScriptedModel with bench_responder
 
 - in-process: ``agent.send`` on an agent built as ``serve_agentik`` builds it.
 - HTTP: ``agentik serve``'s app (``serve_agentik``) in a child process, driven
-  by a minimal keep-alive HTTP/1.1 client on raw trio sockets (one connection
-  per client), so the figure measures the server rather than a Python HTTP
-  client. ``POST /agentik/conversations/{id}/turns`` with a JSON body.
+  by a minimal keep-alive HTTP/1.1 client (one connection per client,
+  non-blocking sockets under one ``selectors`` loop, prebuilt requests), so
+  the figure measures the server rather than a Python HTTP client; its own
+  CPU per turn is reported too, since it shares the cores with the server.
+  ``POST /agentik/conversations/{id}/turns`` with a JSON body.
 
     python -m bench.http_load                      # N = 100 and 1000, T = 5
     python -m bench.http_load -n 100 --turns 5 --repeat 3 [--gc-freeze]
@@ -28,12 +30,15 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import selectors  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+import attrs  # noqa: E402
 import trio  # noqa: E402
 
 from agentik._config import ServerConfig  # noqa: E402
@@ -92,85 +97,129 @@ async def in_process(database: str, n: int, turns: int) -> dict[str, float]:
     return summary(latencies, n * turns, elapsed, 0, cpu)
 
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection; responses must carry Content-Length."""
+class Exchange:
+    """One keep-alive HTTP/1.1 connection sending its requests one after another.
 
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
+    The client side of the benchmark, kept cheap because it shares the two
+    cores with the server: requests are prebuilt bytes, sockets are
+    non-blocking under one ``selectors`` loop (no event-loop framework), and a
+    response is read in full (its Content-Length) with only the status line
+    and that header parsed."""
+
+    def __init__(self, sock: socket.socket, requests: list[bytes]) -> None:
+        self.sock = sock
+        self.requests = requests
+        self.next = 0
         self.buffer = b""
+        self.length = -1
+        """Bytes of the current response (head + body) once its head is in."""
+        self.status = 0
+        self.began = 0.0
 
-    async def _fill(self) -> None:
-        chunk = await self.stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("the server closed the connection")
+    def start(self) -> None:
+        self.began = time.perf_counter()
+        self.sock.sendall(self.requests[self.next])  # a few hundred bytes: never blocks
+        self.next += 1
+
+    def received(self, chunk: bytes) -> bool:
+        """Take bytes in; True when the whole current response is in."""
         self.buffer += chunk
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        return await self.request(head.encode() + body)
-
-    async def get(self, path: str) -> tuple[int, bytes]:
-        return await self.request(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
-
-    async def request(self, raw: bytes) -> tuple[int, bytes]:
-        await self.stream.send_all(raw)
-        while b"\r\n\r\n" not in self.buffer:
-            await self._fill()
-        raw_head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        lines = raw_head.split(b"\r\n")
-        status = int(lines[0].split(b" ", 2)[1])
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in lines[1:]
-            if line.lower().startswith(b"content-length:")
-        )
-        while len(self.buffer) < length:
-            await self._fill()
-        data, self.buffer = self.buffer[:length], self.buffer[length:]
-        return status, data
+        if self.length < 0:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            head = self.buffer[:end].lower()
+            self.status = int(head.split(b" ", 2)[1])
+            at = head.find(b"\r\ncontent-length:")
+            if at < 0:
+                raise ConnectionError("the response has no Content-Length")
+            stop = head.find(b"\r\n", at + 17)
+            self.length = end + 4 + int(head[at + 17 : stop if stop >= 0 else end])
+        if len(self.buffer) < self.length:
+            return False
+        if len(self.buffer) > self.length:
+            raise ConnectionError("the server sent more than one response")
+        self.buffer, self.length = b"", -1
+        return True
 
 
-async def over_http(host: str, port: int, n: int, turns: int, tag: str) -> dict[str, float]:
+@attrs.frozen
+class Driven:
+    latencies: list[float]
+    errors: int
+    """Responses whose status was not 200."""
+    seconds: float
+    """From the first request sent to the last response in (connections are opened before)."""
+    cpu: float
+    """CPU seconds the client used meanwhile."""
+
+
+def drive(host: str, port: int, requests: list[list[bytes]]) -> Driven:
+    """Open one connection per list of requests, then run them all to the end."""
+    selector = selectors.DefaultSelector()
+    exchanges = []
+    for batch in requests:
+        sock = socket.create_connection((host, port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        exchange = Exchange(sock, batch)
+        selector.register(sock, selectors.EVENT_READ, exchange)
+        exchanges.append(exchange)
     latencies: list[float] = []
     errors = 0
+    began, cpu = time.perf_counter(), time.process_time()
+    for exchange in exchanges:
+        exchange.start()
+    running = len(exchanges)
+    while running:
+        for key, _ in selector.select():
+            exchange = key.data
+            chunk = exchange.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            if not exchange.received(chunk):
+                continue
+            latencies.append(time.perf_counter() - exchange.began)
+            errors += exchange.status != 200
+            if exchange.next < len(exchange.requests):
+                exchange.start()
+            else:  # done: close it, as a client leaving would (the server may time it out)
+                selector.unregister(exchange.sock)
+                exchange.sock.close()
+                running -= 1
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+    selector.close()
+    return Driven(latencies, errors, elapsed, cpu)
 
-    async def client(i: int) -> None:
-        nonlocal errors
-        stream = await trio.open_tcp_stream(host, port)
-        async with stream:
-            connection = Connection(stream)
-            for t in range(turns):
-                body = json.dumps({"text": f"turn {t}"}).encode()
-                began = time.perf_counter()
-                status, _ = await connection.post(f"/agentik/conversations/{tag}{i}/turns", body)
-                latencies.append(time.perf_counter() - began)
-                errors += status != 200
 
-    began = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for i in range(n):
-            nursery.start_soon(client, i)
-    elapsed = time.perf_counter() - began
-    return summary(latencies, n * turns, elapsed, errors, 0.0)
+def post(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
-async def health_floor(host: str, port: int, clients: int, each: int) -> None:
+def over_http(host: str, port: int, n: int, turns: int, tag: str) -> dict[str, float]:
+    requests = [
+        [
+            post(
+                f"/agentik/conversations/{tag}{i}/turns", json.dumps({"text": f"turn {t}"}).encode()
+            )
+            for t in range(turns)
+        ]
+        for i in range(n)
+    ]
+    driven = drive(host, port, requests)
+    result = summary(driven.latencies, n * turns, driven.seconds, driven.errors, 0.0)
+    result["client_cpu_ms_per_turn"] = 1000 * driven.cpu / (n * turns)
+    return result
+
+
+def health_floor(host: str, port: int, clients: int, each: int) -> None:
     """GET /health from ``clients`` connections: the server's cost of a request
     that does nothing (hypercorn + Starlette + agentik's guard)."""
-
-    async def client() -> None:
-        async with await trio.open_tcp_stream(host, port) as stream:
-            connection = Connection(stream)
-            for _ in range(each):
-                status, _ = await connection.get("/health")
-                assert status == 200
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(clients):
-            nursery.start_soon(client)
+    request = b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n"
+    assert drive(host, port, [[request] * each for _ in range(clients)]).errors == 0
 
 
 def tune_gc() -> None:
@@ -180,9 +229,12 @@ def tune_gc() -> None:
 
 
 async def child(database: str, gc_freeze: bool) -> None:
-    """The server process: serve_agentik until SIGTERM, printing its URL first."""
+    """The server process: serve_agentik until SIGTERM, printing its URL first.
+    It logs as ``agentik serve`` does (its stderr goes to a file)."""
+    from agentik.cli._serve import setup_logging
     from agentik.server import serve_agentik
 
+    setup_logging()
     if gc_freeze:
         tune_gc()
     stop = trio.Event()
@@ -205,14 +257,21 @@ async def child(database: str, gc_freeze: bool) -> None:
 
 
 def start_child(database: str, gc_freeze: bool) -> tuple[subprocess.Popen[str], str, int]:
+    """The server, logging to ``{database}.log``."""
     command = [sys.executable, __file__, "--child", database]
     if gc_freeze:
         command.append("--gc-freeze")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    with open(f"{database}.log", "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
     assert process.stdout is not None
     url = process.stdout.readline().strip()
     host, port = url.removeprefix("http://").rsplit(":", 1)
     return process, host, int(port)
+
+
+def log_lines(database: str, what: str) -> int:
+    with open(f"{database}.log") as f:
+        return sum(what in line for line in f)
 
 
 def child_cpu(process: subprocess.Popen[str]) -> float:
@@ -248,21 +307,28 @@ def main() -> None:
             local, remote = [], []
             for repeat in range(args.repeat):
                 local.append(trio.run(in_process, f"{tmp}/local-{n}-{repeat}.db", n, args.turns))
-                process, host, port = start_child(f"{tmp}/http-{n}-{repeat}.db", args.gc_freeze)
+                database = f"{tmp}/http-{n}-{repeat}.db"
+                process, host, port = start_child(database, args.gc_freeze)
                 try:
                     before = child_cpu(process)
-                    remote.append(trio.run(over_http, host, port, n, args.turns, f"r{repeat}-"))
+                    remote.append(over_http(host, port, n, args.turns, f"r{repeat}-"))
                     spent = child_cpu(process) - before
                     remote[-1]["cpu_ms_per_turn"] = 1000 * spent / (n * args.turns)
                     before = child_cpu(process)
-                    trio.run(health_floor, host, port, 50, 40)
+                    health_floor(host, port, 50, 40)
                     remote[-1]["floor_cpu_ms"] = 1000 * (child_cpu(process) - before) / 2000
                 finally:
                     process.send_signal(signal.SIGTERM)
                     process.wait(timeout=60)
+                requests = n * args.turns + 2000
+                logged = log_lines(database, " request method=")
+                if logged != requests:
+                    raise SystemExit(f"the server logged {logged} request lines for {requests}")
+                remote[-1]["ratio"] = remote[-1]["turns_per_s"] / local[-1]["turns_per_s"]
                 print(
                     f"  N={n} run {repeat + 1}: in-process {local[-1]['turns_per_s']:.0f} turns/s,"
-                    f" HTTP {remote[-1]['turns_per_s']:.0f} turns/s",
+                    f" HTTP {remote[-1]['turns_per_s']:.0f} turns/s"
+                    f" ({remote[-1]['ratio']:.0%})",
                     file=sys.stderr,
                 )
             rows.append({"clients": n, "in_process": median_row(local), "http": median_row(remote)})
@@ -274,25 +340,24 @@ def main() -> None:
     print(
         f"{'clients':>8} | {'in-process t/s':>14} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>6} | "
         f"{'HTTP t/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>6} {'errors':>6} | "
-        f"{'HTTP/in-proc':>12} | {'GET /health cpu ms':>18}"
+        f"{'HTTP/in-proc':>12} | {'client cpu ms':>13} | {'GET /health cpu ms':>18}"
     )
     for row in rows:
         a, b = row["in_process"], row["http"]
-        local = (
+        left = (
             f"{a['turns_per_s']:>14.0f} {a['p50_ms']:>7.1f} {a['p99_ms']:>7.1f}"
             f" {a['cpu_ms_per_turn']:>6.2f}"
         )
-        remote = (
+        right = (
             f"{b['turns_per_s']:>8.0f} {b['p50_ms']:>7.1f} {b['p99_ms']:>7.1f}"
             f" {b['cpu_ms_per_turn']:>6.2f}"
         )
-        ratio = b["turns_per_s"] / a["turns_per_s"]
-        floor = b["floor_cpu_ms"]
         print(
-            f"{row['clients']:>8} | {local} | {remote} {b['errors']:>6.0f} | {ratio:>12.0%}"
-            f" | {floor:>18.2f}"
+            f"{row['clients']:>8} | {left} | {right} {b['errors']:>6.0f} | {b['ratio']:>12.0%}"
+            f" | {b['client_cpu_ms_per_turn']:>13.2f} | {b['floor_cpu_ms']:>18.2f}"
         )
-    print("cpu ms: CPU time of the serving process per turn (HTTP: the server process only)")
+    print("cpu ms: CPU time per turn of the serving process (HTTP: the server process only);")
+    print("client cpu ms: the HTTP client's (this process); HTTP/in-proc: median of per-run ratios")
 
 
 if __name__ == "__main__":

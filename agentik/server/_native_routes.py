@@ -17,6 +17,7 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from agentik._json import JsonObject, JsonValue
 from agentik._memory import Skill
@@ -32,10 +33,23 @@ from agentik.server._native import (
     parse_turn_request,
     turn_result_json,
 )
-from agentik.server._owners import caller_of, owned_conversations, recent_reflections
-from agentik.server._request import as_object, field_str, query_int, read_json
+from agentik.server._owners import (
+    CALLER_KEY,
+    Caller,
+    caller_of,
+    owned_conversations,
+    recent_reflections,
+)
+from agentik.server._request import (
+    as_object,
+    field_str,
+    parse_json,
+    query_int,
+    read_json,
+    receive_body,
+)
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, open_stream, send_turn
+from agentik.server._turns import EventStream, open_stream, send_json, send_turn
 
 MAX_PAGE = 1000
 
@@ -44,10 +58,6 @@ def _path_id(request: Request, key: str = "conversation_id", what: str = "conver
     value = request.path_params[key]
     assert isinstance(value, str)
     return check_id(value, what)
-
-
-def wants_sse(request: Request) -> bool:
-    return "text/event-stream" in request.headers.get("accept", "")
 
 
 async def _messages(
@@ -71,21 +81,44 @@ async def require_conversation(ctx: ServerContext, stored_id: str, conversation_
         raise HttpError(404, f"conversation {conversation_id!r} not found", code="not_found")
 
 
-def native_routes(ctx: ServerContext) -> list[BaseRoute]:
-    agent = ctx.agent
-    limit = ctx.config.limits.max_body_bytes
+class TurnEndpoint:
+    """``POST …/conversations/{conversation_id}/turns``, the hot route, as plain ASGI.
 
-    async def post_turn(request: Request) -> Response | EventStream:
-        caller = caller_of(request)
-        conversation_id = _path_id(request)
-        turn = parse_turn_request(await read_json(request, limit))
-        if not wants_sse(request):
+    Routed by Starlette like every other endpoint, but it reads the body from
+    ``receive`` and writes its response with two ``send`` calls, without a
+    ``Request`` or ``Response`` object and their wrappers: a turn costs less
+    here than the HTTP framing around it, so the framing is kept thin.
+    ``HttpError`` raised here becomes the same JSON error as elsewhere (the
+    app's exception handlers catch it).
+    """
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.agent = ctx.agent
+        self.limit = ctx.config.limits.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        caller = scope.get(CALLER_KEY)
+        if not isinstance(caller, Caller):  # fails closed, as caller_of does
+            raise RuntimeError("request reached a handler without passing the guard")
+        value = scope["path_params"]["conversation_id"]
+        assert isinstance(value, str)
+        conversation_id = check_id(value)
+        accept = declared = None
+        for name, header in scope["headers"]:  # the first of each, as Request.headers.get
+            if name == b"accept" and accept is None:
+                accept = header
+            elif name == b"content-length" and declared is None:
+                declared = header
+        body = await receive_body(receive, (declared or b"").decode("latin-1"), self.limit)
+        turn = parse_turn_request(parse_json(body))
+        if accept is None or b"text/event-stream" not in accept:
             result = await send_turn(
-                agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
+                self.agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
             )
-            return json_response(turn_result_json(result))
+            await send_json(send, turn_result_json(result))
+            return
         events, stack = await open_stream(
-            agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
+            self.agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
         )
 
         async def frames() -> AsyncIterator[bytes]:
@@ -93,7 +126,12 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
                 name, data = native_event(event)
                 yield sse_frame(data, event=name)
 
-        return EventStream(frames(), stack.aclose)
+        await EventStream(frames(), stack.aclose)(scope, receive, send)
+
+
+def native_routes(ctx: ServerContext) -> list[BaseRoute]:
+    agent = ctx.agent
+    limit = ctx.config.limits.max_body_bytes
 
     async def list_conversations(request: Request) -> Response:
         after = request.query_params.get("after") or None
@@ -183,7 +221,9 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     base = "/agentik"
     return [
-        Route(f"{base}/conversations/{{conversation_id}}/turns", post_turn, methods=["POST"]),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/turns", TurnEndpoint(ctx), methods=["POST"]
+        ),
         Route(f"{base}/conversations", list_conversations, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/messages", get_messages, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/memory", get_memory, methods=["GET"]),

@@ -136,6 +136,7 @@ async def serve_agentik(
                 max_tool_rounds=limits.max_tool_rounds,
                 tool_timeout=limits.tool_timeout,
                 max_queued_turns=limits.max_queued_turns,
+                max_conversations=limits.max_conversations,
                 system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
             )
         )

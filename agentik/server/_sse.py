@@ -15,9 +15,13 @@ SSE_MEDIA_TYPE = "text/event-stream"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""One encoder, reused: ``json.dumps`` with options builds a new one per call."""
+
+
 def dumps(value: JsonValue) -> str:
     """Compact JSON text, UTF-8 kept as is."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def sse_frame(data: JsonValue, *, event: str | None = None) -> bytes:

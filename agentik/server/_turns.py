@@ -1,4 +1,5 @@
-"""Running a turn for any transport: error mapping, the turn log line, SSE responses.
+"""Running a turn for any transport: error mapping, the turn log line, JSON and
+SSE responses.
 
 Errors the agent raises become HTTP refusals here and nowhere else:
 ``OverloadedError`` is 429 with ``Retry-After``, a closed agent (shutting
@@ -24,9 +25,11 @@ import trio
 from starlette.types import Receive, Scope, Send
 
 from agentik._errors import AgentikError, OverloadedError, TurnError
+from agentik._json import JsonObject
 from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.server._errors import HttpError
 from agentik.server._owners import SEPARATOR, Caller
+from agentik.server._sse import dumps
 
 log = logging.getLogger("agentik.server")
 
@@ -114,6 +117,23 @@ async def open_stream(
             log_turn(transport, caller, conversation_id, outcome, began)
 
     return logged(), stack
+
+
+async def send_json(send: Send, data: JsonObject, status: int = 200) -> None:
+    """A JSON response straight to ASGI ``send``: the bytes and headers
+    ``json_response`` gives, without building a Starlette ``Response``."""
+    body = dumps(data).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-length", str(len(body)).encode()),
+                (b"content-type", b"application/json"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class EventStream:

@@ -34,6 +34,13 @@ class TestLoadConfig:
         config = load_config(path, env=env, overrides={("server", "bind"): "127.0.0.1:3"})
         assert (config.port, config.database, config.limits.max_queued_turns) == (3, "b.db", 3)
 
+    def test_max_conversations(self, tmp_path: Path) -> None:
+        """The live-conversation bound comes from the file or, winning, the environment."""
+        path = write(tmp_path, "[limits]\nmax_conversations = 50\n")
+        assert load_config(path, env={}).limits.max_conversations == 50
+        env = {"AGENTIK_MAX_CONVERSATIONS": "7"}
+        assert load_config(path, env=env).limits.max_conversations == 7
+
     def test_model_and_key_from_environment(self, tmp_path: Path) -> None:
         """The API key is read from the variable the file names and hidden from repr."""
         path = write(
