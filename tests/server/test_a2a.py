@@ -312,48 +312,30 @@ async def test_return_immediately_answers_submitted_then_the_turn_runs_on(
         await client.close()
 
 
-async def test_return_immediately_still_refuses_bad_params_before_running(
-    server: Running,
+@pytest.mark.parametrize(
+    ("configuration", "named"),
+    [
+        ({"returnImmediately": True, "historyLength": -1}, "configuration.historyLength"),
+        ({"historyLength": "all"}, "configuration.historyLength"),
+    ],
+)
+async def test_bad_history_length_is_refused_before_a_turn_runs(
+    server: Running, configuration: dict[str, object], named: str
 ) -> None:
-    """A bad historyLength is refused and no turn starts."""
+    """historyLength is read from configuration and checked before anything runs,
+    whether SendMessage blocks or returns immediately."""
+    message = {"messageId": "b", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "bad"}
     body = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": "b",
-                "role": "ROLE_USER",
-                "parts": [{"text": "hi"}],
-                "contextId": "bad-ri",
-            },
-            "configuration": {"returnImmediately": True, "historyLength": -1},
-        },
+        "params": {"message": message, "configuration": configuration},
     }
     reply = await server.client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
-    assert reply.json()["error"]["code"] == -32602
-    listed = await server.client.get("/agentik/conversations/bad-ri/messages")
-    assert listed.status_code == 404 or listed.json()["messages"] == []
-
-
-async def test_blocking_send_refuses_bad_history_length_before_running(server: Running) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": "b",
-                "role": "ROLE_USER",
-                "parts": [{"text": "hi"}],
-                "contextId": "bad-blocking",
-            },
-            "configuration": {"historyLength": "all"},
-        },
-    }
-    reply = await server.client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
-    assert "configuration.historyLength" in reply.json()["error"]["message"]
-    listed = await server.client.get("/agentik/conversations/bad-blocking/messages")
+    error = reply.json()["error"]
+    assert error["code"] == -32602
+    assert named in error["message"]
+    listed = await server.client.get("/agentik/conversations/bad/messages")
     assert listed.status_code == 404 or listed.json()["messages"] == []
 
 
