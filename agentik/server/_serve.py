@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import httpx
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from agentik._config import ConfigError, ServerConfig
 from agentik.agent import DEFAULT_SYSTEM_PROMPT, ToolsetSource, open_chat_agent
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
+from agentik.server._hypercorn import serve as hypercorn_serve
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from agentik.toolsets import ToolsetContribution
 
@@ -162,7 +162,7 @@ async def serve_agentik(
             binds: list[str] = await nursery.start(
                 partial(
                     hypercorn_serve,
-                    build_app(ctx),  # type: ignore[arg-type]
+                    build_app(ctx),
                     hyper,
                     shutdown_trigger=shutdown_trigger,
                 )

@@ -1,0 +1,236 @@
+"""Serving an ASGI app on hypercorn's trio worker, with a cheaper connection handler.
+
+hypercorn's trio ``TCPServer`` costs more per request than a whole agentik turn
+in process (``bench/http_floor.py``), and most of that is two habits of its
+connection loop, not HTTP:
+
+- after every response it *restarts* the keep-alive idle timer: it takes a
+  lock, starts a fresh task with ``nursery.start`` and cancels the old one
+  (a task spawned and about five task steps per request);
+- every socket write (three per response: head, body, and an empty write for
+  the end of the message) takes a ``trio.Lock``, which is a schedule point
+  even when nobody else holds it.
+
+``ConnectionServer`` is that ``TCPServer`` with those two changed (and two
+smaller things: no write for an empty chunk, no cancel scope per read when
+there is no read timeout); hypercorn's h11, h2 and websocket protocol code
+runs unchanged. One keep-alive watcher task per connection has a deadline that
+moves as the connection goes busy and idle, and the write lock is taken
+without a schedule point when it is free (the socket write that follows is
+one). ``serve`` is hypercorn's
+``worker_serve`` for plain TCP listeners, with that class.
+
+It subclasses hypercorn internals, so pyproject pins hypercorn to the minor
+version it was written against; tests/server/test_connections.py checks the
+behaviour it must keep (keep-alive expiry, close on shutdown, concurrent
+writes, pipelined requests).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import h11
+import trio
+from hypercorn.config import Config
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.statsd import StatsdLogger
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState, LifespanState
+from hypercorn.typing import Event as HypercornEvent
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+
+
+class KeepAliveTimer:
+    """Closes a connection idle for ``keep_alive_timeout``, or idle when the
+    server shuts down; stands in for hypercorn's ``TrioSingleTask`` (same
+    ``restart``/``stop`` calls).
+
+    Invariants: at most one watcher task per connection; while the connection
+    is busy (a request in progress) the watcher's deadline is infinite, so a
+    request is never cut off by the keep-alive timeout; the connection is
+    closed only while idle.
+    """
+
+    def __init__(
+        self, timeout: float, terminated: HypercornEvent, close: Callable[[], Awaitable[None]]
+    ) -> None:
+        self._timeout = timeout
+        self._terminated = terminated
+        """hypercorn's ``WorkerContext.terminated``: set when the server shuts down."""
+        self._close = close
+        self._idle = False
+        self._deadline = math.inf
+        """When an idle connection is closed; infinite while it is busy."""
+        self._scope: trio.CancelScope | None = None
+        """The watcher's wait, while a watcher runs (or is about to)."""
+
+    async def restart(self, task_group: Any, action: object) -> None:
+        """The connection went idle: close it ``timeout`` from now. (``action``,
+        hypercorn's own idle task, is not used: the watcher does its job.)"""
+        self._idle = True
+        self._deadline = trio.current_time() + self._timeout
+        if self._scope is not None:
+            self._scope.deadline = self._deadline
+        else:
+            self._scope = trio.CancelScope(deadline=self._deadline)
+            task_group.spawn(self._watch)
+
+    async def stop(self) -> None:
+        """The connection is busy: no timeout until it goes idle again."""
+        self._idle = False
+        self._deadline = math.inf
+        if self._scope is not None:
+            self._scope.deadline = math.inf
+
+    async def _watch(self) -> None:
+        while True:
+            assert self._scope is not None
+            with self._scope:
+                await self._terminated.wait()
+            terminated = self._terminated.is_set()
+            if self._idle and (terminated or trio.current_time() >= self._deadline):
+                break
+            if terminated:
+                # Shutting down while busy: the next restart() (the response
+                # is done) starts a watcher that finds it set and closes.
+                self._scope = None
+                return
+            # The deadline passed just as the connection went busy (or went
+            # busy and idle again): wait for the current deadline.
+            self._scope = trio.CancelScope(deadline=self._deadline)
+        with trio.CancelScope(shield=True):
+            await self._close()
+
+
+class ConnectionServer(TCPServer):
+    """hypercorn's ``TCPServer`` with a moving keep-alive deadline and a write
+    lock that is not a schedule point when free (see the module docstring)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.idle_task = KeepAliveTimer(  # type: ignore[assignment]  # same calls
+            self.config.keep_alive_timeout, self.context.terminated, self._initiate_server_close
+        )
+        self._held = b""
+        """A response head waiting to go out with the start of its body."""
+        self._h11_state: object = None
+        """h11's ``our_state`` when the last data was sent."""
+
+    async def _read_data(self) -> None:
+        if self.config.read_timeout is not None:
+            await super()._read_data()
+            return
+        # hypercorn's loop without its per-read ``fail_after(inf)`` scope.
+        while True:
+            try:
+                data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            await self.protocol.handle(RawData(bytes(data)))
+            if not data:
+                break
+        await self.protocol.handle(Closed())
+
+    async def protocol_send(self, event: Event) -> None:
+        held = self._held
+        if not isinstance(event, RawData):
+            if held:
+                self._held = b""
+                await self._write(held)
+            await super().protocol_send(event)
+            return
+        data = event.data
+        head = self._h11_head_sent()
+        if held:
+            self._held = b""
+            data = held + data
+        elif head and b"\r\ncontent-length:" in data.lower():
+            # The head of a fixed-length HTTP/1.1 response: its body comes in
+            # the next call, so write both at once (one write less per response).
+            self._held = data
+            return
+        if data:  # h11 ends a fixed-length message with an empty write
+            await self._write(data)
+
+    def _h11_head_sent(self) -> bool:
+        """Did the data being sent just move h11 from waiting for a response
+        into sending its body (so it is a response head)? False for HTTP/2."""
+        connection = getattr(self.protocol.protocol, "connection", None)
+        if type(connection) is not h11.Connection:
+            return False
+        state = connection.our_state
+        before, self._h11_state = self._h11_state, state
+        return state is h11.SEND_BODY and before is not h11.SEND_BODY
+
+    async def _write(self, data: bytes) -> None:
+        lock = self.send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            with trio.CancelScope(shield=True):
+                await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.protocol.handle(Closed())
+        finally:
+            lock.release()
+
+
+async def serve(
+    app: Any,
+    config: Config,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` until ``shutdown_trigger`` returns (or forever): hypercorn's trio
+    ``worker_serve`` for plain TCP (no TLS, no QUIC), with ``ConnectionServer``.
+    Reports the bound URLs through ``task_status``; on shutdown, stops
+    accepting and gives open connections ``config.graceful_timeout``."""
+    if config.ssl_enabled:
+        raise ValueError("agentik serves plain HTTP; terminate TLS in front of it")
+    config.set_statsd_logger_class(StatsdLogger)
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            listeners = []
+            binds = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+            task_status.started(binds)
+            handler = partial(
+                ConnectionServer, wrapped, config, context, ConnectionState(lifespan_state.copy())
+            )
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger or trio.sleep_forever)
+                    nursery.start_soon(
+                        partial(
+                            trio.serve_listeners,
+                            handler,
+                            listeners,
+                            handler_nursery=server_nursery,
+                        )
+                    )
+            except* ShutdownError:
+                pass
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
