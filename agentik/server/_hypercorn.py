@@ -51,10 +51,15 @@ class KeepAliveTimer:
     server shuts down; stands in for hypercorn's ``TrioSingleTask`` (same
     ``restart``/``stop`` calls).
 
-    Invariants: at most one watcher task per connection; while the connection
-    is busy (a request in progress) the watcher's deadline is infinite, so a
-    request is never cut off by the keep-alive timeout; the connection is
-    closed only while idle.
+    ``stop`` (a request came in) and ``restart`` (its response is done) run
+    for every request, so they only record the state; one watcher task per
+    connection sleeps until the deadline it last set and, on waking, checks it
+    against the state and sleeps again if the connection was busy or used
+    since. It wakes at most once per timeout, not once per request.
+
+    Invariants: at most one watcher per connection; a connection is closed
+    only while it is idle, once it has been idle for the whole timeout or the
+    server is shutting down; a request in progress is never cut off.
     """
 
     def __init__(
@@ -66,27 +71,26 @@ class KeepAliveTimer:
         self._close = close
         self._idle = False
         self._deadline = math.inf
-        """When an idle connection is closed; infinite while it is busy."""
+        """When the connection is due to close; infinite while it is busy."""
         self._scope: trio.CancelScope | None = None
-        """The watcher's wait, while a watcher runs (or is about to)."""
+        """The watcher's sleep, while a watcher runs (or is about to)."""
 
     async def restart(self, task_group: Any, action: object) -> None:
         """The connection went idle: close it ``timeout`` from now. (``action``,
         hypercorn's own idle task, is not used: the watcher does its job.)"""
         self._idle = True
         self._deadline = trio.current_time() + self._timeout
-        if self._scope is not None:
-            self._scope.deadline = self._deadline
-        else:
+        scope = self._scope
+        if scope is None:
             self._scope = trio.CancelScope(deadline=self._deadline)
             task_group.spawn(self._watch)
+        elif scope.deadline == math.inf:  # the watcher sleeps with no deadline
+            scope.deadline = self._deadline
 
     async def stop(self) -> None:
         """The connection is busy: no timeout until it goes idle again."""
         self._idle = False
         self._deadline = math.inf
-        if self._scope is not None:
-            self._scope.deadline = math.inf
 
     async def _watch(self) -> None:
         while True:
@@ -101,8 +105,8 @@ class KeepAliveTimer:
                 # is done) starts a watcher that finds it set and closes.
                 self._scope = None
                 return
-            # The deadline passed just as the connection went busy (or went
-            # busy and idle again): wait for the current deadline.
+            # Busy, or used since this sleep began: sleep until the current
+            # deadline (infinite while busy; restart() then sets it).
             self._scope = trio.CancelScope(deadline=self._deadline)
         with trio.CancelScope(shield=True):
             await self._close()
