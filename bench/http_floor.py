@@ -15,6 +15,11 @@ out the kernel, and run about 50 times slower).
   (the restart of the keep-alive idle timer, a task started per request; and
   the lock plus shielded cancel scope around each socket write). Measurements
   only: agentik does not patch hypercorn.
+- ``raw-agentik``: the same app on agentik's own connection handler
+  (``agentik.server._hypercorn``: hypercorn's protocol code, a keep-alive
+  timer that starts no task per request, a write lock that is no schedule
+  point when free, head and body of a fixed-length response in one write),
+  as ``agentik serve`` runs every app below.
 - ``starlette``: the same answer from a one-route Starlette app.
 - ``health``: agentik's app (``serve_agentik``, logging as ``agentik serve``),
   ``GET /health``.
@@ -66,6 +71,7 @@ VARIANTS = (
     "raw",
     "raw-no-idle-timer",
     "raw-no-send-lock",
+    "raw-agentik",
     "starlette",
     "health",
     "turn",
@@ -161,9 +167,12 @@ async def plain_child(variant: str) -> None:
     import logging
 
     from hypercorn.config import Config
-    from hypercorn.trio import serve
+    from hypercorn.trio import serve as hypercorn_serve
 
-    if variant.startswith("raw-"):
+    from agentik.server._hypercorn import serve as agentik_serve
+
+    serve = agentik_serve if variant == "raw-agentik" else hypercorn_serve
+    if variant.startswith("raw-") and variant != "raw-agentik":
         patch_hypercorn(variant)
     config = Config()
     config.bind = ["127.0.0.1:0"]
