@@ -17,7 +17,8 @@ there is no read timeout); hypercorn's h11, h2 and websocket protocol code
 runs unchanged. One keep-alive watcher task per connection has a deadline that
 moves as the connection goes busy and idle, and the write lock is taken
 without a schedule point when it is free (the socket write that follows is
-one). ``serve`` is hypercorn's
+one). ``CachedHeadersConfig`` builds the ``Date`` and ``Server`` headers once
+a second instead of once a response. ``serve`` is hypercorn's
 ``worker_serve`` for plain TCP listeners, with that class.
 
 It subclasses hypercorn internals, so pyproject pins hypercorn to the minor
@@ -29,6 +30,7 @@ writes, pipelined requests).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -44,6 +46,24 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, LifespanState
 from hypercorn.typing import Event as HypercornEvent
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+
+
+class CachedHeadersConfig(Config):
+    """hypercorn's ``Config``, with the headers it adds to every response
+    (``Date``, ``Server``) built once per second rather than per response.
+    ``Date`` has a resolution of one second, so the bytes are the same."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._headers: dict[str, tuple[int, list[tuple[bytes, bytes]]]] = {}
+
+    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        second = int(time.time())
+        cached = self._headers.get(protocol)
+        if cached is None or cached[0] != second:
+            cached = (second, super().response_headers(protocol))
+            self._headers[protocol] = cached
+        return list(cached[1])  # callers may extend the list they get
 
 
 class KeepAliveTimer:

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import httpx
 import trio
-from hypercorn.config import Config as HypercornConfig
 
 from agentik._config import ConfigError, ServerConfig
 from agentik.agent import DEFAULT_SYSTEM_PROMPT, ToolsetSource, open_chat_agent
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
+from agentik.server._hypercorn import CachedHeadersConfig
 from agentik.server._hypercorn import serve as hypercorn_serve
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from agentik.toolsets import ToolsetContribution
@@ -150,7 +150,7 @@ async def serve_agentik(
             storage_label=storage_label,
             writer_gauges=lambda: writer_stats(bundle),
         )
-        hyper = HypercornConfig()
+        hyper = CachedHeadersConfig()
         host = f"[{config.host}]" if ":" in config.host else config.host
         hyper.bind = [f"{host}:{config.port}"]
         hyper.graceful_timeout = limits.graceful_timeout
