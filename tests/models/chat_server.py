@@ -26,6 +26,8 @@ from openai.types.chat import completion_create_params as params
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from tests.asgi import answer_lifespan, read_body
+
 _STREAMING = TypeAdapter(params.CompletionCreateParamsStreaming)
 _NON_STREAMING = TypeAdapter(params.CompletionCreateParamsNonStreaming)
 
@@ -207,16 +209,9 @@ class ChatServer:
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await answer_lifespan(receive, send)
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         try:
             body = json.loads(raw)

@@ -23,6 +23,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from tests.asgi import answer_lifespan, read_body
+
 MODES = ("401", "500", "garbage", "echo", "stream-error")
 
 
@@ -44,16 +46,9 @@ class EchoBackend:
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await answer_lifespan(receive, send)
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         self.requests += 1
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         auth = headers.get("authorization", "(none)")

@@ -22,6 +22,7 @@ import trio.testing
 from hypercorn.config import Config
 
 from agentik.server._hypercorn import serve
+from tests.asgi import answer_lifespan, read_body
 
 KEEP_ALIVE = 5.0
 WAIT = KEEP_ALIVE * 10
@@ -43,17 +44,9 @@ class App:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                await send({"type": f"{message['type']}.complete"})
-                if message["type"] == "lifespan.shutdown":
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+            await answer_lifespan(receive, send)
+            return
+        body = await read_body(receive)
         if scope["path"] == "/stream":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"first", "more_body": True})
