@@ -42,6 +42,7 @@ from itertools import chain
 from pathlib import Path
 from unittest import mock
 
+import apsw
 import trio
 
 from agentik import Message, Role
@@ -76,17 +77,26 @@ def fresh(folder: Path, name: str) -> Path:
     return path
 
 
-def raw_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> float:
-    """Rows per second of apsw executemany, 1,000 rows per transaction."""
+def raw_setup(
+    folder: Path, synchronous: Synchronous, tasks: int, total: int
+) -> tuple[apsw.Connection, list[tuple[object, ...]]]:
+    """A fresh database on the writer's schema and pragmas, and the rows the
+    tasks append, built before the clock starts (one round of all tasks after
+    another, as the writer's batches take them)."""
     connection = open_write_connection(fresh(folder, "raw.db"), synchronous, 5.0)
     migrate(connection)
-    per_task = total // tasks
     now_us = time.time_ns() // 1000
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (f"conversation-{t}", i + 1, "user", content(t, i), None, None, None, None, now_us, None)
-        for i in range(per_task)
+        for i in range(total // tasks)
         for t in range(tasks)
     ]
+    return connection, rows
+
+
+def raw_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> float:
+    """Rows per second of apsw executemany, 1,000 rows per transaction."""
+    connection, rows = raw_setup(folder, synchronous, tasks, total)
     sql = (
         "INSERT INTO message (conversation_id, seq, role, content, tool_calls, tool_call_id,"
         " prompt_tokens, completion_tokens, created_us, idempotency_key)"
@@ -105,15 +115,7 @@ def raw_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> 
 def raw_multirow_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> float:
     """Rows per second of raw apsw with the writer's multi-row INSERT statements
     (chunks of 512, 256, … rows), 1,000 rows per transaction."""
-    connection = open_write_connection(fresh(folder, "raw.db"), synchronous, 5.0)
-    migrate(connection)
-    per_task = total // tasks
-    now_us = time.time_ns() // 1000
-    rows = [
-        (f"conversation-{t}", i + 1, "user", content(t, i), None, None, None, None, now_us, None)
-        for i in range(per_task)
-        for t in range(tasks)
-    ]
+    connection, rows = raw_setup(folder, synchronous, tasks, total)
     start = time.perf_counter()
     for first in range(0, len(rows), 1000):
         batch = rows[first : first + 1000]
