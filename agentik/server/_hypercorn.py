@@ -1,7 +1,7 @@
 """Serving an ASGI app on hypercorn's trio worker, with a cheaper connection handler.
 
 hypercorn's trio ``TCPServer`` costs more per request than a whole agentik turn
-in process (``bench/http_floor.py``), and most of that is two habits of its
+in process (``bench/http_floor.py``), and most of that is habits of its
 connection loop, not HTTP:
 
 - after every response it *restarts* the keep-alive idle timer: it takes a
@@ -9,15 +9,19 @@ connection loop, not HTTP:
   (a task spawned and about five task steps per request);
 - every socket write (three per response: head, body, and an empty write for
   the end of the message) takes a ``trio.Lock``, which is a schedule point
-  even when nobody else holds it.
+  even when nobody else holds it;
+- the request body reaches the app through a trio memory channel opened per
+  request, whose ``send`` and ``receive`` are schedule points even when they
+  need not wait (about five task steps per request).
 
-``ConnectionServer`` is that ``TCPServer`` with those two changed (and two
+``ConnectionServer`` is that ``TCPServer`` with those three changed (and two
 smaller things: no write for an empty chunk, no cancel scope per read when
 there is no read timeout); hypercorn's h11, h2 and websocket protocol code
-runs unchanged. One keep-alive watcher task per connection has a deadline that
-moves as the connection goes busy and idle, and the write lock is taken
+runs unchanged. One keep-alive watcher task per connection has a deadline
+that moves as the connection goes busy and idle; the write lock is taken
 without a schedule point when it is free (the socket write that follows is
-one). ``CachedHeadersConfig`` builds the ``Date`` and ``Server`` headers once
+one); its task group (``AppTaskGroup``) hands each app an ``AppQueue``, which
+waits only when it must. ``CachedHeadersConfig`` builds the ``Date`` and ``Server`` headers once
 a second instead of once a response. ``serve`` is hypercorn's
 ``worker_serve`` for plain TCP listeners, with that class.
 
@@ -31,21 +35,40 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, final
 
 import h11
+import outcome
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol import ProtocolWrapper
 from hypercorn.statsd import StatsdLogger
 from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.task_group import TaskGroup, _handle
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState, LifespanState
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIReceiveEvent,
+    ASGISendEvent,
+    ConnectionState,
+    LifespanState,
+    Scope,
+)
 from hypercorn.typing import Event as HypercornEvent
-from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+from hypercorn.utils import (
+    ShutdownError,
+    parse_socket_addr,
+    raise_shutdown,
+    repr_socket_addr,
+    wrap_app,
+)
+
+T = TypeVar("T")
 
 
 class CachedHeadersConfig(Config):
@@ -132,6 +155,100 @@ class KeepAliveTimer:
             await self._close()
 
 
+@final
+class AppQueue(Generic[T]):
+    """The channel that carries a request's body (and its disconnect) from the
+    connection task to the app's ``receive``, in place of the trio memory
+    channel hypercorn's ``TaskGroup.spawn_app`` opens per request.
+
+    A memory channel's ``send`` and ``receive`` are schedule points even when
+    they need not wait: two or more task switches per request that buy nothing
+    here. This queue waits only when it must: ``put`` when ``capacity`` items
+    are queued (the backpressure on a request body the app reads slowly, as
+    before), ``receive`` when nothing is queued.
+
+    Invariants: items come out in the order they went in; an item goes straight
+    to a waiting receiver, else into the buffer if it has room, else its putter
+    waits behind earlier putters; a putter cancelled while waiting has queued
+    nothing, a receiver cancelled while waiting has taken nothing. Used only
+    from trio tasks of one run.
+    """
+
+    __slots__ = ("_capacity", "_items", "_putters", "_receiver")
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: deque[T] = deque()
+        self._putters: deque[tuple[trio.lowlevel.Task, T]] = deque()
+        """Putters waiting for room, oldest first, with their items."""
+        self._receiver: trio.lowlevel.Task | None = None
+
+    async def put(self, item: T) -> None:
+        receiver = self._receiver
+        if receiver is not None:
+            self._receiver = None
+            trio.lowlevel.reschedule(receiver, outcome.Value(item))
+        elif len(self._items) < self._capacity and not self._putters:
+            self._items.append(item)
+        else:
+            task = trio.lowlevel.current_task()
+            waiting = (task, item)
+            self._putters.append(waiting)
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self._putters.remove(waiting)
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def receive(self) -> T:
+        items = self._items
+        if items:
+            item = items.popleft()
+            if self._putters:  # room for the oldest waiting putter's item
+                task, waiting = self._putters.popleft()
+                items.append(waiting)
+                trio.lowlevel.reschedule(task)
+            return item
+        if self._putters:  # capacity 0: take the item from its putter
+            task, item = self._putters.popleft()
+            trio.lowlevel.reschedule(task)
+            return item
+        self._receiver = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._receiver = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        received: T = await trio.lowlevel.wait_task_rescheduled(abort)
+        return received
+
+
+class AppTaskGroup(TaskGroup):
+    """hypercorn's trio ``TaskGroup``, handing each app an ``AppQueue``."""
+
+    async def spawn_app(
+        self,
+        app: AppWrapper,
+        config: Config,
+        scope: Scope,
+        send: Callable[[ASGISendEvent | None], Awaitable[None]],
+    ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
+        assert self._nursery is not None
+        queue: AppQueue[ASGIReceiveEvent] = AppQueue(config.max_app_queue_size)
+        self._nursery.start_soon(
+            _handle,
+            app,
+            config,
+            scope,
+            queue.receive,
+            send,
+            trio.to_thread.run_sync,
+            trio.from_thread.run,
+        )
+        return queue.put
+
+
 class ConnectionServer(TCPServer):
     """hypercorn's ``TCPServer`` with a moving keep-alive deadline and a write
     lock that is not a schedule point when free (see the module docstring)."""
@@ -145,6 +262,34 @@ class ConnectionServer(TCPServer):
         """A response head waiting to go out with the start of its body."""
         self._h11_state: object = None
         """h11's ``our_state`` when the last data was sent."""
+
+    async def run(self) -> None:
+        # hypercorn's TCPServer.run for a plain socket, with AppTaskGroup.
+        socket = cast(trio.SocketStream, self.stream).socket
+        try:
+            client = parse_socket_addr(socket.family, socket.getpeername())
+            server = parse_socket_addr(socket.family, socket.getsockname())
+            async with AppTaskGroup() as task_group:
+                self._task_group = task_group
+                self.protocol = ProtocolWrapper(
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                    "http/1.1",
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                await self._read_data()
+        except OSError:
+            pass
+        finally:
+            await self._close()
 
     async def _read_data(self) -> None:
         if self.config.read_timeout is not None:
