@@ -48,11 +48,34 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
+class LineFormatter(logging.Formatter):
+    """``agentik serve``'s log line: time, level, logger, message. The server
+    logs a line per request and per turn, so the time text (its resolution is
+    a second) is built once a second rather than once a line."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
+        self._second = -1
+        self._text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        if second != self._second:  # handlers format under their lock: no race
+            self._text = super().formatTime(record, datefmt)
+            self._second = second
+        return self._text
+
+
 def setup_logging() -> None:
+    """Log lines to stderr, for the ``agentik serve`` process (not for an app that
+    embeds agentik: it switches off the Logging HOWTO's per-record lookups that
+    the line does not use, the caller's frame, thread and process, process-wide)."""
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
-    )
+    handler.setFormatter(LineFormatter())
     root = logging.getLogger("agentik")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

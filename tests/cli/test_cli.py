@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 import agentik
 from agentik.cli import main
+from agentik.cli._serve import LineFormatter
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -72,3 +74,13 @@ def test_bad_toolset_entry_point(tmp_path: Path) -> None:
     result = run_cli("serve", "--toolset", "no_such_module_x:thing", cwd=tmp_path)
     assert result.returncode == 2
     assert "toolsets entry 'no_such_module_x:thing' cannot be loaded" in result.stderr
+
+
+def test_log_lines_carry_the_time_of_their_own_second() -> None:
+    stock = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
+    formatter = LineFormatter()
+    for created in (1_800_000_000.2, 1_800_000_000.9, 1_800_000_001.0, 1_800_000_000.5):
+        record = logging.makeLogRecord(
+            {"name": "agentik.server", "levelname": "INFO", "msg": "turn", "created": created}
+        )
+        assert formatter.format(record) == stock.format(record)
