@@ -23,7 +23,8 @@ without a schedule point when it is free (the socket write that follows is
 one); its task group (``AppTaskGroup``) hands each app an ``AppQueue``, which
 waits only when it must. ``CachedHeadersConfig`` builds the ``Date`` and ``Server`` headers once
 a second instead of once a response. ``serve`` is hypercorn's
-``worker_serve`` for plain TCP listeners, with that class.
+``worker_serve`` for plain TCP listeners, with that class, accepting
+connections in bursts (``_accept.serve_sockets``) rather than one per round.
 
 It subclasses hypercorn internals, so pyproject pins hypercorn to the minor
 version it was written against; tests/server/test_connections.py checks the
@@ -67,6 +68,8 @@ from hypercorn.utils import (
     repr_socket_addr,
     wrap_app,
 )
+
+from agentik.server._accept import serve_sockets
 
 T = TypeVar("T")
 
@@ -374,12 +377,10 @@ async def serve(
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as server_nursery:
-            sockets = config.create_sockets()
-            listeners = []
+            sockets = config.create_sockets().insecure_sockets
             binds = []
-            for sock in sockets.insecure_sockets:
+            for sock in sockets:
                 sock.listen(config.backlog)
-                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             task_status.started(binds)
             handler = partial(
@@ -388,14 +389,7 @@ async def serve(
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger or trio.sleep_forever)
-                    nursery.start_soon(
-                        partial(
-                            trio.serve_listeners,
-                            handler,
-                            listeners,
-                            handler_nursery=server_nursery,
-                        )
-                    )
+                    nursery.start_soon(serve_sockets, handler, sockets, server_nursery)
             except* ShutdownError:
                 pass
             finally:
