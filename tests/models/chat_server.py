@@ -19,14 +19,12 @@ from typing import Any
 
 import attrs
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat import completion_create_params as params
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from tests.asgi import answer_lifespan, read_body
+from tests.asgi import answer_lifespan, read_body, serve_on_loopback
 
 _STREAMING = TypeAdapter(params.CompletionCreateParamsStreaming)
 _NON_STREAMING = TypeAdapter(params.CompletionCreateParamsNonStreaming)
@@ -200,12 +198,7 @@ class ChatServer:
         self._replies.extend(replies)
 
     async def start(self, nursery: trio.Nursery) -> None:
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.accesslog = None
-        config.errorlog = None
-        binds = await nursery.start(serve, self.app, config)
-        self.base_url = f"{binds[0]}/v1"
+        self.base_url = f"{await serve_on_loopback(nursery, self.app)}/v1"
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

@@ -20,10 +20,8 @@ from typing import Any
 
 import attrs
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
-from tests.asgi import answer_lifespan, read_body
+from tests.asgi import answer_lifespan, read_body, serve_on_loopback
 
 MODES = ("401", "500", "garbage", "echo", "stream-error")
 
@@ -37,12 +35,7 @@ class EchoBackend:
         return f"{self.base_url}/{mode}/v1"
 
     async def start(self, nursery: trio.Nursery) -> None:
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.accesslog = None
-        config.errorlog = None
-        binds = await nursery.start(serve, self.app, config)
-        self.base_url = binds[0]
+        self.base_url = await serve_on_loopback(nursery, self.app)
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
