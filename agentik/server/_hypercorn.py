@@ -174,7 +174,9 @@ class AppQueue(Generic[T]):
     to a waiting receiver, else into the buffer if it has room, else its putter
     waits behind earlier putters; a putter cancelled while waiting has queued
     nothing, a receiver cancelled while waiting has taken nothing. Used only
-    from trio tasks of one run.
+    from trio tasks of one run. (Not the writer's ``RequestQueue``: that one
+    leaves items queued for a consumer that takes them later in batches; here
+    a waiting receiver gets each item at once.)
     """
 
     __slots__ = ("_capacity", "_items", "_putters", "_receiver")
@@ -253,8 +255,9 @@ class AppTaskGroup(TaskGroup):
 
 
 class ConnectionServer(TCPServer):
-    """hypercorn's ``TCPServer`` with a moving keep-alive deadline and a write
-    lock that is not a schedule point when free (see the module docstring)."""
+    """hypercorn's ``TCPServer`` with a moving keep-alive deadline, a write lock
+    that is not a schedule point when free, and an ``AppQueue`` per request
+    (see the module docstring)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
