@@ -2,13 +2,14 @@
 
 Measures, in one process and one run, ``MessageStore.append`` from 1, 100 and
 1,000 concurrent trio tasks (each task its own conversation) with
-synchronous=FULL and NORMAL, against the raw ceiling: the same rows inserted
+synchronous=FULL and NORMAL, for messages of 2,000 and 500 characters, against the raw ceiling: the same rows inserted
 with apsw ``executemany`` in batches of 1,000, one transaction per batch, in
 one thread, on the same schema and pragmas. Prints medians of several runs
 with their spread, the ratio writer/raw, and (with ``--write-docs``) puts the
 table into the "## Storage" section of docs/performance.md.
 
-    python -m bench.storage [--runs 3] [--messages 20000] [--write-docs]
+    python -m bench.storage [--runs 3] [--messages 20000] [--content-chars 2000 500]
+                            [--write-docs]
 
 (Run it as a module from the repository root: as a script, bench/ would come
 first on sys.path, where a script named after a standard module would shadow it.)
@@ -59,15 +60,21 @@ from agentik.storage.sqlite._connect import open_write_connection
 from agentik.storage.sqlite._migrate import migrate
 from agentik.storage.sqlite._queries import _INSERT_ROWS, LARGEST_CHUNK, Session
 
-CONTENT_CHARS = 500
-"""A typical chat message; the content is the bulk of each row."""
+CONTENT_CHARS = (2000, 500)
+"""Message sizes measured, the first one the headline. 2,000 characters puts
+raw apsw at the scale the storage issue gives for an indexed message table
+(about 33,000 rows/s on these machines; measured here 34,000); 500, a short
+chat line, makes SQLite's share of each append small, so the writer's fixed
+cost per append (a trio task switch, the stored ``Message``, the collector)
+weighs most there."""
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 
 
-def content(task: int, i: int) -> str:
+def content(task: int, i: int, chars: int) -> str:
     head = f"task {task} message {i}: "
-    return head + "lorem ipsum dolor sit amet " * ((CONTENT_CHARS - len(head)) // 27 + 1)
+    body = "lorem ipsum dolor sit amet " * ((chars - len(head)) // 27 + 1)
+    return (head + body)[:chars]
 
 
 def fresh(folder: Path, name: str) -> Path:
@@ -78,7 +85,7 @@ def fresh(folder: Path, name: str) -> Path:
 
 
 def raw_setup(
-    folder: Path, synchronous: Synchronous, tasks: int, total: int
+    folder: Path, synchronous: Synchronous, tasks: int, total: int, chars: int
 ) -> tuple[apsw.Connection, list[tuple[object, ...]]]:
     """A fresh database on the writer's schema and pragmas, and the rows the
     tasks append, built before the clock starts (one round of all tasks after
@@ -87,16 +94,27 @@ def raw_setup(
     migrate(connection)
     now_us = time.time_ns() // 1000
     rows: list[tuple[object, ...]] = [
-        (f"conversation-{t}", i + 1, "user", content(t, i), None, None, None, None, now_us, None)
+        (
+            f"conversation-{t}",
+            i + 1,
+            "user",
+            content(t, i, chars),
+            None,
+            None,
+            None,
+            None,
+            now_us,
+            None,
+        )
         for i in range(total // tasks)
         for t in range(tasks)
     ]
     return connection, rows
 
 
-def raw_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> float:
+def raw_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int, chars: int) -> float:
     """Rows per second of apsw executemany, 1,000 rows per transaction."""
-    connection, rows = raw_setup(folder, synchronous, tasks, total)
+    connection, rows = raw_setup(folder, synchronous, tasks, total, chars)
     sql = (
         "INSERT INTO message (conversation_id, seq, role, content, tool_calls, tool_call_id,"
         " prompt_tokens, completion_tokens, created_us, idempotency_key)"
@@ -112,10 +130,12 @@ def raw_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> 
     return len(rows) / elapsed
 
 
-def raw_multirow_rate(folder: Path, synchronous: Synchronous, tasks: int, total: int) -> float:
+def raw_multirow_rate(
+    folder: Path, synchronous: Synchronous, tasks: int, total: int, chars: int
+) -> float:
     """Rows per second of raw apsw with the writer's multi-row INSERT statements
     (chunks of 512, 256, … rows), 1,000 rows per transaction."""
-    connection, rows = raw_setup(folder, synchronous, tasks, total)
+    connection, rows = raw_setup(folder, synchronous, tasks, total, chars)
     start = time.perf_counter()
     for first in range(0, len(rows), 1000):
         batch = rows[first : first + 1000]
@@ -133,10 +153,10 @@ def raw_multirow_rate(folder: Path, synchronous: Synchronous, tasks: int, total:
     return len(rows) / elapsed
 
 
-def messages(tasks: int, total: int) -> list[list[Message]]:
+def messages(tasks: int, total: int, chars: int) -> list[list[Message]]:
     """The rows, built before the clock starts, as the raw baseline's are."""
     return [
-        [Message(role=Role.USER, content=content(t, i)) for i in range(total // tasks)]
+        [Message(role=Role.USER, content=content(t, i, chars)) for i in range(total // tasks)]
         for t in range(tasks)
     ]
 
@@ -155,10 +175,10 @@ async def _append_all(store: MessageStore, rows: list[list[Message]]) -> float:
 
 
 def writer_rate(
-    folder: Path, synchronous: Synchronous, tasks: int, total: int
+    folder: Path, synchronous: Synchronous, tasks: int, total: int, chars: int
 ) -> tuple[float, float]:
     """Appends per second through the writer, and the mean batch size."""
-    rows = messages(tasks, total)
+    rows = messages(tasks, total, chars)
 
     async def main() -> tuple[float, float]:
         path = fresh(folder, "writer.db")
@@ -183,16 +203,16 @@ def _no_database(
     return 0
 
 
-def no_database_rate(folder: Path, tasks: int, total: int) -> float:
+def no_database_rate(folder: Path, tasks: int, total: int, chars: int) -> float:
     """Appends per second through the writer with SQLite taken out."""
     with mock.patch.object(_writer, "_run_batch", _no_database):
-        rate, _ = writer_rate(folder, "OFF", tasks, total)
+        rate, _ = writer_rate(folder, "OFF", tasks, total, chars)
     return rate
 
 
-def memory_rate(tasks: int, total: int) -> float:
+def memory_rate(tasks: int, total: int, chars: int) -> float:
     """Appends per second to the in-memory backend: the trio side alone."""
-    rows = messages(tasks, total)
+    rows = messages(tasks, total, chars)
     return trio.run(_append_all, in_memory_storage().message_store, rows)
 
 
@@ -215,17 +235,17 @@ class Figures:
 
 
 def measure(
-    folder: Path, synchronous: Synchronous, tasks: int, total: int, runs: int
+    folder: Path, synchronous: Synchronous, tasks: int, total: int, chars: int, runs: int
 ) -> tuple[Figures, str]:
     writer_runs, batches, raw_runs, multi_runs, bare_runs, memory_runs = [], [], [], [], [], []
     for _ in range(runs):  # interleaved, so load drifts hit them all
-        rate, batch = writer_rate(folder, synchronous, tasks, total)
+        rate, batch = writer_rate(folder, synchronous, tasks, total, chars)
         writer_runs.append(rate)
         batches.append(batch)
-        raw_runs.append(raw_rate(folder, synchronous, tasks, total))
-        multi_runs.append(raw_multirow_rate(folder, synchronous, tasks, total))
-        bare_runs.append(no_database_rate(folder, tasks, total))
-        memory_runs.append(memory_rate(tasks, total))
+        raw_runs.append(raw_rate(folder, synchronous, tasks, total, chars))
+        multi_runs.append(raw_multirow_rate(folder, synchronous, tasks, total, chars))
+        bare_runs.append(no_database_rate(folder, tasks, total, chars))
+        memory_runs.append(memory_rate(tasks, total, chars))
     w, w_spread = median_spread(writer_runs)
     r, r_spread = median_spread(raw_runs)
     x, x_spread = median_spread(multi_runs)
@@ -234,7 +254,7 @@ def measure(
     ratio = statistics.median(a / b for a, b in zip(writer_runs, raw_runs, strict=True))
     multirow_ratio = statistics.median(a / b for a, b in zip(writer_runs, multi_runs, strict=True))
     line = (
-        f"| {synchronous} | {tasks:,} | {w:,.0f} (±{w_spread / 2:.0%})"
+        f"| {chars:,} | {synchronous} | {tasks:,} | {w:,.0f} (±{w_spread / 2:.0%})"
         f" | {statistics.median(batches):,.0f} | {r:,.0f} (±{r_spread / 2:.0%})"
         f" | **{ratio:.0%}** | {x:,.0f} (±{x_spread / 2:.0%}) | {multirow_ratio:.0%}"
         f" | {n:,.0f} (±{n_spread / 2:.0%}) | {m:,.0f} (±{m_spread / 2:.0%}) |"
@@ -246,27 +266,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument(
+        "--content-chars",
+        type=int,
+        nargs="+",
+        default=list(CONTENT_CHARS),
+        help="message sizes to measure, the first one the headline",
+    )
     parser.add_argument("--folder", type=Path, default=None, help="where the databases go")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="agentik-bench-", dir=args.folder))
-    figures: dict[tuple[str, int], Figures] = {}
+    figures: dict[tuple[int, str, int], Figures] = {}
     args.load = [os.getloadavg()[0]]
     lines = [
-        "| synchronous | tasks | writer appends/s | mean batch | raw apsw rows/s | writer/raw"
-        " | raw multi-row rows/s | writer/multi-row | writer without SQLite"
+        "| message chars | synchronous | tasks | writer appends/s | mean batch | raw apsw rows/s"
+        " | writer/raw | raw multi-row rows/s | writer/multi-row | writer without SQLite"
         " | in-memory appends/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     try:
-        for synchronous in ("FULL", "NORMAL"):
-            for tasks in (1, 100, 1000):
-                total = args.messages if tasks > 1 else min(args.messages, 2000)
-                figures[(synchronous, tasks)], line = measure(
-                    folder, synchronous, tasks, total, args.runs
-                )
-                print(line, flush=True)
-                lines.append(line)
+        for chars in args.content_chars:
+            for synchronous in ("FULL", "NORMAL"):
+                for tasks in (1, 100, 1000):
+                    total = args.messages if tasks > 1 else min(args.messages, 2000)
+                    figures[(chars, synchronous, tasks)], line = measure(
+                        folder, synchronous, tasks, total, chars, args.runs
+                    )
+                    print(line, flush=True)
+                    lines.append(line)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     args.load.append(os.getloadavg()[0])
@@ -280,22 +308,37 @@ MARKER = "<!-- bench.storage output ends here; what follows is kept -->"
 
 
 def write_docs(
-    table: str, figures: dict[tuple[str, int], Figures], args: argparse.Namespace
+    table: str, figures: dict[tuple[int, str, int], Figures], args: argparse.Namespace
 ) -> None:
     """Replace the generated part of docs/performance.md's "## Storage" section
     (up to ``MARKER``, which keeps the hand-written profile notes after it)."""
-    full = figures[("FULL", 1000)]
-    full_1, normal_1 = figures[("FULL", 1)].writer, figures[("NORMAL", 1)].writer
-    normal_1000 = figures[("NORMAL", 1000)].writer
+    sizes: list[int] = args.content_chars
+    chars = sizes[0]
+    full = figures[(chars, "FULL", 1000)]
+    full_1, normal_1 = figures[(chars, "FULL", 1)].writer, figures[(chars, "NORMAL", 1)].writer
+    normal_1000 = figures[(chars, "NORMAL", 1000)].writer
+    others = "; ".join(
+        f"with messages of {size:,} characters {figures[(size, 'FULL', 1000)].ratio:.0%}"
+        f" ({figures[(size, 'FULL', 1000)].writer:,.0f} against"
+        f" {figures[(size, 'FULL', 1000)].raw:,.0f} rows/s)"
+        for size in sizes[1:]
+    )
     load = " → ".join(f"{value:.1f}" for value in args.load)
+    command = (
+        f"python -m bench.storage --runs {args.runs} --messages {args.messages}"
+        f" --content-chars {' '.join(map(str, sizes))} --write-docs"
+    )
     generated = (
         "## Storage\n\n"
-        f"`python -m bench.storage --runs {args.runs} --messages {args.messages} --write-docs`"
-        f" on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; messages of {CONTENT_CHARS}"
-        " characters, each task appending to its own conversation; medians of the runs"
-        f" (± half the spread), the measurements interleaved; load average {load}."
-        " Ratios are medians of the per-run ratios. *raw apsw* inserts the"
-        " same rows into the same schema with `executemany`, 1,000 rows per transaction,"
+        f"`{command}` on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; each task appends"
+        " to its own conversation; medians of the runs (± half the spread), the measurements"
+        f" interleaved; load average {load}. Ratios are medians of the per-run ratios."
+        " *message chars* is the length of each message's content, the bulk of its row:"
+        f" {sizes[0]:,} characters put raw apsw at the scale the storage issue gives for"
+        " an indexed message table (about 33,000 rows/s); the shorter the message, the less"
+        " SQLite has to do per row and the more the writer's fixed cost per append (a trio"
+        " task switch, the stored `Message`, the garbage collector) weighs. *raw apsw* inserts"
+        " the same rows into the same schema with `executemany`, 1,000 rows per transaction,"
         " in one thread, rows built beforehand: the ceiling for SQLite the goal is set"
         " against. *raw multi-row* is the same with the writer's own statements (multi-row"
         " `INSERT … VALUES`, chunks of at most 512 rows). The writer's `Message` values are"
@@ -308,10 +351,11 @@ def write_docs(
         "Reading it: group commit works: one transaction per batch, each batch as large as"
         " the number of waiting tasks. A lone task pays one sync per append (FULL ran at"
         f" {full_1 / normal_1:.0%} of NORMAL with one task, {full.writer / normal_1000:.0%}"
-        " with 1,000, where one sync covers a whole batch). With 1,000 tasks at FULL the"
-        f" writer ran at {full.ratio:.0%} of raw apsw ({full.writer:,.0f} against"
-        f" {full.raw:,.0f} rows/s; the goal is 50 %) and at {full.multirow_ratio:.0%} of raw"
-        f" apsw with the writer's own statements ({full.multirow:,.0f} rows/s). With SQLite"
+        " with 1,000, where one sync covers a whole batch). With 1,000 tasks at FULL and"
+        f" messages of {chars:,} characters the writer ran at {full.ratio:.0%} of raw apsw"
+        f" ({full.writer:,.0f} against {full.raw:,.0f} rows/s; the goal is 50 %) and at"
+        f" {full.multirow_ratio:.0%} of raw apsw with the writer's own statements"
+        f" ({full.multirow:,.0f} rows/s){'; ' + others if others else ''}. With SQLite"
         f" taken out the same writer ran at {full.bare:,.0f} appends/s, and the in-memory"
         f" backend at {full.memory:,.0f}.\n\n"
         f"{MARKER}\n"
