@@ -2,9 +2,10 @@
 
 Measures, in one process and one run, ``MessageStore.append`` from 1, 100 and
 1,000 concurrent trio tasks (each task its own conversation) with
-synchronous=FULL and NORMAL, for messages of 2,000 and 500 characters, against the raw ceiling: the same rows inserted
-with apsw ``executemany`` in batches of 1,000, one transaction per batch, in
-one thread, on the same schema and pragmas. Prints medians of several runs
+synchronous=FULL and NORMAL, for messages of 2,000 and 500 characters,
+against the raw ceiling: the same rows inserted with apsw ``executemany`` in
+batches of 1,000, one transaction per batch, in one thread, on the same
+schema and pragmas. Prints medians of several runs
 with their spread, the ratio writer/raw, and (with ``--write-docs``) puts the
 table into the "## Storage" section of docs/performance.md.
 
