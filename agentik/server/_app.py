@@ -1,7 +1,8 @@
 """The Starlette application: routes from each transport, behind one guard.
 
 The guard (plain ASGI, so streaming responses pass through untouched) checks
-the bearer token on every path but ``/health``, puts the request's ``Caller``
+the bearer token on every path but ``/health``, refuses (400) a path or query
+that is not UTF-8 once percent-decoded, puts the request's ``Caller``
 (its owner, ``_owners``) in the scope for the handlers, counts responses by status
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
@@ -25,6 +26,7 @@ from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
+from agentik.server._request import undecodable_url
 from agentik.server._sse import dumps
 
 log = logging.getLogger("agentik.server")
@@ -75,10 +77,11 @@ class Guard:
 
         try:
             caller = self._caller(scope)
-            if caller is not None:
+            problem = undecodable_url(scope)
+            if caller is not None and problem is None:
                 scope[CALLER_KEY] = caller
                 await self.app(scope, receive, send_counted)
-            else:
+            elif caller is None:
                 refusal = json_response(
                     error_body(
                         "unauthorized", "a valid 'Authorization: Bearer <token>' is required"
@@ -86,6 +89,9 @@ class Guard:
                     401,
                     {"WWW-Authenticate": "Bearer"},
                 )
+                await refusal(scope, receive, send_counted)
+            else:
+                refusal = json_response(error_body("invalid_path", str(problem)), 400)
                 await refusal(scope, receive, send_counted)
         finally:
             self.ctx.http_requests[f"{status // 100}xx" if status else "aborted"] += 1
