@@ -69,6 +69,8 @@ TASK_STATES = frozenset(
 )
 _FILTER_BATCH = 101
 """Turns read per store call under a status filter (pageSize is at most 100)."""
+_TOP = 2**62
+"""Above every seq: the position of a listing's first stored task."""
 _MAX_TOKEN = 1024
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]+")
 _BAD_TOKEN = "field 'pageToken' must be a token from a previous ListTasks"
@@ -115,7 +117,7 @@ def decode_token(token: JsonValue) -> int | str | None:
         raise invalid_params(_BAD_TOKEN) from None
     if isinstance(data, dict) and len(data) == 1:
         seq, task = data.get("seq"), data.get("task")
-        if isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= 2**62:
+        if isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= _TOP:
             return seq
         if isinstance(task, str) and context_of(task) is not None:
             return task
@@ -189,7 +191,7 @@ async def context_page(
                 if query.state in (None, view.state) and len(views) < query.size:
                     views.append(view)
     total = waiting + await index.count_idempotency_keys(stored, key_suffix=suffix)
-    before, examined = query.after, 0
+    before, examined = _TOP if query.after is None else query.after, 0
     while True:
         batch = query.size - len(views) + 1 if query.state is None else _FILTER_BATCH
         turns = await index.list_keyed_turns(
