@@ -48,8 +48,26 @@ async def _http_error(_: Request, exc: Exception) -> Response:
     return json_response(error_body(exc.code, exc.message), exc.status, exc.headers)
 
 
+_CLOSE = (b"connection", b"close")
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request declares a body (Content-Length above 0, or chunked)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.strip(b"0 \t"):
+            return True
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
 class Guard:
-    """Auth, counting and the access log around the whole app."""
+    """Auth, counting and the access log around the whole app.
+
+    A response that starts before the request body was read whole (a refusal:
+    401, a bad path, 413, a bad id) carries ``Connection: close``: the server
+    closes such a connection after the response, and a client told so does
+    not send its next request into a closed socket."""
 
     def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
         self.app = app
@@ -68,11 +86,22 @@ class Guard:
             return
         began = time.perf_counter()
         status = 0
+        body_unread = _has_body(scope)
+
+        async def receive_tracked() -> Message:
+            nonlocal body_unread
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_unread = False
+            return message
 
         async def send_counted(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if body_unread:  # refused before the body was read: the server will
+                    # close the connection (h11 cannot skip the rest), so say so
+                    message = {**message, "headers": [*message["headers"], _CLOSE]}
             await send(message)
 
         try:
@@ -80,7 +109,7 @@ class Guard:
             problem = undecodable_url(scope)
             if caller is not None and problem is None:
                 scope[CALLER_KEY] = caller
-                await self.app(scope, receive, send_counted)
+                await self.app(scope, receive_tracked, send_counted)
             elif caller is None:
                 refusal = json_response(
                     error_body(

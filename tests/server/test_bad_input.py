@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
 
 from tests.server.conftest import Running
 
@@ -219,3 +220,33 @@ class TestJsonRpcNotification:
         response = await server.client.post("/a2a", json={"jsonrpc": "2.0"}, headers=A2A)
         assert response.status_code == 200
         assert response.json()["error"]["code"] == -32600
+
+
+class TestRefusedBeforeTheBody:
+    @pytest.mark.parametrize(
+        ("head", "status"),
+        [
+            (b"PUT /agentik/skills/%FF HTTP/1.1\r\nContent-Length: 10\r\n", b"400"),
+            (b"POST /agentik/conversations/%20/turns HTTP/1.1\r\nContent-Length: 10\r\n", b"422"),
+            (b"POST /a2a HTTP/1.1\r\nContent-Length: 99999999\r\n", b"413"),
+            (b"POST /agui HTTP/1.1\r\nTransfer-Encoding: chunked\r\n", b"400"),
+        ],
+    )
+    async def test_the_refusal_says_connection_close(
+        self, server: Running, head: bytes, status: bytes
+    ) -> None:
+        """A refusal sent before the request body arrived ended the connection
+        without saying so, and a client reusing it (the fuzz's httpx) got
+        'Server disconnected'. Now it says ``Connection: close``."""
+        if b"chunked" in head:
+            head = head.replace(b"/agui", b"/agui%FF")
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(head + b"Host: x\r\n\r\n")
+            received = b""
+            with trio.fail_after(10):
+                while b"\r\n\r\n" not in received:
+                    received += await stream.receive_some()
+        assert received.startswith(b"HTTP/1.1 " + status), received
+        assert b"\r\nconnection: close\r\n" in received.lower(), received
