@@ -27,7 +27,13 @@ from agentik._errors import AgentikError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
 from agentik.agent import TurnFailed, TurnFinished
-from agentik.server._a2a_list import context_page, ledger_page, page_json, parse_query
+from agentik.server._a2a_list import (
+    MAX_TURN_MESSAGES,
+    context_page,
+    ledger_page,
+    page_json,
+    parse_query,
+)
 from agentik.server._a2a_wire import (
     TERMINAL,
     A2AError,
@@ -60,8 +66,6 @@ from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
 from agentik.storage import IdempotencyKeyIndex
 
-_MAX_TURN_MESSAGES = 1000
-
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
@@ -84,7 +88,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise task_not_found(task_id)
         turn: list[Message] = []
         async for message in store.get_messages(stored, after_seq=seq - 1):
-            if (turn and message.role.value == "user") or len(turn) >= _MAX_TURN_MESSAGES:
+            if (turn and message.role.value == "user") or len(turn) >= MAX_TURN_MESSAGES:
                 break
             turn.append(message)
         return view_from_turn(
