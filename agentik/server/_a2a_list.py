@@ -184,8 +184,9 @@ async def context_page(
     views: list[TaskView] = []
     waiting = 0
     if query.after is None:  # accepted, the user message not stored yet: newest of all
-        for where, task_id in reversed(ledger.running):
-            if where == stored and await store.find_idempotency_key(stored, task_id) is None:
+        running = [task_id for where, task_id in reversed(ledger.running) if where == stored]
+        for task_id in running[:SCAN_LIMIT]:  # a handful, unless streams were left early
+            if await store.find_idempotency_key(stored, task_id) is None:
                 waiting += 1
                 view = TaskView(task_id, context, "TASK_STATE_SUBMITTED", _now())
                 if query.state in (None, view.state) and len(views) < query.size:
