@@ -57,6 +57,7 @@ from agentik.models import ToolCallDelta as ToolCallDelta
 from agentik.storage import ConversationLoader as ConversationLoader
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
 from agentik.storage import IdempotencyKeyIndex as IdempotencyKeyIndex
+from agentik.storage import KeyedTurn as KeyedTurn
 from agentik.storage import MessageStore as MessageStore
 from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
@@ -134,6 +135,7 @@ __all__ = [
     "Error",
     "HttpServer",
     "IdempotencyKeyIndex",
+    "KeyedTurn",
     "Limits",
     "McpConfigError",
     "McpHealth",

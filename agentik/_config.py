@@ -16,6 +16,7 @@ owner, whose conversation ids are stored as sent (as before owners existed).
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ from agentik._clients import (
     parse_clients_table,
 )
 from agentik._errors import AgentikError
+from agentik._input import InputError, decimal_float, decimal_int, shown
 
 Kind: TypeAlias = Literal["str", "int", "float", "list", "bind", "bool"]
 Raw: TypeAlias = "str | int | float | bool | list[str]"
@@ -148,6 +150,15 @@ class ServerConfig:
         return self.auth_token is not None or bool(self.clients)
 
 
+_MAX_INT = 2**63 - 1
+"""Largest integer setting: what SQLite and every consumer downstream can hold."""
+
+
+def _shown(value: object) -> str:
+    """A setting's value for an error message, long text cut short."""
+    return shown(value) if isinstance(value, str) else repr(value)
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -160,9 +171,12 @@ def _is_loopback(host: str) -> bool:
 def parse_bind(value: str, *, name: str = "[server] bind") -> tuple[str, int]:
     """Split ``host:port`` (``[v6]:port`` for IPv6)."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise ConfigError(f"{name} must be 'host:port', got {value!r}")
-    port = int(port_text)
+    try:  # ASCII digits only: "²".isdigit() is true, and int("²") raises
+        port: int | None = decimal_int(port_text, "the port")
+    except InputError:
+        port = None
+    if not sep or not host or port is None:
+        raise ConfigError(f"{name} must be 'host:port', got {shown(value)}")
     if port > 65535:
         raise ConfigError(f"{name} port must be 0..65535, got {port}")
     return host.removeprefix("[").removesuffix("]"), port
@@ -178,8 +192,12 @@ def read_file(path: Path) -> dict[tuple[str, str], Raw]:
         raise ConfigError(f"config file {str(path)!r} is not valid UTF-8") from error
     try:
         document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
+    except ValueError as error:  # TOMLDecodeError, or int()'s digit limit from inside tomllib
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {error}") from error
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid TOML: nested too deeply"
+        ) from None
     found: dict[tuple[str, str], Raw] = {}
     for section, table in document.items():
         if section == "mcp":
@@ -240,13 +258,15 @@ def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
             raise ConfigError(f"{where} must be true or false, got {value!r}")
         return value
     if setting.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{where} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_INT:
+            raise ConfigError(f"{where} must be a positive integer, got {_shown(value)}")
         return value
     if setting.kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"{where} must be a positive number, got {value!r}")
-        return float(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value <= _MAX_INT:
+            value = float(value)
+        if not isinstance(value, float) or not 0 < value < math.inf:  # also false for nan
+            raise ConfigError(f"{where} must be a positive number, got {_shown(value)}")
+        return value
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of strings, got {value!r}")
     return [str(v) for v in value]
@@ -263,11 +283,14 @@ def read_env(env: Mapping[str, str]) -> dict[tuple[str, str], Raw]:
         if setting.kind == "bool":
             value = {"1": True, "true": True, "0": False, "false": False}.get(text.lower(), text)
         elif setting.kind == "int":
-            value = int(text) if text.strip().lstrip("-").isdigit() else text
+            try:  # ASCII digits only: int() also reads '٣', ' 7 ' and '1_0'
+                value = decimal_int(text, setting.env, minimum=-_MAX_INT, maximum=_MAX_INT)
+            except InputError:
+                value = text
         elif setting.kind == "float":
-            try:
-                value = float(text)
-            except ValueError:
+            try:  # float() also reads 'nan', 'inf', '١' and '1_0'
+                value = decimal_float(text, setting.env)
+            except InputError:
                 value = text
         elif setting.kind == "list":
             value = [part.strip() for part in text.split(",") if part.strip()]

@@ -24,9 +24,16 @@ from starlette.routing import BaseRoute, Route
 
 import agentik
 from agentik._errors import AgentikError, TurnError
-from agentik._json import JsonObject, JsonValue
+from agentik._json import JsonObject
 from agentik._messages import Message
 from agentik.agent import TurnFailed, TurnFinished
+from agentik.server._a2a_list import (
+    MAX_TURN_MESSAGES,
+    context_page,
+    ledger_page,
+    page_json,
+    parse_query,
+)
 from agentik.server._a2a_wire import (
     TERMINAL,
     A2AError,
@@ -37,7 +44,8 @@ from agentik.server._a2a_wire import (
     agent_message,
     artifact,
     context_of,
-    invalid_params,
+    history_length,
+    is_notification,
     parse_call,
     parse_send,
     request_id_of,
@@ -50,15 +58,13 @@ from agentik.server._a2a_wire import (
     view_from_turn,
 )
 from agentik.server._app import json_response
-from agentik.server._context import TASK_LEDGER_SIZE, ServerContext
+from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
 from agentik.storage import IdempotencyKeyIndex
-
-_MAX_TURN_MESSAGES = 1000
 
 
 def _now() -> datetime.datetime:
@@ -82,7 +88,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise task_not_found(task_id)
         turn: list[Message] = []
         async for message in store.get_messages(stored, after_seq=seq - 1):
-            if (turn and message.role.value == "user") or len(turn) >= _MAX_TURN_MESSAGES:
+            if (turn and message.role.value == "user") or len(turn) >= MAX_TURN_MESSAGES:
                 break
             turn.append(message)
         return view_from_turn(
@@ -92,20 +98,6 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             running=running,
             cancelled=(stored, task_id) in ctx.tasks.cancelled,
         )
-
-    def history_length(params: JsonObject) -> int | None:
-        """GetTask and ListTasks carry ``historyLength`` in their params, SendMessage
-        in ``configuration``."""
-        where = ""
-        configuration = params.get("configuration")
-        if isinstance(configuration, dict):
-            params, where = configuration, "configuration."
-        value = params.get("historyLength")
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise invalid_params(f"field '{where}historyLength' must be a non-negative integer")
-        return value
 
     async def send_message(caller: Caller, call: RpcCall) -> JsonObject:
         send = parse_send(call.params)
@@ -239,67 +231,13 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
         return canceled.to_json()
 
-    async def stored_task_ids(
-        caller: Caller, context: str, index: IdempotencyKeyIndex
-    ) -> list[str]:
-        """A context's tasks newest first, from history, so the list survives a
-        restart: the keys stored with its turns that are task ids of this
-        context, after the ones still waiting for their user message to land."""
-        stored = caller.internal(context)
-        keys = await index.list_idempotency_keys(stored, limit=TASK_LEDGER_SIZE)
-        ids = [key for _, key in keys if context_of(key) == context]
-        seen = set(ids)
-        waiting = [
-            task_id
-            for (where, task_id) in reversed(ctx.tasks.running)
-            if where == stored and task_id not in seen
-        ]
-        return waiting + ids
-
     async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:
-        params = call.params
-        context = params.get("contextId")
-        if context is not None and not isinstance(context, str):
-            raise invalid_params("field 'contextId' must be a string")
-        size = params.get("pageSize", 50)
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
-            raise invalid_params("field 'pageSize' must be an integer 1..100")
-        token = params.get("pageToken") or "0"
-        if not isinstance(token, str) or not token.isdigit():
-            raise invalid_params("field 'pageToken' must be a token from a previous ListTasks")
-        wanted_state = params.get("status")
-        with_artifacts = params.get("includeArtifacts") is True
-        start = int(token)
-        if context is not None and isinstance(store, IdempotencyKeyIndex):
-            ids = await stored_task_ids(caller, context, store)
+        query = parse_query(call.params)
+        if query.context is not None and isinstance(store, IdempotencyKeyIndex):
+            page = await context_page(store, store, ctx.tasks, caller, query)
         else:
-            ids = [
-                task_id
-                for stored, task_id in reversed(ctx.tasks.created)
-                if (mine := caller.external(stored)) is not None and context in (None, mine)
-            ]
-        views = []
-        for task_id in ids:
-            try:
-                view = await find_task(caller, task_id)
-            except A2AError:
-                continue
-            if wanted_state in (None, "TASK_STATE_UNSPECIFIED", view.state):
-                views.append(view)
-        page = views[start : start + size]
-        tasks: list[JsonValue] = []
-        for view in page:
-            task = view.to_json(history_length=history_length(params))
-            if not with_artifacts:
-                task.pop("artifacts", None)
-            tasks.append(task)
-        more = start + size < len(views)
-        return {
-            "tasks": tasks,
-            "nextPageToken": str(start + size) if more else "",
-            "pageSize": size,
-            "totalSize": len(views),
-        }
+            page = await ledger_page(ctx.tasks, find_task, caller, query)
+        return page_json(query, page)
 
     handlers = {
         "SendMessage": send_message,
@@ -317,12 +255,17 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             return json_response(
                 rpc_error(None, A2AError(-32700, f"Invalid JSON payload: {exc.message}"))
             )
+        notification = is_notification(payload)
         try:
             call = parse_call(payload, request.headers.get("a2a-version"))
+            if notification:
+                return Response(status_code=204)  # JSON-RPC 2.0 §4.1: nothing runs, no reply
             if call.method == "SendStreamingMessage":
                 return await stream_message(caller, call)
             result = await handlers[call.method](caller, call)
         except A2AError as exc:
+            if notification and exc.code != -32600:
+                return Response(status_code=204)
             return json_response(rpc_error(request_id_of(payload), exc))
         return json_response(rpc_result(call.id, result))
 

@@ -107,6 +107,13 @@ def request_id_of(body: JsonValue) -> JsonValue:
     return None
 
 
+def is_notification(body: JsonValue) -> bool:
+    """A JSON-RPC 2.0 notification: a request object without an ``id`` member
+    (``"id": null`` is a request). The server runs nothing and answers nothing
+    (HTTP 204), unless the object is not a valid request at all (-32600)."""
+    return isinstance(body, dict) and "id" not in body
+
+
 def parse_call(body: JsonValue, version: str | None) -> RpcCall:
     """Validate the JSON-RPC envelope and the protocol version."""
     if not isinstance(body, dict):
@@ -225,6 +232,21 @@ def context_of(task_id: str) -> str | None:
     if any(c not in "0123456789abcdef" for c in digest):
         return None
     return context_id
+
+
+def history_length(params: JsonObject) -> int | None:
+    """GetTask and ListTasks carry ``historyLength`` in their params, SendMessage
+    in ``configuration``."""
+    where = ""
+    configuration = params.get("configuration")
+    if isinstance(configuration, dict):
+        params, where = configuration, "configuration."
+    value = params.get("historyLength")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise invalid_params(f"field '{where}historyLength' must be a non-negative integer")
+    return value
 
 
 def task_id_param(params: JsonObject) -> str:

@@ -1,7 +1,8 @@
 """The Starlette application: routes from each transport, behind one guard.
 
 The guard (plain ASGI, so streaming responses pass through untouched) checks
-the bearer token on every path but ``/health``, puts the request's ``Caller``
+the bearer token on every path but ``/health``, refuses (400) a path or query
+that is not UTF-8 once percent-decoded, puts the request's ``Caller``
 (its owner, ``_owners``) in the scope for the handlers, counts responses by status
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
@@ -25,6 +26,7 @@ from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
+from agentik.server._request import undecodable_url
 from agentik.server._sse import dumps
 
 log = logging.getLogger("agentik.server")
@@ -46,8 +48,26 @@ async def _http_error(_: Request, exc: Exception) -> Response:
     return json_response(error_body(exc.code, exc.message), exc.status, exc.headers)
 
 
+_CLOSE = (b"connection", b"close")
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request declares a body (Content-Length above 0, or chunked)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.strip(b"0 \t"):
+            return True
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
 class Guard:
-    """Auth, counting and the access log around the whole app."""
+    """Auth, counting and the access log around the whole app.
+
+    A response that starts before the request body was read whole (a refusal:
+    401, a bad path, 413, a bad id) carries ``Connection: close``: the server
+    closes such a connection after the response, and a client told so does
+    not send its next request into a closed socket."""
 
     def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
         self.app = app
@@ -66,19 +86,31 @@ class Guard:
             return
         began = time.perf_counter()
         status = 0
+        body_unread = _has_body(scope)
+
+        async def receive_tracked() -> Message:
+            nonlocal body_unread
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_unread = False
+            return message
 
         async def send_counted(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if body_unread:  # refused before the body was read: the server will
+                    # close the connection (h11 cannot skip the rest), so say so
+                    message = {**message, "headers": [*message["headers"], _CLOSE]}
             await send(message)
 
         try:
             caller = self._caller(scope)
-            if caller is not None:
+            problem = undecodable_url(scope)
+            if caller is not None and problem is None:
                 scope[CALLER_KEY] = caller
-                await self.app(scope, receive, send_counted)
-            else:
+                await self.app(scope, receive_tracked, send_counted)
+            elif caller is None:
                 refusal = json_response(
                     error_body(
                         "unauthorized", "a valid 'Authorization: Bearer <token>' is required"
@@ -86,6 +118,9 @@ class Guard:
                     401,
                     {"WWW-Authenticate": "Bearer"},
                 )
+                await refusal(scope, receive, send_counted)
+            else:
+                refusal = json_response(error_body("invalid_path", str(problem)), 400)
                 await refusal(scope, receive, send_counted)
         finally:
             self.ctx.http_requests[f"{status // 100}xx" if status else "aborted"] += 1

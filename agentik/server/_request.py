@@ -1,19 +1,40 @@
 """Reading request bodies safely: size limit, UTF-8, JSON, and typed fields.
 
 Everything here runs before a request touches any state, so a refused request
-changes nothing. Malformed bodies are 400, well-formed JSON of the wrong shape
-is 422, oversized bodies 413; every message names the field or the limit.
+changes nothing. Malformed bodies are 400 (``agentik._input.decode_json``
+says what is malformed: invalid UTF-8 or JSON, lone surrogates, nesting past
+100 levels, numbers no double or bounded integer holds), well-formed JSON of
+the wrong shape is 422, oversized bodies 413; every message names the field
+or the limit. Numbers in query strings are ASCII decimals (``decimal_int``).
 """
 
 from __future__ import annotations
 
-import json
+from urllib.parse import unquote_to_bytes
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
+from agentik._input import InputError, InvalidUtf8, decimal_int, decode_json
 from agentik._json import JsonObject, JsonValue
 from agentik.server._errors import HttpError
+
+
+def undecodable_url(scope: Scope) -> str | None:
+    """Why the request's path or query is not UTF-8 once percent-decoded, or None.
+
+    The server decodes ``%FF`` to U+FFFD (``errors="replace"``), so two
+    different ids would name one conversation; the raw bytes tell them apart."""
+    for part, raw in (("path", scope.get("raw_path")), ("query", scope.get("query_string"))):
+        if raw and b"%" in raw:
+            try:
+                unquote_to_bytes(raw).decode("utf-8")
+            except UnicodeDecodeError as error:
+                return (
+                    f"the request {part} is not valid UTF-8 once percent-decoded"
+                    f" (decoded byte {error.start})"
+                )
+    return None
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -25,8 +46,12 @@ async def receive_body(receive: Receive, declared: str, limit: int) -> bytes:
     """The whole body straight from ASGI ``receive``; ``declared`` is the
     Content-Length header ("" when absent). What ``read_body`` does, without a
     Starlette ``Request``: the hot turn route reads its body this way."""
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
+    if declared:
+        try:
+            if decimal_int(declared, "header 'Content-Length'") > limit:
+                raise _too_large(limit)
+        except InputError as error:  # h11 checks it too: a second line of defence
+            raise HttpError(400, str(error), code="bad_request") from error
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -47,29 +72,16 @@ def _too_large(limit: int) -> HttpError:
     return HttpError(413, f"request body exceeds the limit of {limit} bytes", code="too_large")
 
 
-def _reject_constant(name: str) -> JsonValue:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-"""One decoder, reused: ``json.loads(text, parse_constant=…)`` builds a new one per call."""
-
-
 def parse_json(body: bytes) -> JsonValue:
-    """Strict JSON from UTF-8 bytes (no NaN or Infinity)."""
+    """Strict JSON from UTF-8 bytes: see ``agentik._input.decode_json``."""
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise HttpError(
-            400, f"request body is not valid UTF-8 (byte {error.start})", code="invalid_utf8"
-        ) from error
-    try:
-        value: JsonValue = _DECODER.decode(text)
-    except ValueError as error:
+        return decode_json(body)
+    except InvalidUtf8 as error:
+        raise HttpError(400, f"request body is {error}", code="invalid_utf8") from error
+    except InputError as error:
         raise HttpError(
             400, f"request body is not valid JSON: {error}", code="invalid_json"
         ) from error
-    return value
 
 
 async def read_json(request: Request, limit: int) -> JsonValue:
@@ -113,13 +125,14 @@ def optional_str(obj: JsonObject, key: str, *, where: str = "") -> str | None:
 
 
 def query_int(request: Request, key: str, *, default: int, minimum: int, maximum: int) -> int:
-    """An integer query parameter within bounds."""
+    """An integer query parameter within bounds (ASCII digits only)."""
     text = request.query_params.get(key)
     if text is None:
         return default
-    if not text.isdigit() or not minimum <= int(text) <= maximum:
-        raise _invalid(f"query parameter '{key}' must be an integer {minimum}..{maximum}")
-    return int(text)
+    try:
+        return decimal_int(text, f"query parameter '{key}'", minimum=minimum, maximum=maximum)
+    except InputError as error:
+        raise _invalid(str(error)) from error
 
 
 def _kind(value: JsonValue) -> str:

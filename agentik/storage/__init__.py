@@ -12,6 +12,9 @@ from agentik.storage._protocols import (
     IdempotencyKeyIndex as IdempotencyKeyIndex,
 )
 from agentik.storage._protocols import (
+    KeyedTurn as KeyedTurn,
+)
+from agentik.storage._protocols import (
     MessageStore as MessageStore,
 )
 from agentik.storage._protocols import (
@@ -35,6 +38,7 @@ __all__ = [
     "ConversationLoader",
     "ConversationSnapshot",
     "IdempotencyKeyIndex",
+    "KeyedTurn",
     "MessageStore",
     "Pending",
     "ReflectionStore",

@@ -10,6 +10,7 @@ handed out are immutable or fresh lists, never the store's own containers.
 from __future__ import annotations
 
 import builtins
+from bisect import bisect_left
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import final
@@ -20,10 +21,10 @@ import trio
 
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
-from agentik._messages import Message, TokenStats
+from agentik._messages import Message, Role, TokenStats
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import DEFAULT_PAGE_SIZE, StorageBundle
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE, KeyedTurn, StorageBundle
 
 
 @attrs.define
@@ -32,6 +33,8 @@ class _Conversation:
     """``messages[i]`` has ``seq == i + 1``."""
     keys: dict[str, int] = attrs.Factory(dict)
     """Idempotency key -> seq."""
+    keyed: builtins.list[tuple[int, str]] = attrs.Factory(list)
+    """``(seq, key)`` in seq order (appends only grow it): bisected for a page."""
 
 
 @final
@@ -66,6 +69,7 @@ class InMemoryMessageStore:
         conversation.messages.append(stored)
         if idempotency_key is not None:
             conversation.keys[idempotency_key] = len(conversation.messages)
+            conversation.keyed.append((len(conversation.messages), idempotency_key))
         return Pending.completed(stored)
 
     async def get_messages(
@@ -128,6 +132,44 @@ class InMemoryMessageStore:
             reverse=True,
         )
         return keyed[:limit]
+
+    async def list_keyed_turns(
+        self,
+        conversation_id: str,
+        *,
+        before_seq: int | None = None,
+        limit: int = 100,
+        key_suffix: str = "",
+        max_messages: int = 1000,
+    ) -> builtins.list[KeyedTurn]:
+        check_at_least("limit", limit, 0)
+        check_at_least("max_messages", max_messages, 1)
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return []
+        keyed, messages = conversation.keyed, conversation.messages
+        position = len(keyed) if before_seq is None else bisect_left(keyed, (before_seq,))
+        turns: builtins.list[KeyedTurn] = []
+        while position > 0 and len(turns) < limit:
+            position -= 1
+            seq, key = keyed[position]
+            if not key.endswith(key_suffix):
+                continue
+            turn = [messages[seq - 1]]
+            for message in messages[seq : seq - 1 + max_messages]:
+                if message.role is Role.USER:
+                    break
+                turn.append(message)
+            turns.append(KeyedTurn(key=key, messages=tuple(turn)))
+        return turns
+
+    async def count_idempotency_keys(self, conversation_id: str, *, key_suffix: str = "") -> int:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return 0
+        return sum(key.endswith(key_suffix) for key in conversation.keys)
 
 
 def _duplicate(conversation_id: str, key: str, seq: int) -> DuplicateKeyError:

@@ -147,19 +147,60 @@ class ConversationLoader(Protocol):
     ) -> ConversationSnapshot: ...
 
 
+@attrs.frozen(kw_only=True)
+class KeyedTurn:
+    """A turn named by an idempotency key: the message stored with the key and
+    the messages after it, up to (not including) the next user message."""
+
+    key: str
+    messages: tuple[Message, ...]
+    """Oldest first; ``messages[0]`` carries the key. Never empty."""
+
+    @property
+    def seq(self) -> int:
+        """The seq of the keyed message: where the turn sits in its conversation."""
+        seq = self.messages[0].seq
+        assert seq is not None, "stored messages carry their seq"
+        return seq
+
+
 @runtime_checkable
 class IdempotencyKeyIndex(Protocol):
-    """Optional: a message store that can list a conversation's idempotency keys.
+    """Optional: a message store that can list a conversation's idempotency keys
+    and the turns they name.
 
     Keys name turns from outside (an A2A task id is one), so this is how a
     server lists them again after a restart, from history rather than from
-    memory."""
+    memory, one page at a time: ``list_keyed_turns`` pages by seq (the caller
+    keeps the last seq it saw), so any page costs what the first one does.
+    A backend implementing only some of these methods is not an
+    ``IdempotencyKeyIndex``; ``agentik.testing`` says so rather than
+    skipping it."""
 
     async def list_idempotency_keys(
         self, conversation_id: str, *, before_seq: int | None = None, limit: int = 100
     ) -> list[tuple[int, str]]:
         """``(seq, key)`` of the messages stored with a key, newest first, only
         those with ``seq < before_seq`` when given; at most ``limit``."""
+        ...
+
+    async def list_keyed_turns(
+        self,
+        conversation_id: str,
+        *,
+        before_seq: int | None = None,
+        limit: int = 100,
+        key_suffix: str = "",
+        max_messages: int = 1000,
+    ) -> list[KeyedTurn]:
+        """The turns whose key ends with ``key_suffix``, newest first, only those
+        with ``seq < before_seq`` when given; at most ``limit`` turns of at most
+        ``max_messages`` messages each. One read: the cost follows the turns
+        returned (and keyed messages skipped), not the conversation's length."""
+        ...
+
+    async def count_idempotency_keys(self, conversation_id: str, *, key_suffix: str = "") -> int:
+        """How many messages of the conversation carry a key ending with ``key_suffix``."""
         ...
 
 

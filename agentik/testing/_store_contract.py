@@ -156,24 +156,95 @@ async def _idempotency_keys(bundle: StorageBundle) -> None:
     assert await store.find_idempotency_key("nobody", "turn-1") is None
 
 
-async def _list_idempotency_keys(bundle: StorageBundle) -> None:
+def _key_index(bundle: StorageBundle) -> IdempotencyKeyIndex | None:
+    """The message store as an ``IdempotencyKeyIndex``, None if it offers none of
+    it; a store offering part of the protocol fails (it would be silently
+    passed over by ``isinstance`` checks, ListTasks' among them)."""
     store = bundle.message_store
-    if not isinstance(store, IdempotencyKeyIndex):
+    if isinstance(store, IdempotencyKeyIndex):
+        return store
+    names = ("list_idempotency_keys", "list_keyed_turns", "count_idempotency_keys")
+    partial = [name for name in names if hasattr(store, name)]
+    assert not partial, (
+        f"the message store has {', '.join(partial)} but not all of IdempotencyKeyIndex"
+        f" ({', '.join(names)}): implement the rest, or none"
+    )
+    return None
+
+
+async def _list_idempotency_keys(bundle: StorageBundle) -> None:
+    store, index = bundle.message_store, _key_index(bundle)
+    if index is None:
         return  # optional
-    assert await store.list_idempotency_keys("nobody") == []
+    assert await index.list_idempotency_keys("nobody") == []
     await store.append("c", _user("no key"))
     for i in range(1, 6):
         await store.append("c", _user(f"turn {i}"), idempotency_key=f"k{i}")
         await store.append("c", Message(role=Role.ASSISTANT, content="a"))
     await store.append("d", _user("elsewhere"), idempotency_key="k9")
-    keys = await store.list_idempotency_keys("c")
+    keys = await index.list_idempotency_keys("c")
     assert keys == [(10, "k5"), (8, "k4"), (6, "k3"), (4, "k2"), (2, "k1")], keys
-    assert await store.list_idempotency_keys("c", limit=2) == keys[:2]
-    assert await store.list_idempotency_keys("c", before_seq=8, limit=2) == keys[2:4]
-    assert await store.list_idempotency_keys("c", before_seq=2) == []
-    assert await store.list_idempotency_keys("c", limit=0) == []
+    assert await index.list_idempotency_keys("c", limit=2) == keys[:2]
+    assert await index.list_idempotency_keys("c", before_seq=8, limit=2) == keys[2:4]
+    assert await index.list_idempotency_keys("c", before_seq=2) == []
+    assert await index.list_idempotency_keys("c", limit=0) == []
     with _raises(ValueError, "a negative limit"):
-        await store.list_idempotency_keys("c", limit=-1)
+        await index.list_idempotency_keys("c", limit=-1)
+
+
+async def _list_keyed_turns(bundle: StorageBundle) -> None:
+    """Keyed turns newest first, each up to the next user message, paged by seq."""
+    store, index = bundle.message_store, _key_index(bundle)
+    if index is None:
+        return  # optional
+    assert await index.list_keyed_turns("nobody") == []
+    assert await index.count_idempotency_keys("nobody") == 0
+    call = ToolCall(id="t1", name="calc_add", arguments="{}")
+    turns: list[list[Message]] = [
+        [_user("no key"), Message(role=Role.ASSISTANT, content="a0")],
+        [
+            _user("q1"),
+            Message(role=Role.ASSISTANT, content="", tool_calls=(call,)),
+            Message(role=Role.TOOL, content="2", tool_call_id="t1"),
+            Message(role=Role.ASSISTANT, content="a1"),
+        ],
+        [_user("q2")],  # a turn that ended without an answer
+        [_user("q3"), Message(role=Role.ASSISTANT, content="a3")],
+        [_user("native"), Message(role=Role.ASSISTANT, content="a4")],
+    ]
+    keys = [None, "h1.ctx", "h2.ctx", "h3.ctx", "n1"]
+    stored: list[list[Message]] = []
+    for key, turn in zip(keys, turns, strict=True):
+        first = await store.append("c", turn[0], idempotency_key=key)
+        stored.append([first, *[await store.append("c", m) for m in turn[1:]]])
+    await store.append("d", _user("elsewhere"), idempotency_key="h9.ctx")
+
+    every = await index.list_keyed_turns("c")
+    assert [t.key for t in every] == ["n1", "h3.ctx", "h2.ctx", "h1.ctx"], every
+    assert [list(t.messages) for t in every] == [stored[4], stored[3], stored[2], stored[1]]
+    assert [t.seq for t in every] == [
+        m[0].seq for m in (stored[4], stored[3], stored[2], stored[1])
+    ]
+    tasks = await index.list_keyed_turns("c", key_suffix=".ctx")
+    assert [t.key for t in tasks] == ["h3.ctx", "h2.ctx", "h1.ctx"], tasks
+    first_page = await index.list_keyed_turns("c", key_suffix=".ctx", limit=2)
+    assert first_page == tasks[:2], "limit"
+    rest = await index.list_keyed_turns(
+        "c", key_suffix=".ctx", before_seq=first_page[-1].seq, limit=2
+    )
+    assert rest == tasks[2:], "before_seq continues where the page ended"
+    assert await index.list_keyed_turns("c", before_seq=tasks[-1].seq) == []
+    assert await index.list_keyed_turns("c", limit=0) == []
+    short = await index.list_keyed_turns("c", key_suffix=".ctx", max_messages=2)
+    assert [list(t.messages) for t in short] == [stored[3], stored[2], stored[1][:2]], short
+    assert await index.list_keyed_turns("c", key_suffix="h1.ctx.longer") == []
+    assert await index.count_idempotency_keys("c") == 4
+    assert await index.count_idempotency_keys("c", key_suffix=".ctx") == 3
+    assert await index.count_idempotency_keys("c", key_suffix="n1") == 1
+    with _raises(ValueError, "a negative limit"):
+        await index.list_keyed_turns("c", limit=-1)
+    with _raises(ValueError, "max_messages of 0"):
+        await index.list_keyed_turns("c", max_messages=0)
 
 
 async def _submit_applies_in_order(bundle: StorageBundle) -> None:
@@ -246,6 +317,7 @@ MESSAGE_CASES: tuple[Case, ...] = (
     _token_stats_sum_usage,
     _idempotency_keys,
     _list_idempotency_keys,
+    _list_keyed_turns,
     _submit_applies_in_order,
     _concurrent_appends_are_gapless,
     _list_conversations_pages,

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import attrs
 
+from agentik._input import InputError, decimal_int
 from agentik._json import JsonValue
 
 
@@ -145,8 +146,8 @@ class _Compiler:
             part = raw.replace("~1", "/").replace("~0", "~")
             if isinstance(node, dict) and part in node:
                 node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
+            elif isinstance(node, list) and (index := _array_index(part, len(node))) is not None:
+                node = node[index]
             else:
                 raise SchemaError(f"$ref {ref!r} leads nowhere in the schema")
         return node
@@ -248,6 +249,15 @@ class _Compiler:
             return _merge(failures)
 
         return check
+
+
+def _array_index(part: str, length: int) -> int | None:
+    """A JSON-pointer array index below ``length``: ASCII digits only, so '²'
+    (which ``isdigit`` accepts and ``int`` refuses) and '١' lead nowhere."""
+    try:
+        return decimal_int(part, "an array index", maximum=length - 1)
+    except InputError:
+        return None
 
 
 def _merge(failures: list[Failure]) -> Failure:

@@ -107,3 +107,62 @@ class TestConfigErrors:
 
 def test_parse_bind_ipv6() -> None:
     assert parse_bind("[::1]:9000") == ("::1", 9000)
+
+
+class TestNumbersFromText:
+    """Issue 14, item 4: numbers in the environment and the file are ASCII
+    decimals of bounded length; anything else is a ConfigError naming the
+    setting, never a bare ValueError (nor a value ``int()``/``float()`` happen to
+    take, such as '٣', '1_0', 'nan' or 'inf')."""
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "message"),
+        [
+            # "²".isdigit() is true and int("²") raised ValueError.
+            ("AGENTIK_MAX_QUEUED_TURNS", "²", r"max_queued_turns must be a positive integer"),
+            ("AGENTIK_MAX_QUEUED_TURNS", "9" * 5000, r"max_queued_turns must be a positive"),
+            # int() took these as 3 and 10.
+            ("AGENTIK_MAX_QUEUED_TURNS", "\u0663", r"max_queued_turns must be a positive"),
+            ("AGENTIK_MAX_BODY_BYTES", " 10 ", r"max_body_bytes must be a positive integer"),
+            # float() took these: nan even passed the "positive" check.
+            ("AGENTIK_TOOL_TIMEOUT", "nan", r"tool_timeout must be a positive number"),
+            ("AGENTIK_TOOL_TIMEOUT", "inf", r"tool_timeout must be a positive number"),
+            ("AGENTIK_TOOL_TIMEOUT", "1e400", r"tool_timeout must be a positive number"),
+            ("AGENTIK_TOOL_TIMEOUT", "\u0661", r"tool_timeout must be a positive number"),
+            ("AGENTIK_GRACEFUL_TIMEOUT", "1_0", r"graceful_timeout must be a positive number"),
+            # The port: "²" passed isdigit() and int() raised ValueError.
+            ("AGENTIK_BIND", "127.0.0.1:²", r"\[server\] bind must be 'host:port'"),
+            ("AGENTIK_BIND", "127.0.0.1:" + "9" * 5000, r"\[server\] bind must be 'host:port'"),
+        ],
+    )
+    def test_environment(self, variable: str, value: str, message: str) -> None:
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, env={variable: value})
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("[limits]\ntool_timeout = nan\n", r"\[limits\] tool_timeout must be a positive"),
+            ("[limits]\ntool_timeout = inf\n", r"\[limits\] tool_timeout must be a positive"),
+            # tomllib raised a bare ValueError (the int digit limit).
+            ("[limits]\nmax_body_bytes = " + "9" * 5000 + "\n", r"is not valid TOML"),
+            ("[limits]\nmax_body_bytes = " + "9" * 30 + "\n", r"max_body_bytes must be a positive"),
+            # tomllib recursed until RecursionError.
+            ("[limits]\nmax_body_bytes = " + "[" * 5000 + "]" * 5000 + "\n", r"is not valid"),
+        ],
+    )
+    def test_file(self, tmp_path: Path, text: str, message: str) -> None:
+        with pytest.raises(ConfigError, match=message):
+            load_config(write(tmp_path, text), env={})
+
+    def test_good_numbers_still_read(self) -> None:
+        env = {
+            "AGENTIK_MAX_QUEUED_TURNS": "12",
+            "AGENTIK_TOOL_TIMEOUT": "2.5",
+            "AGENTIK_GRACEFUL_TIMEOUT": "1e1",
+            "AGENTIK_BIND": "127.0.0.1:0080",
+        }
+        config = load_config(None, env=env)
+        assert config.limits.max_queued_turns == 12
+        assert (config.limits.tool_timeout, config.limits.graceful_timeout) == (2.5, 10.0)
+        assert config.port == 80

@@ -65,7 +65,7 @@ class TestBadInput:
         reply = await server.client.get("/agentik/conversations", params={"limit": "lots"})
         assert reply.status_code == 422
         assert reply.json()["error"]["message"] == (
-            "query parameter 'limit' must be an integer 1..1000"
+            "query parameter 'limit' must be an integer 1..1000, got 'lots'"
         )
         assert (await server.client.get("/nope")).status_code == 404
         assert (await server.client.get(TURN)).status_code == 405

@@ -10,7 +10,13 @@ import attrs
 import pytest
 
 from agentik import SkillSummary, StoreError
-from agentik.storage import SkillStore, StorageBundle, in_memory_storage, open_sqlite_storage
+from agentik.storage import (
+    KeyedTurn,
+    SkillStore,
+    StorageBundle,
+    in_memory_storage,
+    open_sqlite_storage,
+)
 from agentik.testing import (
     MakeBundle,
     check_message_store,
@@ -72,3 +78,61 @@ async def test_sqlite_open_errors_are_store_errors(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"^cannot open the database '.*missing/db': "):
         async with open_sqlite_storage(tmp_path / "missing" / "db"):
             pass
+
+
+class _TurnsPastTheUserMessage:
+    """A key index whose turns run on into the next turn: the contract must notice."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    async def list_keyed_turns(self, conversation_id: str, **kwargs: object) -> list[KeyedTurn]:
+        turns: list[KeyedTurn] = await self._inner.list_keyed_turns(  # type: ignore[attr-defined]
+            conversation_id, **kwargs
+        )
+        longer = []
+        for turn in turns:
+            following = [
+                m
+                async for m in self._inner.get_messages(  # type: ignore[attr-defined]
+                    conversation_id, after_seq=turn.seq + len(turn.messages) - 1
+                )
+            ][:1]
+            longer.append(attrs.evolve(turn, messages=(*turn.messages, *following)))
+        return longer
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+class _OnlyTheOldKeyIndex:
+    """A message store written before list_keyed_turns existed."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("list_keyed_turns", "count_idempotency_keys"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "message"),
+    [
+        (_TurnsPastTheUserMessage, r"^store contract case _list_keyed_turns: "),
+        (_OnlyTheOldKeyIndex, r"but not all of IdempotencyKeyIndex"),
+    ],
+)
+async def test_the_contract_checks_keyed_turns(
+    wrapper: Callable[[object], object], message: str
+) -> None:
+    """A turn that runs past the next user message, or half of the protocol, fails."""
+
+    @asynccontextmanager
+    async def broken() -> AsyncIterator[StorageBundle]:
+        bundle = in_memory_storage()
+        yield attrs.evolve(bundle, message_store=wrapper(bundle.message_store))
+
+    with pytest.raises(AssertionError, match=message):
+        await check_message_store(broken)

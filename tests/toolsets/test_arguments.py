@@ -160,6 +160,18 @@ class TestValidator:
         ):
             parse_arguments(broken, "{}")
 
+    @pytest.mark.parametrize("index", ["²", "9" * 5000, "\u0661"])
+    def test_a_ref_index_is_ascii_digits(self, index: str) -> None:
+        """An array index in a $ref (from an MCP server's schema, say) is ASCII
+        digits: '²' and 5,000 digits raised a bare ValueError from int(), and
+        '١' was read as 1 (issue 14, item 4)."""
+        schema = {"allOf": [{}, {}], "properties": {"a": {"$ref": f"#/allOf/{index}"}}}
+        broken = schema_tool(schema, name="odd")
+        with pytest.raises(
+            ToolError, match=r"^tool 'odd' has an unusable parameters schema: \$ref"
+        ):
+            parse_arguments(broken, "{}")
+
     def test_unknown_keywords_are_ignored_and_false_refuses(self) -> None:
         """Keywords outside the subset do not block; a false schema refuses any value."""
         loose = schema_tool({"type": "object", "x-vendor": 1, "properties": {"a": False}})

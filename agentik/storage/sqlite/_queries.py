@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from itertools import chain
+from itertools import chain, groupby
 from typing import cast, final
 
 import apsw
@@ -24,6 +24,7 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
 from agentik.storage._common import from_micros
+from agentik.storage._protocols import KeyedTurn
 
 _TOOL_CALLS = tuple[ToolCall, ...]
 _SEQ_CACHE_SIZE = 10_000
@@ -269,6 +270,8 @@ def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> None:
 
 
 _MessageRow = tuple[int, str, str, str | None, str | None, int | None, int | None, int]
+_KeyedRow = tuple[int, str, int, str, str, str | None, str | None, int | None, int | None, int]
+"""The keyed message's seq and key, then a ``_MessageRow`` of the turn."""
 
 
 def _message(row: _MessageRow) -> Message:
@@ -319,6 +322,71 @@ def list_idempotency_keys(
         (conversation_id, 2**62 if before_seq is None else before_seq, limit),
     ).fetchall()
     return cast("list[tuple[int, str]]", rows)
+
+
+_KEY_ENDS_WITH = "(:suffix = '' OR substr(idempotency_key, -length(:suffix)) = :suffix)"
+
+# The keyed rows of one page (message_by_seq, walked newest first), then for
+# each the seq of the next user message (the same index, walked forward from
+# it: one turn's rows), then the turn's rows between the two. Rows read follow
+# the page's turns, not the conversation's length.
+_KEYED_TURNS = f"""
+WITH keyed(seq, key) AS (
+    SELECT seq, idempotency_key FROM message
+    WHERE conversation_id = :conversation AND seq < :before
+      AND idempotency_key IS NOT NULL AND {_KEY_ENDS_WITH}
+    ORDER BY seq DESC LIMIT :limit
+), turn(seq, key, stop) AS (
+    SELECT keyed.seq, keyed.key, coalesce(
+        (SELECT next.seq FROM message AS next
+         WHERE next.conversation_id = :conversation AND next.seq > keyed.seq
+           AND next.seq < keyed.seq + :most AND next.role = 'user'
+         ORDER BY next.seq LIMIT 1),
+        keyed.seq + :most)
+    FROM keyed
+)
+SELECT turn.seq, turn.key, {", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLUMNS.split(","))}
+FROM turn JOIN message AS m
+    ON m.conversation_id = :conversation AND m.seq >= turn.seq AND m.seq < turn.stop
+ORDER BY turn.seq DESC, m.seq
+"""
+
+
+def list_keyed_turns(
+    connection: apsw.Connection,
+    conversation_id: str,
+    before_seq: int | None,
+    limit: int,
+    key_suffix: str,
+    max_messages: int,
+) -> list[KeyedTurn]:
+    rows = connection.execute(
+        _KEYED_TURNS,
+        {
+            "conversation": conversation_id,
+            "before": 2**62 if before_seq is None else before_seq,
+            "limit": limit,
+            "suffix": key_suffix,
+            "most": max_messages,
+        },
+    ).fetchall()
+    return [
+        KeyedTurn(key=key, messages=tuple(_message(row[2:]) for row in group))
+        for (_, key), group in groupby(cast("list[_KeyedRow]", rows), key=lambda row: row[:2])
+    ]
+
+
+def count_idempotency_keys(
+    connection: apsw.Connection, conversation_id: str, key_suffix: str
+) -> int:
+    """An index-only count (``message_by_idempotency_key``): no row is read."""
+    count = connection.execute(
+        "SELECT count(*) FROM message WHERE conversation_id = :conversation"
+        f" AND idempotency_key IS NOT NULL AND {_KEY_ENDS_WITH}",
+        {"conversation": conversation_id, "suffix": key_suffix},
+    ).get
+    assert isinstance(count, int)
+    return count
 
 
 def find_idempotency_key(connection: apsw.Connection, conversation_id: str, key: str) -> int | None:

@@ -17,7 +17,7 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
 from agentik.storage._common import check_at_least, to_micros
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import DEFAULT_PAGE_SIZE, ConversationSnapshot
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE, ConversationSnapshot, KeyedTurn
 from agentik.storage.sqlite import _queries as q
 from agentik.storage.sqlite._readers import ReaderPool
 from agentik.storage.sqlite._writer import Writer, WriterStats
@@ -100,6 +100,35 @@ class SqliteMessageStore:
                 conversation_id=conversation_id,
                 before_seq=before_seq,
                 limit=limit,
+            )
+        )
+
+    async def list_keyed_turns(
+        self,
+        conversation_id: str,
+        *,
+        before_seq: int | None = None,
+        limit: int = 100,
+        key_suffix: str = "",
+        max_messages: int = 1000,
+    ) -> builtins.list[KeyedTurn]:
+        check_at_least("limit", limit, 0)
+        check_at_least("max_messages", max_messages, 1)
+        return await self._readers.read(
+            partial(
+                q.list_keyed_turns,
+                conversation_id=conversation_id,
+                before_seq=before_seq,
+                limit=limit,
+                key_suffix=key_suffix,
+                max_messages=max_messages,
+            )
+        )
+
+    async def count_idempotency_keys(self, conversation_id: str, *, key_suffix: str = "") -> int:
+        return await self._readers.read(
+            partial(
+                q.count_idempotency_keys, conversation_id=conversation_id, key_suffix=key_suffix
             )
         )
 

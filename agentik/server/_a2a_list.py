@@ -1,0 +1,259 @@
+"""A2A ListTasks: one page of tasks, at a cost that follows the page, not the
+number of tasks.
+
+With a contextId, tasks come from stored history: one
+``IdempotencyKeyIndex.list_keyed_turns`` read returns the page's turns newest
+first, each with the messages its view is built from, and the page token
+carries the seq of the last task listed (keyset pagination), so the hundredth
+page costs what the first does. ``totalSize`` is one index-only count. Tasks
+accepted but whose user message is not stored yet (from the ledger) lead the
+first page.
+
+Without a contextId (or with a store that has no such index) the tasks are
+those the in-process ledger remembers, newest first: walking the bounded
+ledger costs no reads, and only the page's tasks are read from the store. The
+token carries the last task id listed.
+
+A status filter is not an index lookup (a task's state is in its last message
+and in the ledger), so a filtered call examines at most ``SCAN_LIMIT`` tasks
+and returns the matches among them with a token to go on, which can make a
+page shorter than ``pageSize``, even empty, before the end. With a filter,
+``totalSize`` still counts every task of the listing (an upper bound of the
+matches): counting exactly would read every task.
+
+Page tokens are opaque to clients (URL-safe base64 of a small JSON object);
+anything that is not one this code made is ``-32602`` invalid params.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+import re
+from collections.abc import Awaitable, Callable
+
+import attrs
+
+from agentik._input import InputError, decode_json, shown
+from agentik._json import JsonObject, JsonValue
+from agentik.server._a2a_wire import (
+    A2AError,
+    TaskView,
+    context_of,
+    history_length,
+    invalid_params,
+    valid_context_id,
+    view_from_turn,
+)
+from agentik.server._context import TaskLedger
+from agentik.server._owners import Caller
+from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore
+
+SCAN_LIMIT = 200
+"""Tasks one ListTasks call examines at most under a status filter."""
+MAX_TURN_MESSAGES = 1000
+"""Messages of one turn read to build its view (GetTask reads as many)."""
+TASK_STATES = frozenset(
+    {
+        "TASK_STATE_SUBMITTED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+        "TASK_STATE_FAILED",
+        "TASK_STATE_CANCELED",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_REJECTED",
+        "TASK_STATE_AUTH_REQUIRED",
+    }
+)
+_FILTER_BATCH = 101
+"""Turns read per store call under a status filter (pageSize is at most 100)."""
+_TOP = 2**62
+"""Above every seq: the position of a listing's first stored task."""
+_MAX_TOKEN = 1024
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+_BAD_TOKEN = "field 'pageToken' must be a token from a previous ListTasks"
+
+FindTask = Callable[[Caller, str], Awaitable[TaskView]]
+
+
+@attrs.frozen
+class Query:
+    """A validated ListTasks request."""
+
+    context: str | None
+    size: int
+    after: int | str | None
+    """Where the previous page ended: a seq (context listing) or a task id (ledger)."""
+    state: str | None
+    history: int | None
+    artifacts: bool
+
+
+@attrs.frozen
+class Page:
+    views: list[TaskView]
+    after: int | str | None
+    """Where the next page starts; None when this one is the last."""
+    total: int
+
+
+def encode_token(after: int | str) -> str:
+    position = {"seq": after} if isinstance(after, int) else {"task": after}
+    payload = json.dumps(position, separators=(",", ":")).encode("ascii")
+    return base64.urlsafe_b64encode(payload).decode("ascii").rstrip("=")
+
+
+def decode_token(token: JsonValue) -> int | str | None:
+    """The position a page token names; "" and an absent token start at the top."""
+    if token is None or token == "":
+        return None
+    if not isinstance(token, str) or len(token) > _MAX_TOKEN or not _TOKEN_CHARS.fullmatch(token):
+        raise invalid_params(_BAD_TOKEN)
+    try:
+        data = decode_json(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, InputError):
+        raise invalid_params(_BAD_TOKEN) from None
+    if isinstance(data, dict) and len(data) == 1:
+        seq, task = data.get("seq"), data.get("task")
+        if isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= _TOP:
+            return seq
+        if isinstance(task, str) and context_of(task) is not None:
+            return task
+    raise invalid_params(_BAD_TOKEN)
+
+
+def parse_query(params: JsonObject) -> Query:
+    context = params.get("contextId")
+    if context is not None and (not isinstance(context, str) or not valid_context_id(context)):
+        raise invalid_params("field 'contextId' must be 1..200 printable characters")
+    size = params.get("pageSize", 50)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
+        raise invalid_params("field 'pageSize' must be an integer 1..100")
+    state = params.get("status")
+    if state == "TASK_STATE_UNSPECIFIED":
+        state = None
+    if state is not None and state not in TASK_STATES:
+        shown_state = shown(state) if isinstance(state, str) else "a non-string"
+        raise invalid_params(f"field 'status' must be a TaskState, got {shown_state}")
+    assert state is None or isinstance(state, str)
+    return Query(
+        context=context,
+        size=size,
+        after=decode_token(params.get("pageToken")),
+        state=state,
+        history=history_length(params),
+        artifacts=params.get("includeArtifacts") is True,
+    )
+
+
+def page_json(query: Query, page: Page) -> JsonObject:
+    tasks: list[JsonValue] = []
+    for view in page.views:
+        task = view.to_json(history_length=query.history)
+        if not query.artifacts:
+            task.pop("artifacts", None)
+        tasks.append(task)
+    return {
+        "tasks": tasks,
+        "nextPageToken": "" if page.after is None else encode_token(page.after),
+        "pageSize": query.size,
+        "totalSize": page.total,
+    }
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+async def context_page(
+    store: MessageStore,
+    index: IdempotencyKeyIndex,
+    ledger: TaskLedger,
+    caller: Caller,
+    query: Query,
+) -> Page:
+    """One page of a context's tasks from stored history (see the module
+    docstring); ``store`` and ``index`` are the same message store."""
+    assert query.context is not None
+    if isinstance(query.after, str):
+        raise invalid_params(_BAD_TOKEN)  # a ledger token, from a listing without contextId
+    context, stored = query.context, caller.internal(query.context)
+    suffix = f".{context}"
+    views: list[TaskView] = []
+    waiting = 0
+    if query.after is None:  # accepted, the user message not stored yet: newest of all
+        running = [task_id for where, task_id in reversed(ledger.running) if where == stored]
+        for task_id in running[:SCAN_LIMIT]:  # a handful, unless streams were left early
+            if await store.find_idempotency_key(stored, task_id) is None:
+                waiting += 1
+                view = TaskView(task_id, context, "TASK_STATE_SUBMITTED", _now())
+                if query.state in (None, view.state) and len(views) < query.size:
+                    views.append(view)
+    total = waiting + await index.count_idempotency_keys(stored, key_suffix=suffix)
+    before, examined = _TOP if query.after is None else query.after, 0
+    while True:
+        batch = query.size - len(views) + 1 if query.state is None else _FILTER_BATCH
+        turns = await index.list_keyed_turns(
+            stored,
+            before_seq=before,
+            limit=batch,
+            key_suffix=suffix,
+            max_messages=MAX_TURN_MESSAGES,
+        )
+        for turn in turns:
+            if len(views) == query.size or examined == SCAN_LIMIT:
+                return Page(views, before, total)  # this turn, at least, is left
+            examined += 1
+            before = turn.seq
+            found = _view(ledger, stored, context, turn)
+            if found is not None and query.state in (None, found.state):
+                views.append(found)
+        if len(turns) < batch:
+            return Page(views, None, total)
+
+
+def _view(ledger: TaskLedger, stored: str, context: str, turn: KeyedTurn) -> TaskView | None:
+    if context_of(turn.key) != context:
+        return None  # a key that merely ends like a task id of this context
+    key = (stored, turn.key)
+    return view_from_turn(
+        turn.key,
+        context,
+        list(turn.messages),
+        running=key in ledger.running,
+        cancelled=key in ledger.cancelled,
+    )
+
+
+async def ledger_page(
+    ledger: TaskLedger, find_task: FindTask, caller: Caller, query: Query
+) -> Page:
+    """One page of the tasks this process remembers (see the module docstring)."""
+    if isinstance(query.after, int):
+        raise invalid_params(_BAD_TOKEN)  # a history token, from a listing with contextId
+    candidates = [
+        task_id
+        for stored, task_id in reversed(ledger.created)
+        if (mine := caller.external(stored)) is not None and query.context in (None, mine)
+    ]
+    start = 0
+    if query.after is not None:
+        try:
+            start = candidates.index(query.after) + 1
+        except ValueError:  # the ledger forgot it, and so everything older
+            return Page([], None, len(candidates))
+    views: list[TaskView] = []
+    examined = 0
+    for position in range(start, len(candidates)):
+        if len(views) == query.size or examined == SCAN_LIMIT:
+            return Page(views, candidates[position - 1], len(candidates))
+        examined += 1
+        try:
+            view = await find_task(caller, candidates[position])
+        except A2AError:
+            continue
+        if query.state in (None, view.state):
+            views.append(view)
+    return Page(views, None, len(candidates))
