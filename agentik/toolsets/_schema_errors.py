@@ -102,7 +102,11 @@ def _translate(error: ValidationError) -> Failure:
         if field is not None:
             return Failure([field[0], *base], field[1])
     message = _message(keyword, value, instance, error.schema)
-    return Failure(base, message if message is not None else f"is invalid: {error.message}")
+    if message is None:
+        message = f"is invalid: {error.message}"
+    if "propertyNames" in error.absolute_schema_path:  # the value checked was a key
+        message = f"has a field name that is not accepted: it {message}"
+    return Failure(base, message)
 
 
 def _branches(error: ValidationError, base: list[str | int]) -> Failure:

@@ -144,3 +144,69 @@ class TestSubsetEdges:
         assert refused(tool, '{"ids": [1, 2]}') == (
             "invalid arguments for tool 't': field 'ids' must have at most 1 items, got 2"
         )
+
+
+class TestDialects:
+    """The dialect comes from ``$schema`` (2020-12 without one); the schema is checked first."""
+
+    def test_draft_7_ignores_keywords_beside_a_ref_and_2020_12_applies_them(self) -> None:
+        """In draft 7 a ``$ref`` replaces its siblings; from 2019-09 on they apply too."""
+        body: JsonObject = {
+            "properties": {"n": {"$ref": "#/definitions/int", "minimum": 5}},
+            "definitions": {"int": {"type": "integer"}},
+        }
+        for uri in (
+            "http://json-schema.org/draft-07/schema#",
+            "https://json-schema.org/draft-07/schema",
+        ):
+            draft7 = schema_tool({"$schema": uri, **body})
+            assert parse_arguments(draft7, '{"n": 1}') == {"n": 1}
+        latest = schema_tool(body)
+        assert refused(latest, '{"n": 1}') == (
+            "invalid arguments for tool 't': field 'n' must be >= 5, got a number 1"
+        )
+
+    def test_draft_4_boolean_exclusive_bounds(self) -> None:
+        """Draft 4 spells "> 0" as minimum 0 with exclusiveMinimum true."""
+        tool = schema_tool(
+            {
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "properties": {"n": {"minimum": 0, "exclusiveMinimum": True}},
+            }
+        )
+        assert parse_arguments(tool, '{"n": 1}') == {"n": 1}
+        assert refused(tool, '{"n": 0}') == (
+            "invalid arguments for tool 't': field 'n' must be > 0, got a number 0"
+        )
+
+    def test_an_unknown_dialect_is_read_as_2020_12(self) -> None:
+        """MCP's default dialect, rather than a refusal of the whole tool."""
+        tool = schema_tool(
+            {"$schema": "https://example.com/my-dialect", "dependentRequired": {"a": ["b"]}}
+        )
+        assert refused(tool, '{"a": 1}') == (
+            "invalid arguments for tool 't': field 'b' is required when 'a' is present"
+        )
+
+    def test_format_is_an_annotation(self) -> None:
+        """2020-12 does not assert ``format`` unless a meta-schema asks; agentik never does."""
+        tool = schema_tool({"properties": {"mail": {"type": "string", "format": "email"}}})
+        assert parse_arguments(tool, '{"mail": "not an address"}') == {"mail": "not an address"}
+
+    def test_an_invalid_schema_is_the_tools_error_naming_the_spot(self) -> None:
+        """Checked against the dialect's meta-schema before any argument is."""
+        tool = schema_tool({"properties": {"n": {"type": "int"}}}, name="typo")
+        assert refused(tool, '{"n": 1}') == (
+            "tool 'typo' has an unusable parameters schema: the schema is not valid JSON "
+            "Schema Draft 2020-12 at '/properties/n/type': 'int' is not valid under any of "
+            "the given schemas"
+        )
+
+    def test_a_remote_ref_is_refused_not_fetched(self) -> None:
+        """A tool's schema never makes agentik open a URL."""
+        tool = schema_tool({"$ref": "http://127.0.0.1:9/schema.json"}, name="remote")
+        assert refused(tool, "{}") == (
+            "tool 'remote' has an unusable parameters schema: $ref "
+            "'http://127.0.0.1:9/schema.json' is not in the schema; remote references are "
+            "not fetched"
+        )
