@@ -10,7 +10,8 @@ a tool or an MCP server sends:
 - The schema is checked against its dialect's meta-schema first, and every
   ``$ref`` must resolve inside it: remote references are never fetched (a
   tool's schema must not make agentik open a URL). Either problem raises
-  ``SchemaError`` at compile time, never at a call.
+  ``SchemaError`` at compile time (only a ``$dynamicRef`` that leads nowhere
+  is found at a call, and raises it then).
 - ``format`` is an annotation and never asserted: that is 2020-12's default,
   and the only way a schema can ask otherwise (a meta-schema with the
   format-assertion vocabulary) would need fetching one.
@@ -127,7 +128,7 @@ def _check_refs(root: SchemaResource) -> None:
                 where = (
                     "leads nowhere in the schema"
                     if ref.startswith("#")
-                    else ("is not in the schema; remote references are not fetched")
+                    else "is not in the schema; remote references are not fetched"
                 )
                 raise SchemaError(f"$ref {ref!r} {where}") from error
         stack.extend((sub, resolver.in_subresource(sub)) for sub in resource.subresources())
