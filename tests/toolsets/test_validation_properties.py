@@ -43,7 +43,7 @@ def oracle(schema: JsonValue) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas(), instances=values)
 def test_any_schema_agrees_with_jsonschema(schema: JsonValue, instances: list[JsonValue]) -> None:
     """For any schema and value, agentik accepts exactly what jsonschema accepts."""
@@ -61,7 +61,7 @@ def test_any_schema_agrees_with_jsonschema(schema: JsonValue, instances: list[Js
             assert failure.message  # something the model can read
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas(FAST_KEYWORDS, dialects=False), instances=values)
 def test_closures_agree_with_jsonschema_where_they_apply(
     schema: JsonValue, instances: list[JsonValue]
@@ -74,7 +74,7 @@ def test_closures_agree_with_jsonschema_where_they_apply(
         assert (check(instance) is None) == reference.is_valid(instance), instance
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(named=generated_tools(), data=st.data())
 def test_tool_schemas_take_the_fast_path_and_agree(named: NamedTool, data: st.DataObject) -> None:
     """``@tool`` schemas are valid, always go to the closures, and agree with jsonschema."""
