@@ -44,6 +44,7 @@ from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
 from agentik.mcp._transport import StderrTail, open_transport
 from agentik.toolsets import NamedTool, ToolsetContribution
+from agentik.toolsets._arguments import validator_for
 
 logger = logging.getLogger("agentik.mcp")
 
@@ -79,7 +80,8 @@ class McpHealth:
     tools: int
     protocol_version: str | None
     reports: tuple[str, ...]
-    """Tool renames caused by name collisions in the current listing."""
+    """Tool renames caused by name collisions in the current listing, and tools that
+    cannot be called because their input schema is unusable."""
 
 
 class _Fault(Exception):
@@ -334,34 +336,58 @@ class McpToolset:
         self._publish(tools)
 
     def _publish(self, tools: list[mt.Tool]) -> None:
-        by_mcp = {tool.name: tool for tool in tools}
-        naming = tool_names(self.name, (tool.name for tool in tools))
-        for report in naming.reports:
-            if report not in self._reports:
-                logger.warning("mcp server %r: %s", self.name, report)
-        self._reports = naming.reports
         key = tuple(
             (t.name, t.title, t.description, json.dumps(t.input_schema, sort_keys=True))
             for t in sorted(tools, key=lambda t: t.name)
         )
         if key == self._listing and self._contribution is not None:
             return  # same tools: keep the same object, so the agent sees no change
+        by_mcp = {tool.name: tool for tool in tools}
+        naming = tool_names(self.name, (tool.name for tool in tools))
+        reports = list(naming.reports)
+        named: list[NamedTool] = []
+        for tool_name, mcp_name in naming.by_tool_name.items():
+            tool, problem = self._named_tool(tool_name, by_mcp[mcp_name])
+            named.append(tool)
+            if problem is not None:
+                reports.append(problem)
+        for report in reports:
+            if report not in self._reports:
+                logger.warning("mcp server %r: %s", self.name, report)
+        self._reports = tuple(reports)
         self._listing = key
         self._mcp_names = naming.by_tool_name
-        named = tuple(
-            self._named_tool(tool_name, by_mcp[mcp_name])
-            for tool_name, mcp_name in naming.by_tool_name.items()
-        )
         self._contribution = (
             ToolsetContribution(self.name, self._catalog_description(), named) if named else None
         )
 
-    def _named_tool(self, tool_name: str, tool: mt.Tool) -> NamedTool:
+    def _named_tool(self, tool_name: str, tool: mt.Tool) -> tuple[NamedTool, str | None]:
+        """The tool as the agent offers it, and the problem with its schema, if any.
+
+        The schema is compiled here, once per listing, so a call does not pay
+        for it. A schema that cannot be compiled (invalid for its dialect, a
+        ``$ref`` that leads nowhere or off to a URL) makes only that tool
+        fail: it is offered with an empty object schema (an invalid one could
+        make the model's API refuse the whole request) and every call to it
+        is an error result saying why; ``health.reports`` says so too.
+        """
+
         async def handler(arguments: JsonObject) -> str:
             return await self._call(tool_name, arguments)
 
         description = tool.description or tool.title or f"The MCP tool {tool.name!r}."
-        return NamedTool(tool_name, description, dict(tool.input_schema), handler)
+        named = NamedTool(tool_name, description, dict(tool.input_schema), handler)
+        try:
+            validator_for(named)
+        except ToolError as error:
+            refusal = f"{error}; mcp server {self.name!r} must fix it before the tool can be called"
+
+            async def refuse(arguments: JsonObject) -> str:
+                raise ToolError(refusal)
+
+            stand_in = NamedTool(tool_name, description, {"type": "object"}, refuse)
+            return stand_in, f"mcp tool {tool.name!r} cannot be called: {error}"
+        return named, None
 
     # -- calls -----------------------------------------------------------------
 

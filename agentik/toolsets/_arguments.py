@@ -3,7 +3,10 @@
 ``parse_arguments(tool, raw)`` is what the turn loop calls: malformed JSON, a
 non-object, or a schema violation raise ``ToolError`` with a message the model
 can act on (it names the bad field and what was expected). The validator of
-each tool is compiled once and cached for the tool's lifetime.
+each tool is compiled once and cached for the tool's lifetime: ``@tool``
+compiles at decoration, an MCP toolset when it lists the tools, and any other
+``NamedTool`` on its first call (so an unusable schema is that tool's error
+result, never the agent's crash).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def check_arguments(tool: NamedTool, arguments: JsonObject) -> None:
         failure = validator_for(tool)(arguments)
     except RecursionError as error:
         raise ToolError(f"arguments of tool {tool.name!r} are nested too deeply") from error
+    except SchemaError as error:
+        raise ToolError(f"tool {tool.name!r} has an unusable parameters schema: {error}") from error
     if failure is not None:
         raise ToolError(format_failure(tool.name, failure))
 

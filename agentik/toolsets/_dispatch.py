@@ -32,8 +32,13 @@ class Run:
     tool: NamedTool
     activates: str | None = None
     """The inactive toolset to enable before running, or None."""
-    toolset: str | None = None
-    """The toolset the tool belongs to (None for a core tool): the one to touch as used."""
+    toolset: str | None = attrs.field(default=None, eq=False)
+    """The toolset the tool belongs to (None for a core tool): the one to touch as used.
+
+    Derived from the dispatch (the tool name's prefix, unless a core tool took
+    the name), so it takes no part in equality: ``Run(tool, activates)`` is the
+    contract of DESIGN.md.
+    """
 
 
 @attrs.frozen

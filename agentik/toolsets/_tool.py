@@ -24,7 +24,7 @@ from agentik.toolsets._arguments import format_failure, remember_validator
 from agentik.toolsets._contribution import TOOL_NAME_PATTERN
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._types import Convert, UnsupportedType, schema_and_converter
-from agentik.toolsets._validate import compile_schema
+from agentik.toolsets._validate import SchemaError, compile_schema
 
 ToolFunction = Callable[..., Awaitable[str]]
 """An async function returning the result text, with typed keyword parameters."""
@@ -77,7 +77,10 @@ def _build(fn: ToolFunction, name: str | None, description: str | None) -> Named
     if hints.get("return", str) is not str:
         raise ToolError(f"tool {tool_name!r} must return str, not {hints['return']!r}")
     parameters, converters = _parameters(tool_name, fn, hints, arg_docs)
-    check = compile_schema(parameters)
+    try:
+        check = compile_schema(parameters, generated=True)
+    except SchemaError as error:  # a bug in _types, not in the user's function
+        raise ToolError(f"tool {tool_name!r} got a schema agentik cannot check: {error}") from error
 
     async def handler(arguments: JsonObject) -> str:
         failure = check(arguments)

@@ -17,6 +17,7 @@ from agentik.mcp import (
     StdioServer,
     open_mcp_toolsets,
 )
+from agentik.toolsets import parse_arguments
 
 
 def stdio(command: str, **options: object) -> McpServerConfig:
@@ -89,6 +90,57 @@ class TestPublish:
         assert source.contribution is not first
         (add,) = source.contribution.tools
         assert add.description == "Adds two numbers, now with units."
+
+    async def test_a_tool_with_an_unusable_schema_fails_alone(self) -> None:
+        """An invalid inputSchema makes that tool an error result, never the toolset a crash.
+
+        The schema is compiled at listing time: the problem is in ``health.reports``
+        before any call, the tool is offered with an empty object schema, and a
+        remote ``$ref`` is refused without being fetched.
+        """
+        source = McpToolset(stdio("srv", name="calc"))
+        add = mt.Tool(
+            name="add",
+            description="Adds.",
+            input_schema={
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        )
+        typo = mt.Tool(
+            name="typo", input_schema={"type": "object", "properties": {"a": {"type": "int"}}}
+        )
+        remote = mt.Tool(
+            name="remote", input_schema={"$ref": "https://schemas.invalid/remote.json"}
+        )
+        source._publish([add, typo, remote])
+        tools = {t.name: t for t in source.contribution.tools}
+        assert list(tools) == ["calc_add", "calc_remote", "calc_typo"]
+        assert tools["calc_add"].parameters == add.input_schema
+        assert parse_arguments(tools["calc_add"], '{"a": 1, "b": 2}') == {"a": 1, "b": 2}
+        typo_reason = (
+            "tool 'calc_typo' has an unusable parameters schema: the schema is not valid "
+            "JSON Schema Draft 2020-12 at '/properties/a/type': 'int' is not valid under any "
+            "of the given schemas"
+        )
+        remote_reason = (
+            "tool 'calc_remote' has an unusable parameters schema: $ref "
+            "'https://schemas.invalid/remote.json' is not in the schema; remote references "
+            "are not fetched"
+        )
+        assert source.health.reports == (
+            f"mcp tool 'remote' cannot be called: {remote_reason}",
+            f"mcp tool 'typo' cannot be called: {typo_reason}",
+        )
+        for name, reason in (("calc_typo", typo_reason), ("calc_remote", remote_reason)):
+            assert tools[name].parameters == {"type": "object"}
+            assert parse_arguments(tools[name], '{"a": 1}') == {"a": 1}
+            with pytest.raises(ToolError) as refused:
+                await tools[name].handler({"a": 1})
+            assert str(refused.value) == (
+                f"{reason}; mcp server 'calc' must fix it before the tool can be called"
+            )
 
     def test_an_empty_listing_falls_back_to_the_explaining_tool(self) -> None:
         """A toolset needs a tool; a server listing none gets the one that explains."""

@@ -8,6 +8,7 @@ from agentik import ToolError
 from agentik._json import JsonObject
 from agentik.toolsets import NamedTool, parse_arguments
 from agentik.toolsets._arguments import validator_for
+from agentik.toolsets._closures import applies
 
 
 def schema_tool(parameters: JsonObject, name: str = "t") -> NamedTool:
@@ -43,6 +44,7 @@ SHAPE = schema_tool(
     },
     name="shape",
 )
+VIA_JSONSCHEMA = schema_tool({**SHAPE.parameters, "x-vendor": True}, name="shape")
 
 
 class TestParsing:
@@ -117,10 +119,14 @@ class TestParsing:
         ('{"label": "a", "exact": 2}', "field 'exact' matches more than one of the allowed forms"),
     ],
 )
-def test_schema_violations_name_the_field(raw: str, message: str) -> None:
-    """Each rule of the supported subset names the bad field and the expectation."""
+@pytest.mark.parametrize("engine", ["closures", "jsonschema"])
+def test_schema_violations_name_the_field(raw: str, message: str, engine: str) -> None:
+    """Each rule names the bad field and the expectation, in the same words whichever
+    engine checks it (an unknown keyword sends the same schema to jsonschema)."""
+    tool = SHAPE if engine == "closures" else VIA_JSONSCHEMA
+    assert applies(tool.parameters, ref_siblings_apply=True) is (engine == "closures")
     with pytest.raises(ToolError) as caught:
-        parse_arguments(SHAPE, raw)
+        parse_arguments(tool, raw)
     text = str(caught.value)
     assert text.startswith("invalid arguments for tool 'shape': ")
     assert message in text

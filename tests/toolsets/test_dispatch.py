@@ -26,7 +26,9 @@ class TestOrder:
         """A core tool runs as is, even when a toolset has the same prefix."""
         core = make_tool("ping_core")
         outcome = dispatch(frozenset(), (ping_toolset(),), call("ping_core"), {"ping_core": core})
-        assert outcome == Run(core, None, None)
+        assert outcome == Run(core, None)
+        assert isinstance(outcome, Run)
+        assert outcome.toolset is None
 
     def test_core_wins_over_a_toolset_tool_of_the_same_name(self) -> None:
         """Core tools come first in the order."""
@@ -37,19 +39,38 @@ class TestOrder:
         """A tool of an active toolset runs; the toolset is named so it can be touched."""
         ping = ping_toolset()
         outcome = dispatch(frozenset({"ping"}), (ping,), call("ping"), {})
-        assert outcome == Run(ping.tools[0], None, "ping")
+        assert outcome == Run(ping.tools[0], None)
+        assert isinstance(outcome, Run)
+        assert outcome.toolset == "ping"
+
+    def test_run_equality_is_tool_and_activates(self) -> None:
+        """DESIGN.md's contract: an active toolset's tool dispatches to ``Run(tool, None)``.
+
+        ``toolset`` (which toolset to touch) is derived data and takes no part in equality.
+        """
+        ping = ping_toolset()
+        outcome = dispatch(frozenset({"ping"}), (ping,), call("ping"), {})
+        assert outcome == Run(ping.tools[0], None)
+        assert hash(outcome) == hash(Run(ping.tools[0], None))
+        assert isinstance(outcome, Run)
+        assert outcome.toolset == "ping"
+        assert outcome != Run(ping.tools[0], "ping")
 
     def test_inactive_toolset_tool_activates(self) -> None:
         """A tool of an inactive toolset runs and activates its toolset."""
         files = make_toolset("files", "read", "write")
         outcome = dispatch(frozenset({"other"}), (files,), call("files_write"), {})
-        assert outcome == Run(files.tools[1], "files", "files")
+        assert outcome == Run(files.tools[1], "files")
+        assert isinstance(outcome, Run)
+        assert outcome.toolset == "files"
 
     def test_malformed_arguments_still_activate(self) -> None:
         """Activation depends on the name alone, never on the arguments."""
         ping = ping_toolset()
         outcome = dispatch(frozenset(), (ping,), call("ping", "{not json"), {})
-        assert outcome == Run(ping.tools[0], "ping", "ping")
+        assert outcome == Run(ping.tools[0], "ping")
+        assert isinstance(outcome, Run)
+        assert outcome.toolset == "ping"
 
     def test_unknown_tool(self) -> None:
         """A name nobody has is an Error with the exact text."""
@@ -86,7 +107,9 @@ class TestPingPolicy:
         assert await outcome.tool.handler({}) == "pong"
         assert activation.active_names() == {"ping"}
         again = index.dispatch(activation.active_names(), call("ping"), {})
-        assert again == Run(outcome.tool, None, "ping")
+        assert again == Run(outcome.tool, None)
+        assert isinstance(again, Run)
+        assert again.toolset == "ping"
 
 
 class TestIndex:
@@ -124,9 +147,7 @@ class TestIndex:
         """An index passed as contributions is used directly."""
         index = ToolsetIndex([ping_toolset()])
         assert index_of(index) is index
-        assert dispatch(frozenset(), index, call("ping"), {}) == Run(
-            index[0].tools[0], "ping", "ping"
-        )
+        assert dispatch(frozenset(), index, call("ping"), {}) == Run(index[0].tools[0], "ping")
 
     def test_tuples_are_indexed_once(self) -> None:
         """The same tuple gets the same index back, so dispatch stays O(1)."""
