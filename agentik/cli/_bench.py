@@ -22,13 +22,25 @@ def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
             " turns/s, latency percentiles, model vs framework time, writer batches and RSS."
         ),
     )
-    bench.add_argument("--conversations", "-n", type=int, default=100)
-    bench.add_argument("--turns", "-m", type=int, default=5)
+    bench.add_argument(
+        "--conversations", "-n", type=int, default=100, help="concurrent conversations (N)"
+    )
+    bench.add_argument("--turns", "-m", type=int, default=5, help="turns per conversation (M)")
     bench.add_argument("--url", help="a running server's base URL (default: in process)")
     bench.add_argument("--token", help="bearer token for --url (default: $AGENTIK_AUTH_TOKEN)")
-    bench.add_argument("--storage", choices=["sqlite", "memory"], default="sqlite")
+    bench.add_argument(
+        "--storage",
+        choices=["sqlite", "memory"],
+        default="sqlite",
+        help="in-process storage backend (default: sqlite)",
+    )
     bench.add_argument("--database", help="SQLite file to use (default: a temporary one)")
-    bench.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    bench.add_argument(
+        "--synchronous",
+        choices=["FULL", "NORMAL"],
+        default="FULL",
+        help="SQLite durability of the in-process database (default: FULL)",
+    )
     bench.add_argument("--latency", type=float, default=0.0, help="scripted model seconds per call")
     bench.add_argument("--tool-calls", type=int, default=1, help="tool calls per turn")
     bench.add_argument("--reply-chars", type=int, default=64, help="characters per answer")
