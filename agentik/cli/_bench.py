@@ -10,6 +10,7 @@ import sys
 import trio
 
 from agentik._serde import converter
+from agentik.cli._failures import REPORTED, first_reportable, report
 
 
 def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,6 +57,10 @@ def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+_BENCH_ERRORS: tuple[type[Exception], ...] = (ValueError, *REPORTED)
+"""ValueError: a setting ``run_bench`` refused (exit 2); the rest as every command."""
+
+
 def run_bench_command(args: argparse.Namespace) -> int:
     from agentik.benchmark import BenchConfig, format_table, run_bench
 
@@ -82,10 +87,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
             auth_token=url_token,
             progress=not args.no_progress and sys.stderr.isatty(),
         )
-        result = trio.run(run_bench, config)
     except ValueError as error:
         print(f"agentik bench: {error}", file=sys.stderr)
         return 2
+    failure: BaseException | None = None
+    try:
+        result = trio.run(run_bench, config)
+    except* _BENCH_ERRORS as group:
+        failure = first_reportable(group, _BENCH_ERRORS)
+    if failure is not None:
+        return report("bench", str(failure), code=2 if isinstance(failure, ValueError) else 1)
     if args.json:
         print(json.dumps(converter.unstructure(result), indent=2))
     else:

@@ -33,8 +33,6 @@ from agentik.cli._failures import REPORTED, CommandError, first_reportable, repo
 from agentik.models import TextDelta
 
 PROMPT = "you> "
-PROBE_TIMEOUT = 10.0
-"""Seconds the start-up check of ``--url`` may take."""
 
 
 def _write(text: str) -> None:
@@ -163,28 +161,6 @@ async def _remote_events(response: httpx.Response) -> AsyncIterator[TurnEvent]:
             yield TurnFailed(data["message"], data["code"])
 
 
-async def check_server(client: httpx.AsyncClient, url: str) -> None:
-    """Ask the server once (an authenticated read) before the first prompt:
-    raise ``CommandError`` saying what is wrong if it is unreachable, refuses
-    the token or is not an agentik server."""
-    try:
-        response = await client.get(
-            "/agentik/conversations", params={"limit": 1}, timeout=PROBE_TIMEOUT
-        )
-    except httpx.HTTPError as error:
-        raise CommandError(f"cannot reach {url}: {error}") from error
-    if response.status_code == 401:
-        raise CommandError(
-            f"{url} answered 401 unauthorized: pass the server's token with --token"
-            " or AGENTIK_AUTH_TOKEN"
-        )
-    if response.status_code != 200:
-        raise CommandError(
-            f"{url} does not look like an agentik server:"
-            f" GET /agentik/conversations answered HTTP {response.status_code}"
-        )
-
-
 async def _chat_remote(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("AGENTIK_AUTH_TOKEN")
     headers = {"Accept": "text/event-stream"}
@@ -192,6 +168,8 @@ async def _chat_remote(args: argparse.Namespace) -> int:
         headers["Authorization"] = f"Bearer {token}"
     url = f"/agentik/conversations/{args.conversation}/turns"
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=None) as client:
+        from agentik._probe import check_server
+
         await check_server(client, args.url)
         print(
             f"chatting with {args.url}; conversation {args.conversation!r};"

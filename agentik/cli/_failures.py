@@ -17,6 +17,7 @@ from typing import TypeVarTuple, Unpack
 import trio
 
 from agentik._errors import StoreError
+from agentik._probe import ServerCheckError
 
 Args = TypeVarTuple("Args")
 
@@ -25,7 +26,7 @@ class CommandError(Exception):
     """A failure already worded for the user (``cannot reach …``)."""
 
 
-REPORTED: tuple[type[Exception], ...] = (CommandError, StoreError, OSError)
+REPORTED: tuple[type[Exception], ...] = (CommandError, ServerCheckError, StoreError, OSError)
 """What a user can fix: the wording of these errors names the file, the
 address or the server, and what went wrong."""
 
@@ -44,15 +45,14 @@ def first_reportable(
     return error if isinstance(error, kinds) else None
 
 
-def report(command: str, message: str) -> int:
-    """Print ``agentik COMMAND: message`` as one line on stderr; return exit code 1."""
+def report(command: str, message: str, code: int = 1) -> int:
+    """Print ``agentik COMMAND: message`` as one line on stderr; return ``code``
+    (the exit code: 1 a failure, 2 a usage or configuration error)."""
     print(f"agentik {command}: {' '.join(message.split())}", file=sys.stderr)
-    return 1
+    return code
 
 
-def run_command(
-    command: str, main: Callable[[Unpack[Args]], Awaitable[int]], *args: *Args
-) -> int:
+def run_command(command: str, main: Callable[[Unpack[Args]], Awaitable[int]], *args: *Args) -> int:
     """``trio.run(main, *args)``; a reportable failure becomes one line and exit 1."""
     failure: BaseException | None = None
     try:
