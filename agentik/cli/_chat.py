@@ -5,7 +5,7 @@ running server (``--url``, through the native SSE endpoint; the server is
 asked once before the first prompt, so a dead address or a refused token is
 one line at start, not a surprise at the first message). Lines are read in a
 worker thread, one hop per line, so the event loop never blocks; the wait is
-abandoned on Ctrl-C, which quits (exit 130) wherever it is pressed.
+abandoned on Ctrl-C, so Ctrl-C at the prompt quits at once (exit 130).
 
 On a terminal, lines are read with the standard library's ``readline``
 (GNU readline or libedit): arrow keys edit the line and recall earlier lines
