@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
-
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
