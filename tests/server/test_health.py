@@ -15,32 +15,15 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-import apsw
 import httpx
 import trio
 
 from agentik._config import ServerConfig
 from agentik.server import serve_agentik
 from agentik.storage import StorageBundle, open_sqlite_storage
-from tests.reliability.faulty_vfs import FaultyFile, FaultyVFS
-from tests.storage.readonly_vfs import ReadOnlyVFS
-from tests.storage.readonly_vfs import readonly_vfs as readonly_vfs
-
-
-class DiskFullVFS(FaultyVFS):
-    """``FaultyVFS``, failing the WAL's writes as a full disk does (SQLITE_FULL)."""
-
-    NAME = "agentik-disk-full"
-
-    def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
-        return DiskFullFile(self, name, flags)
-
-
-class DiskFullFile(FaultyFile):
-    def _check(self, operation: str) -> None:
-        if self._wal and self._vfs.fail == operation:
-            self._vfs.injected += 1
-            raise apsw.FullError("database or disk is full")
+from tests.storage.vfs_faults import DiskFullVFS, ReadOnlyVFS
+from tests.storage.vfs_faults import disk_full_vfs as disk_full_vfs
+from tests.storage.vfs_faults import readonly_vfs as readonly_vfs
 
 
 @asynccontextmanager
@@ -64,42 +47,41 @@ def metric(text: str, name: str) -> str:
     return next(line.split()[1] for line in text.splitlines() if line.startswith(name + " "))
 
 
-async def test_health_is_degraded_while_the_disk_is_full_and_recovers(tmp_path: Path) -> None:
-    vfs = DiskFullVFS()
-    try:
-        async with (
-            open_sqlite_storage(tmp_path / "db", vfs=DiskFullVFS.NAME) as storage,
-            serving(storage, tmp_path) as client,
-        ):
-            healthy = await client.get("/health")
-            assert healthy.status_code == 200
-            assert healthy.json()["status"] == "ok"
-            assert "storage_error" not in healthy.json()
-            assert metric((await client.get("/metrics")).text, "agentik_storage_failing") == "0"
+async def test_health_is_degraded_while_the_disk_is_full_and_recovers(
+    tmp_path: Path, disk_full_vfs: DiskFullVFS
+) -> None:
+    vfs = disk_full_vfs
+    async with (
+        open_sqlite_storage(tmp_path / "db", vfs=DiskFullVFS.NAME) as storage,
+        serving(storage, tmp_path) as client,
+    ):
+        healthy = await client.get("/health")
+        assert healthy.status_code == 200
+        assert healthy.json()["status"] == "ok"
+        assert "storage_error" not in healthy.json()
+        assert metric((await client.get("/metrics")).text, "agentik_storage_failing") == "0"
 
-            vfs.fail = "write"
-            before = datetime.now(UTC)
-            failed = await turn(client, "a")
-            assert failed.status_code == 500
-            assert failed.json()["error"]["code"] == "store_error"
-            degraded = await client.get("/health")
-            assert degraded.status_code == 503
-            body = degraded.json()
-            assert body["status"] == "degraded"
-            error = body["storage_error"]
-            assert "FullError: database or disk is full" in error["message"]
-            assert before <= datetime.fromisoformat(error["at"]) <= datetime.now(UTC)
-            assert metric((await client.get("/metrics")).text, "agentik_storage_failing") == "1"
+        vfs.fail = "write"
+        before = datetime.now(UTC)
+        failed = await turn(client, "a")
+        assert failed.status_code == 500
+        assert failed.json()["error"]["code"] == "store_error"
+        degraded = await client.get("/health")
+        assert degraded.status_code == 503
+        body = degraded.json()
+        assert body["status"] == "degraded"
+        error = body["storage_error"]
+        assert "FullError: database or disk is full" in error["message"]
+        assert before <= datetime.fromisoformat(error["at"]) <= datetime.now(UTC)
+        assert metric((await client.get("/metrics")).text, "agentik_storage_failing") == "1"
 
-            vfs.fail = None
-            assert (await turn(client, "b")).status_code == 200
-            recovered = await client.get("/health")
-            assert recovered.status_code == 200
-            assert recovered.json()["status"] == "ok"
-            assert "storage_error" not in recovered.json()
-            assert metric((await client.get("/metrics")).text, "agentik_storage_failing") == "0"
-    finally:
-        vfs.unregister()
+        vfs.fail = None
+        assert (await turn(client, "b")).status_code == 200
+        recovered = await client.get("/health")
+        assert recovered.status_code == 200
+        assert recovered.json()["status"] == "ok"
+        assert "storage_error" not in recovered.json()
+        assert metric((await client.get("/metrics")).text, "agentik_storage_failing") == "0"
 
 
 async def test_health_is_degraded_on_a_read_only_database(

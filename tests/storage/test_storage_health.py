@@ -27,8 +27,9 @@ from agentik.storage.sqlite._migrate import migrate
 from agentik.storage.sqlite._open import _close_writer
 from tests.reliability.conftest import faulty_vfs as faulty_vfs
 from tests.reliability.faulty_vfs import FaultyVFS
-from tests.storage.readonly_vfs import ReadOnlyVFS
-from tests.storage.readonly_vfs import readonly_vfs as readonly_vfs
+from tests.storage.vfs_faults import DiskFullVFS, ReadOnlyVFS
+from tests.storage.vfs_faults import disk_full_vfs as disk_full_vfs
+from tests.storage.vfs_faults import readonly_vfs as readonly_vfs
 
 
 def user(text: str) -> Message:
@@ -88,6 +89,19 @@ async def test_a_full_disk_fails_writes_until_one_commits(
         assert not recovered.failing
         assert recovered.last_error == stats.last_error
         assert recovered.last_error_at == stats.last_error_at
+
+
+async def test_a_database_that_cannot_be_created_on_a_full_disk_is_a_store_error(
+    tmp_path: Path, disk_full_vfs: DiskFullVFS
+) -> None:
+    """The schema cannot be written: a ``StoreError`` naming the file (the CLI's
+    one line), not SQLite's own exception."""
+    disk_full_vfs.fail = "write"
+    path = tmp_path / "new.db"
+    with pytest.raises(StoreError, match=r"database or disk is full") as caught:
+        async with open_sqlite_storage(path, vfs=DiskFullVFS.NAME):
+            pass
+    assert repr(str(path)) in str(caught.value)
 
 
 async def test_a_request_refused_for_its_own_sake_is_not_a_storage_failure(

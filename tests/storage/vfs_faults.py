@@ -1,4 +1,9 @@
-"""An apsw VFS that opens every main database file read-only.
+"""VFSs for storage faults the fault-injecting ``FaultyVFS`` does not make.
+
+``DiskFullVFS``: ``FaultyVFS`` failing the write-ahead log's writes with
+SQLITE_FULL, as a full disk does (``FaultyVFS`` fails them with an I/O error).
+
+``ReadOnlyVFS`` opens every main database file read-only.
 
 What SQLite's ``unix`` VFS does by itself when the file's permissions forbid
 writing (it retries ``open`` with ``O_RDONLY`` and marks the file read-only),
@@ -16,6 +21,8 @@ from collections.abc import Iterator
 
 import apsw
 import pytest
+
+from tests.reliability.faulty_vfs import FaultyFile, FaultyVFS
 
 _FLAGS = apsw.mapping_open_flags
 _MAIN_DB = _FLAGS["SQLITE_OPEN_MAIN_DB"]
@@ -51,6 +58,31 @@ class ReadOnlyFile(apsw.VFSFile):  # type: ignore[misc]
 @pytest.fixture
 def readonly_vfs() -> Iterator[ReadOnlyVFS]:
     vfs = ReadOnlyVFS()
+    try:
+        yield vfs
+    finally:
+        vfs.unregister()
+
+
+class DiskFullVFS(FaultyVFS):
+    """``FaultyVFS``, failing the WAL's writes as a full disk does (SQLITE_FULL)."""
+
+    NAME = "agentik-disk-full"
+
+    def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
+        return DiskFullFile(self, name, flags)
+
+
+class DiskFullFile(FaultyFile):
+    def _check(self, operation: str) -> None:
+        if self._wal and self._vfs.fail == operation:
+            self._vfs.injected += 1
+            raise apsw.FullError("database or disk is full")
+
+
+@pytest.fixture
+def disk_full_vfs() -> Iterator[DiskFullVFS]:
+    vfs = DiskFullVFS()
     try:
         yield vfs
     finally:
