@@ -32,6 +32,7 @@ from agentik._messages import Role as Role
 from agentik._messages import TokenStats as TokenStats
 from agentik._messages import TokenUsage as TokenUsage
 from agentik._messages import ToolCall as ToolCall
+from agentik._public import publish as _publish
 from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import SystemPromptContributor as SystemPromptContributor
@@ -115,7 +116,10 @@ def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agentik' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    _publish({name: value}, [name], __name__)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
 
 
 __version__ = "0.1.0"
@@ -208,3 +212,5 @@ __all__ = [
     "toolset_control_tools",
     "writer_stats",
 ]
+
+_publish(globals(), __all__, __name__)

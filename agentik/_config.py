@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 import attrs
 
 from agentik._clients import (
+    _TOKEN_RULE,
     CLIENTS_ENV,
+    TOKEN,
     Client,
     ClientConfigError,
     check_distinct,
@@ -342,6 +344,9 @@ def _build(
         host, port = parse_bind(bind)
     token = get("server", "auth_token")
     auth_token = token if isinstance(token, str) and token else None
+    if auth_token is not None and not TOKEN.match(auth_token):
+        # the rule of [[server.clients]] tokens: a short token is guessable
+        raise ConfigError(f"[server] auth_token must be {_TOKEN_RULE} (the value is not shown)")
     if not _is_loopback(host) and auth_token is None and not clients:
         raise ConfigError(
             f"[server] auth_token is required when binding to the non-loopback address {host!r}"

@@ -194,14 +194,14 @@ def writer_rate(
 
 def _no_database(
     connection: object, seqs: object, clock: Clock, batch: list[_writer._AppendRequest]
-) -> int:
+) -> _writer._Outcome:
     """Stands in for the writer's batch function: acknowledges every append
     without touching SQLite, so what remains is the writer's trio side."""
     now = clock()
     session = Session(connection=connection, seqs=seqs, now_us=0, now=now)  # type: ignore[arg-type]
     for request in batch:
         request.succeed(session)
-    return 0
+    return _writer._Outcome()
 
 
 def no_database_rate(folder: Path, tasks: int, total: int, chars: int) -> float:

@@ -1,5 +1,6 @@
 """``agentik bench``: load benchmarks of the agent, in process or over HTTP."""
 
+from agentik._probe import ServerCheckError as ServerCheckError
 from agentik.benchmark._run import BenchConfig as BenchConfig
 from agentik.benchmark._run import BenchResult as BenchResult
 from agentik.benchmark._run import format_table as format_table
@@ -10,6 +11,7 @@ from agentik.benchmark._scripted import workload_responder as workload_responder
 __all__ = [
     "BenchConfig",
     "BenchResult",
+    "ServerCheckError",
     "bench_tool",
     "format_table",
     "run_bench",

@@ -20,6 +20,7 @@ import httpx
 import trio
 
 from agentik._errors import OverloadedError, TurnError
+from agentik._probe import check_server, refused_token
 from agentik.agent import open_chat_agent
 from agentik.benchmark._scripted import bench_tool, workload_responder
 from agentik.models import (
@@ -212,7 +213,11 @@ async def _drive(
 
 
 async def run_bench(config: BenchConfig) -> BenchResult:
-    """Run the workload once and measure it."""
+    """Run the workload once and measure it.
+
+    Against a server (``url``), raises ``ServerCheckError`` before any turn if
+    the server cannot be reached or refuses the token, and stops with it if a
+    turn is refused 401: a run of refused turns measures nothing."""
     if config.conversations < 1 or config.turns < 1:
         raise ValueError("conversations and turns must be >= 1")
     if config.url is not None:
@@ -250,18 +255,22 @@ async def run_bench(config: BenchConfig) -> BenchResult:
 
 
 async def _run_http(config: BenchConfig) -> BenchResult:
-    assert config.url is not None
+    url = config.url
+    assert url is not None
     limits = httpx.Limits(
         max_connections=config.conversations, max_keepalive_connections=config.conversations
     )
     headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
     async with httpx.AsyncClient(
-        base_url=config.url.rstrip("/"), limits=limits, timeout=config.http_timeout, headers=headers
+        base_url=url.rstrip("/"), limits=limits, timeout=config.http_timeout, headers=headers
     ) as client:
+        await check_server(client, url)
 
         @asynccontextmanager
         async def send(cid: str, text: str) -> AsyncIterator[None]:
             response = await client.post(f"/agentik/conversations/{cid}/turns", json={"text": text})
+            if response.status_code == 401:
+                raise refused_token(url)
             if response.status_code == 429:
                 raise OverloadedError("429 from the server")
             if response.status_code != 200:

@@ -10,6 +10,7 @@ import sys
 import trio
 
 from agentik._serde import converter
+from agentik.cli._failures import REPORTED, first_reportable, report
 
 
 def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,13 +23,25 @@ def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
             " turns/s, latency percentiles, model vs framework time, writer batches and RSS."
         ),
     )
-    bench.add_argument("--conversations", "-n", type=int, default=100)
-    bench.add_argument("--turns", "-m", type=int, default=5)
+    bench.add_argument(
+        "--conversations", "-n", type=int, default=100, help="concurrent conversations (N)"
+    )
+    bench.add_argument("--turns", "-m", type=int, default=5, help="turns per conversation (M)")
     bench.add_argument("--url", help="a running server's base URL (default: in process)")
     bench.add_argument("--token", help="bearer token for --url (default: $AGENTIK_AUTH_TOKEN)")
-    bench.add_argument("--storage", choices=["sqlite", "memory"], default="sqlite")
+    bench.add_argument(
+        "--storage",
+        choices=["sqlite", "memory"],
+        default="sqlite",
+        help="in-process storage backend (default: sqlite)",
+    )
     bench.add_argument("--database", help="SQLite file to use (default: a temporary one)")
-    bench.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    bench.add_argument(
+        "--synchronous",
+        choices=["FULL", "NORMAL"],
+        default="FULL",
+        help="SQLite durability of the in-process database (default: FULL)",
+    )
     bench.add_argument("--latency", type=float, default=0.0, help="scripted model seconds per call")
     bench.add_argument("--tool-calls", type=int, default=1, help="tool calls per turn")
     bench.add_argument("--reply-chars", type=int, default=64, help="characters per answer")
@@ -42,6 +55,10 @@ def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     bench.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before the run")
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+_BENCH_ERRORS: tuple[type[Exception], ...] = (ValueError, *REPORTED)
+"""ValueError: a setting ``run_bench`` refused (exit 2); the rest as every command."""
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
@@ -70,10 +87,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
             auth_token=url_token,
             progress=not args.no_progress and sys.stderr.isatty(),
         )
-        result = trio.run(run_bench, config)
     except ValueError as error:
         print(f"agentik bench: {error}", file=sys.stderr)
         return 2
+    failure: BaseException | None = None
+    try:
+        result = trio.run(run_bench, config)
+    except* _BENCH_ERRORS as group:
+        failure = first_reportable(group, _BENCH_ERRORS)
+    if failure is not None:
+        return report("bench", str(failure), code=2 if isinstance(failure, ValueError) else 1)
     if args.json:
         print(json.dumps(converter.unstructure(result), indent=2))
     else:

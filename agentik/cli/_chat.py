@@ -1,23 +1,35 @@
 """``agentik chat``: an interactive terminal chat, streaming each answer.
 
 In-process (an agent on the configured database and model) or against a
-running server (``--url``, through the native SSE endpoint). Lines are read
-in a worker thread, one hop per line, so the event loop never blocks.
+running server (``--url``, through the native SSE endpoint; the server is
+asked once before the first prompt, so a dead address or a refused token is
+one line at start, not a surprise at the first message). Lines are read in a
+worker thread, one hop per line, so the event loop never blocks; the wait is
+abandoned on Ctrl-C, so Ctrl-C at the prompt quits at once (exit 130).
+
+On a terminal, lines are read with the standard library's ``readline``
+(GNU readline or libedit): arrow keys edit the line and recall earlier lines
+of the session, and no escape code reaches the stored message.
+prompt_toolkit would do the same with a new dependency, and it runs on
+asyncio, not on trio; ``readline`` needs neither. Where the platform has no
+``readline`` (Windows), lines are read without editing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import trio
 
 from agentik.agent import ToolCallFinished, ToolCallStarted, TurnEvent, TurnFailed, TurnFinished
+from agentik.cli._failures import REPORTED, CommandError, first_reportable, report
 from agentik.models import TextDelta
 
 PROMPT = "you> "
@@ -53,10 +65,48 @@ async def print_stream(events: AsyncIterator[TurnEvent]) -> bool:
     return False
 
 
-async def _read_line() -> str | None:
+def _input_line() -> str | None:
+    """One line from the terminal, through readline (the module is imported
+    by ``_line_editing``); None at end of input (Ctrl-D)."""
+    try:
+        return input(PROMPT)
+    except EOFError:
+        _write("\n")
+        return None
+
+
+def _plain_line() -> str | None:
     _write(PROMPT)
-    line = await trio.to_thread.run_sync(sys.stdin.readline)
+    line = sys.stdin.readline()
     return line.rstrip("\n") if line else None
+
+
+async def _read_line() -> str | None:
+    read = _input_line if sys.stdin.isatty() else _plain_line
+    # abandon_on_cancel: Ctrl-C (KeyboardInterrupt) must not wait for a line
+    return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
+
+
+@contextlib.contextmanager
+def _line_editing() -> Iterator[None]:
+    """Line editing and in-session history on a terminal; the terminal's
+    settings restored on the way out (the abandoned reader may leave them
+    changed when Ctrl-C quits mid-line)."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (importing it is what makes input() edit lines)
+    try:
+        import termios
+    except ImportError:  # not a POSIX terminal
+        yield
+        return
+    saved = termios.tcgetattr(sys.stdin.fileno())
+    try:
+        yield
+    finally:
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
 
 
 async def _chat_in_process(args: argparse.Namespace) -> int:
@@ -78,7 +128,8 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
         ) as agent,
     ):
         print(
-            f"chatting in-process with {label}; conversation {args.conversation!r}; Ctrl-D to quit"
+            f"chatting in-process with {label}; conversation {args.conversation!r};"
+            " Ctrl-D or Ctrl-C to quit"
         )
         while (line := await _read_line()) is not None:
             if line.strip():
@@ -117,7 +168,13 @@ async def _chat_remote(args: argparse.Namespace) -> int:
         headers["Authorization"] = f"Bearer {token}"
     url = f"/agentik/conversations/{args.conversation}/turns"
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=None) as client:
-        print(f"chatting with {args.url}; conversation {args.conversation!r}; Ctrl-D to quit")
+        from agentik._probe import check_server
+
+        await check_server(client, args.url)
+        print(
+            f"chatting with {args.url}; conversation {args.conversation!r};"
+            " Ctrl-D or Ctrl-C to quit"
+        )
         while (line := await _read_line()) is not None:
             if not line.strip():
                 continue
@@ -131,11 +188,21 @@ async def _chat_remote(args: argparse.Namespace) -> int:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    try:
-        return trio.run(_chat_remote if args.url else _chat_in_process, args)
-    except KeyboardInterrupt:
-        print()
-        return 0
-    except httpx.HTTPError as error:
-        print(f"agentik chat: cannot reach {args.url}: {error}", file=sys.stderr)
-        return 1
+    """Exit codes: 0 at end of input (Ctrl-D), 130 on Ctrl-C, 1 when the chat
+    cannot start or the server goes away (one line on stderr)."""
+    failure: BaseException | None = None
+    interrupted = False
+    with _line_editing():
+        try:
+            return trio.run(_chat_remote if args.url else _chat_in_process, args)
+        except* KeyboardInterrupt:
+            interrupted = True
+        except* httpx.HTTPError as group:
+            error = first_reportable(group, (httpx.HTTPError,))
+            failure = CommandError(f"lost {args.url}: {error}")
+        except* REPORTED as group:
+            failure = first_reportable(group, REPORTED)
+    if interrupted:
+        _write("\n")
+        return 130
+    return report("chat", str(failure))

@@ -1,7 +1,8 @@
 """``agentik conversations`` and ``agentik show ID``: read a database, change nothing.
 
 A database path that does not exist is an error rather than a new empty
-database, so a typo cannot create files.
+database, so a typo cannot create files; one that cannot be opened (not a
+database, damaged) is one line on stderr.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import trio
-
 from agentik._config import load_config
 from agentik._messages import Message
+from agentik.cli._failures import report, run_command
 from agentik.storage import open_sqlite_storage
 
 
@@ -59,8 +59,7 @@ async def _show(database: str, conversation_id: str) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     database = args.database or load_config(None).database
     if not Path(database).is_file():
-        print(f"agentik: database {database!r} does not exist", file=sys.stderr)
-        return 1
+        return report(args.command, f"database {database!r} does not exist")
     if args.command == "conversations":
-        return trio.run(_list, database, args.limit)
-    return trio.run(_show, database, args.conversation_id)
+        return run_command(args.command, _list, database, args.limit)
+    return run_command(args.command, _show, database, args.conversation_id)

@@ -58,10 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     conversations = commands.add_parser("conversations", help="list a database's conversations")
     _add_database(conversations)
-    conversations.add_argument("--limit", type=int, default=100)
+    conversations.add_argument(
+        "--limit", type=int, default=100, help="list at most this many (default: 100)"
+    )
 
     show = commands.add_parser("show", help="print one conversation's messages")
-    show.add_argument("conversation_id", metavar="ID")
+    show.add_argument("conversation_id", metavar="ID", help="the conversation id, as stored")
     _add_database(show)
 
     commands.add_parser("demo", help="a short scripted conversation on a temporary database")

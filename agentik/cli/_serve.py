@@ -2,21 +2,27 @@
 SIGINT/SIGTERM drain in-flight turns, then close the writer, then exit 0.
 
 A second signal stops at once (history stays valid: the agent records results
-for tool calls it could not finish).
+for tool calls it could not finish). A start-up failure a user can fix (the
+port is in use, the database cannot be opened) is one line on stderr and exit
+code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import logging
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
+import attrs
 import trio
 
 from agentik._config import Raw, ServerConfig, load_config
+from agentik.cli._failures import REPORTED, first_reportable, report
 
 log = logging.getLogger("agentik.server")
 
@@ -82,9 +88,19 @@ def setup_logging() -> None:
     root.propagate = False
 
 
-async def serve_until_signalled(config: ServerConfig) -> None:
+@attrs.define
+class _Progress:
+    listening: bool = False
+    """The server bound its address: an OSError after this is not about the bind."""
+
+
+_BIND_ERRORS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+async def serve_until_signalled(config: ServerConfig, progress: _Progress | None = None) -> None:
     from agentik.server import serve_agentik
 
+    progress = _Progress() if progress is None else progress
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
 
@@ -98,10 +114,21 @@ async def serve_until_signalled(config: ServerConfig) -> None:
                     log.info("%s received: draining in-flight turns", signal.Signals(signum).name)
                     stop.set()
 
+        async def run_server(task_status: trio.TaskStatus[str]) -> None:
+            await serve_agentik(config, shutdown_trigger=stop.wait, task_status=task_status)
+            nursery.cancel_scope.cancel()
+
         nursery.start_soon(watch_signals)
-        await serve_agentik(config, shutdown_trigger=stop.wait)
-        nursery.cancel_scope.cancel()
+        await nursery.start(run_server)
+        progress.listening = True
     log.info("stopped")
+
+
+def _describe(error: BaseException, config: ServerConfig, progress: _Progress) -> str:
+    if isinstance(error, OSError) and not progress.listening and error.errno in _BIND_ERRORS:
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        return f"cannot listen on {host}:{config.port}: {error.strerror or error}"
+    return str(error)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -112,15 +139,12 @@ def run_serve(args: argparse.Namespace) -> int:
     setup_logging()
     if config.gc_freeze:
         tune_gc()
-    failure: OSError | None = None
+    progress = _Progress()
+    failure: BaseException | None = None
     try:
-        trio.run(serve_until_signalled, config)
-    except* OSError as group:
-        error = group.exceptions[0]
-        assert isinstance(error, OSError)
-        failure = error
+        trio.run(partial(serve_until_signalled, config, progress))
+    except* REPORTED as group:  # nested as deep as the nurseries it crossed
+        failure = first_reportable(group, REPORTED)
     if failure is not None:
-        where = f"{config.host}:{config.port}"
-        print(f"agentik serve: cannot serve on {where}: {failure}", file=sys.stderr)
-        return 1
+        return report("serve", _describe(failure, config, progress))
     return 0

@@ -63,7 +63,7 @@ from agentik.server._errors import HttpError
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
+from agentik.server._turns import EventStream, log_turn, open_stream, refuse
 from agentik.storage import IdempotencyKeyIndex
 
 
@@ -115,7 +115,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             return {"task": (await find_task(caller, send.task_id)).to_json()}
         except (AgentikError, ValueError) as exc:
             ctx.tasks.finish(key)
-            raise to_http_error(exc, caller, send.context_id) from exc
+            raise refuse("a2a", caller, send.context_id, exc, began) from exc
         ctx.tasks.finish(key)
         log_turn("a2a", caller, send.context_id, "finished", began)
         last = result.messages[-1].created_at or _now()

@@ -7,6 +7,12 @@ that is not UTF-8 once percent-decoded, puts the request's ``Caller``
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
 ``{"error": {"code", "message"}}`` with its status.
+
+``/health`` answers 503 ``degraded`` while the storage is failing (writes fail
+for a reason of the storage and none has committed since:
+``WriterStats.failing``), naming the last storage error and when it happened,
+so a load balancer takes the server out; it answers 200 ``degraded`` when an
+MCP server is down, since turns still run without its tools.
 """
 
 from __future__ import annotations
@@ -135,6 +141,7 @@ class Guard:
 
 def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
     async def health(_: Request) -> Response:
+        status = 200
         body: JsonObject = {
             "status": "ok",
             "version": agentik.__version__,
@@ -164,7 +171,16 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
                 if health.state.value in ("failed", "restarting"):
                     body["status"] = "degraded"
             body["mcp"] = servers
-        return json_response(body)
+        writer = ctx.writer_gauges()
+        if writer is not None and writer.failing:
+            body["status"] = "degraded"
+            at = writer.last_error_at
+            body["storage_error"] = {
+                "message": writer.last_error,
+                "at": None if at is None else at.isoformat(),
+            }
+            status = 503
+        return json_response(body, status)
 
     async def metrics(_: Request) -> Response:
         text = render_metrics(

@@ -132,4 +132,22 @@ def render_metrics(
             "Writes waiting for the writer.",
             writer.queue_depth,
         )
+        out.metric(
+            "agentik_writer_failed_writes_total",
+            "counter",
+            "Writes that failed (alone, or with their whole batch).",
+            writer.failed_writes,
+        )
+        out.metric(
+            "agentik_writer_failed_batches_total",
+            "counter",
+            "Transactions SQLite could not commit (lock, I/O error, full disk).",
+            writer.failed_batches,
+        )
+        out.metric(
+            "agentik_storage_failing",
+            "gauge",
+            "1 while writes fail for a reason of the storage and none has committed since.",
+            int(writer.failing),
+        )
     return "\n".join(out.lines) + "\n"

@@ -54,6 +54,24 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
     return HttpError(503, f"the agent is not accepting turns: {message}", code="unavailable")
 
 
+def outcome_of(exc: Exception, error: HttpError) -> str:
+    """The turn log's outcome for a turn that ended in ``exc`` (the client got
+    ``error``): ``failed:<code>`` if the turn ran and failed (``TurnError``),
+    ``refused:<code>`` if it never ran; ``<code>`` is the code the client saw.
+    With ``finished`` and ``disconnected`` that is the whole vocabulary, the
+    same for every transport, streamed or not."""
+    return f"{'failed' if isinstance(exc, TurnError) else 'refused'}:{error.code}"
+
+
+def refuse(
+    transport: str, caller: Caller, conversation_id: str, exc: Exception, began: float
+) -> HttpError:
+    """Log the turn that ended in ``exc`` and return its HTTP error, to raise."""
+    error = to_http_error(exc, caller, conversation_id)
+    log_turn(transport, caller, conversation_id, outcome_of(exc, error), began)
+    return error
+
+
 def log_turn(
     transport: str, caller: Caller, conversation_id: str, outcome: str, began: float
 ) -> None:
@@ -78,8 +96,7 @@ async def send_turn(
     try:
         result = await agent.send(caller.internal(conversation_id), text, idempotency_key=key)
     except (AgentikError, ValueError) as exc:
-        log_turn(transport, caller, conversation_id, f"refused:{type(exc).__name__}", began)
-        raise to_http_error(exc, caller, conversation_id) from exc
+        raise refuse(transport, caller, conversation_id, exc, began) from exc
     log_turn(transport, caller, conversation_id, "finished", began)
     return result
 
@@ -101,8 +118,7 @@ async def open_stream(
             agent.stream(caller.internal(conversation_id), text, idempotency_key=key)
         )
     except (AgentikError, ValueError) as exc:
-        log_turn(transport, caller, conversation_id, f"refused:{type(exc).__name__}", began)
-        raise to_http_error(exc, caller, conversation_id) from exc
+        raise refuse(transport, caller, conversation_id, exc, began) from exc
 
     async def logged() -> AsyncIterator[TurnEvent]:
         outcome = "disconnected"

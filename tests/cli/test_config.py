@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agentik._clients import ClientConfigError, parse_clients_table
 from agentik._config import ConfigError, Limits, ModelSettings, load_config, parse_bind
 
 
@@ -100,9 +103,40 @@ class TestConfigErrors:
         """Binding beyond loopback without a token is refused; with one it is fine."""
         with pytest.raises(ConfigError, match=r"auth_token is required .* '0\.0\.0\.0'"):
             load_config(None, env={"AGENTIK_BIND": "0.0.0.0:80"})
-        config = load_config(None, env={"AGENTIK_BIND": "0.0.0.0:80", "AGENTIK_AUTH_TOKEN": "t"})
-        assert config.auth_token == "t"
+        token = "a-token-of-16-chars"
+        config = load_config(None, env={"AGENTIK_BIND": "0.0.0.0:80", "AGENTIK_AUTH_TOKEN": token})
+        assert config.auth_token == token
         assert not config.is_loopback
+
+    @pytest.mark.parametrize("where", ["file", "environment"])
+    def test_short_auth_token_is_refused(self, tmp_path: Path, where: str) -> None:
+        """``auth_token`` follows the rule of ``[[server.clients]]`` tokens (16 or
+        more b64token characters); the error never shows the value."""
+        if where == "file":
+            path: Path | None = write(tmp_path, '[server]\nauth_token = "s3cr3t"\n')
+            env: dict[str, str] = {}
+        else:
+            path, env = None, {"AGENTIK_AUTH_TOKEN": "s3cr3t"}
+        with pytest.raises(ConfigError, match=r"\[server\] auth_token must be 16 or more") as err:
+            load_config(path, env=env)
+        assert "s3cr3t" not in str(err.value)
+
+    @settings(max_examples=200, deadline=None)
+    @given(token=st.text(min_size=1, max_size=40))
+    def test_auth_token_rule_is_the_clients_rule(self, token: str) -> None:
+        """Any text is accepted as ``auth_token`` exactly when it is accepted as
+        a ``[[server.clients]]`` token."""
+        try:
+            parse_clients_table([{"owner": "alice", "token": token}], {})
+            as_client = True
+        except ClientConfigError:
+            as_client = False
+        try:
+            accepted = load_config(None, env={}, overrides={("server", "auth_token"): token})
+            as_auth_token = accepted.auth_token == token
+        except ConfigError:
+            as_auth_token = False
+        assert as_auth_token is as_client
 
 
 def test_parse_bind_ipv6() -> None:

@@ -1,15 +1,18 @@
-"""Every ``sh`` example in docs/server.md, run with curl against a real server."""
+"""Every ``sh`` example in docs/server.md, run with curl against a real server
+configured as plain ``agentik serve`` is (no toolsets, the demo model), so
+an example cannot lean on something only the tests' servers have."""
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from tests.server.conftest import Running
+from tests.server.conftest import Running, start_server
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "server.md"
 DOC_URL = "http://127.0.0.1:8080"
@@ -43,13 +46,20 @@ def test_every_endpoint_has_an_example() -> None:
         assert path in text, path
 
 
+@pytest.fixture
+async def plain_server(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Running]:
+    """What ``agentik serve`` runs with no configuration (the address aside)."""
+    async for running in start_server(nursery, tmp_path, toolsets=()):
+        yield running
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-async def test_examples_run(server: Running) -> None:
+async def test_examples_run(plain_server: Running) -> None:
     """Each example exits 0 with curl --fail-with-body, and the JSON ones print JSON."""
     outputs = []
     for example in examples():
         script = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
-        script += example.replace(DOC_URL, server.url)
+        script += example.replace(DOC_URL, plain_server.url)
         result = await trio.run_process(
             ["bash", "-c", script], capture_stdout=True, capture_stderr=True, check=False
         )
@@ -58,6 +68,8 @@ async def test_examples_run(server: Running) -> None:
     joined = "\n".join(outputs)
     assert '"text":"You said: hello"' in joined
     assert "event: turn_finished" in joined
+    assert "event: tool_call_finished" in joined  # the streaming example runs a tool
+    assert '"text":"likes short answers"' in joined  # ... whose note the memory example shows
     assert '"type":"RUN_FINISHED"' in joined
     assert '"state":"TASK_STATE_COMPLETED"' in joined
     assert '"code":-32002' in joined  # cancelling a finished task

@@ -1,15 +1,19 @@
 """``open_sqlite_storage``: connections, migrations, the writer task, the bundle.
 
 Opening checks the SQLite version, opens the write connection, migrates the
-schema and opens the readers, all off the event loop. Closing refuses new
-writes, lets the writer drain what it accepted, then closes the connections
-(readers first, so the writer's close checkpoints the WAL). The writer runs in
+schema and opens the readers, all off the event loop; any failure to open is a
+``StoreError`` naming the file. Closing refuses new writes, lets the writer
+drain what it accepted, then closes the connections (readers first, so the
+writer's close checkpoints the WAL). Closing never raises for a database that
+stopped taking writes (read-only, full disk): what was committed is
+committed, so the failed ``PRAGMA optimize`` is logged, not raised. The writer runs in
 a nursery hidden inside the context manager; an error from the body comes out
 as itself, not wrapped in an exception group.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,6 +40,8 @@ from agentik.storage.sqlite._stores import (
 )
 from agentik.storage.sqlite._writer import Writer, WriterStats
 
+log = logging.getLogger("agentik.storage")
+
 
 def _open_writer(
     path: str | os.PathLike[str], synchronous: Synchronous, busy_timeout: float, vfs: str | None
@@ -43,15 +49,29 @@ def _open_writer(
     try:
         connection = open_write_connection(path, synchronous, busy_timeout, vfs)
     except apsw.Error as error:
-        raise StoreError(f"cannot open the database {os.fspath(path)!r}: {error}") from error
+        raise StoreError(
+            f"cannot open the database {os.fspath(path)!r}: {_why(path, error)}"
+        ) from error
     migrated = False
     try:
         migrate(connection)
         migrated = True
+    except apsw.Error as error:
+        raise StoreError(
+            f"cannot prepare the database {os.fspath(path)!r}: {_why(path, error)}"
+        ) from error
     finally:
         if not migrated:
             connection.close()
     return connection
+
+
+def _why(path: str | os.PathLike[str], error: apsw.Error) -> str:
+    """SQLite's reason, plus the likely cause where SQLite's words are vague."""
+    directory = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if isinstance(error, apsw.CantOpenError) and not os.path.isdir(directory):
+        return f"{error} (the directory {directory!r} does not exist)"
+    return str(error)
 
 
 @asynccontextmanager
@@ -129,7 +149,19 @@ async def open_sqlite_storage(
 
 
 def _close_writer(connection: apsw.Connection) -> None:
-    connection.pragma("optimize")
+    """``PRAGMA optimize`` (it may write fresh statistics), then close. On a
+    database that takes no writes it cannot succeed and is not needed for
+    anything committed, so its failure is logged and the close goes on."""
+    if not connection.readonly("main"):
+        try:
+            connection.pragma("optimize")
+        except apsw.Error as error:
+            log.warning(
+                "PRAGMA optimize failed while closing the database (%s: %s);"
+                " every acknowledged write was committed before",
+                type(error).__name__,
+                error,
+            )
     connection.close()
 
 

@@ -28,12 +28,19 @@ Invariants:
   is written, and the writer goes on with the next batch;
 - if the writer itself breaks (any other exception: a bug), it dies: every
   request in flight or queued fails with ``StoreClosedError``, and every later
-  submission is refused with the same cause.
+  submission is refused with the same cause;
+- the storage is *failing* (``WriterStats.failing``, what ``/health`` reports)
+  from a write that fails for a reason of the storage (``_STORAGE_FAULTS``, or
+  a batch SQLite could not commit) until a write commits again, and for good
+  once the writer died; a database opened read-only is failing from the start.
+  A request refused for its own sake (a constraint, a reused key) changes
+  nothing: it says nothing about the storage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Generic, Protocol, TypeVar, cast, final
 
 import apsw
@@ -53,6 +60,22 @@ T = TypeVar("T")
 # A request's own failure: a constraint, a value SQLite or the encoder refuses,
 # an ``agentik`` error raised on purpose. Anything else is a bug and kills the writer.
 _REQUEST_ERRORS = (apsw.Error, StoreError, ValueError, TypeError, OverflowError)
+
+# Errors of the storage rather than of the request: every other write would
+# fail the same way, so they make the storage "failing" (``WriterStats.failing``).
+_STORAGE_FAULTS = (
+    apsw.ReadOnlyError,
+    apsw.IOError,
+    apsw.FullError,
+    apsw.CorruptError,
+    apsw.NotADBError,
+    apsw.CantOpenError,
+    apsw.BusyError,
+    apsw.LockedError,
+    apsw.NoMemError,
+    apsw.PermissionsError,
+    apsw.ProtocolError,
+)
 
 
 @attrs.frozen
@@ -76,6 +99,16 @@ class WriterStats:
     queue_depth: int
     """Requests waiting for the writer: queued, plus callers waiting for room."""
     queue_capacity: int
+    failing: bool = False
+    """Writes are failing for a reason of the storage: the last write that
+    reached SQLite failed so (read-only database, I/O error, full disk, a lock
+    held past ``busy_timeout``) and none has committed since, or the database
+    was opened read-only, or the writer died."""
+    last_error: str | None = None
+    """The latest such error (``ReadOnlyError: attempt to write a readonly
+    database``), kept after writes recover; None if there was none."""
+    last_error_at: datetime | None = None
+    """When ``last_error`` happened (the bundle's clock)."""
 
 
 class _Work(Protocol):
@@ -218,8 +251,8 @@ def _try_appends_at_once(session: Session, run: list[_AppendRequest]) -> bool:
     return True
 
 
-def _run_one(session: Session, request: _Work) -> bool:
-    """Run one request in its own savepoint; return False if it failed."""
+def _run_one(session: Session, request: _Work) -> Exception | None:
+    """Run one request in its own savepoint; return its error if it failed."""
     try:
         with session.connection:  # inside a transaction: a SAVEPOINT
             request.run(session)
@@ -227,15 +260,30 @@ def _run_one(session: Session, request: _Work) -> bool:
         session.seqs.undo()
         _check_transaction(session.connection, error)
         request.fail(_as_store_error(error))
-        return False
+        return error
     session.seqs.keep()
-    return True
+    return None
 
 
-def _run_requests(session: Session, batch: list[_Work]) -> int:
-    """Every request of the batch, runs of appends at once; return how many
-    requests failed alone."""
-    failed = 0
+@attrs.define
+class _Outcome:
+    """What a batch's requests did, for the counters and the storage's health."""
+
+    failed: int = 0
+    """Requests that failed alone (their batch-mates committed)."""
+    fault: Exception | None = None
+    """The last of those failures that was the storage's (``_STORAGE_FAULTS``)."""
+
+    def add(self, error: Exception | None) -> None:
+        if error is not None:
+            self.failed += 1
+            if isinstance(error, _STORAGE_FAULTS):
+                self.fault = error
+
+
+def _run_requests(session: Session, batch: list[_Work]) -> _Outcome:
+    """Every request of the batch, runs of appends at once."""
+    outcome = _Outcome()
     position, total = 0, len(batch)
     while position < total:
         end = position
@@ -246,19 +294,19 @@ def _run_requests(session: Session, batch: list[_Work]) -> int:
             run = cast("list[_AppendRequest]", batch if whole else batch[position:end])
             if not _try_appends_at_once(session, run):
                 for request in run:
-                    failed += not _run_one(session, request)
+                    outcome.add(_run_one(session, request))
             position = end
         else:
-            failed += not _run_one(session, batch[position])
+            outcome.add(_run_one(session, batch[position]))
             position += 1
-    return failed
+    return outcome
 
 
 def _run_batch(
     connection: apsw.Connection, seqs: SeqCache, clock: Clock, batch: list[_Work]
-) -> int:
-    """One transaction for the whole batch; return how many requests failed
-    alone. Runs in a worker thread; raises only if the transaction itself fails."""
+) -> _Outcome:
+    """One transaction for the whole batch; return what its requests did. Runs
+    in a worker thread; raises only if the transaction itself fails."""
     now = clock()
     session = Session(connection=connection, seqs=seqs, now_us=to_micros(now), now=now)
     committed = False
@@ -267,7 +315,7 @@ def _run_batch(
     # through the busy handler and would freeze the event loop meanwhile.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        failed = _run_requests(session, batch)
+        outcome = _run_requests(session, batch)
         connection.execute("COMMIT")
         committed = True
     finally:
@@ -275,7 +323,7 @@ def _run_batch(
             seqs.clear()
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
-    return failed
+    return outcome
 
 
 @final
@@ -296,6 +344,11 @@ class Writer:
         self._failure: Exception | None = None
         self._batches = self._writes = self._failed = self._last = self._largest = 0
         self._failed_batches = 0
+        self._failing = False
+        self._last_error: str | None = None
+        self._last_error_at: datetime | None = None
+        if connection.readonly("main"):
+            self._record_fault("the database is read-only: every write will fail")
 
     async def submit(self, operation: Callable[[Session], T]) -> Pending[T]:
         """Queue one write; return once it is accepted (there was room)."""
@@ -384,7 +437,15 @@ class Writer:
             largest_batch_size=self._largest,
             queue_depth=len(self._queue),
             queue_capacity=self._queue_capacity,
+            failing=self._failing or self._failure is not None,
+            last_error=self._last_error,
+            last_error_at=self._last_error_at,
         )
+
+    def _record_fault(self, text: str) -> None:
+        self._failing = True
+        self._last_error = text
+        self._last_error_at = self._clock()
 
     async def run(self) -> None:
         """Commit batches until the queue closes and drains (or the writer dies)."""
@@ -398,7 +459,7 @@ class Writer:
 
     async def _commit(self, batch: list[_Work]) -> bool:
         try:
-            failed = await trio.to_thread.run_sync(
+            outcome = await trio.to_thread.run_sync(
                 _run_batch, self._connection, self._seqs, self._clock, batch, limiter=self._thread
             )
         except (apsw.Error, _TransactionLost) as error:
@@ -417,15 +478,22 @@ class Writer:
                 request.resolve()
             self._failed_batches += 1
             self._failed += len(batch)
+            self._record_fault(f"{type(cause).__name__}: {cause}")
             return True
         except Exception as error:  # a bug: the writer cannot be trusted any more
             self._failure = error
+            self._record_fault(f"the storage writer died: {type(error).__name__}: {error}")
             for request in batch:
                 request.fail(self._died_error())
                 request.resolve()
             return False
         for request in batch:
             request.resolve()
+        failed = outcome.failed
+        if outcome.fault is not None:
+            self._record_fault(f"{type(outcome.fault).__name__}: {outcome.fault}")
+        elif failed < len(batch):
+            self._failing = False  # a write committed: the storage takes writes again
         self._batches += 1
         self._writes += len(batch) - failed
         self._failed += failed

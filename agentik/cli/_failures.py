@@ -1,0 +1,62 @@
+"""Failures a user can act on, reported as one line on stderr, never a traceback.
+
+A database that cannot be opened, a port in use, a server that cannot be
+reached or refuses the token: each is one line, ``agentik COMMAND: what
+failed: why``, and exit code 1. trio wraps an error that leaves a nursery in
+an exception group, nested as deep as the nurseries it crossed, so the error
+is matched with ``except*`` and the first leaf of a reportable type is
+reported. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVarTuple, Unpack
+
+import trio
+
+from agentik._errors import StoreError
+from agentik._probe import ServerCheckError
+
+Args = TypeVarTuple("Args")
+
+
+class CommandError(Exception):
+    """A failure already worded for the user (``cannot reach …``)."""
+
+
+REPORTED: tuple[type[Exception], ...] = (CommandError, ServerCheckError, StoreError, OSError)
+"""What a user can fix: the wording of these errors names the file, the
+address or the server, and what went wrong."""
+
+
+def first_reportable(
+    error: BaseException, kinds: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """The first leaf of ``error`` (depth first through nested exception
+    groups) that is one of ``kinds``; None if there is none."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = first_reportable(inner, kinds)
+            if found is not None:
+                return found
+        return None
+    return error if isinstance(error, kinds) else None
+
+
+def report(command: str, message: str, code: int = 1) -> int:
+    """Print ``agentik COMMAND: message`` as one line on stderr; return ``code``
+    (the exit code: 1 a failure, 2 a usage or configuration error)."""
+    print(f"agentik {command}: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def run_command(command: str, main: Callable[[Unpack[Args]], Awaitable[int]], *args: *Args) -> int:
+    """``trio.run(main, *args)``; a reportable failure becomes one line and exit 1."""
+    failure: BaseException | None = None
+    try:
+        return trio.run(main, *args)
+    except* REPORTED as group:
+        failure = first_reportable(group, REPORTED)
+    return report(command, str(failure))
