@@ -68,15 +68,17 @@ class Conversation:
     history: list[Message] = attrs.Factory(list)
     memory: list[MemoryEntry] = attrs.Factory(list)
     keys: dict[str, int] = attrs.Factory(dict)
-    """Idempotency keys used since load -> index of their user message in ``history``."""
+    """Idempotency keys used since load -> index of their user message in
+    ``history``. A key enters only once its own user message is in ``history``
+    (accepted by the store), so it never names a slot another turn takes."""
     loaded: bool = False
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
+    """The cache may disagree with the store: reload before the next turn."""
     inflight: list[Pending[Message]] = attrs.Factory(list)
     """Writes accepted by the store that may not be committed yet (a turn was
     cut short while they waited); a reload waits for them first."""
-    """The cache may disagree with the store: retire after this turn."""
     backlog: int = 0
     """Turns sent to the inbox and not yet taken (maintained by the agent)."""
     cancel_scope: trio.CancelScope | None = None
@@ -210,13 +212,12 @@ class Conversation:
             await self._settle_inflight()
         if self.stale:
             # A failed write left the cache unsure: start again from the store.
-            self.history.clear()
-            self.keys.clear()
-            self.loaded = self.stale = False
+            self._forget()
         if not self.loaded:
             await self._load()
         key = request.idempotency_key
         text: str | None = request.text
+        start: int | None = None
         if key is not None:
             start = await self._find_key(key)
             if start is not None:
@@ -252,13 +253,14 @@ class Conversation:
                             events.close()
 
         begin = len(self.history)
-        if key is not None and text is not None:
-            self.keys[key] = begin  # before running: a failed turn keeps its key too
+        # The turn remembers ``key`` as soon as its user message is recorded
+        # (a failed turn keeps its key too), and not before: cut short earlier,
+        # the message was never stored and the key must name nothing.
         result = await Turn(self, emit, begin).run(text, key)
-        if key is None or text is not None:
+        if start is None:
             return result
         # A resumed turn: its result starts with the user message stored earlier.
-        earlier = self.history[self.keys[key] : begin]
+        earlier = self.history[start:begin]
         usage = result.usage
         for m in earlier:
             if m.usage is not None:
@@ -268,12 +270,43 @@ class Conversation:
     async def _find_key(self, key: str) -> int | None:
         """Index in ``history`` of the user message stored with ``key``."""
         index = self.keys.get(key)
-        if index is None and self.had_history:
-            seq = await self.storage.message_store.find_idempotency_key(self.conversation_id, key)
-            if seq is not None:
-                index = seq - 1  # seqs are 1, 2, 3 … and the cache holds them all
-                self.keys[key] = index
-        return index
+        if index is not None or not self.had_history:
+            return index
+        store = self.storage.message_store
+        seq = await store.find_idempotency_key(self.conversation_id, key)
+        if seq is None:
+            return None
+        if not self._holds(seq):
+            # Someone else wrote to this conversation since it was loaded:
+            # the cache is short of the store. Read it again, then look again.
+            self._forget()
+            await self._load()
+            seq = await store.find_idempotency_key(self.conversation_id, key)
+            if seq is None:
+                return None
+            if not self._holds(seq):
+                self.stale = True
+                raise StoreError(
+                    f"idempotency key {key!r} names message seq {seq}, which is not a"
+                    " user message of the history just read; retry"
+                )
+        self.keys[key] = seq - 1
+        return seq - 1
+
+    def _holds(self, seq: int) -> bool:
+        """Whether the cache holds user message ``seq`` where seqs put it:
+        seqs are 1, 2, 3 … and the cache holds them all, in order."""
+        index = seq - 1
+        if not 0 <= index < len(self.history):
+            return False
+        message = self.history[index]
+        return message.seq == seq and message.role is Role.USER
+
+    def _forget(self) -> None:
+        """Drop the cache; the next turn loads the conversation again."""
+        self.history.clear()
+        self.keys.clear()
+        self.loaded = self.stale = False
 
     def _turn_messages(self, start: int) -> list[Message]:
         out = [self.history[start]]
@@ -314,6 +347,7 @@ class Conversation:
             history = [m async for m in store.get_messages(cid)]
             memory = await self.storage.working_memory_store.list(cid)
         self.history[:] = history
+        self.keys.clear()  # indexes of an earlier cache name nothing in this one
         self.memory[:] = memory
         self.had_history = bool(history)
         await self._repair()

@@ -98,6 +98,12 @@ class Turn:
         settings = conv.runtime.settings
         if text is not None:
             await self.record(Message(Role.USER, text), idempotency_key=idempotency_key)
+            if idempotency_key is not None:
+                # Only now: the store has accepted the message and the cache
+                # holds it at ``start``. Remembered before ``record``, a turn
+                # cancelled while the store made room left the key naming the
+                # slot the next turn's message then took.
+                conv.keys[idempotency_key] = self.start
         for _ in range(settings.max_tool_rounds):
             contributions, index = conv.runtime.toolsets()
             response = await self._call_model(contributions, index)
