@@ -120,7 +120,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         except TurnError as exc:
             log_turn("a2a", caller, send.context_id, f"failed:{exc.code}", began)
             ctx.tasks.finish(key)
-            return {"task": (await find_task(caller, send.task_id)).to_json()}
+            view = await find_task(caller, send.task_id)
+            return {"task": view.to_json(history_length=limit)}
         except (AgentikError, ValueError) as exc:
             ctx.tasks.finish(key)
             raise to_http_error(exc, caller, send.context_id) from exc
