@@ -19,12 +19,13 @@ import attrs
 import outcome
 import trio
 
-from agentik._errors import AgentikError, StoreError, TurnError
+from agentik._errors import AgentikError, ModelBackendError, StoreError, TurnError
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role, TokenUsage
 from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik.agent._failures import describe, message_of
 from agentik.agent._turn import Turn
-from agentik.models import ModelRequest
+from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import ConversationLoader, Pending, StorageBundle
 from agentik.toolsets import ToolsetActivation
 
@@ -149,18 +150,19 @@ class Conversation:
             except AgentikError as exc:
                 self.stale = True
                 code = "store_error" if isinstance(exc, StoreError) else "turn_failed"
-                result = outcome.Error(TurnError(f"the turn failed: {exc}", code=code))
+                error = TurnError(f"the turn failed: {message_of(exc)}", code=code)
+                error.__cause__ = exc
+                result = outcome.Error(error)
             except Exception as exc:
-                # A bug (ours, a backend's, a contributor's) fails this turn only:
-                # the agent serves thousands of other conversations.
-                log.exception("conversation %r: the turn crashed", self.conversation_id)
+                # A bug (ours, or in code the turn calls that was not wrapped
+                # where it was called) fails this turn only: the agent serves
+                # thousands of other conversations.
                 self.stale = True
-                result = outcome.Error(
-                    TurnError(
-                        f"the turn failed unexpectedly: {type(exc).__name__}: {exc}",
-                        code="internal_error",
-                    )
+                error = TurnError(
+                    f"the turn failed unexpectedly: {describe(exc)}", code="internal_error"
                 )
+                error.__cause__ = exc
+                result = outcome.Error(error)
         self.cancel_scope = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
@@ -168,23 +170,51 @@ class Conversation:
             stats.turns_finished += 1
         else:
             stats.turns_failed += 1
+            assert isinstance(result, outcome.Error)
+            assert isinstance(result.error, TurnError)
+            self._log_failure(result.error)
         await self._deliver(request, result)
         if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
             await self._reflect()
 
+    def _log_failure(self, error: TurnError) -> None:
+        """Log a failed turn or step once: with the traceback of what caused it
+        when that was a bug (not an agentik error); a cancellation is no failure."""
+        if error.code == "cancelled":
+            return
+        cause = error.__cause__
+        if cause is not None and not isinstance(cause, AgentikError):
+            log.error(
+                "conversation %r: %s [%s]", self.conversation_id, error, error.code, exc_info=cause
+            )
+        else:
+            log.warning("conversation %r: %s [%s]", self.conversation_id, error, error.code)
+
     async def _reflect(self) -> None:
         """Ask the model for one short lesson from the history and store it.
-        Best effort: a failure here is logged and never fails the turn."""
+
+        The turn has finished and its caller has its answer, so whatever fails
+        here (the model, the reflection store, anything they raise) fails this
+        step alone: logged once and counted, never raised."""
         request = ModelRequest(
             (Message(Role.SYSTEM, REFLECTION_PROMPT), *self.history, Message(Role.USER, REFLECT))
         )
         try:
             response = await self.runtime.model.complete(request)
+            if not isinstance(response, ModelResponse):
+                raise ModelBackendError(
+                    f"the model returned {type(response).__name__}, expected ModelResponse"
+                )
             text = (response.text or "").strip()
             if text:
                 await self.storage.reflection_store.insert(self.conversation_id, text)
-        except AgentikError as exc:
-            log.warning("conversation %r: reflection failed: %s", self.conversation_id, exc)
+        except Exception as exc:
+            self.runtime.stats.reflections_failed += 1
+            error = TurnError(
+                f"the reflection step failed: {describe(exc)}", code="reflection_failed"
+            )
+            error.__cause__ = exc
+            self._log_failure(error)
 
     async def _deliver(self, request: TurnRequest, result: outcome.Outcome[TurnResult]) -> None:
         request.reply.set(result)
