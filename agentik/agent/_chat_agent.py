@@ -245,6 +245,25 @@ def _check_turn(conversation_id: str, text: str, key: str | None) -> None:
         raise ValueError("text must be a non-empty string")
     if key is not None and (not isinstance(key, str) or not key):
         raise ValueError("idempotency_key must be a non-empty string or None")
+    _check_unicode("conversation_id", conversation_id)
+    _check_unicode("text", text)
+    if key is not None:
+        _check_unicode("idempotency_key", key)
+
+
+def _check_unicode(name: str, value: str) -> None:
+    """Refuse a lone surrogate: a ``str`` may hold one, but it is not Unicode
+    text, so no store can keep it (SQLite fails the write, a storage fault).
+    ``isascii`` is O(1) in CPython, so the common case costs no encoding."""
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} must be valid Unicode text: it has a lone surrogate"
+            f" {value[error.start]!r} at index {error.start}"
+        ) from None
 
 
 def _core_tools(
