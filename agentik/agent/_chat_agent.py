@@ -143,10 +143,18 @@ class ChatAgent:
         with receiver:
             yield receiver
 
-    def cancel(self, conversation_id: str) -> bool:
-        """Cancel the conversation's running turn; True if there was one."""
+    def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
+        """Cancel the conversation's running turn; True if there was one.
+
+        With ``idempotency_key``, only the turn carrying that key: cancelled if
+        it runs, and if it still waits in the queue, answered ``cancelled``
+        without running when its turn comes; other turns are left alone."""
         conversation = self._conversations.get(conversation_id)
-        if conversation is None or conversation.cancel_scope is None:
+        if conversation is None:
+            return False
+        if idempotency_key is not None:
+            return conversation.cancel_key(idempotency_key)
+        if conversation.cancel_scope is None:
             return False
         conversation.cancel_scope.cancel()
         return True
@@ -182,6 +190,7 @@ class ChatAgent:
                     f" queued (max_queued_turns={settings.max_queued_turns}); retry later"
                 )
             conversation.backlog += 1
+            conversation.queued(request)
             sent = False
             try:
                 await self._mailboxes[conversation_id].send(request)
@@ -192,6 +201,7 @@ class ChatAgent:
             finally:
                 if not sent:
                     conversation.backlog -= 1
+                    conversation.taken(request)
 
     def _spawn(self, conversation_id: str) -> Conversation:
         settings = self._runtime.settings

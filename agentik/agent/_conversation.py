@@ -56,6 +56,8 @@ class TurnRequest:
     reply: Pending[TurnResult]
     events: trio.MemorySendChannel[TurnEvent] | None = None
     """Where a streaming caller reads events; None for ``send``."""
+    cancelled: bool = False
+    """Cancelled by its idempotency key while it waited: it will not run."""
 
 
 @attrs.define(eq=False)
@@ -84,6 +86,11 @@ class Conversation:
     """Turns sent to the inbox and not yet taken (maintained by the agent)."""
     cancel_scope: trio.CancelScope | None = None
     """The running turn's scope (None between turns)."""
+    running: TurnRequest | None = None
+    """The turn ``cancel_scope`` belongs to."""
+    waiting: dict[str, list[TurnRequest]] = attrs.Factory(dict)
+    """Keyed turns in the inbox, by key, so one can be cancelled by its key
+    before it runs (unkeyed turns are not tracked: they cost nothing here)."""
     last_active: float = attrs.field(factory=trio.current_time)
 
     @property
@@ -130,10 +137,42 @@ class Conversation:
             return 0.0
         return now - self.last_active
 
+    def queued(self, request: TurnRequest) -> None:
+        """``request`` is about to enter the inbox (the agent tells)."""
+        key = request.idempotency_key
+        if key is not None:
+            self.waiting.setdefault(key, []).append(request)
+
+    def taken(self, request: TurnRequest) -> None:
+        """``request`` left the inbox (served, or never sent after all)."""
+        key = request.idempotency_key
+        if key is None:
+            return
+        waiting = self.waiting.get(key)
+        if waiting is not None and request in waiting:
+            waiting.remove(request)
+            if not waiting:
+                del self.waiting[key]
+
+    def cancel_key(self, key: str) -> bool:
+        """Cancel the turns carrying ``key``: the running one, and any still in
+        the inbox (each is answered ``cancelled`` when its turn comes, without
+        running). True if there was one. Other turns are left alone."""
+        found = False
+        running = self.running
+        if self.cancel_scope is not None and running is not None and running.idempotency_key == key:
+            self.cancel_scope.cancel()
+            found = True
+        for request in self.waiting.get(key, ()):
+            request.cancelled = found = True
+        return found
+
     async def _serve(self, request: TurnRequest) -> None:
         """Run one turn and deliver its outcome; the caller always hears back."""
+        self.taken(request)
         try:
-            await self._serve_inner(request)
+            if not request.cancelled:
+                await self._serve_inner(request)
         finally:
             _fail_now(request)
 
@@ -143,6 +182,7 @@ class Conversation:
         result: outcome.Outcome[TurnResult]
         with trio.CancelScope() as scope:
             self.cancel_scope = scope
+            self.running = request
             try:
                 result = outcome.Value(await self._turn(request))
             except TurnError as exc:
@@ -164,6 +204,7 @@ class Conversation:
                 error.__cause__ = exc
                 result = outcome.Error(error)
         self.cancel_scope = None
+        self.running = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
         if isinstance(result, outcome.Value):

@@ -283,7 +283,7 @@ async def fault_scenario(fault: Fault, via_stream: bool) -> tuple[Outcome, InMem
     storage = StorageBundle(
         base.message_store,
         base.working_memory_store,
-        FaultyReflections(base.reflection_store, fault),  # type: ignore[arg-type]
+        FaultyReflections(base.reflection_store, fault),
         base.skill_store,
     )
 

@@ -322,7 +322,10 @@ class Op:
     gap: float
     """Mock seconds after the previous send started."""
     cancel_at: float | None
-    """``agent.cancel`` this long after it starts (whatever turn runs then)."""
+    """``agent.cancel`` this long after it starts."""
+    by_key: bool
+    """Cancel by this send's key (that turn only, queued or running), else
+    whatever turn runs then."""
     give_up: float | None
     """The caller stops waiting after this long (the turn goes on)."""
 
@@ -334,6 +337,7 @@ ops = st.builds(
     gap=st.sampled_from([0.0, 0.0, 0.3, 1.0, 4.0]),
     cancel_at=st.none() | st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.5]),
     give_up=st.none() | st.sampled_from([0.1, 0.5, 2.0]),
+    by_key=st.booleans(),
 )
 delays = st.lists(st.sampled_from([0.0, 0.1, 0.2, 0.5, 1.0]), min_size=1, max_size=12)
 
@@ -365,13 +369,13 @@ async def run_schedule(
     async with opened(backend, directory, memory) as storage:
         async with chaos_agent(storage, chaos) as agent, trio.open_nursery() as nursery:
 
-            async def cancel_later(delay: float) -> None:
+            async def cancel_later(delay: float, key: str | None) -> None:
                 await trio.sleep(delay)
-                agent.cancel("c")
+                agent.cancel("c", idempotency_key=key)
 
             async def one(text: str, key: str | None, op: Op) -> None:
                 if op.cancel_at is not None:
-                    nursery.start_soon(cancel_later, op.cancel_at)
+                    nursery.start_soon(cancel_later, op.cancel_at, key if op.by_key else None)
                 with trio.move_on_after(op.give_up if op.give_up is not None else float("inf")):
                     answers.append((text, key, await attempt(agent, text, key)))
 
@@ -476,3 +480,54 @@ def run_example(backend: str, schedule: list[Op], pauses: list[float]) -> None:
             tuple(pauses),
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
+
+
+async def test_cancel_by_key_cancels_that_turn_only() -> None:
+    """``cancel(cid, idempotency_key=k)`` cancels the turn carrying k, running
+    or still queued (it then never runs), and leaves the others alone."""
+    holding, release = trio.Event(), trio.Event()
+    seen: list[str] = []
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        text = request.messages[-1].content
+        seen.append(text)
+        if text.startswith("hold"):
+            holding.set()
+            await release.wait()
+        return ModelResponse(text=answer_to(text))
+
+    storage = in_memory_storage()
+    outcomes: dict[str, outcome.Outcome[object]] = {}
+    async with open_chat_agent(model=ScriptedModel(respond), storage=storage) as agent:
+
+        async def send(text: str, key: str | None) -> None:
+            outcomes[text] = await attempt(agent, text, key)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send, "hold", "k0")
+            await holding.wait()
+            nursery.start_soon(send, "queued", "k1")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(send, "plain", None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert agent.cancel("c", idempotency_key="k1")
+            assert not agent.cancel("c", idempotency_key="unknown")
+            assert not agent.cancel("elsewhere", idempotency_key="k0")
+            release.set()
+        assert_own_turn(outcomes["hold"], "hold")
+        assert_own_turn(outcomes["plain"], "plain")
+        error = outcomes["queued"]
+        assert isinstance(error, outcome.Error)
+        assert isinstance(error.error, TurnError) and error.error.code == "cancelled"
+        assert seen == ["hold", "plain"]  # the cancelled turn never ran
+        # Running: cancelled by its key, as agent.cancel(cid) would.
+        holding, release = trio.Event(), trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send, "hold again", "k2")
+            await holding.wait()
+            assert agent.cancel("c", idempotency_key="k2")
+        error = outcomes["hold again"]
+        assert isinstance(error, outcome.Error) and error.error.code == "cancelled"  # type: ignore[attr-defined]
+        # The cancelled key names nothing: sent again, it runs.
+        assert_own_turn(await attempt(agent, "queued", "k1"), "queued")
+    check_history(await history(storage, "c"), once=("hold", "plain", "queued"))

@@ -41,7 +41,7 @@ from agentik import Message as StoredMessage
 from agentik import ModelRequest, ModelResponse
 from agentik import Role as StoredRole
 from agentik._config import ServerConfig
-from agentik.models import ScriptedModel
+from agentik.models import ChatModel, ScriptedModel
 from agentik.server import serve_agentik
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from tests.reliability.helpers import check_history, history
@@ -71,7 +71,7 @@ async def poll(condition: Callable[[], bool]) -> None:
 
 @asynccontextmanager
 async def serving(
-    path: Path, *, queue_size: int = 1000
+    path: Path, *, queue_size: int = 1000, model: ChatModel | None = None
 ) -> AsyncIterator[tuple[Client, StorageBundle]]:
     """A server over a SQLite bundle, and an a2a-sdk client of it."""
     async with (
@@ -85,7 +85,7 @@ async def serving(
                 config,
                 shutdown_trigger=stop.wait,
                 storage=bundle,
-                model=ScriptedModel(echo),
+                model=model or ScriptedModel(echo),
                 task_status=task_status,
             )
         )
@@ -193,3 +193,45 @@ async def test_the_reported_sequence_as_is(tmp_path: Path) -> None:
                 assert resent.status.state == TaskState.TASK_STATE_CANCELED, run
                 assert texts == ["first"], (run, texts)
             check_history(await history(bundle, context), once=("first", "second"))
+
+
+async def test_cancel_task_cancels_that_task_not_the_one_running(tmp_path: Path) -> None:
+    """CancelTask of a task queued behind another turn of its context cancels
+    that task (it never runs) and leaves the running one alone; resent, the
+    cancelled task runs as a new turn."""
+    holding, release = trio.Event(), trio.Event()
+    seen: list[str] = []
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        text = request.messages[-1].content
+        seen.append(text)
+        if text == "hold":
+            holding.set()
+            await release.wait()
+        return echo(request)
+
+    async with serving(tmp_path / "agentik.db", model=ScriptedModel(respond)) as (client, bundle):
+        running = user_message("hold", "r0", "ctx")
+        running.configuration.return_immediately = True
+        running_id = (await send(client, running)).task.id
+        await holding.wait()
+        queued = user_message("queued", "q1", "ctx")
+        queued.configuration.return_immediately = True
+        queued_id = (await send(client, queued)).task.id
+        canceled = await client.cancel_task(CancelTaskRequest(id=queued_id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        release.set()
+        with trio.fail_after(GUARD_SECONDS):
+            while True:
+                task = await client.get_task(GetTaskRequest(id=running_id))
+                if task.status.state != TaskState.TASK_STATE_WORKING:
+                    break
+                await trio.sleep(POLL_SECONDS)
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert task.artifacts[0].parts[0].text == "You said: hold"
+        assert seen == ["hold"]  # the cancelled task never reached the model
+        resent = (await send(client, user_message("queued", "q1", "ctx"))).task
+        assert resent.id == queued_id
+        assert resent.artifacts[0].parts[0].text == "You said: queued"
+        stored = await history(bundle, "ctx")
+    check_history(stored, once=("hold", "queued"))
