@@ -30,8 +30,8 @@ def echo(request: ModelRequest) -> ModelResponse:
 
 
 surrogates = st.characters(categories=["Cs"])
-unicode_text = st.text(st.characters(), max_size=20)
-"""Any text hypothesis makes (it leaves surrogates out)."""
+unicode_text = st.text(st.characters(codec="utf-8"), max_size=20)
+"""Any Unicode text (the utf-8 codec leaves lone surrogates out)."""
 
 
 @st.composite
