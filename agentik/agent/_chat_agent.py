@@ -143,10 +143,18 @@ class ChatAgent:
         with receiver:
             yield receiver
 
-    def cancel(self, conversation_id: str) -> bool:
-        """Cancel the conversation's running turn; True if there was one."""
+    def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
+        """Cancel the conversation's running turn; True if there was one.
+
+        With ``idempotency_key``, only the turn carrying that key: cancelled if
+        it runs, and if it still waits in the queue, answered ``cancelled``
+        without running when its turn comes; other turns are left alone."""
         conversation = self._conversations.get(conversation_id)
-        if conversation is None or conversation.cancel_scope is None:
+        if conversation is None:
+            return False
+        if idempotency_key is not None:
+            return conversation.cancel_key(idempotency_key)
+        if conversation.cancel_scope is None:
             return False
         conversation.cancel_scope.cancel()
         return True
@@ -182,6 +190,7 @@ class ChatAgent:
                     f" queued (max_queued_turns={settings.max_queued_turns}); retry later"
                 )
             conversation.backlog += 1
+            conversation.queued(request)
             sent = False
             try:
                 await self._mailboxes[conversation_id].send(request)
@@ -192,6 +201,7 @@ class ChatAgent:
             finally:
                 if not sent:
                     conversation.backlog -= 1
+                    conversation.taken(request)
 
     def _spawn(self, conversation_id: str) -> Conversation:
         settings = self._runtime.settings
@@ -245,6 +255,25 @@ def _check_turn(conversation_id: str, text: str, key: str | None) -> None:
         raise ValueError("text must be a non-empty string")
     if key is not None and (not isinstance(key, str) or not key):
         raise ValueError("idempotency_key must be a non-empty string or None")
+    _check_unicode("conversation_id", conversation_id)
+    _check_unicode("text", text)
+    if key is not None:
+        _check_unicode("idempotency_key", key)
+
+
+def _check_unicode(name: str, value: str) -> None:
+    """Refuse a lone surrogate: a ``str`` may hold one, but it is not Unicode
+    text, so no store can keep it (SQLite fails the write, a storage fault).
+    ``isascii`` is O(1) in CPython, so the common case costs no encoding."""
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} must be valid Unicode text: it has a lone surrogate"
+            f" {value[error.start]!r} at index {error.start}"
+        ) from None
 
 
 def _core_tools(

@@ -19,12 +19,13 @@ import attrs
 import outcome
 import trio
 
-from agentik._errors import AgentikError, StoreError, TurnError
+from agentik._errors import AgentikError, ModelBackendError, StoreError, TurnError
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role, TokenUsage
 from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik.agent._failures import describe, message_of
 from agentik.agent._turn import Turn
-from agentik.models import ModelRequest
+from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import ConversationLoader, Pending, StorageBundle
 from agentik.toolsets import ToolsetActivation
 
@@ -55,6 +56,8 @@ class TurnRequest:
     reply: Pending[TurnResult]
     events: trio.MemorySendChannel[TurnEvent] | None = None
     """Where a streaming caller reads events; None for ``send``."""
+    cancelled: bool = False
+    """Cancelled by its idempotency key while it waited: it will not run."""
 
 
 @attrs.define(eq=False)
@@ -68,19 +71,26 @@ class Conversation:
     history: list[Message] = attrs.Factory(list)
     memory: list[MemoryEntry] = attrs.Factory(list)
     keys: dict[str, int] = attrs.Factory(dict)
-    """Idempotency keys used since load -> index of their user message in ``history``."""
+    """Idempotency keys used since load -> index of their user message in
+    ``history``. A key enters only once its own user message is in ``history``
+    (accepted by the store), so it never names a slot another turn takes."""
     loaded: bool = False
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
+    """The cache may disagree with the store: reload before the next turn."""
     inflight: list[Pending[Message]] = attrs.Factory(list)
     """Writes accepted by the store that may not be committed yet (a turn was
     cut short while they waited); a reload waits for them first."""
-    """The cache may disagree with the store: retire after this turn."""
     backlog: int = 0
     """Turns sent to the inbox and not yet taken (maintained by the agent)."""
     cancel_scope: trio.CancelScope | None = None
     """The running turn's scope (None between turns)."""
+    running: TurnRequest | None = None
+    """The turn ``cancel_scope`` belongs to."""
+    waiting: dict[str, list[TurnRequest]] = attrs.Factory(dict)
+    """Keyed turns in the inbox, by key, so one can be cancelled by its key
+    before it runs (unkeyed turns are not tracked: they cost nothing here)."""
     last_active: float = attrs.field(factory=trio.current_time)
 
     @property
@@ -127,10 +137,42 @@ class Conversation:
             return 0.0
         return now - self.last_active
 
+    def queued(self, request: TurnRequest) -> None:
+        """``request`` is about to enter the inbox (the agent tells)."""
+        key = request.idempotency_key
+        if key is not None:
+            self.waiting.setdefault(key, []).append(request)
+
+    def taken(self, request: TurnRequest) -> None:
+        """``request`` left the inbox (served, or never sent after all)."""
+        key = request.idempotency_key
+        if key is None:
+            return
+        waiting = self.waiting.get(key)
+        if waiting is not None and request in waiting:
+            waiting.remove(request)
+            if not waiting:
+                del self.waiting[key]
+
+    def cancel_key(self, key: str) -> bool:
+        """Cancel the turns carrying ``key``: the running one, and any still in
+        the inbox (each is answered ``cancelled`` when its turn comes, without
+        running). True if there was one. Other turns are left alone."""
+        found = False
+        running = self.running
+        if self.cancel_scope is not None and running is not None and running.idempotency_key == key:
+            self.cancel_scope.cancel()
+            found = True
+        for request in self.waiting.get(key, ()):
+            request.cancelled = found = True
+        return found
+
     async def _serve(self, request: TurnRequest) -> None:
         """Run one turn and deliver its outcome; the caller always hears back."""
+        self.taken(request)
         try:
-            await self._serve_inner(request)
+            if not request.cancelled:
+                await self._serve_inner(request)
         finally:
             _fail_now(request)
 
@@ -140,6 +182,7 @@ class Conversation:
         result: outcome.Outcome[TurnResult]
         with trio.CancelScope() as scope:
             self.cancel_scope = scope
+            self.running = request
             try:
                 result = outcome.Value(await self._turn(request))
             except TurnError as exc:
@@ -147,42 +190,72 @@ class Conversation:
             except AgentikError as exc:
                 self.stale = True
                 code = "store_error" if isinstance(exc, StoreError) else "turn_failed"
-                result = outcome.Error(TurnError(f"the turn failed: {exc}", code=code))
+                error = TurnError(f"the turn failed: {message_of(exc)}", code=code)
+                error.__cause__ = exc
+                result = outcome.Error(error)
             except Exception as exc:
-                # A bug (ours, a backend's, a contributor's) fails this turn only:
-                # the agent serves thousands of other conversations.
-                log.exception("conversation %r: the turn crashed", self.conversation_id)
+                # A bug (ours, or in code the turn calls that was not wrapped
+                # where it was called) fails this turn only: the agent serves
+                # thousands of other conversations.
                 self.stale = True
-                result = outcome.Error(
-                    TurnError(
-                        f"the turn failed unexpectedly: {type(exc).__name__}: {exc}",
-                        code="internal_error",
-                    )
+                error = TurnError(
+                    f"the turn failed unexpectedly: {describe(exc)}", code="internal_error"
                 )
+                error.__cause__ = exc
+                result = outcome.Error(error)
         self.cancel_scope = None
+        self.running = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
         if isinstance(result, outcome.Value):
             stats.turns_finished += 1
         else:
             stats.turns_failed += 1
+            assert isinstance(result, outcome.Error)
+            assert isinstance(result.error, TurnError)
+            self._log_failure(result.error)
         await self._deliver(request, result)
         if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
             await self._reflect()
 
+    def _log_failure(self, error: TurnError) -> None:
+        """Log a failed turn or step once: with the traceback of what caused it
+        when that was a bug (not an agentik error); a cancellation is no failure."""
+        if error.code == "cancelled":
+            return
+        cause = error.__cause__
+        if cause is not None and not isinstance(cause, AgentikError):
+            log.error(
+                "conversation %r: %s [%s]", self.conversation_id, error, error.code, exc_info=cause
+            )
+        else:
+            log.warning("conversation %r: %s [%s]", self.conversation_id, error, error.code)
+
     async def _reflect(self) -> None:
         """Ask the model for one short lesson from the history and store it.
-        Best effort: a failure here is logged and never fails the turn."""
+
+        The turn has finished and its caller has its answer, so whatever fails
+        here (the model, the reflection store, anything they raise) fails this
+        step alone: logged once and counted, never raised."""
         request = ModelRequest(
             (Message(Role.SYSTEM, REFLECTION_PROMPT), *self.history, Message(Role.USER, REFLECT))
         )
         try:
             response = await self.runtime.model.complete(request)
+            if not isinstance(response, ModelResponse):
+                raise ModelBackendError(
+                    f"the model returned {type(response).__name__}, expected ModelResponse"
+                )
             text = (response.text or "").strip()
             if text:
                 await self.storage.reflection_store.insert(self.conversation_id, text)
-        except AgentikError as exc:
-            log.warning("conversation %r: reflection failed: %s", self.conversation_id, exc)
+        except Exception as exc:
+            self.runtime.stats.reflections_failed += 1
+            error = TurnError(
+                f"the reflection step failed: {describe(exc)}", code="reflection_failed"
+            )
+            error.__cause__ = exc
+            self._log_failure(error)
 
     async def _deliver(self, request: TurnRequest, result: outcome.Outcome[TurnResult]) -> None:
         request.reply.set(result)
@@ -210,13 +283,12 @@ class Conversation:
             await self._settle_inflight()
         if self.stale:
             # A failed write left the cache unsure: start again from the store.
-            self.history.clear()
-            self.keys.clear()
-            self.loaded = self.stale = False
+            self._forget()
         if not self.loaded:
             await self._load()
         key = request.idempotency_key
         text: str | None = request.text
+        start: int | None = None
         if key is not None:
             start = await self._find_key(key)
             if start is not None:
@@ -252,13 +324,14 @@ class Conversation:
                             events.close()
 
         begin = len(self.history)
-        if key is not None and text is not None:
-            self.keys[key] = begin  # before running: a failed turn keeps its key too
+        # The turn remembers ``key`` as soon as its user message is recorded
+        # (a failed turn keeps its key too), and not before: cut short earlier,
+        # the message was never stored and the key must name nothing.
         result = await Turn(self, emit, begin).run(text, key)
-        if key is None or text is not None:
+        if start is None:
             return result
         # A resumed turn: its result starts with the user message stored earlier.
-        earlier = self.history[self.keys[key] : begin]
+        earlier = self.history[start:begin]
         usage = result.usage
         for m in earlier:
             if m.usage is not None:
@@ -268,12 +341,43 @@ class Conversation:
     async def _find_key(self, key: str) -> int | None:
         """Index in ``history`` of the user message stored with ``key``."""
         index = self.keys.get(key)
-        if index is None and self.had_history:
-            seq = await self.storage.message_store.find_idempotency_key(self.conversation_id, key)
-            if seq is not None:
-                index = seq - 1  # seqs are 1, 2, 3 … and the cache holds them all
-                self.keys[key] = index
-        return index
+        if index is not None or not self.had_history:
+            return index
+        store = self.storage.message_store
+        seq = await store.find_idempotency_key(self.conversation_id, key)
+        if seq is None:
+            return None
+        if not self._holds(seq):
+            # Someone else wrote to this conversation since it was loaded:
+            # the cache is short of the store. Read it again, then look again.
+            self._forget()
+            await self._load()
+            seq = await store.find_idempotency_key(self.conversation_id, key)
+            if seq is None:
+                return None
+            if not self._holds(seq):
+                self.stale = True
+                raise StoreError(
+                    f"idempotency key {key!r} names message seq {seq}, which is not a"
+                    " user message of the history just read; retry"
+                )
+        self.keys[key] = seq - 1
+        return seq - 1
+
+    def _holds(self, seq: int) -> bool:
+        """Whether the cache holds user message ``seq`` where seqs put it:
+        seqs are 1, 2, 3 … and the cache holds them all, in order."""
+        index = seq - 1
+        if not 0 <= index < len(self.history):
+            return False
+        message = self.history[index]
+        return message.seq == seq and message.role is Role.USER
+
+    def _forget(self) -> None:
+        """Drop the cache; the next turn loads the conversation again."""
+        self.history.clear()
+        self.keys.clear()
+        self.loaded = self.stale = False
 
     def _turn_messages(self, start: int) -> list[Message]:
         out = [self.history[start]]
@@ -314,6 +418,7 @@ class Conversation:
             history = [m async for m in store.get_messages(cid)]
             memory = await self.storage.working_memory_store.list(cid)
         self.history[:] = history
+        self.keys.clear()  # indexes of an earlier cache name nothing in this one
         self.memory[:] = memory
         self.had_history = bool(history)
         await self._repair()

@@ -13,7 +13,9 @@ from typing import Protocol
 
 import attrs
 
+from agentik._errors import TurnError
 from agentik._memory import MemoryEntry, Reflection, SkillSummary
+from agentik.agent._failures import component_error
 from agentik.toolsets import ToolsetContribution, ToolsetIndex, render_toolset_section
 
 
@@ -107,5 +109,28 @@ def default_contributors(system_prompt: str) -> tuple[SystemPromptContributor, .
 def render_system_prompt(
     contributors: Sequence[SystemPromptContributor], context: PromptContext
 ) -> str:
-    """Join the sections that have something to say, one blank line apart."""
-    return "\n\n".join(section for c in contributors if (section := c.render(context)) is not None)
+    """Join the sections that have something to say, one blank line apart.
+
+    Raises ``TurnError`` (``internal_error``) naming a contributor that raised
+    or returned something other than a string or None: it fails the turn
+    that asked, not the conversation."""
+    sections = []
+    for contributor in contributors:
+        try:
+            section = contributor.render(context)
+        except Exception as exc:
+            raise component_error(_named("system prompt contributor", contributor), exc) from exc
+        if section is None:
+            continue
+        if not isinstance(section, str):
+            raise TurnError(
+                f"{_named('system prompt contributor', contributor)} returned"
+                f" {type(section).__name__}, expected str or None",
+                code="internal_error",
+            )
+        sections.append(section)
+    return "\n\n".join(sections)
+
+
+def _named(what: str, contributor: object) -> str:
+    return f"{what} {type(contributor).__name__}"

@@ -16,7 +16,9 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 import attrs
 import trio
 
+from agentik._errors import TurnError
 from agentik._memory import Reflection, Skill, SkillSummary
+from agentik.agent._failures import component_error
 from agentik.agent._prompt import SystemPromptContributor
 from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
@@ -33,6 +35,24 @@ class ToolsetSource(Protocol):
 
     @property
     def contribution(self) -> ToolsetContribution: ...
+
+
+def _contribution(source: ToolsetContribution | ToolsetSource) -> ToolsetContribution:
+    """What ``source`` contributes now. A source that raises, or gives something
+    else than a contribution, fails the turn that asked (``TurnError``)."""
+    if isinstance(source, ToolsetContribution):
+        return source
+    what = f"toolset source {type(source).__name__}"
+    try:
+        contribution = source.contribution
+    except Exception as exc:
+        raise component_error(what, exc) from exc
+    if not isinstance(contribution, ToolsetContribution):
+        raise TurnError(
+            f"{what} gave {type(contribution).__name__}, expected ToolsetContribution",
+            code="internal_error",
+        )
+    return contribution
 
 
 @attrs.frozen
@@ -212,9 +232,7 @@ class AgentRuntime:
         return self._contributions, self._index
 
     def _refresh(self, *, force: bool) -> None:
-        current = tuple(
-            s if isinstance(s, ToolsetContribution) else s.contribution for s in self._sources
-        )
+        current = tuple(map(_contribution, self._sources))
         if force or any(a is not b for a, b in zip(current, self._contributions, strict=True)):
             self._contributions = current
             self._index = ToolsetIndex(current)

@@ -52,6 +52,8 @@ class AgentStats:
     tool_errors: int = 0
     model_calls: int = 0
     model_errors: int = 0
+    reflections_failed: int = 0
+    """Reflection steps that failed (logged; the turn had already finished)."""
     overloaded: int = 0
     """Turns refused because a queue was full."""
     live_conversations: int = 0

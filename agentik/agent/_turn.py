@@ -30,6 +30,7 @@ from agentik.agent._events import (
     TurnEvent,
     TurnResult,
 )
+from agentik.agent._failures import component_error, describe, message_of
 from agentik.agent._prompt import PromptContext, render_system_prompt
 from agentik.models import (
     ModelRequest,
@@ -98,6 +99,12 @@ class Turn:
         settings = conv.runtime.settings
         if text is not None:
             await self.record(Message(Role.USER, text), idempotency_key=idempotency_key)
+            if idempotency_key is not None:
+                # Only now: the store has accepted the message and the cache
+                # holds it at ``start``. Remembered before ``record``, a turn
+                # cancelled while the store made room left the key naming the
+                # slot the next turn's message then took.
+                conv.keys[idempotency_key] = self.start
         for _ in range(settings.max_tool_rounds):
             contributions, index = conv.runtime.toolsets()
             response = await self._call_model(contributions, index)
@@ -149,16 +156,20 @@ class Turn:
         stats = runtime.stats
         stats.model_calls += 1
         started = trio.current_time()
+        streaming = self.emit is not None and isinstance(runtime.model, StreamingChatModel)
+        # Whatever the backend raises fails this turn only: an agentik error
+        # is the model failing (model_error), anything else a bug in it.
         try:
-            if self.emit is not None and isinstance(runtime.model, StreamingChatModel):
+            if streaming:
                 response = await self._stream_model(request)
             else:
                 response = await runtime.model.complete(request)
-                if self.emit is not None and response.text:
-                    await self.emit(TextDelta(response.text))
-        except ModelBackendError as exc:
+        except AgentikError as exc:
             stats.model_errors += 1
-            raise TurnError(f"the model failed: {exc}", code="model_error") from exc
+            raise TurnError(f"the model failed: {message_of(exc)}", code="model_error") from exc
+        except Exception as exc:
+            stats.model_errors += 1
+            raise component_error("the model", exc) from exc
         finally:
             stats.model_latency.observe(trio.current_time() - started)
         if not isinstance(response, ModelResponse):
@@ -167,6 +178,8 @@ class Turn:
                 f"the model returned {type(response).__name__}, expected ModelResponse",
                 code="model_error",
             )
+        if self.emit is not None and not streaming and response.text:
+            await self.emit(TextDelta(response.text))
         return response
 
     async def _stream_model(self, request: ModelRequest) -> ModelResponse:
@@ -216,10 +229,10 @@ class Turn:
                 else:
                     result = await tool.handler(arguments)
             except ToolError as exc:
-                return self._error(str(exc))
+                return self._error(message_of(exc))
             except Exception as exc:  # a tool's failure is a result, not a crash
                 log.warning("tool %r raised %s", call.name, type(exc).__name__, exc_info=True)
-                return self._error(f"tool '{call.name}' failed: {type(exc).__name__}: {exc}")
+                return self._error(f"tool '{call.name}' failed: {describe(exc)}")
         if scope.cancelled_caught:
             return self._error(f"tool '{call.name}' timed out after {timeout:g} s")
         if not isinstance(result, str):

@@ -112,7 +112,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         except TurnError as exc:
             log_turn("a2a", caller, send.context_id, f"failed:{exc.code}", began)
             ctx.tasks.finish(key)
-            return {"task": (await find_task(caller, send.task_id)).to_json()}
+            view = await find_task(caller, send.task_id)
+            return {"task": view.to_json(history_length=limit)}
         except (AgentikError, ValueError) as exc:
             ctx.tasks.finish(key)
             raise refuse("a2a", caller, send.context_id, exc, began) from exc
@@ -225,7 +226,9 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise A2AError(-32002, f"Task cannot be canceled: {task_id!r} is {view.state}")
         stored = caller.internal(view.context_id)
         ctx.tasks.mark_cancelled((stored, task_id))
-        agent.cancel(stored)
+        # This task's turn only (its id is the turn's key), running or queued:
+        # the conversation's running turn may be another task's.
+        agent.cancel(stored, idempotency_key=task_id)
         canceled = TaskView(
             task_id, view.context_id, "TASK_STATE_CANCELED", _now(), error="the task was canceled"
         )

@@ -1,0 +1,42 @@
+"""Failures of code the agent does not own: model backends, tools, prompt
+contributors, toolset sources.
+
+Such code may raise anything. Where the agent calls it, an ``Exception`` (never
+a ``BaseException``: a cancellation is not a failure) becomes a ``TurnError``
+with a code, so it fails one turn or one step, never the conversation task,
+the agent or another conversation. These helpers word that error; they never
+raise, even for an exception whose ``str()`` does.
+"""
+
+from __future__ import annotations
+
+from agentik._errors import TurnError
+
+_GROUP_MEMBERS_SHOWN = 3
+
+
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder if that raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<str() failed>"
+
+
+def describe(exc: BaseException) -> str:
+    """``TypeName: message``; a group names its first few members too."""
+    name = type(exc).__name__
+    if isinstance(exc, BaseExceptionGroup):
+        members = exc.exceptions
+        shown = ", ".join(describe(e) for e in members[:_GROUP_MEMBERS_SHOWN])
+        if len(members) > _GROUP_MEMBERS_SHOWN:
+            shown += f", and {len(members) - _GROUP_MEMBERS_SHOWN} more"
+        return f"{name}: {exc.message} ({shown})"
+    text = message_of(exc)
+    return f"{name}: {text}" if text else name
+
+
+def component_error(what: str, exc: Exception) -> TurnError:
+    """The ``TurnError`` for ``what`` (say "the model") having raised ``exc``:
+    a bug there, so code ``internal_error``. Raise it ``from exc``."""
+    return TurnError(f"{what} raised {describe(exc)}", code="internal_error")
