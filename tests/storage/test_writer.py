@@ -86,6 +86,28 @@ class TestRequestQueue:
             assert await queue.take(1) == ["b"]
         assert accepted == ["a", "b"]
 
+    async def test_a_sender_cancelled_after_waking_the_consumer_is_not_a_close(self) -> None:
+        """With capacity 0 a sender wakes the waiting consumer; cancelled before
+        the consumer runs, it takes its item back. The consumer must wait on,
+        not return [] (which says "closed": the writer stopped for good)."""
+        queue: RequestQueue[str] = RequestQueue(0)
+        taken: list[list[str]] = []
+
+        async def consumer() -> None:
+            taken.append(await queue.take(10))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.CancelScope() as scope:
+                scope.cancel()  # put wakes the consumer, then its wait is aborted
+                await queue.put("gone")
+            assert len(queue) == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert taken == [], "take returned though nothing was queued and nothing closed"
+            nursery.start_soon(queue.put, "next")
+        assert taken == [["next"]]
+
     async def test_take_waits_for_the_first_item(self) -> None:
         queue: RequestQueue[int] = RequestQueue(5)
         taken: list[list[int]] = []

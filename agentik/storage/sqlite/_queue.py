@@ -79,7 +79,9 @@ class RequestQueue(Generic[T]):
         Cancellation is checked first either way, so a cancelled consumer stops
         here rather than take another batch."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        if not self._buffer and not self._senders:
+        # A loop, not an ``if``: a sender that woke us may be cancelled before
+        # we run, taking its item back; that is no reason to return [] (closed).
+        while not self._buffer and not self._senders:
             if self._closed:
                 return []
             self._consumer = trio.lowlevel.current_task()
