@@ -3,21 +3,37 @@
 A backend (or a proxy in front of it) may echo the request's headers back: in
 an error body, in a 200 body that is not JSON, even in the model's text. So
 the credentials a model sends (the API key, secret-looking headers, a
-password in the URL) are replaced by ``***`` in every body and stream line
-read from the backend, *before* anything is parsed, clipped or quoted: no
-error message, log line, stored message or HTTP answer can then carry them,
-not even cut in half. Error messages leaving the model are scrubbed once
-more (they quote URLs and transport errors too).
+password in the URL) are replaced by ``***`` at three levels:
+
+- every body and stream line read from the backend, *before* anything is
+  parsed, clipped or quoted, so no error message can carry them, not even
+  cut in half;
+- every string of a decoded answer (text, tool-call ids, names, arguments):
+  JSON ``\\u`` escapes spell a key no raw byte shows;
+- a streamed answer's *assembled* text: a key quoted in 3-character deltas
+  is in no line, yet a client joining the deltas, and the store, would see
+  it whole. ``StreamMasker`` holds back the end of each stream's text while
+  it could still become a secret (at most the longest secret's length less
+  one character) and releases it, masked, once the next piece or the end of
+  the stream decides it.
+
+Masking is one leftmost scan that takes, at each position, the longest
+secret there (``Redactor.text``); the streamed form emits exactly what
+``Redactor.text`` gives for the assembled text, only earlier. Error messages
+leaving the model are scrubbed once more (they quote URLs and transport
+errors too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 
 import attrs
 import httpx
 
 from agentik._errors import ModelBackendError
+from agentik.models._protocol import ModelResponse, TextDelta, ToolCallDelta
 
 SECRET_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"}
@@ -27,11 +43,44 @@ _MIN_SECRET = 4
 """Shorter values are not credentials worth masking, and masking them would garble text."""
 
 
+def _longest_first(secrets: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({s for s in secrets if s}, key=lambda s: (-len(s), s)))
+
+
+def _alternation(secrets: tuple[str, ...]) -> str:
+    # re tries alternatives in order: longest first makes each match the
+    # longest secret at its position.
+    return "|".join(re.escape(s) for s in secrets)
+
+
 @attrs.frozen
 class Redactor:
-    """Masks a fixed set of secret strings, longest first."""
+    """Masks a fixed set of secret strings: leftmost first, and the longest of
+    those starting there."""
 
-    secrets: tuple[str, ...] = attrs.field(repr=False)
+    secrets: tuple[str, ...] = attrs.field(repr=False, converter=_longest_first)
+    _pattern: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
+    _bytes_pattern: re.Pattern[bytes] | None = attrs.field(init=False, repr=False, eq=False)
+    _firsts: frozenset[str] = attrs.field(init=False, repr=False, eq=False)
+    """The characters a secret starts with: only there can a held-back tail begin."""
+
+    @_pattern.default
+    def _compile(self) -> re.Pattern[str] | None:
+        return re.compile(_alternation(self.secrets)) if self.secrets else None
+
+    @_bytes_pattern.default
+    def _compile_bytes(self) -> re.Pattern[bytes] | None:
+        encoded = _alternation(self.secrets).encode()
+        return re.compile(encoded) if self.secrets else None
+
+    @_firsts.default
+    def _first_characters(self) -> frozenset[str]:
+        return frozenset(s[0] for s in self.secrets)
+
+    @property
+    def longest(self) -> int:
+        """The longest secret's length (0 without secrets)."""
+        return len(self.secrets[0]) if self.secrets else 0
 
     @classmethod
     def for_credentials(cls, api_key: str | None, headers: Mapping[str, str], url: str) -> Redactor:
@@ -43,21 +92,67 @@ class Redactor:
         userinfo = httpx.URL(url).userinfo.decode(errors="replace")
         found |= {userinfo, userinfo.partition(":")[2]}
         found |= {s.strip() for s in found}  # a key read with its newline is quoted without it
-        ordered = sorted((s for s in found if len(s) >= _MIN_SECRET), key=len, reverse=True)
-        return cls(tuple(ordered))
+        return cls(s for s in found if len(s) >= _MIN_SECRET)
 
     def text(self, value: str) -> str:
-        for secret in self.secrets:
-            if secret in value:
-                value = value.replace(secret, MASK)
-        return value
+        return value if self._pattern is None else self._pattern.sub(MASK, value)
 
     def data(self, value: bytes) -> bytes:
-        for secret in self.secrets:
-            raw = secret.encode()
-            if raw in value:
-                value = value.replace(raw, MASK.encode())
-        return value
+        pattern = self._bytes_pattern
+        return value if pattern is None else pattern.sub(MASK.encode(), value)
+
+    def settle(self, value: str) -> tuple[str, str]:
+        """Split ``value``, the start of a longer text, into what can be shown
+        now (masked) and the rest that more text could still make part of a
+        secret (raw; at most ``longest - 1`` characters, usually none).
+
+        ``masked + self.text(rest + more) == self.text(value + more)`` for any
+        ``more``: a match starting before the rest is final, since no secret
+        can start there and reach past the end.
+        """
+        pattern = self._pattern
+        if pattern is None:
+            return value, ""
+        undecided = self._undecided(value)
+        if undecided == len(value):
+            return pattern.sub(MASK, value), ""
+        shown: list[str] = []
+        done = 0
+        for match in pattern.finditer(value):
+            if match.start() >= undecided:
+                break
+            shown += (value[done : match.start()], MASK)
+            done = match.end()
+        end = max(done, undecided)  # a final match may reach into the undecided end
+        shown.append(value[done:end])
+        return "".join(shown), value[end:]
+
+    def _undecided(self, value: str) -> int:
+        """The first position from which ``value`` is a proper prefix of a
+        secret (only the last ``longest - 1`` can be); ``len(value)`` if none."""
+        end = len(value)
+        for start in range(max(0, end - self.longest + 1), end):
+            if value[start] in self._firsts:
+                rest = value[start:]
+                if any(len(s) > len(rest) and s.startswith(rest) for s in self.secrets):
+                    return start
+        return end
+
+    def response(self, answer: ModelResponse) -> ModelResponse:
+        """``answer`` with every string the model wrote masked."""
+        if self._pattern is None:
+            return answer
+        calls = [
+            attrs.evolve(
+                call,
+                id=self.text(call.id),
+                name=self.text(call.name),
+                arguments=self.text(call.arguments),
+            )
+            for call in answer.tool_calls
+        ]
+        text = None if answer.text is None else self.text(answer.text)
+        return attrs.evolve(answer, text=text, tool_calls=calls)
 
     def error(self, exc: ModelBackendError) -> ModelBackendError:
         """``exc`` itself when it shows no secret, else a masked copy (without the
@@ -65,3 +160,101 @@ class Redactor:
         message = str(exc)
         masked = self.text(message)
         return exc if masked == message else ModelBackendError(masked)
+
+
+@attrs.define
+class StreamRedactor:
+    """Masks one text that arrives in pieces: what ``feed`` and ``flush``
+    return, joined, is ``redactor.text`` of the pieces joined, and no prefix
+    of it ever shows a secret."""
+
+    redactor: Redactor
+    _held: str = attrs.field(default="", init=False)
+
+    @property
+    def holding(self) -> bool:
+        """Whether the end of the text so far is held back."""
+        return self._held != ""
+
+    def feed(self, piece: str) -> str:
+        """The next piece; returns what can be shown of the text so far."""
+        shown, self._held = self.redactor.settle(self._held + piece)
+        return shown
+
+    def flush(self) -> str:
+        """The text is complete: the held-back end, masked."""
+        rest, self._held = self._held, ""
+        return self.redactor.text(rest)
+
+
+@attrs.define
+class _MaskedCall:
+    """One streamed tool call. Its first delta carries its id and whole name
+    (clients open the call with them), so it waits until the name is settled."""
+
+    name: StreamRedactor
+    arguments: StreamRedactor
+    opened: bool = False
+    id: str | None = None
+    """The (masked) id, until a delta has carried it."""
+    shown_name: str = ""
+    shown_arguments: str = ""
+
+    def release(self, index: int, *, final: bool) -> list[ToolCallDelta]:
+        if not self.opened and (not self.shown_name or (self.name.holding and not final)):
+            return []
+        self.opened = True
+        delta = ToolCallDelta(
+            index=index, arguments=self.shown_arguments, id=self.id, name=self.shown_name or None
+        )
+        self.id, self.shown_name, self.shown_arguments = None, "", ""
+        return [delta] if delta.arguments or delta.id or delta.name else []
+
+
+@attrs.define
+class StreamMasker:
+    """The deltas of one streamed answer, masked on its assembled strings: the
+    text and each tool call's name and arguments. Ids come whole, so they are
+    masked whole. Joined, the deltas give ``Redactor.response`` of the answer."""
+
+    redactor: Redactor
+    _text: StreamRedactor = attrs.field(init=False)
+    _calls: dict[int, _MaskedCall] = attrs.field(factory=dict, init=False)
+
+    @_text.default
+    def _text_redactor(self) -> StreamRedactor:
+        return StreamRedactor(self.redactor)
+
+    def feed(self, deltas: Iterable[TextDelta | ToolCallDelta]) -> list[TextDelta | ToolCallDelta]:
+        """The next deltas; returns those that can be shown now."""
+        if self.redactor.longest == 0:
+            return list(deltas)
+        shown: list[TextDelta | ToolCallDelta] = []
+        for delta in deltas:
+            if isinstance(delta, TextDelta):
+                text = self._text.feed(delta.text)
+                if text:
+                    shown.append(TextDelta(text=text))
+                continue
+            call = self._calls.get(delta.index)
+            if call is None:
+                call = self._calls[delta.index] = _MaskedCall(
+                    StreamRedactor(self.redactor), StreamRedactor(self.redactor)
+                )
+            if delta.id is not None:
+                call.id = self.redactor.text(delta.id)
+            call.shown_name += call.name.feed(delta.name or "")
+            call.shown_arguments += call.arguments.feed(delta.arguments)
+            shown += call.release(delta.index, final=False)
+        return shown
+
+    def flush(self) -> list[TextDelta | ToolCallDelta]:
+        """The stream is complete: what was held back, masked."""
+        text = self._text.flush()
+        shown: list[TextDelta | ToolCallDelta] = [TextDelta(text=text)] if text else []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            call.shown_name += call.name.flush()
+            call.shown_arguments += call.arguments.flush()
+            shown += call.release(index, final=True)
+        return shown

@@ -155,12 +155,21 @@ class DripBackend:
             if call:
                 function = {"name": "clock_now", "arguments": arguments}
                 message["tool_calls"] = [{"id": "call-1", "type": "function", "function": function}]
-            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}
+            choice = {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if call else "stop",
+            }
             answer = {**_completion(""), "choices": [choice]}
             await _send(send, 200, "application/json", self._dumps(answer))
             return
         if call:
-            first = {"index": 0, "id": "call-1", "type": "function", "function": {"name": "clock_now"}}
+            first = {
+                "index": 0,
+                "id": "call-1",
+                "type": "function",
+                "function": {"name": "clock_now"},
+            }
             deltas = [{"tool_calls": [first]}]
             deltas += [
                 {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
@@ -188,9 +197,13 @@ class DripBackend:
             return json.dumps(value, ensure_ascii=False)
         if isinstance(value, str):
             units = value.encode("utf-16-be")
-            return '"' + "".join(
-                f"\\u{int.from_bytes(units[i : i + 2]):04x}" for i in range(0, len(units), 2)
-            ) + '"'
+            return (
+                '"'
+                + "".join(
+                    f"\\u{int.from_bytes(units[i : i + 2]):04x}" for i in range(0, len(units), 2)
+                )
+                + '"'
+            )
         if isinstance(value, dict):
             items = (f"{self._dumps(k)}:{self._dumps(v)}" for k, v in value.items())
             return "{" + ",".join(items) + "}"
@@ -208,7 +221,9 @@ class DripBackend:
         for size in itertools.cycle(self.writes or [len(raw)]):
             if start >= len(raw):
                 break
-            await send({"type": "http.response.body", "body": raw[start : start + size], "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": raw[start : start + size], "more_body": True}
+            )
             start += size
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
