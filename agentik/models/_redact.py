@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 import attrs
 import httpx
@@ -104,9 +105,11 @@ class Redactor:
     def settle(self, value: str) -> tuple[str, str]:
         """Split ``value``, the start of a longer text, into what can be shown
         now (masked) and the rest that more text could still make part of a
-        secret (raw; at most ``longest - 1`` characters, usually none).
+        secret: raw, the longest end of ``value`` (after its last final match)
+        that is a proper prefix of a secret, so at most ``longest - 1``
+        characters, and usually none.
 
-        ``masked + self.text(rest + more) == self.text(value + more)`` for any
+        ``shown + self.text(rest + more) == self.text(value + more)`` for any
         ``more``: a match starting before the rest is final, since no secret
         can start there and reach past the end.
         """
@@ -123,9 +126,11 @@ class Redactor:
                 break
             shown += (value[done : match.start()], MASK)
             done = match.end()
-        end = max(done, undecided)  # a final match may reach into the undecided end
-        shown.append(value[done:end])
-        return "".join(shown), value[end:]
+        shown.append(value[done:undecided])
+        if done > undecided:  # a final match reached into the undecided end: scan on after it
+            more, rest = self.settle(value[done:])
+            return "".join(shown) + more, rest
+        return "".join(shown), value[undecided:]
 
     def _undecided(self, value: str) -> int:
         """The first position from which ``value`` is a proper prefix of a
@@ -172,9 +177,9 @@ class StreamRedactor:
     _held: str = attrs.field(default="", init=False)
 
     @property
-    def holding(self) -> bool:
-        """Whether the end of the text so far is held back."""
-        return self._held != ""
+    def held(self) -> int:
+        """How many characters of the text so far are held back."""
+        return len(self._held)
 
     def feed(self, piece: str) -> str:
         """The next piece; returns what can be shown of the text so far."""
@@ -189,23 +194,53 @@ class StreamRedactor:
 
 @attrs.define
 class _MaskedCall:
-    """One streamed tool call. Its first delta carries its id and whole name
-    (clients open the call with them), so it waits until the name is settled."""
+    """One streamed tool call. Clients open a call with its first delta's id
+    and name, so that delta waits while the name's end could still start a
+    secret: until more of the name settles it, or the arguments begin (then
+    the name is taken as complete; servers send it first), or the stream
+    ends. Name pieces after the arguments began are not streamed, since the
+    name shown was already final (the final answer has them, masked)."""
 
+    index: int
     name: StreamRedactor
     arguments: StreamRedactor
-    opened: bool = False
     id: str | None = None
-    """The (masked) id, until a delta has carried it."""
+    """The masked id, until a delta has carried it."""
     shown_name: str = ""
     shown_arguments: str = ""
+    """What the next delta shows of the name and the arguments."""
+    opened: bool = False
+    name_done: bool = False
 
-    def release(self, index: int, *, final: bool) -> list[ToolCallDelta]:
-        if not self.opened and (not self.shown_name or (self.name.holding and not final)):
-            return []
-        self.opened = True
+    def feed(self, delta: ToolCallDelta, redactor: Redactor) -> list[ToolCallDelta]:
+        if delta.id is not None:
+            self.id = redactor.text(delta.id)
+        if delta.name and not self.name_done:
+            self.shown_name += self.name.feed(delta.name)
+        if delta.arguments and not self.name_done:
+            self._end_name()
+        self.shown_arguments += self.arguments.feed(delta.arguments)
+        return self._release()
+
+    def flush(self) -> list[ToolCallDelta]:
+        self._end_name()
+        self.shown_arguments += self.arguments.flush()
+        return self._release()
+
+    def _end_name(self) -> None:
+        self.name_done = True
+        self.shown_name += self.name.flush()
+
+    def _release(self) -> list[ToolCallDelta]:
+        if not self.opened:
+            if not self.shown_name or self.name.held:
+                return []
+            self.opened = True
         delta = ToolCallDelta(
-            index=index, arguments=self.shown_arguments, id=self.id, name=self.shown_name or None
+            index=self.index,
+            arguments=self.shown_arguments,
+            id=self.id,
+            name=self.shown_name or None,
         )
         self.id, self.shown_name, self.shown_arguments = None, "", ""
         return [delta] if delta.arguments or delta.id or delta.name else []
@@ -214,8 +249,9 @@ class _MaskedCall:
 @attrs.define
 class StreamMasker:
     """The deltas of one streamed answer, masked on its assembled strings: the
-    text and each tool call's name and arguments. Ids come whole, so they are
-    masked whole. Joined, the deltas give ``Redactor.response`` of the answer."""
+    text and each tool call's name and arguments (ids come whole, so they are
+    masked whole). Joined, the deltas give ``Redactor.response`` of the
+    answer (unless a name piece came after its call's arguments)."""
 
     redactor: Redactor
     _text: StreamRedactor = attrs.field(init=False)
@@ -238,14 +274,9 @@ class StreamMasker:
                 continue
             call = self._calls.get(delta.index)
             if call is None:
-                call = self._calls[delta.index] = _MaskedCall(
-                    StreamRedactor(self.redactor), StreamRedactor(self.redactor)
-                )
-            if delta.id is not None:
-                call.id = self.redactor.text(delta.id)
-            call.shown_name += call.name.feed(delta.name or "")
-            call.shown_arguments += call.arguments.feed(delta.arguments)
-            shown += call.release(delta.index, final=False)
+                stream = partial(StreamRedactor, self.redactor)
+                call = self._calls[delta.index] = _MaskedCall(delta.index, stream(), stream())
+            shown += call.feed(delta, self.redactor)
         return shown
 
     def flush(self) -> list[TextDelta | ToolCallDelta]:
@@ -253,8 +284,5 @@ class StreamMasker:
         text = self._text.flush()
         shown: list[TextDelta | ToolCallDelta] = [TextDelta(text=text)] if text else []
         for index in sorted(self._calls):
-            call = self._calls[index]
-            call.shown_name += call.name.flush()
-            call.shown_arguments += call.arguments.flush()
-            shown += call.release(index, final=True)
+            shown += self._calls[index].flush()
         return shown
