@@ -62,8 +62,11 @@ class Redactor:
     secrets: tuple[str, ...] = attrs.field(repr=False, converter=_longest_first)
     _pattern: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
     _bytes_pattern: re.Pattern[bytes] | None = attrs.field(init=False, repr=False, eq=False)
-    _firsts: frozenset[str] = attrs.field(init=False, repr=False, eq=False)
-    """The characters a secret starts with: only there can a held-back tail begin."""
+    _firsts: tuple[str, ...] = attrs.field(init=False, repr=False, eq=False)
+    """The characters secrets start with: a text without any shows no secret and
+    holds nothing back, and only at one can a held-back end begin."""
+    longest: int = attrs.field(init=False, repr=False, eq=False)
+    """The longest secret's length (0 without secrets)."""
 
     @_pattern.default
     def _compile(self) -> re.Pattern[str] | None:
@@ -75,12 +78,11 @@ class Redactor:
         return re.compile(encoded) if self.secrets else None
 
     @_firsts.default
-    def _first_characters(self) -> frozenset[str]:
-        return frozenset(s[0] for s in self.secrets)
+    def _first_characters(self) -> tuple[str, ...]:
+        return tuple(sorted({s[0] for s in self.secrets}))
 
-    @property
-    def longest(self) -> int:
-        """The longest secret's length (0 without secrets)."""
+    @longest.default
+    def _longest(self) -> int:
         return len(self.secrets[0]) if self.secrets else 0
 
     @classmethod
@@ -96,11 +98,16 @@ class Redactor:
         return cls(s for s in found if len(s) >= _MIN_SECRET)
 
     def text(self, value: str) -> str:
-        return value if self._pattern is None else self._pattern.sub(MASK, value)
+        for secret in self.secrets:
+            if secret in value:  # substring search first: much cheaper than a regex scan
+                assert self._pattern is not None
+                return self._pattern.sub(MASK, value)
+        return value
 
     def data(self, value: bytes) -> bytes:
-        pattern = self._bytes_pattern
-        return value if pattern is None else pattern.sub(MASK.encode(), value)
+        if self._bytes_pattern is not None and self._bytes_pattern.search(value):
+            return self._bytes_pattern.sub(MASK.encode(), value)
+        return value
 
     def settle(self, value: str) -> tuple[str, str]:
         """Split ``value``, the start of a longer text, into what can be shown
@@ -113,19 +120,25 @@ class Redactor:
         ``more``: a match starting before the rest is final, since no secret
         can start there and reach past the end.
         """
-        pattern = self._pattern
-        if pattern is None:
+        for first in self._firsts:
+            if first in value:
+                break
+        else:  # the common case, made cheap: nothing here can be or start a secret
             return value, ""
+        pattern = self._pattern
+        assert pattern is not None  # there are secrets: a first character was found
         undecided = self._undecided(value)
         if undecided == len(value):
             return pattern.sub(MASK, value), ""
+        match = pattern.search(value)
+        if match is None or match.start() >= undecided:
+            return value[:undecided], value[undecided:]
         shown: list[str] = []
         done = 0
-        for match in pattern.finditer(value):
-            if match.start() >= undecided:
-                break
+        while match is not None and match.start() < undecided:
             shown += (value[done : match.start()], MASK)
             done = match.end()
+            match = pattern.search(value, done)
         shown.append(value[done:undecided])
         if done > undecided:  # a final match reached into the undecided end: scan on after it
             more, rest = self.settle(value[done:])
@@ -136,11 +149,20 @@ class Redactor:
         """The first position from which ``value`` is a proper prefix of a
         secret (only the last ``longest - 1`` can be); ``len(value)`` if none."""
         end = len(value)
-        for start in range(max(0, end - self.longest + 1), end):
-            if value[start] in self._firsts:
-                rest = value[start:]
-                if any(len(s) > len(rest) and s.startswith(rest) for s in self.secrets):
+        start = end - self.longest + 1
+        start = start if start > 0 else 0
+        while start < end:
+            rest = value[start:]
+            for secret in self.secrets:
+                if len(secret) > len(rest) and secret.startswith(rest):
                     return start
+            # on to the next character a secret starts with
+            found = end
+            for first in self._firsts:
+                at = value.find(first, start + 1, found)
+                if at >= 0:
+                    found = at
+            start = found
         return end
 
     def response(self, answer: ModelResponse) -> ModelResponse:
@@ -183,7 +205,7 @@ class StreamRedactor:
 
     def feed(self, piece: str) -> str:
         """The next piece; returns what can be shown of the text so far."""
-        shown, self._held = self.redactor.settle(self._held + piece)
+        shown, self._held = self.redactor.settle(self._held + piece if self._held else piece)
         return shown
 
     def flush(self) -> str:
@@ -269,7 +291,9 @@ class StreamMasker:
         for delta in deltas:
             if isinstance(delta, TextDelta):
                 text = self._text.feed(delta.text)
-                if text:
+                if text == delta.text:  # the common case: pass it on as it came
+                    shown.append(delta)
+                elif text:
                     shown.append(TextDelta(text=text))
                 continue
             call = self._calls.get(delta.index)
