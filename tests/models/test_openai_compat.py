@@ -558,6 +558,19 @@ class TestStream:
         assert events[-1] == ModelResponse(text="ok", finish_reason="stop")
         assert sleep.delays == [2.0]
 
+    async def test_unicode_line_separators_inside_json_strings(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        """SSE lines end only at CR, LF or CRLF: U+2028, U+2029 and U+0085, which
+        JSON strings may hold raw (and servers writing UTF-8 send raw), are text.
+        A key cut by one of them is no key, and stays as sent."""
+        text = f"a\u2028b\u2029c\x85d {KEY[:5]}\u2028{KEY[5:]}"
+        raw = json.dumps(chunk(text, finish_reason="stop"), ensure_ascii=False)
+        chat_server.script(Sse([raw]))
+        events, error = await collect(model)
+        assert error is None
+        assert events == [TextDelta(text=text), ModelResponse(text=text, finish_reason="stop")]
+
     async def test_server_ignoring_stream_flag(
         self, model: OpenAICompatibleModel, chat_server: ChatServer
     ) -> None:
