@@ -250,15 +250,15 @@ class OpenAICompatibleModel:
                 return
             accumulator = ChunkAccumulator()
             masker = StreamMasker(self._redact)
-            decoder = SSEDecoder()
-            lines = response.aiter_lines()  # closed with the response
-            while (data := await self._next_data(lines, decoder, deadline)) != "[DONE]":
-                if data is None:
+            async with aclosing(self._events(response, deadline)) as events:
+                async for data in events:
+                    if data == "[DONE]":
+                        break
+                    for delta in masker.feed(accumulator.feed(parse_json(data, "stream event"))):
+                        yield delta
+                else:
                     if accumulator.finish_reason is None:
                         raise _RetryableFailure("the stream ended before the model finished")
-                    break
-                for delta in masker.feed(accumulator.feed(parse_json(data, "stream event"))):
-                    yield delta
             answer = self._redact.response(accumulator.finish())
             for delta in masker.flush():
                 yield delta
@@ -266,20 +266,19 @@ class OpenAICompatibleModel:
         finally:
             await response.aclose()
 
-    async def _next_data(
-        self, lines: AsyncIterator[str], decoder: SSEDecoder, deadline: float
-    ) -> str | None:
-        """The data of the next server-sent event; None at the end of the stream."""
+    async def _events(self, response: httpx.Response, deadline: float) -> AsyncGenerator[str]:
+        """The data of each server-sent event, masked, until the stream ends."""
+        decoder = SSEDecoder()
+        chunks = response.aiter_text()  # closed with the response
         while True:
             try:
-                line = await self._by(deadline, lines.__anext__)
+                text = await self._by(deadline, chunks.__anext__)
             except StopAsyncIteration:
-                return None
+                return
             except httpx.RequestError as exc:
                 raise _RetryableFailure(f"the stream was cut: {_describe(exc)}") from exc
-            data = decoder.feed_line(self._redact.text(line))
-            if data is not None:
-                return data
+            for data in decoder.feed(text):
+                yield self._redact.text(data)
 
     async def _post(self, body: bytes, *, stream: bool) -> httpx.Response:
         """Send one attempt; return a 2xx response or raise (retryable or not)."""
