@@ -1,13 +1,14 @@
 """What masking secrets costs a streamed answer: a micro-benchmark (timeit).
 
-Run: .venv/bin/python bench/redact.py [--chars 2000] [--delta 4] [--repeat 7]
+Run: .venv/bin/python bench/redact.py [--chars 2000] [--delta 4] [--repeat 15]
 
 One answer of ``--chars`` characters streamed in ``--delta``-character
-content deltas, through the model's per-event path, without the HTTP: each
-SSE line masked (``Redactor.text``), decoded, parsed and accumulated, then
-(``masked``) the deltas masked on the assembled text (``StreamMasker``) and
-the final answer masked (``Redactor.response``). The redactor is the one
-``OpenAICompatibleModel`` builds for an API key. Three texts:
+content deltas, one SSE frame each, through the model's per-event path
+without the HTTP: the SSE text decoded, each event's data masked
+(``Redactor.text``), parsed and accumulated, then (``masked``) the deltas
+masked on the assembled text (``StreamMasker``) and the final answer masked
+(``Redactor.response``). The redactor is the one ``OpenAICompatibleModel``
+builds for an API key. Three texts:
 
 - ``plain``: English text; no delta ends in a possible key start but by
   chance (the common case: nothing is held back);
@@ -39,23 +40,23 @@ def texts(chars: int, delta: int) -> dict[str, str]:
     return {"plain": plain, "s-ends": s_ends[:chars], "quoting": quoting}
 
 
-def sse_lines(text: str, delta: int) -> list[str]:
-    lines: list[str] = []
+def sse_frames(text: str, delta: int) -> list[str]:
+    """One SSE frame (one read from the network) per delta."""
+    frames: list[str] = []
     for start in range(0, len(text), delta):
         choice = {"index": 0, "delta": {"content": text[start : start + delta]}}
-        lines += [f"data: {json.dumps({'choices': [{**choice, 'finish_reason': None}]})}", ""]
-    return lines
+        frames.append(f"data: {json.dumps({'choices': [{**choice, 'finish_reason': None}]})}\n\n")
+    return frames
 
 
-def stream_path(redactor: Redactor, lines: list[str], *, masked: bool) -> Callable[[], object]:
+def stream_path(redactor: Redactor, frames: list[str], *, masked: bool) -> Callable[[], object]:
     def run() -> object:
         decoder, accumulator = SSEDecoder(), ChunkAccumulator()
         masker = StreamMasker(redactor)
         shown = 0
-        for line in lines:
-            data = decoder.feed_line(redactor.text(line))
-            if data is not None:
-                deltas = accumulator.feed(json.loads(data))
+        for frame in frames:
+            for data in decoder.feed(frame):
+                deltas = accumulator.feed(json.loads(redactor.text(data)))
                 shown += len(masker.feed(deltas) if masked else deltas)
         answer = accumulator.finish()
         if masked:
@@ -80,9 +81,9 @@ def main() -> None:
     redactor = Redactor.for_credentials(KEY, {"Authorization": f"Bearer {KEY}"}, "http://h/v1")
     print(f"{args.chars}-character answer in {args.delta}-character deltas, µs per answer")
     for name, text in texts(args.chars, args.delta).items():
-        lines = sse_lines(text, args.delta)
-        deltas = len(lines) // 2
-        runs = [stream_path(redactor, lines, masked=masked) for masked in (False, True)]
+        frames = sse_frames(text, args.delta)
+        deltas = len(frames)
+        runs = [stream_path(redactor, frames, masked=masked) for masked in (False, True)]
         times: list[list[float]] = [[], []]
         for _ in range(args.repeat):  # interleaved, so that both see the same machine load
             for run, seen in zip(runs, times, strict=True):
