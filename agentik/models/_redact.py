@@ -5,14 +5,14 @@ an error body, in a 200 body that is not JSON, even in the model's text. So
 the credentials a model sends (the API key, secret-looking headers, a
 password in the URL) are replaced by ``***`` at three levels:
 
-- every body and stream line read from the backend, *before* anything is
-  parsed, clipped or quoted, so no error message can carry them, not even
-  cut in half;
+- every body and every stream event's data read from the backend, *before*
+  anything is parsed, clipped or quoted, so no error message can carry
+  them, not even cut in half;
 - every string of a decoded answer (text, tool-call ids, names, arguments):
   JSON ``\\u`` escapes spell a key no raw byte shows;
 - a streamed answer's *assembled* text: a key quoted in 3-character deltas
-  is in no line, yet a client joining the deltas, and the store, would see
-  it whole. ``StreamMasker`` holds back the end of each stream's text while
+  is in no single event, yet a client joining the deltas, and the store,
+  would see it whole. ``StreamMasker`` holds back the end of each stream's text while
   it could still become a secret (at most the longest secret's length less
   one character) and releases it, masked, once the next piece or the end of
   the stream decides it.
