@@ -11,6 +11,8 @@ behaviour, so one backend serves every case: ``{base}/<mode>/v1`` is a
 - ``garbage``: 200 with an HTML body that starts with the Authorization header.
 - ``echo``: a successful answer (JSON or SSE, as asked) whose text lists the headers.
 - ``stream-error``: 200 SSE whose only event is an error quoting the header.
+
+``DripBackend`` quotes the key in pieces no single line or body spells.
 """
 
 from __future__ import annotations
@@ -110,8 +112,9 @@ async def _sse(send: Any, events: list[dict[str, Any]]) -> None:
 @attrs.define
 class DripBackend:
     """A Chat Completions backend on 127.0.0.1 that quotes the request's
-    Authorization header (``Bearer <key>``) and the key alone in its answer,
-    and streams that answer in pieces so small that no piece holds the key.
+    Authorization header (``Bearer <key>``) and the key alone in its answer
+    (UTF-8, non-ASCII sent raw), and streams that answer in pieces so small
+    that no piece holds the key.
 
     - ``sizes``: the lengths of the content (and tool-argument) pieces, cycled.
     - ``writes``: when set, the SSE body goes out in writes of these many

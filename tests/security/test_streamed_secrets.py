@@ -221,8 +221,9 @@ SCENARIOS = {
     "text-in-1-char-deltas": DripBackend(sizes=(1,)),
     "tool-arguments-in-fragments": DripBackend(sizes=(4, 3), tool=True),
     "cut-across-sse-lines-and-writes": DripBackend(sizes=(5, 9), writes=(13, 29, 17)),
-    "json-escaped": DripBackend(sizes=(40,), escape=True),
-    "json-escaped-tool-call": DripBackend(sizes=(40,), escape=True, tool=True),
+    # the whole answer (and the whole tool call) in one delta: only the escapes hide the key
+    "json-escaped": DripBackend(sizes=(10_000,), escape=True),
+    "json-escaped-tool-call": DripBackend(sizes=(10_000,), escape=True, tool=True),
 }
 
 
