@@ -5,7 +5,9 @@ The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing) and
 
 - Every failure leaves as ``ModelBackendError``; the API key (and any other
   credential it sends) appears in no message and no repr, and is masked in
-  every body it reads (``_redact``), so no answer can carry it onwards.
+  every body it reads, every answer it decodes and the assembled text of
+  every stream, before a delta is yielded (``_redact``), so no answer can
+  carry it onwards, however the backend splits or escapes it.
 - One deadline, ``timeout`` seconds after the call starts, bounds the whole
   call: every attempt, every backoff, and every read of a stream.
 - Retries are bounded (``RetryPolicy.max_retries``). A stream is retried only
@@ -36,7 +38,7 @@ from agentik.models._protocol import (
     TextDelta,
     ToolCallDelta,
 )
-from agentik.models._redact import Redactor
+from agentik.models._redact import Redactor, StreamMasker
 from agentik.models._retry import RetryPolicy
 from agentik.models._sse import SSEDecoder
 from agentik.models._wire import (
@@ -203,7 +205,9 @@ class OpenAICompatibleModel:
             try:
                 response = await self._by(deadline, partial(self._post, body, stream=False))
                 answer = self._redact.data(response.content)
-                return decode_completion(parse_json(answer, "model response body"))
+                return self._redact.response(
+                    decode_completion(parse_json(answer, "model response body"))
+                )
             except _RetryableFailure as failure:
                 await self._backoff(failure, retries, deadline)
                 retries += 1
@@ -238,40 +242,43 @@ class OpenAICompatibleModel:
                     raw = await self._by(deadline, response.aread)
                 except httpx.RequestError as exc:
                     raise _RetryableFailure(f"the answer was cut: {_describe(exc)}") from exc
-                answer = decode_completion(
-                    parse_json(self._redact.data(raw), "model response body")
+                answer = self._redact.response(
+                    decode_completion(parse_json(self._redact.data(raw), "model response body"))
                 )
                 for event in _whole_answer_events(answer):
                     yield event
                 return
             accumulator = ChunkAccumulator()
-            decoder = SSEDecoder()
-            lines = response.aiter_lines()  # closed with the response
-            while (data := await self._next_data(lines, decoder, deadline)) != "[DONE]":
-                if data is None:
+            masker = StreamMasker(self._redact)
+            async with aclosing(self._events(response, deadline)) as events:
+                async for data in events:
+                    if data == "[DONE]":
+                        break
+                    for delta in masker.feed(accumulator.feed(parse_json(data, "stream event"))):
+                        yield delta
+                else:
                     if accumulator.finish_reason is None:
                         raise _RetryableFailure("the stream ended before the model finished")
-                    break
-                for delta in accumulator.feed(parse_json(data, "stream event")):
-                    yield delta
-            yield accumulator.finish()
+            answer = self._redact.response(accumulator.finish())
+            for delta in masker.flush():
+                yield delta
+            yield answer
         finally:
             await response.aclose()
 
-    async def _next_data(
-        self, lines: AsyncIterator[str], decoder: SSEDecoder, deadline: float
-    ) -> str | None:
-        """The data of the next server-sent event; None at the end of the stream."""
+    async def _events(self, response: httpx.Response, deadline: float) -> AsyncGenerator[str]:
+        """The data of each server-sent event, masked, until the stream ends."""
+        decoder = SSEDecoder()
+        chunks = response.aiter_text()  # closed with the response
         while True:
             try:
-                line = await self._by(deadline, lines.__anext__)
+                text = await self._by(deadline, chunks.__anext__)
             except StopAsyncIteration:
-                return None
+                return
             except httpx.RequestError as exc:
                 raise _RetryableFailure(f"the stream was cut: {_describe(exc)}") from exc
-            data = decoder.feed_line(self._redact.text(line))
-            if data is not None:
-                return data
+            for data in decoder.feed(text):
+                yield self._redact.text(data)
 
     async def _post(self, body: bytes, *, stream: bool) -> httpx.Response:
         """Send one attempt; return a 2xx response or raise (retryable or not)."""

@@ -558,6 +558,19 @@ class TestStream:
         assert events[-1] == ModelResponse(text="ok", finish_reason="stop")
         assert sleep.delays == [2.0]
 
+    async def test_unicode_line_separators_inside_json_strings(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        """SSE lines end only at CR, LF or CRLF: U+2028, U+2029 and U+0085, which
+        JSON strings may hold raw (and servers writing UTF-8 send raw), are text.
+        A key cut by one of them is no key, and stays as sent."""
+        text = f"a\u2028b\u2029c\x85d {KEY[:5]}\u2028{KEY[5:]}"
+        raw = json.dumps(chunk(text, finish_reason="stop"), ensure_ascii=False)
+        chat_server.script(Sse([raw]))
+        events, error = await collect(model)
+        assert error is None
+        assert events == [TextDelta(text=text), ModelResponse(text=text, finish_reason="stop")]
+
     async def test_server_ignoring_stream_flag(
         self, model: OpenAICompatibleModel, chat_server: ChatServer
     ) -> None:
@@ -630,6 +643,94 @@ class TestStream:
             for _ in texts:
                 nursery.start_soon(one)
         assert sorted(answers, key=str) == texts
+
+
+def _escaped(text: str) -> str:
+    """``text`` as a JSON string literal of ``\\u`` escapes only."""
+    return '"' + "".join(f"\\u{ord(c):04x}" for c in text) + '"'
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class TestSecretsInAnswers:
+    """The key the model sends is masked in every answer, however the backend
+    cuts or escapes it; the streamed deltas never show it, even joined."""
+
+    async def test_a_key_in_three_character_pieces(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        """Text and tool-call arguments quoting the key (and "Bearer <key>") in
+        3-character deltas: joined, the deltas are the final answer, masked."""
+        text = f"you sent Bearer {KEY}; the key is {KEY}"
+        arguments = json.dumps({"tz": KEY})
+        first = call_delta(0, "", id="call_a", name="time_now")
+        chat_server.script(
+            Sse(
+                [
+                    *(chunk(piece) for piece in _pieces(text, 3)),
+                    chunk(tool_calls=[first]),
+                    *(chunk(tool_calls=[call_delta(0, p)]) for p in _pieces(arguments, 3)),
+                    chunk(finish_reason="tool_calls"),
+                ]
+            )
+        )
+        events, error = await collect(model)
+        assert error is None
+        final = events[-1]
+        assert final == ModelResponse(
+            text="you sent Bearer ***; the key is ***",
+            tool_calls=[ToolCall(id="call_a", name="time_now", arguments='{"tz": "***"}')],
+            finish_reason="tool_calls",
+        )
+        deltas = events[:-1]
+        joined = "".join(e.text for e in deltas if isinstance(e, TextDelta))
+        joined_arguments = "".join(e.arguments for e in deltas if isinstance(e, ToolCallDelta))
+        assert (joined, joined_arguments) == (final.text, final.tool_calls[0].arguments)
+        assert KEY not in repr(events)
+
+    async def test_text_that_cannot_start_a_key_is_not_held_back(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        """The common case: each delta goes on as it came; only an end that may
+        begin the key ("s", "sk", "sk-t") waits, and goes on when it turns out not to."""
+        pieces = ["Hel", "lo, ", "thi", "s", "k", " is sk-t", "ea."]
+        chat_server.script(Sse([*(chunk(p) for p in pieces), chunk(finish_reason="stop")]))
+        events, error = await collect(model)
+        assert error is None
+        assert events[:-1] == [
+            TextDelta(text=t) for t in ["Hel", "lo, ", "thi", "sk is ", "sk-tea."]
+        ]
+
+    async def test_a_held_end_goes_out_when_the_stream_ends(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        chat_server.script(Sse([chunk("ask"), chunk("-t", finish_reason="stop")]))
+        events, error = await collect(model)
+        assert error is None
+        assert events == [
+            TextDelta(text="a"),
+            TextDelta(text="sk-t"),
+            ModelResponse(text="ask-t", finish_reason="stop"),
+        ]
+
+    async def test_a_key_in_json_escapes(
+        self, model: OpenAICompatibleModel, chat_server: ChatServer
+    ) -> None:
+        """No raw byte spells a key sent as ``\\u`` escapes; the decoded answer
+        is masked all the same, whole and streamed."""
+        body = completion("x", [("call_a", "time_now", "{}")])
+        raw = json.dumps(body).replace('"x"', _escaped(f"key {KEY}"))
+        raw = raw.replace('"{}"', _escaped(json.dumps({"tz": KEY})))
+        streamed = json.dumps(chunk("x", finish_reason="stop")).replace('"x"', _escaped(KEY))
+        chat_server.script(Raw(raw.encode(), content_type="application/json"), Sse([streamed]))
+        whole = await model.complete(REQUEST)
+        assert whole.text == "key ***"
+        assert whole.tool_calls[0].arguments == '{"tz": "***"}'
+        events, error = await collect(model)
+        assert error is None
+        assert events == [TextDelta(text="***"), ModelResponse(text="***", finish_reason="stop")]
 
 
 class TestConstruction:
