@@ -1,0 +1,423 @@
+"""One turn as a pure state machine: events in, actions out.
+
+The conversation task is the shell: it feeds ``TurnMachine.handle`` what
+happened and performs, in order, the actions it returns. The machine does no
+I/O, reads no clock, awaits nothing and imports neither trio nor storage (as
+h11 keeps HTTP apart from sockets), so every transition is tested without an
+event loop (tests/agent/test_turn_machine.py).
+
+The whole table (``_settle`` is "what next": the next call waiting to run,
+else the calls waiting for a person, else the step limit, else the model)::
+
+    state      event                   actions                               next
+    ---------  ----------------------  ------------------------------------  ---------
+    NEW        Begin(text, key)        Record(user), CallModel               MODEL
+    NEW        Resume(steps, calls..)  Record(interrupted) for calls that
+                                       cannot run again, then _settle        (settle)
+    MODEL      ModelAnswered, no call  Record(answer), Finish                FINISHED
+    MODEL      ModelAnswered, calls    Record(assistant + calls, awaiting
+                                       the ones needing approval), _settle   (settle)
+    TOOLS      ToolDone(call id)       Record(result), _settle               (settle)
+    APPROVAL   Decided(id, approve)    RecordDecision; AwaitApproval(rest)   APPROVAL
+                                       or, the last decision, _settle (the   (settle)
+                                       approved calls now run)
+    APPROVAL   Decided(id, deny)       RecordDecision, Record(denied: ..);
+                                       as above
+    APPROVAL   Superseded(reason)      RecordDecision + Record(denied: ..)
+                                       per waiting call, Record(not run: ..)
+                                       per approved one                      SUPERSEDED
+    MODEL,     Stop(code, message)     Record(stopped) per open call, Fail   FAILED
+    TOOLS
+    (settle)                           RunTool(next runnable call)           TOOLS
+                                       AwaitApproval(waiting calls)          APPROVAL
+                                       Fail(step_limit)                      FAILED
+                                       CallModel                             MODEL
+
+Any other (state, event) pair raises ``TurnStateError``: nothing happens after
+FINISHED, FAILED or SUPERSEDED.
+
+Invariants (checked over random walks by the tests):
+- every tool call the machine records gets exactly one result, recorded after
+  it, whatever the order of events, unless the turn is waiting for approval
+  (then exactly the waiting calls have none);
+- at most ``max_steps`` model calls;
+- calls run one at a time, in the model's order; calls needing approval run
+  only once every waiting call is decided, and a denied call never runs;
+- a call runs at most once per turn, twice only when a crash interrupted it
+  and it is declared idempotent (``Resume``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import TypeAlias, final
+
+import attrs
+
+from agentik._messages import Message, Role, ToolCall
+
+STOPPED = "error: the turn was stopped before this tool call finished"
+INTERRUPTED = "interrupted: the process stopped before this call finished"
+SUPERSEDED_REASON = "the user sent a new message"
+
+
+def denied(reason: str) -> str:
+    """The tool result of a denied call: an error result the model sees."""
+    return f"denied: {reason}" if reason else "denied"
+
+
+class TurnState(enum.Enum):
+    NEW = "new"
+    MODEL = "model"
+    """Waiting for the model's answer."""
+    TOOLS = "tools"
+    """Waiting for a tool call's result."""
+    APPROVAL = "approval"
+    """Paused: every call that can run has run; the rest wait for a person."""
+    FINISHED = "finished"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+    """Was waiting for approval when a new user message came: its waiting calls
+    were denied and the new message starts a new turn."""
+
+
+FINAL_STATES = frozenset({TurnState.FINISHED, TurnState.FAILED, TurnState.SUPERSEDED})
+
+
+class TurnStateError(Exception):
+    """An event the turn cannot take in its state (a bug in the shell, or a
+    decision about a call that is not waiting)."""
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
+def _plans(value: Iterable[CallPlan]) -> tuple[CallPlan, ...]:
+    return tuple(value)
+
+
+# --- what the shell tells the machine ------------------------------------------
+
+
+@final
+@attrs.frozen
+class CallPlan:
+    """A tool call as the shell found it when the model sent it: whether it
+    needs a person's approval, and whether running it twice is harmless."""
+
+    call: ToolCall
+    needs_approval: bool = False
+    idempotent: bool = False
+
+
+@final
+@attrs.frozen
+class Begin:
+    """A user message starts the turn."""
+
+    text: str
+    idempotency_key: str | None = None
+
+
+@final
+@attrs.frozen
+class Resume:
+    """The turn's committed state, read back from storage after a restart or a
+    cut-short run: ``steps`` model calls made; ``calls`` of the last assistant
+    message that have no result yet; of those, ``awaiting`` wait for a decision
+    and ``approved`` were approved (and may have been running)."""
+
+    steps: int
+    calls: tuple[CallPlan, ...] = attrs.field(default=(), converter=_plans)
+    awaiting: frozenset[str] = frozenset()
+    approved: frozenset[str] = frozenset()
+
+
+@final
+@attrs.frozen
+class ModelAnswered:
+    """The model's answer: text, and the calls it made (with their plans)."""
+
+    message: Message
+    """The assistant message to record (its ``tool_calls`` are the plans' calls)."""
+    plans: tuple[CallPlan, ...] = attrs.field(default=(), converter=_plans)
+
+
+@final
+@attrs.frozen
+class ToolDone:
+    """A call the machine asked to run has its result."""
+
+    call_id: str
+    content: str
+
+
+@final
+@attrs.frozen
+class Decided:
+    """A person's decision about a call waiting for approval."""
+
+    call_id: str
+    approve: bool
+    reason: str = ""
+
+
+@final
+@attrs.frozen
+class Superseded:
+    """A new user message arrived while this turn waits for approval."""
+
+    reason: str = SUPERSEDED_REASON
+
+
+@final
+@attrs.frozen
+class Stop:
+    """The turn cannot go on (the model failed, it was cancelled, a write
+    failed): answer what is open and fail with ``code``."""
+
+    code: str
+    message: str
+
+
+TurnEvent: TypeAlias = Begin | Resume | ModelAnswered | ToolDone | Decided | Superseded | Stop
+
+
+# --- what the machine tells the shell ------------------------------------------
+
+
+@final
+@attrs.frozen
+class Record:
+    """Store this message (with the turn's idempotency key for the user message;
+    with ``awaiting`` set, the call ids that now wait for approval, stored
+    with it atomically)."""
+
+    message: Message
+    idempotency_key: str | None = None
+    awaiting: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen
+class RecordDecision:
+    """Store a person's decision about a waiting call (before acting on it)."""
+
+    call_id: str
+    approve: bool
+    reason: str = ""
+
+
+@final
+@attrs.frozen
+class CallModel:
+    """Ask the model, with the history as recorded so far."""
+
+
+@final
+@attrs.frozen
+class RunTool:
+    """Run this call and feed back ``ToolDone``; ``again`` when a crash
+    interrupted an earlier run of it."""
+
+    call: ToolCall
+    again: bool = False
+
+
+@final
+@attrs.frozen
+class AwaitApproval:
+    """Pause: these calls wait for a decision (everything else is recorded)."""
+
+    calls: tuple[ToolCall, ...] = attrs.field(converter=_calls)
+
+
+@final
+@attrs.frozen
+class Finish:
+    """The turn ended with this answer; commit what was recorded and report it."""
+
+    text: str
+
+
+@final
+@attrs.frozen
+class Fail:
+    """The turn ended without an answer; what it recorded is valid."""
+
+    code: str
+    message: str
+
+
+TurnAction: TypeAlias = (
+    Record | RecordDecision | CallModel | RunTool | AwaitApproval | Finish | Fail
+)
+
+_CALL_MODEL = CallModel()
+
+
+@final
+@attrs.define
+class TurnMachine:
+    """The state of one turn; see the module docstring for its table."""
+
+    max_steps: int
+    state: TurnState = TurnState.NEW
+    steps: int = 0
+    """Model calls asked for so far."""
+    queue: list[CallPlan] = attrs.Factory(list)
+    """Calls to run, in the model's order (``again`` for the re-runs)."""
+    running: ToolCall | None = None
+    """The call whose result the machine waits for."""
+    rerun: set[str] = attrs.Factory(set)
+    """Queued calls that a crash interrupted (run again)."""
+    waiting: dict[str, ToolCall] = attrs.Factory(dict)
+    """Calls waiting for a decision, by id, in the model's order."""
+    approved: list[ToolCall] = attrs.Factory(list)
+    """Approved calls waiting for the other decisions before they run."""
+    decided: dict[str, bool] = attrs.Factory(dict)
+    """Decisions taken in this turn, by call id."""
+
+    def handle(self, event: TurnEvent) -> list[TurnAction]:
+        """Take one event; return what the shell must do, in order."""
+        state = self.state
+        match event:
+            case Begin(text, key) if state is TurnState.NEW:
+                return [Record(Message(Role.USER, text), key), *self._call_model()]
+            case Resume() if state is TurnState.NEW:
+                return self._resume(event)
+            case ModelAnswered(message, plans) if state is TurnState.MODEL:
+                return self._answered(message, plans)
+            case ToolDone(call_id, content) if state is TurnState.TOOLS:
+                running = self.running
+                if running is None or running.id != call_id:
+                    raise TurnStateError(f"no result expected for call {call_id!r}")
+                self.running = None
+                return [Record(Message(Role.TOOL, content, tool_call_id=call_id)), *self._settle()]
+            case Decided(call_id, approve, reason):
+                return self._decided(call_id, approve, reason)
+            case Superseded(reason) if state is TurnState.APPROVAL:
+                out: list[TurnAction] = []
+                for call_id in self.waiting:
+                    out.append(RecordDecision(call_id, False, reason))
+                    out.append(_result(call_id, denied(reason)))
+                # Approved, but waiting for the others to be decided: never ran.
+                out += [_result(c.id, f"error: not run: {reason}") for c in self.approved]
+                self.waiting.clear()
+                self.approved.clear()
+                self.state = TurnState.SUPERSEDED
+                return out
+            case Stop(code, message) if state in (TurnState.MODEL, TurnState.TOOLS):
+                return self._stop(code, message)
+        raise TurnStateError(f"a turn in state {state.value} cannot take {type(event).__name__}")
+
+    # --- transitions ----------------------------------------------------------
+
+    def _resume(self, event: Resume) -> list[TurnAction]:
+        if not 0 <= event.steps <= self.max_steps:
+            raise TurnStateError(f"steps must be 0..{self.max_steps}, got {event.steps}")
+        self.steps = event.steps
+        # While some call still waits, the approved ones have not started
+        # (they run once all are decided); otherwise any open call may have
+        # been running when the process stopped.
+        still_waiting = any(p.call.id in event.awaiting for p in event.calls)
+        out: list[TurnAction] = []
+        for plan in event.calls:
+            call = plan.call
+            if call.id in event.awaiting:
+                self.waiting[call.id] = call
+            elif call.id in event.approved and still_waiting:
+                self.decided[call.id] = True
+                self.approved.append(call)
+            elif plan.idempotent:
+                self.queue.append(plan)
+                self.rerun.add(call.id)
+            else:
+                out.append(_result(call.id, INTERRUPTED))
+        return [*out, *self._settle()]
+
+    def _answered(self, message: Message, plans: tuple[CallPlan, ...]) -> list[TurnAction]:
+        if message.role is not Role.ASSISTANT or message.tool_calls != tuple(p.call for p in plans):
+            raise TurnStateError(
+                "the answer must be an assistant message carrying the plans' calls"
+            )
+        if not plans:
+            self.state = TurnState.FINISHED
+            return [Record(message), Finish(message.content)]
+        awaiting = []
+        for plan in plans:
+            if plan.needs_approval:
+                self.waiting[plan.call.id] = plan.call
+                awaiting.append(plan.call.id)
+            else:
+                self.queue.append(plan)
+        return [Record(message, awaiting=tuple(awaiting)), *self._settle()]
+
+    def _decided(self, call_id: str, approve: bool, reason: str) -> list[TurnAction]:
+        earlier = self.decided.get(call_id)
+        if earlier is not None:
+            if earlier == approve:
+                return []  # the same decision again: nothing to do
+            raise TurnStateError(
+                f"call {call_id!r} was already {'approved' if earlier else 'denied'}"
+            )
+        if self.state is not TurnState.APPROVAL or call_id not in self.waiting:
+            raise TurnStateError(f"call {call_id!r} is not waiting for approval")
+        call = self.waiting.pop(call_id)
+        self.decided[call_id] = approve
+        out: list[TurnAction] = [RecordDecision(call_id, approve, reason)]
+        if approve:
+            self.approved.append(call)  # runs once every waiting call is decided
+        else:
+            out.append(_result(call_id, denied(reason)))
+        if self.waiting:
+            return [*out, AwaitApproval(self.waiting.values())]
+        self.queue += (CallPlan(c) for c in self.approved)
+        self.approved.clear()
+        return [*out, *self._settle()]
+
+    def _stop(self, code: str, message: str) -> list[TurnAction]:
+        out: list[TurnAction] = []
+        if self.running is not None:
+            out.append(_result(self.running.id, STOPPED))
+            self.running = None
+        out += [_result(p.call.id, STOPPED) for p in self.queue]
+        out += [_result(call_id, STOPPED) for call_id in self.waiting]
+        out += [_result(c.id, STOPPED) for c in self.approved]
+        self.queue.clear()
+        self.waiting.clear()
+        self.approved.clear()
+        self.state = TurnState.FAILED
+        return [*out, Fail(code, message)]
+
+    def _settle(self) -> list[TurnAction]:
+        if self.queue:
+            plan = self.queue.pop(0)
+            self.running = plan.call
+            self.state = TurnState.TOOLS
+            again = plan.call.id in self.rerun
+            return [RunTool(plan.call, again)]
+        if self.waiting:
+            self.state = TurnState.APPROVAL
+            return [AwaitApproval(self.waiting.values())]
+        if self.steps >= self.max_steps:
+            self.state = TurnState.FAILED
+            return [
+                Fail(
+                    "step_limit",
+                    f"the turn stopped after {self.max_steps} model calls without an answer"
+                    " (max_tool_rounds); every tool call made has its result",
+                )
+            ]
+        return self._call_model()
+
+    def _call_model(self) -> list[TurnAction]:
+        self.steps += 1
+        self.state = TurnState.MODEL
+        return [_CALL_MODEL]
+
+
+def _result(call_id: str, content: str) -> Record:
+    return Record(Message(Role.TOOL, content, tool_call_id=call_id))
