@@ -3,6 +3,9 @@
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
 from agentik.storage._protocols import (
+    Approval as Approval,
+)
+from agentik.storage._protocols import (
     ConversationLoader as ConversationLoader,
 )
 from agentik.storage._protocols import (
@@ -27,6 +30,12 @@ from agentik.storage._protocols import (
     StorageBundle as StorageBundle,
 )
 from agentik.storage._protocols import (
+    TurnLedger as TurnLedger,
+)
+from agentik.storage._protocols import (
+    TurnRecord as TurnRecord,
+)
+from agentik.storage._protocols import (
     WorkingMemoryStore as WorkingMemoryStore,
 )
 from agentik.storage.sqlite._connect import Synchronous as Synchronous
@@ -35,6 +44,7 @@ from agentik.storage.sqlite._open import writer_stats as writer_stats
 from agentik.storage.sqlite._writer import WriterStats as WriterStats
 
 __all__ = [
+    "Approval",
     "ConversationLoader",
     "ConversationSnapshot",
     "IdempotencyKeyIndex",
@@ -45,6 +55,8 @@ __all__ = [
     "SkillStore",
     "StorageBundle",
     "Synchronous",
+    "TurnLedger",
+    "TurnRecord",
     "WorkingMemoryStore",
     "WriterStats",
     "in_memory_storage",

@@ -24,7 +24,13 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import DEFAULT_PAGE_SIZE, KeyedTurn, StorageBundle
+from agentik.storage._protocols import (
+    DEFAULT_PAGE_SIZE,
+    Approval,
+    KeyedTurn,
+    StorageBundle,
+    TurnRecord,
+)
 
 
 @attrs.define
@@ -35,6 +41,10 @@ class _Conversation:
     """Idempotency key -> seq."""
     keyed: builtins.list[tuple[int, str]] = attrs.Factory(list)
     """``(seq, key)`` in seq order (appends only grow it): bisected for a page."""
+    approvals: dict[tuple[int, str], Approval] = attrs.Factory(dict)
+    """``(seq, call id)`` -> its approval, in the order they were recorded."""
+    failures: dict[int, str] = attrs.Factory(dict)
+    """Seq of a failed turn's user message -> its code."""
 
 
 @final
@@ -55,6 +65,11 @@ class InMemoryMessageStore:
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Pending[Message]:
         await trio.lowlevel.checkpoint()
+        return self._add(conversation_id, message, idempotency_key)
+
+    def _add(
+        self, conversation_id: str, message: Message, idempotency_key: str | None
+    ) -> Pending[Message]:
         now = self._clock()
         conversation = self._conversations.get(conversation_id)
         if idempotency_key is not None and conversation is not None:
@@ -170,6 +185,80 @@ class InMemoryMessageStore:
         if conversation is None:
             return 0
         return sum(key.endswith(key_suffix) for key in conversation.keys)
+
+
+    # --- TurnLedger -------------------------------------------------------------
+
+    async def submit_awaiting(
+        self, conversation_id: str, message: Message, call_ids: Sequence[str]
+    ) -> Pending[Message]:
+        await trio.lowlevel.checkpoint()
+        calls = {call.id for call in message.tool_calls}
+        unknown = [c for c in call_ids if c not in calls]
+        if unknown or len(set(call_ids)) != len(call_ids):
+            return Pending.failed(StoreError(_awaiting_error(call_ids, unknown)))
+        pending = self._add(conversation_id, message, None)
+        stored = pending.result()
+        assert stored.seq is not None
+        approvals = self._conversations[conversation_id].approvals
+        for call_id in call_ids:
+            approvals[(stored.seq, call_id)] = Approval(seq=stored.seq, call_id=call_id)
+        return pending
+
+    async def submit_decision(
+        self,
+        conversation_id: str,
+        seq: int,
+        call_id: str,
+        *,
+        approve: bool,
+        reason: str = "",
+        result: Message | None = None,
+    ) -> Pending[Message | None]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        approval = None if conversation is None else conversation.approvals.get((seq, call_id))
+        if conversation is None or approval is None or approval.approved is not None:
+            return Pending.failed(StoreError(_not_waiting(conversation_id, seq, call_id)))
+        stored = None if result is None else self._add(conversation_id, result, None).result()
+        decided = attrs.evolve(approval, approved=approve, reason=reason)
+        conversation.approvals[(seq, call_id)] = decided
+        return Pending.completed(stored)
+
+    async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or not 1 <= seq <= len(conversation.messages):
+            return Pending.failed(StoreError(f"conversation {conversation_id!r} has no seq {seq}"))
+        conversation.failures[seq] = code
+        return Pending.completed(None)
+
+    async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return TurnRecord()
+        end = next(
+            (m.seq for m in conversation.messages[seq:] if m.role is Role.USER and m.seq),
+            len(conversation.messages) + 1,
+        )
+        approvals = tuple(
+            a for (at, _), a in conversation.approvals.items() if seq < at < end
+        )
+        return TurnRecord(approvals=approvals, failure=conversation.failures.get(seq))
+
+
+def _awaiting_error(call_ids: Sequence[str], unknown: Sequence[str]) -> str:
+    if unknown:
+        return f"calls {builtins.list(unknown)!r} are not tool calls of the message"
+    return f"call ids must be unique, got {builtins.list(call_ids)!r}"
+
+
+def _not_waiting(conversation_id: str, seq: int, call_id: str) -> str:
+    return (
+        f"call {call_id!r} of message {seq} in conversation {conversation_id!r}"
+        " is not waiting for a decision"
+    )
 
 
 def _duplicate(conversation_id: str, key: str, seq: int) -> DuplicateKeyError:

@@ -47,6 +47,13 @@ class Pending(Generic[T]):
         pending._value = value
         return pending
 
+    @classmethod
+    def failed(cls, error: BaseException) -> Pending[T]:
+        """A write already refused (stores that check before they queue)."""
+        pending: Pending[T] = cls()
+        pending.set_error(error)
+        return pending
+
     def set(self, result: outcome.Outcome[T]) -> None:
         """Record the write's result and wake its waiters (the store calls this)."""
         if isinstance(result, outcome.Value):

@@ -204,6 +204,69 @@ class IdempotencyKeyIndex(Protocol):
         ...
 
 
+@attrs.frozen(kw_only=True)
+class Approval:
+    """A tool call that needs a person's decision, as stored."""
+
+    seq: int
+    """The seq of the assistant message that made the call."""
+    call_id: str
+    approved: bool | None = None
+    """None while it waits."""
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class TurnRecord:
+    """What storage knows of one turn beyond its messages."""
+
+    approvals: tuple[Approval, ...] = ()
+    """Calls of the turn that needed a decision, in the order they were recorded."""
+    failure: str | None = None
+    """The code the turn failed with; None if it has not failed (finished,
+    running, waiting for a decision, or interrupted by a stop)."""
+
+
+@runtime_checkable
+class TurnLedger(Protocol):
+    """Optional: a message store that keeps a turn's state with its messages,
+    atomically: which calls wait for a person, how they were decided, and
+    whether the turn failed. The agent needs it for tools that require approval
+    and to tell an interrupted turn (resumed) from a failed one (left alone)."""
+
+    async def submit_awaiting(
+        self, conversation_id: str, message: Message, call_ids: Sequence[str]
+    ) -> Pending[Message]:
+        """Like ``submit``, and in the same transaction: each of ``call_ids`` (ids
+        of ``message``'s tool calls) now waits for a decision."""
+        ...
+
+    async def submit_decision(
+        self,
+        conversation_id: str,
+        seq: int,
+        call_id: str,
+        *,
+        approve: bool,
+        reason: str = "",
+        result: Message | None = None,
+    ) -> Pending[Message | None]:
+        """Decide the waiting call ``call_id`` of the message ``seq``, and append
+        ``result`` (a denied call's tool result) in the same transaction;
+        resolves to ``result`` as stored. A call that is not waiting is a
+        ``StoreError`` and changes nothing."""
+        ...
+
+    async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
+        """Record that the turn whose user message is ``seq`` failed with ``code``."""
+        ...
+
+    async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
+        """The record of the turn whose user message is ``seq``: approvals of
+        calls made after it (up to the next user message) and its failure."""
+        ...
+
+
 @attrs.frozen
 class StorageBundle:
     """The four stores an agent needs, from one backend."""

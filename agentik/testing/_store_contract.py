@@ -19,6 +19,7 @@ from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik.storage._protocols import IdempotencyKeyIndex, StorageBundle
+from agentik.testing._ledger_contract import LEDGER_CASES
 
 MakeBundle = Callable[[], AbstractAsyncContextManager[StorageBundle]]
 """Returns an async context manager yielding a fresh, empty bundle."""
@@ -322,6 +323,7 @@ MESSAGE_CASES: tuple[Case, ...] = (
     _concurrent_appends_are_gapless,
     _list_conversations_pages,
     _unicode_and_large_messages,
+    *LEDGER_CASES,
 )
 
 

@@ -33,6 +33,7 @@ from agentik import (
 from agentik.storage import (
     Pending,
     StorageBundle,
+    TurnLedger,
     WriterStats,
     in_memory_storage,
     open_sqlite_storage,
@@ -240,6 +241,34 @@ class TestMigrations:
         assert migrate(connection) == [v for v, _ in migrations()]
         assert migrate(connection) == []
         assert schema_version(connection) == len(migrations())
+
+    async def test_version_2_marks_the_last_turn_of_each_conversation_as_ended(
+        self, tmp_path: Path
+    ) -> None:
+        """Turns of a version-1 database were never resumed: upgrading marks each
+        conversation's last user message failed ``before_upgrade``, so an
+        unfinished one is not resumed now; later turns are unmarked."""
+        path = tmp_path / "db"
+        connection = open_write_connection(path, "FULL", 1.0)
+        version_1 = migrations()[0][1]
+        connection.execute(version_1)
+        connection.pragma("user_version", 1)
+        rows = [("a", 1, "user"), ("a", 2, "assistant"), ("a", 3, "user"), ("b", 1, "user")]
+        connection.executemany(
+            "INSERT INTO message (conversation_id, seq, role, content, created_us)"
+            " VALUES (?, ?, ?, 'x', 0)",
+            rows,
+        )
+        assert migrate(connection) == list(range(2, len(migrations()) + 1))
+        connection.close()
+        async with open_sqlite_storage(path) as bundle:
+            ledger = bundle.message_store
+            assert isinstance(ledger, TurnLedger)
+            assert (await ledger.turn_record("a", 3)).failure == "before_upgrade"
+            assert (await ledger.turn_record("a", 1)).failure is None
+            assert (await ledger.turn_record("b", 1)).failure == "before_upgrade"
+            await bundle.message_store.append("a", Message(Role.USER, "after"))
+            assert (await ledger.turn_record("a", 4)).failure is None
 
     async def test_a_newer_database_is_refused(self, tmp_path: Path) -> None:
         path = tmp_path / "db"

@@ -17,8 +17,15 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
 from agentik.storage._common import check_at_least, to_micros
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import DEFAULT_PAGE_SIZE, ConversationSnapshot, KeyedTurn
+from agentik.storage._protocols import (
+    DEFAULT_PAGE_SIZE,
+    ConversationSnapshot,
+    KeyedTurn,
+    TurnRecord,
+)
 from agentik.storage.sqlite import _queries as q
+from agentik.storage.sqlite import _turn_queries as tq
+from agentik.storage.sqlite._queries import InsertMessage
 from agentik.storage.sqlite._readers import ReaderPool
 from agentik.storage.sqlite._writer import Writer, WriterStats
 
@@ -44,6 +51,47 @@ class SqliteMessageStore:
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Pending[Message]:
         return await self._writer.submit_append(conversation_id, message, idempotency_key)
+
+    async def submit_awaiting(
+        self, conversation_id: str, message: Message, call_ids: Sequence[str]
+    ) -> Pending[Message]:
+        insert = InsertMessage(conversation_id, message, None)
+        return await self._writer.submit(
+            partial(tq.insert_awaiting, insert=insert, call_ids=tuple(call_ids))
+        )
+
+    async def submit_decision(
+        self,
+        conversation_id: str,
+        seq: int,
+        call_id: str,
+        *,
+        approve: bool,
+        reason: str = "",
+        result: Message | None = None,
+    ) -> Pending[Message | None]:
+        insert = None if result is None else InsertMessage(conversation_id, result, None)
+        return await self._writer.submit(
+            partial(
+                tq.decide,
+                conversation_id=conversation_id,
+                seq=seq,
+                call_id=call_id,
+                approve=approve,
+                reason=reason,
+                result=insert,
+            )
+        )
+
+    async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
+        return await self._writer.submit(
+            partial(tq.insert_turn_failure, conversation_id=conversation_id, seq=seq, code=code)
+        )
+
+    async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
+        return await self._readers.read(
+            partial(tq.turn_record, conversation_id=conversation_id, seq=seq)
+        )
 
     async def get_messages(
         self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE

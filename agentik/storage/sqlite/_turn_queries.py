@@ -1,0 +1,115 @@
+"""The turn ledger's SQL (schema version 2): approvals and failed turns.
+
+Like ``_queries``, plain functions of a connection or a writer ``Session``,
+run by the writer (writes, inside its transaction) or the reader pool.
+A waiting call's row is written in the transaction of the message that makes
+the call, and a denied call's tool result in the transaction of its decision,
+so no crash can separate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import apsw
+
+from agentik._errors import StoreError
+from agentik._messages import Message
+from agentik.storage._protocols import Approval, TurnRecord
+from agentik.storage.sqlite._queries import InsertMessage, Session
+
+_NO_END = 2**62
+
+
+def insert_awaiting(session: Session, insert: InsertMessage, call_ids: Sequence[str]) -> Message:
+    """Insert the message, then one waiting approval per call id."""
+    calls = {call.id for call in insert.message.tool_calls}
+    unknown = [c for c in call_ids if c not in calls]
+    if unknown:
+        raise StoreError(f"calls {list(unknown)!r} are not tool calls of the message")
+    if len(set(call_ids)) != len(call_ids):
+        raise StoreError(f"call ids must be unique, got {list(call_ids)!r}")
+    stored = insert(session)
+    session.connection.executemany(
+        "INSERT INTO approval (conversation_id, seq, call_id, ordinal, created_us)"
+        " VALUES (?, ?, ?, ?, ?)",
+        [
+            (insert.conversation_id, stored.seq, call_id, ordinal, session.now_us)
+            for ordinal, call_id in enumerate(call_ids)
+        ],
+    )
+    return stored
+
+
+def decide(
+    session: Session,
+    conversation_id: str,
+    seq: int,
+    call_id: str,
+    approve: bool,
+    reason: str,
+    result: InsertMessage | None,
+) -> Message | None:
+    """Decide a waiting call; insert ``result`` with it."""
+    connection = session.connection
+    connection.execute(
+        "UPDATE approval SET approved = ?, reason = ?, decided_us = ?"
+        " WHERE conversation_id = ? AND seq = ? AND call_id = ? AND approved IS NULL",
+        (int(approve), reason, session.now_us, conversation_id, seq, call_id),
+    )
+    if connection.changes() != 1:
+        raise StoreError(
+            f"call {call_id!r} of message {seq} in conversation {conversation_id!r}"
+            " is not waiting for a decision"
+        )
+    return None if result is None else result(session)
+
+
+def insert_turn_failure(session: Session, conversation_id: str, seq: int, code: str) -> None:
+    """Record (or replace) how the turn whose user message is ``seq`` failed."""
+    connection = session.connection
+    exists = connection.execute(
+        "SELECT 1 FROM message WHERE conversation_id = ? AND seq = ?", (conversation_id, seq)
+    ).fetchall()
+    if not exists:
+        raise StoreError(f"conversation {conversation_id!r} has no seq {seq}")
+    connection.execute(
+        "INSERT INTO turn_failure (conversation_id, seq, code, created_us) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (conversation_id, seq) DO UPDATE SET code = excluded.code,"
+        " created_us = excluded.created_us",
+        (conversation_id, seq, code, session.now_us),
+    )
+
+
+def turn_record(connection: apsw.Connection, conversation_id: str, seq: int) -> TurnRecord:
+    """Approvals of calls made after ``seq`` up to the next user message, and
+    the failure of the turn at ``seq``: three index look-ups."""
+    rows = connection.execute(
+        "SELECT min(seq) FROM message WHERE conversation_id = ? AND seq > ? AND role = 'user'",
+        (conversation_id, seq),
+    ).fetchall()
+    end = cast("int | None", rows[0][0]) or _NO_END
+    approvals = connection.execute(
+        "SELECT seq, call_id, approved, reason FROM approval"
+        " WHERE conversation_id = ? AND seq > ? AND seq < ? ORDER BY seq, ordinal",
+        (conversation_id, seq, end),
+    ).fetchall()
+    failure = connection.execute(
+        "SELECT code FROM turn_failure WHERE conversation_id = ? AND seq = ?",
+        (conversation_id, seq),
+    ).fetchall()
+    return TurnRecord(
+        approvals=tuple(
+            Approval(
+                seq=at,
+                call_id=call_id,
+                approved=None if approved is None else bool(approved),
+                reason=reason,
+            )
+            for at, call_id, approved, reason in cast(
+                "list[tuple[int, str, int | None, str]]", approvals
+            )
+        ),
+        failure=cast("str", failure[0][0]) if failure else None,
+    )

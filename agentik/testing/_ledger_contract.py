@@ -1,0 +1,150 @@
+"""The turn ledger's part of the store contract (``TurnLedger``, optional).
+
+A message store that offers the ledger must offer all of it, and keep each
+decision and each waiting call in the transaction of its message: these cases
+check what a caller can see of that through the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+
+from agentik._errors import StoreError
+from agentik._messages import Message, Role, ToolCall
+from agentik.storage._protocols import Approval, StorageBundle, TurnLedger, TurnRecord
+
+Case = Callable[[StorageBundle], Awaitable[None]]
+
+_NAMES = ("submit_awaiting", "submit_decision", "submit_turn_failure", "turn_record")
+
+
+def _ledger(bundle: StorageBundle) -> TurnLedger | None:
+    """The message store as a ``TurnLedger``, None if it offers none of it; a
+    store offering part of it fails."""
+    store = bundle.message_store
+    if isinstance(store, TurnLedger):
+        return store
+    partial = [name for name in _NAMES if hasattr(store, name)]
+    assert not partial, (
+        f"the message store has {', '.join(partial)} but not all of TurnLedger"
+        f" ({', '.join(_NAMES)}): implement the rest, or none"
+    )
+    return None
+
+
+@contextmanager
+def _refused(what: str) -> Iterator[None]:
+    try:
+        yield
+    except StoreError:
+        return
+    raise AssertionError(f"{what}: expected StoreError, nothing was raised")
+
+
+def _calls(*ids: str) -> Message:
+    return Message(Role.ASSISTANT, "", tuple(ToolCall(i, "t", "{}") for i in ids))
+
+
+async def _count(bundle: StorageBundle, conversation_id: str) -> int:
+    return len([m async for m in bundle.message_store.get_messages(conversation_id)])
+
+
+async def _waiting_calls_are_stored_with_their_message(bundle: StorageBundle) -> None:
+    ledger = _ledger(bundle)
+    if ledger is None:
+        return  # optional
+    store = bundle.message_store
+    user = await store.append("c", Message(Role.USER, "hi"))
+    assert await ledger.turn_record("c", 1) == TurnRecord()
+    stored = await (await ledger.submit_awaiting("c", _calls("b", "a", "x"), ["b", "a"])).wait()
+    assert (user.seq, stored.seq) == (1, 2)
+    assert stored.tool_calls == _calls("b", "a", "x").tool_calls
+    record = await ledger.turn_record("c", 1)
+    assert record == TurnRecord(
+        approvals=(Approval(seq=2, call_id="b"), Approval(seq=2, call_id="a"))
+    ), record
+    assert await ledger.turn_record("other", 1) == TurnRecord()
+
+
+async def _awaiting_refuses_calls_the_message_lacks(bundle: StorageBundle) -> None:
+    ledger = _ledger(bundle)
+    if ledger is None:
+        return
+    await bundle.message_store.append("c", Message(Role.USER, "hi"))
+    for ids in (["zz"], ["a", "a"]):
+        with _refused(f"waiting calls {ids} of a message with call a"):
+            await (await ledger.submit_awaiting("c", _calls("a"), ids)).wait()
+    assert await _count(bundle, "c") == 1, "a refused message was stored"
+    assert await ledger.turn_record("c", 1) == TurnRecord()
+
+
+async def _decisions_are_taken_once(bundle: StorageBundle) -> None:
+    ledger = _ledger(bundle)
+    if ledger is None:
+        return
+    await bundle.message_store.append("c", Message(Role.USER, "hi"))
+    await (await ledger.submit_awaiting("c", _calls("a", "b"), ["a", "b"])).wait()
+    approved = await ledger.submit_decision("c", 2, "a", approve=True, reason="fine")
+    assert await approved.wait() is None
+    denial = Message(Role.TOOL, "denied: no", tool_call_id="b")
+    result = await (
+        await ledger.submit_decision("c", 2, "b", approve=False, reason="no", result=denial)
+    ).wait()
+    assert result is not None
+    assert (result.seq, result.content) == (3, "denied: no")
+    assert (await ledger.turn_record("c", 1)).approvals == (
+        Approval(seq=2, call_id="a", approved=True, reason="fine"),
+        Approval(seq=2, call_id="b", approved=False, reason="no"),
+    )
+    again = Message(Role.TOOL, "denied: twice", tool_call_id="a")
+    for call_id, seq in (("a", 2), ("b", 2), ("a", 1), ("nope", 2)):
+        with _refused(f"deciding call {call_id!r} of message {seq}"):
+            await (
+                await ledger.submit_decision("c", seq, call_id, approve=False, result=again)
+            ).wait()
+    assert await _count(bundle, "c") == 3, "a refused decision stored its result"
+
+
+async def _a_record_covers_its_turn_only(bundle: StorageBundle) -> None:
+    """Approvals belong to the turn whose user message precedes them; call ids
+    may repeat across turns."""
+    ledger = _ledger(bundle)
+    if ledger is None:
+        return
+    store = bundle.message_store
+    await store.append("c", Message(Role.USER, "one"))  # 1
+    await (await ledger.submit_awaiting("c", _calls("a"), ["a"])).wait()  # 2
+    await store.append("c", Message(Role.USER, "two"))  # 3
+    await (await ledger.submit_awaiting("c", _calls("a"), ["a"])).wait()  # 4
+    await (await ledger.submit_decision("c", 4, "a", approve=True)).wait()
+    assert (await ledger.turn_record("c", 1)).approvals == (Approval(seq=2, call_id="a"),)
+    assert (await ledger.turn_record("c", 3)).approvals == (
+        Approval(seq=4, call_id="a", approved=True),
+    )
+
+
+async def _failures_are_recorded_per_turn(bundle: StorageBundle) -> None:
+    ledger = _ledger(bundle)
+    if ledger is None:
+        return
+    store = bundle.message_store
+    await store.append("c", Message(Role.USER, "one"))
+    await store.append("c", Message(Role.USER, "two"))
+    await (await ledger.submit_turn_failure("c", 2, "model_error")).wait()
+    assert (await ledger.turn_record("c", 2)).failure == "model_error"
+    assert (await ledger.turn_record("c", 1)).failure is None
+    await (await ledger.submit_turn_failure("c", 2, "cancelled")).wait()
+    assert (await ledger.turn_record("c", 2)).failure == "cancelled", "the latest failure counts"
+    for conversation_id, seq in (("c", 3), ("nobody", 1)):
+        with _refused(f"a failure of seq {seq} in {conversation_id!r}"):
+            await (await ledger.submit_turn_failure(conversation_id, seq, "x")).wait()
+
+
+LEDGER_CASES: tuple[Case, ...] = (
+    _waiting_calls_are_stored_with_their_message,
+    _awaiting_refuses_calls_the_message_lacks,
+    _decisions_are_taken_once,
+    _a_record_covers_its_turn_only,
+    _failures_are_recorded_per_turn,
+)
