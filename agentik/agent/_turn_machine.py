@@ -21,10 +21,10 @@ else the calls waiting for a person, else the step limit, else the model)::
     APPROVAL   Decided(id, approve)    RecordDecision; AwaitApproval(rest)   APPROVAL
                                        or, the last decision, _settle (the   (settle)
                                        approved calls now run)
-    APPROVAL   Decided(id, deny)       RecordDecision, Record(denied: ..);
-                                       as above
-    APPROVAL   Superseded(reason)      RecordDecision + Record(denied: ..)
-                                       per waiting call, Record(not run: ..)
+    APPROVAL   Decided(id, deny)       RecordDecision(with the result
+                                       denied: ..); as above
+    APPROVAL   Superseded(reason)      RecordDecision(denied: ..) per
+                                       waiting call, Record(not run: ..)
                                        per approved one                      SUPERSEDED
     MODEL,     Stop(code, message)     Record(stopped) per open call, Fail   FAILED
     TOOLS
@@ -203,11 +203,13 @@ class Record:
 @final
 @attrs.frozen
 class RecordDecision:
-    """Store a person's decision about a waiting call (before acting on it)."""
+    """Store a person's decision about a waiting call (before acting on it),
+    with ``result``, a denied call's tool result, in the same write."""
 
     call_id: str
     approve: bool
     reason: str = ""
+    result: Message | None = None
 
 
 @final
@@ -301,8 +303,7 @@ class TurnMachine:
             case Superseded(reason) if state is TurnState.APPROVAL:
                 out: list[TurnAction] = []
                 for call_id in self.waiting:
-                    out.append(RecordDecision(call_id, False, reason))
-                    out.append(_result(call_id, denied(reason)))
+                    out.append(_denial(call_id, reason))
                 # Approved, but waiting for the others to be decided: never ran.
                 out += [_result(c.id, f"error: not run: {reason}") for c in self.approved]
                 self.waiting.clear()
@@ -367,11 +368,12 @@ class TurnMachine:
             raise TurnStateError(f"call {call_id!r} is not waiting for approval")
         call = self.waiting.pop(call_id)
         self.decided[call_id] = approve
-        out: list[TurnAction] = [RecordDecision(call_id, approve, reason)]
+        out: list[TurnAction]
         if approve:
+            out = [RecordDecision(call_id, True, reason)]
             self.approved.append(call)  # runs once every waiting call is decided
         else:
-            out.append(_result(call_id, denied(reason)))
+            out = [_denial(call_id, reason)]
         if self.waiting:
             return [*out, AwaitApproval(self.waiting.values())]
         self.queue += (CallPlan(c) for c in self.approved)
@@ -417,6 +419,11 @@ class TurnMachine:
         self.steps += 1
         self.state = TurnState.MODEL
         return [_CALL_MODEL]
+
+
+def _denial(call_id: str, reason: str) -> RecordDecision:
+    result = Message(Role.TOOL, denied(reason), tool_call_id=call_id)
+    return RecordDecision(call_id, False, reason, result)
 
 
 def _result(call_id: str, content: str) -> Record:

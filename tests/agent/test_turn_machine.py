@@ -49,8 +49,12 @@ def answer(*plans: CallPlan, text: str = "") -> ModelAnswered:
     return ModelAnswered(Message(Role.ASSISTANT, text, tuple(p.call for p in plans)), plans)
 
 
+def tool_result(call_id: str, content: str) -> Message:
+    return Message(Role.TOOL, content, tool_call_id=call_id)
+
+
 def result(call_id: str, content: str) -> Record:
-    return Record(Message(Role.TOOL, content, tool_call_id=call_id))
+    return Record(tool_result(call_id, content))
 
 
 class TestTable:
@@ -110,8 +114,7 @@ class TestTable:
             AwaitApproval([call(2)]),
         ]
         assert m.handle(Decided("c2", False, "no")) == [
-            RecordDecision("c2", False, "no"),
-            result("c2", "denied: no"),
+            RecordDecision("c2", False, "no", tool_result("c2", "denied: no")),
             RunTool(call(1)),
         ]
         assert m.handle(ToolDone("c1", "one")) == [result("c1", "one"), CallModel()]
@@ -133,10 +136,8 @@ class TestTable:
         m.handle(answer(CallPlan(call(1), True), CallPlan(call(2), True)))
         reason = "the user sent a new message"
         assert m.handle(Superseded()) == [
-            RecordDecision("c1", False, reason),
-            result("c1", denied(reason)),
-            RecordDecision("c2", False, reason),
-            result("c2", denied(reason)),
+            RecordDecision("c1", False, reason, tool_result("c1", denied(reason))),
+            RecordDecision("c2", False, reason, tool_result("c2", denied(reason))),
         ]
         assert m.state is TurnState.SUPERSEDED
 
@@ -222,7 +223,11 @@ class Shell:
 
     @property
     def stored(self) -> list[Message]:
-        return [a.message for a in self.log if isinstance(a, Record)]
+        return [
+            a.message if isinstance(a, Record) else a.result
+            for a in self.log
+            if isinstance(a, Record) or a.result is not None
+        ]
 
     @property
     def decisions(self) -> dict[str, bool]:
@@ -236,7 +241,7 @@ class Shell:
                 waiting.update(a.awaiting)
                 waiting.discard(a.message.tool_call_id or "")
             else:
-                waiting.discard(a.call_id)
+                waiting.discard(a.call_id)  # its result, if any, comes with it
         return waiting
 
     def perform(self, actions: list[TurnAction]) -> TurnAction | None:
