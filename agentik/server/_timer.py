@@ -145,11 +145,11 @@ class ConnectionTimer:
     def arrived(self, size: int) -> None:
         """``size`` bytes were read and are about to be handled."""
         phase = self._phase
-        if phase is IDLE:  # the first bytes of a request...
+        if phase is IDLE:
+            # The first bytes of a request. Its deadline is set by ``handled``,
+            # only if they are not the whole head (which they usually are).
             self._phase = HEAD
-            self._deadline = (
-                math.inf
-            )  # ...whose deadline ``handled`` sets if they are not all of it
+            self._deadline = math.inf
         elif phase is BODY:
             self._body_bytes += size
             self._deadline = (
