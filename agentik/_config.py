@@ -83,6 +83,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("limits", "max_tool_rounds", "int", "AGENTIK_MAX_TOOL_ROUNDS"),
     Setting("limits", "tool_timeout", "float", "AGENTIK_TOOL_TIMEOUT"),
     Setting("limits", "graceful_timeout", "float", "AGENTIK_GRACEFUL_TIMEOUT"),
+    Setting("limits", "header_timeout", "float", "AGENTIK_HEADER_TIMEOUT"),
+    Setting("limits", "body_timeout", "float", "AGENTIK_BODY_TIMEOUT"),
+    Setting("limits", "body_min_rate", "float", "AGENTIK_BODY_MIN_RATE"),
+    Setting("limits", "max_connections", "int", "AGENTIK_MAX_CONNECTIONS"),
 )
 _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 
@@ -112,6 +116,15 @@ class Limits:
     tool_timeout: float = 60.0
     graceful_timeout: float = 30.0
     """Seconds in-flight requests get to finish after SIGINT/SIGTERM."""
+    header_timeout: float = 10.0
+    """Seconds a client may take to send a request head (from its first byte); then 408."""
+    body_timeout: float = 20.0
+    """Seconds a client may take to send a request body (from the end of the
+    head), plus one second per ``body_min_rate`` bytes received; then 408."""
+    body_min_rate: float = 500.0
+    """Bytes per second: the rate that earns a large body more time."""
+    max_connections: int = 1000
+    """Open HTTP connections; past it new ones wait in the listen backlog."""
 
 
 @attrs.frozen(kw_only=True)
@@ -365,6 +378,10 @@ def _build(
         max_tool_rounds=int(number("max_tool_rounds", base.max_tool_rounds)),
         tool_timeout=number("tool_timeout", base.tool_timeout),
         graceful_timeout=number("graceful_timeout", base.graceful_timeout),
+        header_timeout=number("header_timeout", base.header_timeout),
+        body_timeout=number("body_timeout", base.body_timeout),
+        body_min_rate=number("body_min_rate", base.body_min_rate),
+        max_connections=int(number("max_connections", base.max_connections)),
     )
     database = get("storage", "database")
     prompt = get("agent", "system_prompt")

@@ -9,6 +9,12 @@ was even accepted (p99 7.4 s over HTTP against 0.9 s in process, at 1,000
 clients in ``bench/http_load.py``). Here each wake-up accepts up to
 ``ACCEPTS_PER_ROUND`` connections before yielding.
 
+At most ``max_connections`` connections are open at once: at the bound the
+loop accepts nothing more until one closes, so further clients wait in the
+kernel's listen backlog (their connect succeeds, their request waits) while
+the open connections go on undisturbed; when the backlog is full too, the
+kernel drops new connection attempts and clients retry them.
+
 Errors are handled as trio's listener and ``serve_listeners`` do: the routine
 ones (a connection reset before it was accepted) are skipped; running out of
 file descriptors or memory is logged and retried after 100 ms; anything else
@@ -57,26 +63,46 @@ Handler = Callable[[trio.SocketStream], Awaitable[object]]
 
 
 async def serve_sockets(
-    handler: Handler, sockets: list[socket.socket], handler_nursery: trio.Nursery
+    handler: Handler,
+    sockets: list[socket.socket],
+    handler_nursery: trio.Nursery,
+    *,
+    max_connections: int | None = None,
 ) -> NoReturn:
     """Run ``handler(stream)`` in ``handler_nursery`` for each connection to any of
-    ``sockets`` (listening already); closes them when cancelled."""
+    ``sockets`` (listening already), with at most ``max_connections`` (None: no
+    bound) handlers running; closes the sockets when cancelled."""
+    if max_connections is not None and max_connections < 1:
+        raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+    slots = trio.Semaphore(max_connections) if max_connections is not None else None
     async with trio.open_nursery() as nursery:
         for sock in sockets:
-            nursery.start_soon(_serve_one, handler, sock, handler_nursery)
+            nursery.start_soon(_serve_one, handler, sock, handler_nursery, slots)
     raise AssertionError("unreachable: the accept loops never return")
 
 
-async def _serve_one(handler: Handler, sock: socket.socket, handler_nursery: trio.Nursery) -> None:
+async def _serve_one(
+    handler: Handler,
+    sock: socket.socket,
+    handler_nursery: trio.Nursery,
+    slots: trio.Semaphore | None,
+) -> None:
     with trio.socket.from_stdlib_socket(sock) as listener:  # closed on the way out
         while True:
             await trio.lowlevel.wait_readable(listener)
             for _ in range(ACCEPTS_PER_ROUND):
+                if slots is not None:
+                    try:
+                        slots.acquire_nowait()
+                    except trio.WouldBlock:
+                        await slots.acquire()  # at the bound: until a connection closes
                 try:
                     connection, _ = sock.accept()
-                except BlockingIOError:
-                    break
                 except OSError as error:
+                    if slots is not None:
+                        slots.release()  # this slot took no connection
+                    if isinstance(error, BlockingIOError):
+                        break
                     if error.errno in _IGNORABLE_ERRNOS:
                         continue
                     if error.errno not in _CAPACITY_ERRNOS:
@@ -90,11 +116,15 @@ async def _serve_one(handler: Handler, sock: socket.socket, handler_nursery: tri
                     await trio.sleep(_RETRY_AFTER)
                     break
                 stream = trio.SocketStream(trio.socket.from_stdlib_socket(connection))
-                handler_nursery.start_soon(_run_handler, handler, stream)
+                handler_nursery.start_soon(_run_handler, handler, stream, slots)
 
 
-async def _run_handler(handler: Handler, stream: trio.SocketStream) -> None:
+async def _run_handler(
+    handler: Handler, stream: trio.SocketStream, slots: trio.Semaphore | None
+) -> None:
     try:
         await handler(stream)
     finally:
+        if slots is not None:
+            slots.release()
         await trio.aclose_forcefully(stream)

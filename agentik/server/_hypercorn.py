@@ -17,24 +17,42 @@ connection loop, not HTTP:
 ``ConnectionServer`` is that ``TCPServer`` with those three changed (and two
 smaller things: no write for an empty chunk, no cancel scope per read when
 there is no read timeout); hypercorn's h11, h2 and websocket protocol code
-runs unchanged. One keep-alive watcher task per connection has a deadline
-that moves as the connection goes busy and idle; the write lock is taken
+runs unchanged. One watcher task per connection (``_timer.ConnectionTimer``)
+enforces its deadlines, keep-alive and the time a client may take to send a
+request, moving as the connection goes idle and busy; the write lock is taken
 without a schedule point when it is free (the socket write that follows is
 one); its task group (``AppTaskGroup``) hands each app an ``AppQueue``, which
-waits only when it must. ``CachedHeadersConfig`` builds the ``Date`` and ``Server`` headers once
-a second instead of once a response. ``serve`` is hypercorn's
-``worker_serve`` for plain TCP listeners, with that class, accepting
-connections in bursts (``_accept.serve_sockets``) rather than one per round.
+waits only when it must. ``CachedHeadersConfig`` builds the ``Date`` and
+``Server`` headers once a second instead of once a response. ``serve`` is
+hypercorn's ``worker_serve`` for plain TCP listeners, with that class,
+accepting connections in bursts (``_accept.serve_sockets``) rather than one
+per round, and at most ``max_connections`` at a time.
+
+Three things it does that hypercorn does not:
+
+- A connection ends whole. When the client goes away (end of stream, reset,
+  a failed write) or a deadline passes, the app tasks still running for it
+  get ``http.disconnect`` and are cancelled, and the socket is closed at
+  once; only an app that has finished its response is left to return by
+  itself. (hypercorn's own loop relies on the app noticing; the watcher task
+  above would otherwise wait for a response that never ends.) A turn the
+  request started goes on in the agent: cancelling a caller never stops one.
+- A client too slow to send its request head or body gets 408 and is cut off.
+- ``100 Continue`` goes out when the app first reads the body (as uvicorn
+  does), not as soon as the head is parsed, so a request the app refuses
+  at once (401, or 413 for a Content-Length past the limit) never gets it.
 
 It subclasses hypercorn internals, so pyproject pins hypercorn to the minor
 version it was written against; tests/server/test_connections.py checks the
 behaviour it must keep (keep-alive expiry, close on shutdown, concurrent
-writes, pipelined requests).
+writes, pipelined requests, 100-continue), tests/server/test_abandoned.py and
+test_slow_clients.py what it adds.
 """
 
 from __future__ import annotations
 
-import math
+import logging
+import resource
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -47,6 +65,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.statsd import StatsdLogger
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup, _handle
@@ -60,7 +79,6 @@ from hypercorn.typing import (
     LifespanState,
     Scope,
 )
-from hypercorn.typing import Event as HypercornEvent
 from hypercorn.utils import (
     ShutdownError,
     parse_socket_addr,
@@ -70,8 +88,13 @@ from hypercorn.utils import (
 )
 
 from agentik.server._accept import serve_sockets
+from agentik.server._timer import ConnectionLimits, ConnectionTimer
+
+log = logging.getLogger("agentik.server")
 
 T = TypeVar("T")
+
+DEFAULT_LIMITS = ConnectionLimits()
 
 
 class CachedHeadersConfig(Config):
@@ -90,72 +113,6 @@ class CachedHeadersConfig(Config):
             cached = (second, super().response_headers(protocol))
             self._headers[protocol] = cached
         return list(cached[1])  # callers may extend the list they get
-
-
-class KeepAliveTimer:
-    """Closes a connection idle for ``keep_alive_timeout``, or idle when the
-    server shuts down; stands in for hypercorn's ``TrioSingleTask`` (same
-    ``restart``/``stop`` calls).
-
-    ``stop`` (a request came in) and ``restart`` (its response is done) run
-    for every request, so they only record the state; one watcher task per
-    connection sleeps until the deadline it last set and, on waking, checks it
-    against the state and sleeps again if the connection was busy or used
-    since. It wakes at most once per timeout, not once per request.
-
-    Invariants: at most one watcher per connection; a connection is closed
-    only while it is idle, once it has been idle for the whole timeout or the
-    server is shutting down; a request in progress is never cut off.
-    """
-
-    def __init__(
-        self, timeout: float, terminated: HypercornEvent, close: Callable[[], Awaitable[None]]
-    ) -> None:
-        self._timeout = timeout
-        self._terminated = terminated
-        """hypercorn's ``WorkerContext.terminated``: set when the server shuts down."""
-        self._close = close
-        self._idle = False
-        self._deadline = math.inf
-        """When the connection is due to close; infinite while it is busy."""
-        self._scope: trio.CancelScope | None = None
-        """The watcher's sleep, while a watcher runs (or is about to)."""
-
-    async def restart(self, task_group: Any, action: object) -> None:
-        """The connection went idle: close it ``timeout`` from now. (``action``,
-        hypercorn's own idle task, is not used: the watcher does its job.)"""
-        self._idle = True
-        self._deadline = trio.current_time() + self._timeout
-        scope = self._scope
-        if scope is None:
-            self._scope = trio.CancelScope(deadline=self._deadline)
-            task_group.spawn(self._watch)
-        elif scope.deadline == math.inf:  # the watcher sleeps with no deadline
-            scope.deadline = self._deadline
-
-    async def stop(self) -> None:
-        """The connection is busy: no timeout until it goes idle again."""
-        self._idle = False
-        self._deadline = math.inf
-
-    async def _watch(self) -> None:
-        while True:
-            assert self._scope is not None
-            with self._scope:
-                await self._terminated.wait()
-            terminated = self._terminated.is_set()
-            if self._idle and (terminated or trio.current_time() >= self._deadline):
-                break
-            if terminated:
-                # Shutting down while busy: the next restart() (the response
-                # is done) starts a watcher that finds it set and closes.
-                self._scope = None
-                return
-            # Busy, or used since this sleep began: sleep until the current
-            # deadline (infinite while busy; restart() then sets it).
-            self._scope = trio.CancelScope(deadline=self._deadline)
-        with trio.CancelScope(shield=True):
-            await self._close()
 
 
 @final
@@ -229,8 +186,16 @@ class AppQueue(Generic[T]):
         return received
 
 
+Receive = Callable[[], Awaitable[ASGIReceiveEvent]]
+
+
 class AppTaskGroup(TaskGroup):
-    """hypercorn's trio ``TaskGroup``, handing each app an ``AppQueue``."""
+    """hypercorn's trio ``TaskGroup``, handing each app an ``AppQueue`` (with
+    its ``receive`` passed through ``wrap_receive``)."""
+
+    def __init__(self, wrap_receive: Callable[[Receive], Receive]) -> None:
+        super().__init__()
+        self._wrap_receive = wrap_receive
 
     async def spawn_app(
         self,
@@ -246,7 +211,7 @@ class AppTaskGroup(TaskGroup):
             app,
             config,
             scope,
-            queue.receive,
+            self._wrap_receive(queue.receive),
             send,
             trio.to_thread.run_sync,
             trio.from_thread.run,
@@ -254,44 +219,78 @@ class AppTaskGroup(TaskGroup):
         return queue.put
 
 
-class ConnectionServer(TCPServer):
-    """hypercorn's ``TCPServer`` with a moving keep-alive deadline, a write lock
-    that is not a schedule point when free, and an ``AppQueue`` per request
-    (see the module docstring)."""
+class ContinueOnReceive(h11.Connection):
+    """h11's connection, never telling hypercorn that a client waits for
+    ``100 Continue``: hypercorn would send it as soon as the request head is
+    parsed, before the app could refuse the request (a 401, or a 413 for a
+    Content-Length past the limit). ``ConnectionServer`` sends it when the app
+    first asks for the body instead, as uvicorn does; h11's own bookkeeping
+    uses ``client_is_waiting_for_100_continue``, which is unchanged."""
 
-    def __init__(self, *args: Any) -> None:
+    they_are_waiting_for_100_continue = False  # a plain attribute: read per event
+
+
+_AT_REST = frozenset({h11.IDLE, h11.DONE, h11.MUST_CLOSE, h11.CLOSED})
+"""h11 states of a side with no message half sent."""
+
+
+class ConnectionServer(TCPServer):
+    """hypercorn's ``TCPServer`` with the deadlines of ``ConnectionTimer``, a
+    write lock that is not a schedule point when free, an ``AppQueue`` per
+    request, ``100 Continue`` sent when the app reads, and an end that leaves
+    nothing behind (see the module docstring)."""
+
+    def __init__(self, *args: Any, limits: ConnectionLimits = DEFAULT_LIMITS) -> None:
         super().__init__(*args)
-        self.idle_task = KeepAliveTimer(  # type: ignore[assignment]  # same calls
-            self.config.keep_alive_timeout, self.context.terminated, self._initiate_server_close
+        self.idle_task = ConnectionTimer(  # type: ignore[assignment]  # same calls
+            self.config.keep_alive_timeout, limits, self.context.terminated, self._expire
         )
+        self._timer = cast(ConnectionTimer, self.idle_task)
+        self._tasks = trio.CancelScope()
+        """Around the connection's task group: cancelled to end all of it."""
         self._held = b""
         """A response head waiting to go out with the start of its body."""
         self._h11_state: object = None
         """h11's ``our_state`` when the last data was sent."""
 
     async def run(self) -> None:
-        # hypercorn's TCPServer.run for a plain socket, with AppTaskGroup.
+        # hypercorn's TCPServer.run for a plain socket, with AppTaskGroup and an
+        # h11 connection that leaves 100 Continue to the app's first read.
         socket = cast(trio.SocketStream, self.stream).socket
         try:
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
-            async with AppTaskGroup() as task_group:
-                self._task_group = task_group
-                self.protocol = ProtocolWrapper(
-                    self.app,
-                    self.config,
-                    self.context,
-                    task_group,
-                    ConnectionState(self.state),
-                    False,
-                    client,
-                    server,
-                    self.protocol_send,
-                    "http/1.1",
-                )
-                await self.protocol.initiate()
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
-                await self._read_data()
+            # Cancelled to end all of the connection's tasks: the read loop,
+            # the apps and the watcher. (Not the task group's own scope:
+            # hypercorn's TaskGroup.__aexit__ would let its Cancelled escape.)
+            with self._tasks:
+                async with AppTaskGroup(self._wrap_receive) as task_group:
+                    self._task_group = task_group
+                    self.protocol = ProtocolWrapper(
+                        self.app,
+                        self.config,
+                        self.context,
+                        task_group,
+                        ConnectionState(self.state),
+                        False,
+                        client,
+                        server,
+                        self.protocol_send,
+                        "http/1.1",
+                    )
+                    protocol = self.protocol.protocol
+                    assert isinstance(protocol, H11Protocol)
+                    protocol.connection = ContinueOnReceive(
+                        h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
+                    )
+                    await self.protocol.initiate()
+                    await self._timer.restart(task_group, self._idle_timeout)
+                    await self._read_data()
+                    # The client left, or the socket was closed: end the
+                    # connection's tasks too, unless its last exchange is complete.
+                    self._timer.end()
+                    if not self._at_rest():
+                        self._tasks.cancel()
         except OSError:
             pass
         finally:
@@ -301,16 +300,80 @@ class ConnectionServer(TCPServer):
         if self.config.read_timeout is not None:
             await super()._read_data()
             return
-        # hypercorn's loop without its per-read ``fail_after(inf)`` scope.
+        # hypercorn's loop without its per-read ``fail_after(inf)`` scope, and
+        # telling the timer where the request is.
+        timer = self._timer
         while True:
             try:
                 data = await self.stream.receive_some(MAX_RECV)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 break
-            await self.protocol.handle(RawData(bytes(data)))
             if not data:
+                await self.protocol.handle(RawData(b""))
                 break
+            timer.arrived(len(data))
+            await self.protocol.handle(RawData(bytes(data)))
+            connection = getattr(self.protocol.protocol, "connection", None)  # _h11(), inline
+            timer.handled(
+                type(connection) is ContinueOnReceive and connection.their_state is h11.SEND_BODY
+            )
         await self.protocol.handle(Closed())
+
+    def _h11(self) -> ContinueOnReceive | None:
+        """The HTTP/1.1 connection state; None after a switch to HTTP/2 or a WebSocket."""
+        connection = getattr(self.protocol.protocol, "connection", None)
+        return connection if type(connection) is ContinueOnReceive else None
+
+    def _at_rest(self) -> bool:
+        """Neither side is half-way through a message (HTTP/1.1 only)."""
+        connection = self._h11()
+        return (
+            connection is not None
+            and connection.our_state in _AT_REST
+            and connection.their_state in _AT_REST
+        )
+
+    async def _expire(self, too_slow: bool) -> None:
+        """A deadline passed, or the server shuts down while the connection
+        waits for a request: end the connection and all of its tasks."""
+        # Closing the stream first tells an app reading a body that it is
+        # over, and stops hypercorn answering 500 for it when it is cancelled.
+        await self.protocol.handle(Closed())
+        self._tasks.cancel()  # the read loop, the app, and this task...
+        with trio.CancelScope(shield=True):  # ...which finishes first
+            if too_slow:
+                await self._send_408()
+            await self.stream.aclose()
+
+    async def _send_408(self) -> None:
+        """Tell a client too slow with its request why it is cut off, if no
+        response has started (mod_reqtimeout does the same)."""
+        connection = self._h11()
+        if connection is None or connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        headers = [(b"content-length", b"0"), (b"connection", b"close")]
+        headers += self.config.response_headers("h11")
+        data = connection.send(h11.Response(status_code=408, headers=headers))
+        await self._write((data or b"") + (connection.send(h11.EndOfMessage()) or b""))
+
+    def _wrap_receive(self, receive: Receive) -> Receive:
+        """The app's ``receive``; if the client waits for ``100 Continue``, one
+        that sends it before the app's first read (unless the app has answered)."""
+        connection = getattr(self.protocol.protocol, "connection", None)  # _h11(), inline
+        if (
+            type(connection) is not ContinueOnReceive
+            or not connection.client_is_waiting_for_100_continue
+        ):
+            return receive
+
+        async def receive_after_continue() -> ASGIReceiveEvent:
+            if connection.client_is_waiting_for_100_continue:
+                headers = self.config.response_headers("h11")
+                data = connection.send(h11.InformationalResponse(status_code=100, headers=headers))
+                await self._write(data or b"")
+            return await receive()
+
+        return receive_after_continue
 
     async def protocol_send(self, event: Event) -> None:
         held = self._held
@@ -336,8 +399,8 @@ class ConnectionServer(TCPServer):
     def _h11_head_sent(self) -> bool:
         """Did the data being sent just move h11 from waiting for a response
         into sending its body (so it is a response head)? False for HTTP/2."""
-        connection = getattr(self.protocol.protocol, "connection", None)
-        if type(connection) is not h11.Connection:
+        connection = getattr(self.protocol.protocol, "connection", None)  # _h11(), inline
+        if type(connection) is not ContinueOnReceive:
             return False
         state = connection.our_state
         before, self._h11_state = self._h11_state, state
@@ -353,7 +416,11 @@ class ConnectionServer(TCPServer):
             with trio.CancelScope(shield=True):
                 await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The client is gone: nothing of the connection may stay behind,
+            # also when the read loop waits (a pipelined request) and would
+            # never see it.
             await self.protocol.handle(Closed())
+            self._tasks.cancel()
         finally:
             lock.release()
 
@@ -362,15 +429,18 @@ async def serve(
     app: Any,
     config: Config,
     *,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until ``shutdown_trigger`` returns (or forever): hypercorn's trio
-    ``worker_serve`` for plain TCP (no TLS, no QUIC), with ``ConnectionServer``.
+    ``worker_serve`` for plain TCP (no TLS, no QUIC), with ``ConnectionServer``
+    and at most ``limits.max_connections`` connections open.
     Reports the bound URLs through ``task_status``; on shutdown, stops
     accepting and gives open connections ``config.graceful_timeout``."""
     if config.ssl_enabled:
         raise ValueError("agentik serves plain HTTP; terminate TLS in front of it")
+    warn_if_descriptors_short(limits.max_connections)
     config.set_statsd_logger_class(StatsdLogger)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     lifespan_state: LifespanState = {}
@@ -387,12 +457,25 @@ async def serve(
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             task_status.started(binds)
             handler = partial(
-                ConnectionServer, wrapped, config, context, ConnectionState(lifespan_state.copy())
+                ConnectionServer,
+                wrapped,
+                config,
+                context,
+                ConnectionState(lifespan_state.copy()),
+                limits=limits,
             )
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger or trio.sleep_forever)
-                    nursery.start_soon(serve_sockets, handler, sockets, server_nursery)
+                    nursery.start_soon(
+                        partial(
+                            serve_sockets,
+                            handler,
+                            sockets,
+                            server_nursery,
+                            max_connections=limits.max_connections,
+                        )
+                    )
             except* ShutdownError:
                 pass
             finally:
@@ -400,3 +483,23 @@ async def serve(
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
+
+
+DESCRIPTORS_RESERVED = 64
+"""Descriptors left for everything but client connections (SQLite, the model
+client, MCP servers, the listener)."""
+
+
+def warn_if_descriptors_short(max_connections: int) -> None:
+    """Log a warning when the process may run out of file descriptors before
+    it reaches ``max_connections``: accepting then fails with EMFILE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections + DESCRIPTORS_RESERVED
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "the open-file limit (%d) is below [limits] max_connections + %d (%d):"
+            " raise it (ulimit -n) or lower max_connections",
+            soft,
+            DESCRIPTORS_RESERVED,
+            needed,
+        )

@@ -28,6 +28,7 @@ from agentik.server._app import build_app
 from agentik.server._context import ServerContext
 from agentik.server._hypercorn import CachedHeadersConfig
 from agentik.server._hypercorn import serve as hypercorn_serve
+from agentik.server._timer import ConnectionLimits
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from agentik.toolsets import ToolsetContribution
 
@@ -164,6 +165,12 @@ async def serve_agentik(
                     hypercorn_serve,
                     build_app(ctx),
                     hyper,
+                    limits=ConnectionLimits(
+                        header_timeout=limits.header_timeout,
+                        body_timeout=limits.body_timeout,
+                        body_min_rate=limits.body_min_rate,
+                        max_connections=limits.max_connections,
+                    ),
                     shutdown_trigger=shutdown_trigger,
                 )
             )

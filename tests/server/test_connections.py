@@ -139,13 +139,17 @@ async def closes_after_keep_alive(client: Client) -> None:
     assert KEEP_ALIVE <= trio.current_time() - idle_since < KEEP_ALIVE + 1
 
 
-async def test_an_idle_connection_closes_after_the_keep_alive_timeout(server: Server) -> None:
+async def test_an_idle_connection_closes_after_the_keep_alive_timeout(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
     client = await connect(server)
     assert await client.get("/") == (200, b"ok:")
     await closes_after_keep_alive(client)
 
 
-async def test_each_request_restarts_the_keep_alive_timeout(server: Server) -> None:
+async def test_each_request_restarts_the_keep_alive_timeout(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
     client = await connect(server)
     began = trio.current_time()
     for _ in range(4):  # 2.4 timeouts in all: the deadline must move each time
@@ -156,7 +160,9 @@ async def test_each_request_restarts_the_keep_alive_timeout(server: Server) -> N
     await closes_after_keep_alive(client)
 
 
-async def test_a_request_longer_than_the_timeout_is_not_cut_off(server: Server) -> None:
+async def test_a_request_longer_than_the_timeout_is_not_cut_off(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
     client = await connect(server)
     began = trio.current_time()
     assert await client.get(f"/slow?{KEEP_ALIVE * 3}") == (200, b"ok:")
@@ -165,7 +171,9 @@ async def test_a_request_longer_than_the_timeout_is_not_cut_off(server: Server) 
     await closes_after_keep_alive(client)
 
 
-async def test_shutdown_closes_idle_connections_and_finishes_busy_ones(server: Server) -> None:
+async def test_shutdown_closes_idle_connections_and_finishes_busy_ones(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
     idle, busy = await connect(server), await connect(server)
     assert await idle.get("/") == (200, b"ok:")
     await busy.send(request(f"/slow?{KEEP_ALIVE / 2}"), h11.EndOfMessage())
@@ -178,7 +186,9 @@ async def test_shutdown_closes_idle_connections_and_finishes_busy_ones(server: S
     assert await busy.closed_by_server()
 
 
-async def test_a_streaming_head_goes_out_before_the_body_is_done(server: Server) -> None:
+async def test_a_streaming_head_goes_out_before_the_body_is_done(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
     client = await connect(server)
     await client.send(request("/stream"), h11.EndOfMessage())
     head = await client.next_event()
@@ -192,7 +202,7 @@ async def test_a_streaming_head_goes_out_before_the_body_is_done(server: Server)
 
 
 async def test_a_fixed_length_response_is_one_write(
-    server: Server, monkeypatch: pytest.MonkeyPatch
+    server: Server, monkeypatch: pytest.MonkeyPatch, clock: trio.testing.MockClock
 ) -> None:
     writes: list[bytes] = []
     send_all = trio.SocketStream.send_all
@@ -210,7 +220,9 @@ async def test_a_fixed_length_response_is_one_write(
     assert response.startswith(b"HTTP/1.1 200") and response.endswith(b"\r\n\r\nok:")
 
 
-async def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
+async def test_pipelined_requests_are_answered_in_order(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
     client = await connect(server)
     bodies = (b"one", b"two", b"three")
     posts = [
@@ -235,7 +247,7 @@ async def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     assert answers == [(200, b"ok:one"), (200, b"ok:two"), (200, b"ok:three")]
 
 
-async def test_expect_100_continue(server: Server) -> None:
+async def test_expect_100_continue(server: Server, clock: trio.testing.MockClock) -> None:
     client = await connect(server)
     post = h11.Request(
         method="POST",
