@@ -200,7 +200,7 @@ def _no_database(
     now = clock()
     session = Session(connection=connection, seqs=seqs, now_us=0, now=now)  # type: ignore[arg-type]
     for request in batch:
-        request.succeed(session)
+        request._stored = request.stored(session.now)
     return _writer._Outcome()
 
 

@@ -159,6 +159,17 @@ class ChatAgent:
         conversation.cancel_scope.cancel()
         return True
 
+    def turn_in_progress(self, conversation_id: str, idempotency_key: str) -> bool:
+        """Whether the turn carrying ``idempotency_key`` is running or queued now
+        (its caller may have left: a turn goes on without it)."""
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return False
+        running = conversation.running
+        if running is not None and running.idempotency_key == idempotency_key:
+            return True
+        return idempotency_key in conversation.waiting
+
     def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:
         """Every toolset, active or not, for this conversation, in catalog order."""
         conversation = self._conversations.get(conversation_id)

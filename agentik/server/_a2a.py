@@ -80,7 +80,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         if context_id is None or not valid_context_id(context_id):
             raise task_not_found(task_id)
         stored = caller.internal(context_id)
-        running = (stored, task_id) in ctx.tasks.running
+        # The ledger says which tasks this process took; the agent says whether
+        # the turn still runs (a handler cut short by a client that left never
+        # cleared its ledger entry, and the turn may have ended since).
+        running = (stored, task_id) in ctx.tasks.running and agent.turn_in_progress(
+            stored, task_id
+        )
         seq = await store.find_idempotency_key(stored, task_id)
         if seq is None:
             if running:  # accepted, its user message not stored yet

@@ -16,7 +16,6 @@ from agentik.agent._events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
-    TurnFailed,
     TurnFinished,
     TurnResult,
 )
@@ -93,8 +92,3 @@ def native_event(event: TurnEvent) -> tuple[str, JsonObject]:
     else:
         name, data = "turn_failed", {"code": event.code, "message": event.message}
     return name, {"type": name, **data}
-
-
-def failure_event(message: str, code: str) -> tuple[str, JsonObject]:
-    """A ``turn_failed`` frame for failures outside the turn (overload, shutdown)."""
-    return native_event(TurnFailed(message=message, code=code))

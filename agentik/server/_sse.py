@@ -2,7 +2,9 @@
 
 JSON is compact and never contains a raw newline (``json.dumps`` escapes
 them), so a frame is always exactly one ``data:`` line, which is what the
-AG-UI and A2A clients parse.
+AG-UI and A2A clients parse. JSON may hold U+0085, U+2028 and U+2029 raw,
+and many clients split lines there too (Python's ``str.splitlines``, httpx's
+``aiter_lines``), so those three are escaped as well.
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ import json
 
 from agentik._json import JsonValue
 
-SSE_MEDIA_TYPE = "text/event-stream"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 """One encoder, reused: ``json.dumps`` with options builds a new one per call."""
 
 
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+"""What ``str.splitlines`` breaks at beyond what JSON already escapes."""
+
+
 def dumps(value: JsonValue) -> str:
-    """Compact JSON text, UTF-8 kept as is."""
-    return _ENCODER.encode(value)
+    """Compact JSON text, UTF-8 kept as is but for the line breaks JSON allows raw."""
+    text = _ENCODER.encode(value)
+    return text if text.isascii() else text.translate(_LINE_BREAKS)
 
 
 def sse_frame(data: JsonValue, *, event: str | None = None) -> bytes:

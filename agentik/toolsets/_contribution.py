@@ -26,11 +26,6 @@ TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A tool name as OpenAI-compatible APIs accept it."""
 
 
-def toolset_prefix(tool_name: str) -> str:
-    """The toolset a tool name belongs to by convention: the part before its first ``_``."""
-    return tool_name.partition("_")[0]
-
-
 def _tools(value: Iterable[NamedTool]) -> tuple[NamedTool, ...]:
     return tuple(value)
 

@@ -18,11 +18,13 @@ poll is bounded by ``GUARD_SECONDS``.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import apsw
+import httpx
 import trio
 from a2a.client import Client, ClientConfig, create_client
 from a2a.types import (
@@ -38,16 +40,18 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
 from agentik import Message as StoredMessage
-from agentik import ModelRequest, ModelResponse
+from agentik import ModelBackendError, ModelRequest, ModelResponse
 from agentik import Role as StoredRole
 from agentik._config import ServerConfig
 from agentik.models import ChatModel, ScriptedModel
 from agentik.server import serve_agentik
+from agentik.server._a2a_wire import make_task_id
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from tests.reliability.helpers import check_history, history
 
 GUARD_SECONDS = 20
 POLL_SECONDS = 0.002
+A2A_1 = {"A2A-Version": "1.0"}
 
 
 def echo(request: ModelRequest) -> ModelResponse:
@@ -90,11 +94,20 @@ async def serving(
             )
         )
         client = await create_client(url, client_config=ClientConfig(streaming=False))
+        _urls[id(client)] = url
         try:
             yield client, bundle
         finally:
             await client.close()
             stop.set()
+
+
+_urls: dict[int, str] = {}
+
+
+def served_url(client: Client) -> str:
+    """The base URL ``serving`` started its server at."""
+    return _urls[id(client)]
 
 
 async def send(client: Client, request: SendMessageRequest) -> StreamResponse:
@@ -235,3 +248,48 @@ async def test_cancel_task_cancels_that_task_not_the_one_running(tmp_path: Path)
         assert resent.artifacts[0].parts[0].text == "You said: queued"
         stored = await history(bundle, "ctx")
     check_history(stored, once=("hold", "queued"))
+
+
+async def test_a_task_whose_client_left_reports_how_its_turn_ended(tmp_path: Path) -> None:
+    """A client that leaves a blocking SendMessage while its turn runs: the turn
+    goes on, and once it fails GetTask says FAILED, not WORKING for ever (the
+    task ledger's entry outlived the handler that was to clear it)."""
+    release = trio.Event()
+    asked = trio.Event()
+
+    async def failing(request: ModelRequest) -> ModelResponse:
+        asked.set()
+        await release.wait()
+        raise ModelBackendError("the backend went away")
+
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": "m1",
+                "contextId": "ctx",
+                "role": "ROLE_USER",
+                "parts": [{"text": "hi"}],
+            }
+        },
+    }
+    path = tmp_path / "agentik.db"
+    async with serving(path, model=ScriptedModel(failing)) as (client, _):
+        async with httpx.AsyncClient(timeout=GUARD_SECONDS) as raw:
+            url = f"{served_url(client)}/a2a"
+            with trio.move_on_after(GUARD_SECONDS) as left:
+                async with trio.open_nursery() as nursery:
+                    post = functools.partial(raw.post, url, json=body, headers=A2A_1)
+                    nursery.start_soon(post)
+                    await asked.wait()
+                    nursery.cancel_scope.cancel()  # the client goes away mid-turn
+            assert not left.cancelled_caught
+        release.set()
+        get = GetTaskRequest(id=make_task_id("ctx", "m1"))
+        working = TaskState.TASK_STATE_WORKING
+        with trio.fail_after(GUARD_SECONDS):  # WORKING for ever was the bug
+            while (task := await client.get_task(get)).status.state == working:  # noqa: ASYNC110
+                await trio.sleep(POLL_SECONDS)
+        assert task.status.state == TaskState.TASK_STATE_FAILED

@@ -169,10 +169,6 @@ class _AppendRequest(InsertMessage):
     def run(self, session: Session) -> None:
         self._stored = self(session)
 
-    def succeed(self, session: Session) -> None:
-        """Inserted as part of a run (``insert_messages`` set ``seq``)."""
-        self._stored = self.stored(session.now)
-
     def fail(self, error: BaseException) -> None:
         self._error = error
 
