@@ -44,6 +44,8 @@ class ToolsetContribution:
     """One line telling the model when the toolset is useful."""
     tools: tuple[NamedTool, ...] = attrs.field(converter=_tools)
     """The tools, each named ``<name>`` or ``<name>_<verb>``."""
+    requires_approval: bool = attrs.field(default=False, kw_only=True)
+    """A person must approve each call of any of its tools before it runs."""
 
     def __attrs_post_init__(self) -> None:
         _check_toolset(self.name, self.description)

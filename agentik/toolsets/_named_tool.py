@@ -26,3 +26,8 @@ class NamedTool:
     parameters: JsonObject
     """The JSON Schema of the arguments object."""
     handler: ToolHandler = attrs.field(repr=False)
+    requires_approval: bool = attrs.field(default=False, kw_only=True)
+    """A person must approve each call before it runs (``ChatAgent.decide``)."""
+    idempotent: bool = attrs.field(default=False, kw_only=True)
+    """Running a call twice does no harm: a call a crash interrupted is run
+    again when its turn resumes, instead of being answered ``interrupted``."""

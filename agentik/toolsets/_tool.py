@@ -37,7 +37,11 @@ _ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 def tool(function: ToolFunction, /) -> NamedTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[ToolFunction], NamedTool]: ...
 def tool(
     function: ToolFunction | None = None,
@@ -45,16 +49,26 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
 ) -> NamedTool | Callable[[ToolFunction], NamedTool]:
-    """Build a ``NamedTool`` from an async function; use as ``@tool`` or ``@tool(name=...)``."""
+    """Build a ``NamedTool`` from an async function; use as ``@tool`` or
+    ``@tool(name=..., requires_approval=True, idempotent=True)`` (see
+    ``NamedTool`` for the two flags)."""
 
     def build(fn: ToolFunction) -> NamedTool:
-        return _build(fn, name, description)
+        return _build(fn, name, description, requires_approval, idempotent)
 
     return build if function is None else build(function)
 
 
-def _build(fn: ToolFunction, name: str | None, description: str | None) -> NamedTool:
+def _build(
+    fn: ToolFunction,
+    name: str | None,
+    description: str | None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
+) -> NamedTool:
     tool_name = name if name is not None else getattr(fn, "__name__", "")
     if TOOL_NAME_PATTERN.fullmatch(tool_name) is None:
         raise ToolError(
@@ -91,7 +105,14 @@ def _build(fn: ToolFunction, name: str | None, description: str | None) -> Named
             raise ToolError(f"tool {tool_name!r} returned {type(result).__name__}; expected str")
         return result
 
-    named = NamedTool(tool_name, text.strip(), parameters, handler)
+    named = NamedTool(
+        tool_name,
+        text.strip(),
+        parameters,
+        handler,
+        requires_approval=requires_approval,
+        idempotent=idempotent,
+    )
     remember_validator(named, check)
     return named
 
