@@ -33,7 +33,9 @@ else the calls waiting for a person, else the step limit, else the model)::
                                        Fail(step_limit)                      FAILED
                                        CallModel                             MODEL
 
-Any other (state, event) pair raises ``TurnStateError``: nothing happens after
+``Record(m)`` is returned as the bare message ``m`` when it has no key and no
+waiting calls (most records: no wrapper to build). Any other (state, event)
+pair raises ``TurnStateError``: nothing happens after
 FINISHED, FAILED or SUPERSEDED.
 
 Invariants (checked over random walks by the tests):
@@ -142,7 +144,8 @@ class ModelAnswered:
 
     message: Message
     """The assistant message to record (its ``tool_calls`` are the plans' calls)."""
-    plans: tuple[CallPlan, ...] = attrs.field(default=(), converter=_plans)
+    plans: tuple[CallPlan, ...] = ()
+    """One per call of ``message``, in order (a tuple: no converter on this path)."""
 
 
 @final
@@ -254,8 +257,9 @@ class Fail:
 
 
 TurnAction: TypeAlias = (
-    Record | RecordDecision | CallModel | RunTool | AwaitApproval | Finish | Fail
+    Message | Record | RecordDecision | CallModel | RunTool | AwaitApproval | Finish | Fail
 )
+"""A bare ``Message`` means: record it (the common case, with no wrapper to build)."""
 
 _CALL_MODEL = CallModel()
 
@@ -279,40 +283,109 @@ class TurnMachine:
     """Calls waiting for a decision, by id, in the model's order."""
     approved: list[ToolCall] = attrs.Factory(list)
     """Approved calls waiting for the other decisions before they run."""
-    decided: dict[str, bool] = attrs.Factory(dict)
+    decisions: dict[str, bool] = attrs.Factory(dict)
     """Decisions taken in this turn, by call id."""
 
     def handle(self, event: TurnEvent) -> list[TurnAction]:
-        """Take one event; return what the shell must do, in order."""
-        state = self.state
-        match event:
-            case Begin(text, key) if state is TurnState.NEW:
-                return [Record(Message(Role.USER, text), key), *self._call_model()]
-            case Resume() if state is TurnState.NEW:
-                return self._resume(event)
-            case ModelAnswered(message, plans) if state is TurnState.MODEL:
-                return self._answered(message, plans)
-            case ToolDone(call_id, content) if state is TurnState.TOOLS:
-                running = self.running
-                if running is None or running.id != call_id:
-                    raise TurnStateError(f"no result expected for call {call_id!r}")
-                self.running = None
-                return [Record(Message(Role.TOOL, content, tool_call_id=call_id)), *self._settle()]
-            case Decided(call_id, approve, reason):
-                return self._decided(call_id, approve, reason)
-            case Superseded(reason) if state is TurnState.APPROVAL:
-                out: list[TurnAction] = []
-                for call_id in self.waiting:
-                    out.append(_denial(call_id, reason))
-                # Approved, but waiting for the others to be decided: never ran.
-                out += [_result(c.id, f"error: not run: {reason}") for c in self.approved]
-                self.waiting.clear()
-                self.approved.clear()
-                self.state = TurnState.SUPERSEDED
-                return out
-            case Stop(code, message) if state in (TurnState.MODEL, TurnState.TOOLS):
-                return self._stop(code, message)
-        raise TurnStateError(f"a turn in state {state.value} cannot take {type(event).__name__}")
+        """Take one event; return what the shell must do, in order. (The shell's
+        hot path calls the method of each event directly: same transitions,
+        no event object.)"""
+        if isinstance(event, Begin):
+            return self.begin(event.text, event.idempotency_key)
+        if isinstance(event, ModelAnswered):
+            return self.answered(event.message, event.plans)
+        if isinstance(event, ToolDone):
+            return self.tool_done(event.call_id, event.content)
+        if isinstance(event, Decided):
+            return self.decide(event.call_id, event.approve, event.reason)
+        if isinstance(event, Superseded):
+            return self.supersede(event.reason)
+        if isinstance(event, Stop):
+            return self.stop(event.code, event.message)
+        return self.resume(event)
+
+    def _refuse(self, event: str) -> TurnStateError:
+        return TurnStateError(f"a turn in state {self.state.value} cannot take {event}")
+
+    def begin(self, text: str, idempotency_key: str | None = None) -> list[TurnAction]:
+        """``Begin``."""
+        if self.state is not TurnState.NEW:
+            raise self._refuse("Begin")
+        self.steps = 1
+        self.state = TurnState.MODEL
+        user = Message(Role.USER, text)
+        return [user if idempotency_key is None else Record(user, idempotency_key), _CALL_MODEL]
+
+    def resume(self, event: Resume) -> list[TurnAction]:
+        """``Resume``."""
+        if self.state is not TurnState.NEW:
+            raise self._refuse("Resume")
+        return self._resume(event)
+
+    def answered(self, message: Message, plans: tuple[CallPlan, ...] = ()) -> list[TurnAction]:
+        """``ModelAnswered``."""
+        if self.state is not TurnState.MODEL:
+            raise self._refuse("ModelAnswered")
+        calls = message.tool_calls
+        if message.role is not Role.ASSISTANT or len(calls) != len(plans):
+            raise TurnStateError(
+                "the answer must be an assistant message carrying the plans' calls"
+            )
+        if not plans:
+            self.state = TurnState.FINISHED
+            return [message, Finish(message.content)]
+        if len(plans) == 1 and not plans[0].needs_approval:
+            # The common case, the rest of this and _settle written out.
+            call = plans[0].call
+            self.running = call
+            self.state = TurnState.TOOLS
+            return [message, RunTool(call)]
+        awaiting = []
+        for plan in plans:
+            if plan.needs_approval:
+                self.waiting[plan.call.id] = plan.call
+                awaiting.append(plan.call.id)
+            else:
+                self.queue.append(plan)
+        first: TurnAction = Record(message, awaiting=tuple(awaiting)) if awaiting else message
+        return [first, *self._settle()]
+
+    def tool_done(self, call_id: str, content: str) -> list[TurnAction]:
+        """``ToolDone``."""
+        if self.state is not TurnState.TOOLS:
+            raise self._refuse("ToolDone")
+        running = self.running
+        if running is None or running.id != call_id:
+            raise TurnStateError(f"no result expected for call {call_id!r}")
+        self.running = None
+        result = Message(Role.TOOL, content, tool_call_id=call_id)
+        if not self.queue and not self.waiting and self.steps < self.max_steps:
+            self.steps += 1  # the common case, _settle written out: ask the model
+            self.state = TurnState.MODEL
+            return [result, _CALL_MODEL]
+        return [result, *self._settle()]
+
+    def decide(self, call_id: str, approve: bool, reason: str = "") -> list[TurnAction]:
+        """``Decided``."""
+        return self._decided(call_id, approve, reason)
+
+    def supersede(self, reason: str = SUPERSEDED_REASON) -> list[TurnAction]:
+        """``Superseded``."""
+        if self.state is not TurnState.APPROVAL:
+            raise self._refuse("Superseded")
+        out: list[TurnAction] = [_denial(call_id, reason) for call_id in self.waiting]
+        # Approved, but waiting for the others to be decided: never ran.
+        out += [_result(c.id, f"error: not run: {reason}") for c in self.approved]
+        self.waiting.clear()
+        self.approved.clear()
+        self.state = TurnState.SUPERSEDED
+        return out
+
+    def stop(self, code: str, message: str) -> list[TurnAction]:
+        """``Stop``."""
+        if self.state is not TurnState.MODEL and self.state is not TurnState.TOOLS:
+            raise self._refuse("Stop")
+        return self._stop(code, message)
 
     # --- transitions ----------------------------------------------------------
 
@@ -330,7 +403,7 @@ class TurnMachine:
             if call.id in event.awaiting:
                 self.waiting[call.id] = call
             elif call.id in event.approved and still_waiting:
-                self.decided[call.id] = True
+                self.decisions[call.id] = True
                 self.approved.append(call)
             elif plan.idempotent:
                 self.queue.append(plan)
@@ -339,25 +412,8 @@ class TurnMachine:
                 out.append(_result(call.id, INTERRUPTED))
         return [*out, *self._settle()]
 
-    def _answered(self, message: Message, plans: tuple[CallPlan, ...]) -> list[TurnAction]:
-        if message.role is not Role.ASSISTANT or message.tool_calls != tuple(p.call for p in plans):
-            raise TurnStateError(
-                "the answer must be an assistant message carrying the plans' calls"
-            )
-        if not plans:
-            self.state = TurnState.FINISHED
-            return [Record(message), Finish(message.content)]
-        awaiting = []
-        for plan in plans:
-            if plan.needs_approval:
-                self.waiting[plan.call.id] = plan.call
-                awaiting.append(plan.call.id)
-            else:
-                self.queue.append(plan)
-        return [Record(message, awaiting=tuple(awaiting)), *self._settle()]
-
     def _decided(self, call_id: str, approve: bool, reason: str) -> list[TurnAction]:
-        earlier = self.decided.get(call_id)
+        earlier = self.decisions.get(call_id)
         if earlier is not None:
             if earlier == approve:
                 return []  # the same decision again: nothing to do
@@ -367,7 +423,7 @@ class TurnMachine:
         if self.state is not TurnState.APPROVAL or call_id not in self.waiting:
             raise TurnStateError(f"call {call_id!r} is not waiting for approval")
         call = self.waiting.pop(call_id)
-        self.decided[call_id] = approve
+        self.decisions[call_id] = approve
         out: list[TurnAction]
         if approve:
             out = [RecordDecision(call_id, True, reason)]
@@ -426,5 +482,5 @@ def _denial(call_id: str, reason: str) -> RecordDecision:
     return RecordDecision(call_id, False, reason, result)
 
 
-def _result(call_id: str, content: str) -> Record:
-    return Record(Message(Role.TOOL, content, tool_call_id=call_id))
+def _result(call_id: str, content: str) -> Message:
+    return Message(Role.TOOL, content, tool_call_id=call_id)

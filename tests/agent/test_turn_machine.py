@@ -53,8 +53,8 @@ def tool_result(call_id: str, content: str) -> Message:
     return Message(Role.TOOL, content, tool_call_id=call_id)
 
 
-def result(call_id: str, content: str) -> Record:
-    return Record(tool_result(call_id, content))
+def result(call_id: str, content: str) -> Message:
+    return tool_result(call_id, content)
 
 
 class TestTable:
@@ -63,20 +63,22 @@ class TestTable:
     def test_begin_records_the_user_message_with_its_key_then_calls_the_model(self) -> None:
         m = TurnMachine(max_steps=3)
         assert m.handle(Begin("hi", "k")) == [Record(Message(Role.USER, "hi"), "k"), CallModel()]
+        plain = TurnMachine(max_steps=3).handle(Begin("hi"))
+        assert plain == [Message(Role.USER, "hi"), CallModel()]
         assert (m.state, m.steps) == (TurnState.MODEL, 1)
 
     def test_an_answer_without_calls_finishes(self) -> None:
         m = TurnMachine(max_steps=3)
         m.handle(Begin("hi"))
         done = Message(Role.ASSISTANT, "hello")
-        assert m.handle(ModelAnswered(done)) == [Record(done), Finish("hello")]
+        assert m.handle(ModelAnswered(done)) == [done, Finish("hello")]
         assert m.state is TurnState.FINISHED
 
     def test_calls_run_one_at_a_time_in_order_then_the_model_is_asked_again(self) -> None:
         m = TurnMachine(max_steps=3)
         m.handle(Begin("hi"))
         event = answer(CallPlan(call(1)), CallPlan(call(2)))
-        assert m.handle(event) == [Record(event.message), RunTool(call(1))]
+        assert m.handle(event) == [event.message, RunTool(call(1))]
         assert m.handle(ToolDone("c1", "one")) == [result("c1", "one"), RunTool(call(2))]
         assert m.handle(ToolDone("c2", "two")) == [result("c2", "two"), CallModel()]
         assert m.steps == 2
@@ -215,7 +217,7 @@ class Shell:
     commit before it pauses, ends, or runs a call a person approved, so a
     crash keeps at least that much (and maybe more, as writes commit in order)."""
 
-    log: list[Record | RecordDecision] = attrs.Factory(list)
+    log: list[Message | Record | RecordDecision] = attrs.Factory(list)
     committed: int = 0
     runs: dict[str, int] = attrs.Factory(dict)
     plans: dict[str, CallPlan] = attrs.Factory(dict)
@@ -223,11 +225,15 @@ class Shell:
 
     @property
     def stored(self) -> list[Message]:
-        return [
-            a.message if isinstance(a, Record) else a.result
-            for a in self.log
-            if isinstance(a, Record) or a.result is not None
-        ]
+        out: list[Message] = []
+        for a in self.log:
+            if isinstance(a, Message):
+                out.append(a)
+            elif isinstance(a, Record):
+                out.append(a.message)
+            elif a.result is not None:
+                out.append(a.result)
+        return out
 
     @property
     def decisions(self) -> dict[str, bool]:
@@ -237,7 +243,9 @@ class Shell:
     def awaiting(self) -> set[str]:
         waiting: set[str] = set()
         for a in self.log:
-            if isinstance(a, Record):
+            if isinstance(a, Message):
+                waiting.discard(a.tool_call_id or "")
+            elif isinstance(a, Record):
                 waiting.update(a.awaiting)
                 waiting.discard(a.message.tool_call_id or "")
             else:
@@ -248,7 +256,7 @@ class Shell:
         """Apply records; return the action that needs an answer (at most one,
         and always last)."""
         for i, action in enumerate(actions):
-            if isinstance(action, Record | RecordDecision):
+            if isinstance(action, Message | Record | RecordDecision):
                 if isinstance(action, RecordDecision):
                     assert action.call_id in self.awaiting
                 self.log.append(action)
