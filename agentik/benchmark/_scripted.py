@@ -4,22 +4,24 @@ and the tool it calls. Constant cost per call, whatever the history length."""
 
 from __future__ import annotations
 
-from agentik._json import JsonObject
 from agentik._messages import Role, TokenUsage, ToolCall
 from agentik.models import ModelRequest, ModelResponse
 from agentik.models._scripted import Responder
-from agentik.toolsets import NamedTool
+from agentik.toolsets import NamedTool, tool
 
 BENCH_TOOL = "bench_clock"
 
 
-async def _clock(arguments: JsonObject) -> str:
+@tool(name=BENCH_TOOL)
+async def _clock() -> str:
+    """The time of day."""
     return "12:00"
 
 
 def bench_tool() -> NamedTool:
-    """The tool the scripted benchmark model calls."""
-    return NamedTool(BENCH_TOOL, "The time of day.", {"type": "object", "properties": {}}, _clock)
+    """The tool the scripted benchmark model calls: a ``@tool``, as a user's
+    would be, so its arguments are checked by the compiled closures."""
+    return _clock
 
 
 def workload_responder(tool_calls: int, reply_chars: int) -> Responder:

@@ -80,7 +80,17 @@ class InMemoryMessageStore:
                 return pending
         if conversation is None:
             conversation = self._conversations[conversation_id] = _Conversation()
-        stored = attrs.evolve(message, seq=len(conversation.messages) + 1, created_at=now)
+        # Positional, not ``attrs.evolve`` (several times dearer, once per message);
+        # a test pins Message's field order.
+        stored = Message(
+            message.role,
+            message.content,
+            message.tool_calls,
+            message.tool_call_id,
+            message.usage,
+            len(conversation.messages) + 1,
+            now,
+        )
         conversation.messages.append(stored)
         if idempotency_key is not None:
             conversation.keys[idempotency_key] = len(conversation.messages)
