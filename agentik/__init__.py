@@ -14,6 +14,7 @@ from agentik._config import ModelSettings as ModelSettings
 from agentik._config import ServerConfig as ServerConfig
 from agentik._config import load_config as load_config
 from agentik._errors import AgentikError as AgentikError
+from agentik._errors import ApprovalError as ApprovalError
 from agentik._errors import DuplicateKeyError as DuplicateKeyError
 from agentik._errors import ModelBackendError as ModelBackendError
 from agentik._errors import OverloadedError as OverloadedError
@@ -34,6 +35,7 @@ from agentik._messages import TokenUsage as TokenUsage
 from agentik._messages import ToolCall as ToolCall
 from agentik._public import publish as _publish
 from agentik.agent import AgentStats as AgentStats
+from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import SystemPromptContributor as SystemPromptContributor
 from agentik.agent import ToolCallFinished as ToolCallFinished
@@ -55,6 +57,7 @@ from agentik.models import ScriptedModel as ScriptedModel
 from agentik.models import StreamingChatModel as StreamingChatModel
 from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
+from agentik.storage import Approval as Approval
 from agentik.storage import ConversationLoader as ConversationLoader
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
 from agentik.storage import IdempotencyKeyIndex as IdempotencyKeyIndex
@@ -64,6 +67,8 @@ from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
 from agentik.storage import SkillStore as SkillStore
 from agentik.storage import StorageBundle as StorageBundle
+from agentik.storage import TurnLedger as TurnLedger
+from agentik.storage import TurnRecord as TurnRecord
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
 from agentik.storage import WriterStats as WriterStats
 from agentik.storage import in_memory_storage as in_memory_storage
@@ -129,6 +134,9 @@ __all__ = [
     "ENABLE_TOOLSET",
     "AgentStats",
     "AgentikError",
+    "Approval",
+    "ApprovalError",
+    "ApprovalRequest",
     "ChatAgent",
     "ChatModel",
     "Client",
@@ -194,6 +202,8 @@ __all__ = [
     "TurnEvent",
     "TurnFailed",
     "TurnFinished",
+    "TurnLedger",
+    "TurnRecord",
     "TurnResult",
     "WorkingMemoryStore",
     "WriterStats",

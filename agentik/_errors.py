@@ -8,6 +8,8 @@
     ├── ToolError                  a tool definition or call is invalid
     ├── ModelBackendError          the model backend failed or answered garbage
     ├── TurnError                  a turn could not finish (step limit, model failure)
+    ├── ApprovalError              a decision about a call that is not waiting, or
+    │                              that contradicts one already taken
     ├── OverloadedError            too many turns queued; retry later
     └── ProtocolViolation          a client sent something the wire protocol forbids
 
@@ -53,6 +55,19 @@ class TurnError(AgentikError):
     """
 
     def __init__(self, message: str, *, code: str = "turn_failed") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ApprovalError(AgentikError):
+    """A decision about a tool call the agent cannot take.
+
+    ``code``: ``not_waiting`` (no such call waits for a decision),
+    ``already_decided`` (it was decided the other way), ``unsupported`` (the
+    storage keeps no approvals).
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
 

@@ -6,6 +6,7 @@ from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PR
 from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
 from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
+from agentik.agent._events import ApprovalRequest as ApprovalRequest
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
 from agentik.agent._events import ToolCallStarted as ToolCallStarted
 from agentik.agent._events import TurnEvent as TurnEvent
@@ -27,6 +28,7 @@ __all__ = [
     "BUILTIN_TOOLS",
     "DEFAULT_SYSTEM_PROMPT",
     "AgentStats",
+    "ApprovalRequest",
     "BasePrompt",
     "ChatAgent",
     "ConversationTool",

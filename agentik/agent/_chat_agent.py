@@ -22,12 +22,13 @@ from agentik._errors import AgentikError, OverloadedError
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._conversation import Conversation, TurnRequest
-from agentik.agent._events import TurnEvent, TurnResult
+from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
-from agentik.agent._runtime import AgentRuntime, AgentSettings, ToolsetSource
+from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
+from agentik.agent._turn_machine import Decided
 from agentik.models import ChatModel
-from agentik.storage import Pending, StorageBundle
+from agentik.storage import Pending, StorageBundle, TurnLedger
 from agentik.toolsets import (
     DISABLE_TOOLSET,
     DISABLE_TOOLSET_DESCRIPTION,
@@ -143,6 +144,35 @@ class ChatAgent:
         with receiver:
             yield receiver
 
+    async def decide(
+        self, conversation_id: str, call_id: str, *, approve: bool, reason: str = ""
+    ) -> TurnResult:
+        """Record a person's decision about a tool call waiting for approval.
+
+        When it was the last waiting call of its turn, the turn runs on (approved
+        calls run, a denied one gets the result ``denied: <reason>``) and its
+        result is returned; otherwise the still-waiting result. Deciding a call
+        again the same way changes nothing; the other way raises
+        ``ApprovalError`` (``already_decided``), as does a call that does not
+        wait (``not_waiting``). Decisions are durable: they survive a restart.
+        """
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError("call_id must be a non-empty string")
+        if not isinstance(reason, str):
+            raise ValueError(f"reason must be a string, got {type(reason).__name__}")
+        _check_unicode("reason", reason)
+        request = TurnRequest(
+            "", None, Pending(), decision=Decided(call_id, bool(approve), reason)
+        )
+        await self._route(conversation_id, request)
+        return await request.reply.wait()
+
+    async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
+        """The tool calls of the conversation that wait for a decision, oldest first."""
+        request = TurnRequest("", None, Pending(), status_only=True)
+        await self._route(conversation_id, request)
+        return (await request.reply.wait()).approvals
+
     def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
         """Cancel the conversation's running turn; True if there was one.
 
@@ -180,7 +210,8 @@ class ChatAgent:
         return out
 
     async def _route(self, conversation_id: str, request: TurnRequest) -> None:
-        _check_turn(conversation_id, request.text, request.idempotency_key)
+        plain = request.decision is None and not request.status_only
+        _check_turn(conversation_id, request.text if plain else None, request.idempotency_key)
         settings = self._runtime.settings
         while True:
             if self._closing:
@@ -257,17 +288,27 @@ class ChatAgent:
             mailbox.close()
 
 
-def _check_turn(conversation_id: str, text: str, key: str | None) -> None:
+def _check_approvals_supported(runtime: AgentRuntime) -> None:
+    if runtime.approvals_possible and not isinstance(runtime.storage.message_store, TurnLedger):
+        raise ValueError(
+            f"tools that require approval need a message store that keeps them (TurnLedger);"
+            f" {type(runtime.storage.message_store).__name__} does not"
+        )
+
+
+def _check_turn(conversation_id: str, text: str | None, key: str | None) -> None:
+    """``text`` None: a request that carries no message (a decision, a query)."""
     if not isinstance(conversation_id, str) or not conversation_id:
         raise ValueError("conversation_id must be a non-empty string")
     if len(conversation_id) > _MAX_CONVERSATION_ID:
         raise ValueError(f"conversation_id must be at most {_MAX_CONVERSATION_ID} characters")
-    if not isinstance(text, str) or not text:
+    if text is not None and (not isinstance(text, str) or not text):
         raise ValueError("text must be a non-empty string")
     if key is not None and (not isinstance(key, str) or not key):
         raise ValueError("idempotency_key must be a non-empty string or None")
     _check_unicode("conversation_id", conversation_id)
-    _check_unicode("text", text)
+    if text is not None:
+        _check_unicode("text", text)
     if key is not None:
         _check_unicode("idempotency_key", key)
 
@@ -332,6 +373,9 @@ async def open_chat_agent(
     max_tool_output: int = 64 * 1024,
     reflection: bool = False,
     recent_reflections: int = 5,
+    approval_policy: ApprovalPolicy | None = None,
+    approval_timeout: float | None = None,
+    resume_interrupted: bool = True,
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -359,6 +403,17 @@ async def open_chat_agent(
         reflection: after each finished turn, ask the model for a lesson and
             store it as a reflection.
         recent_reflections: how many recent reflections the prompt shows.
+        approval_policy: ``(conversation_id, call) -> bool``, True when a person
+            must approve that call (beyond tools and toolsets that always
+            require it); a policy that raises counts as True.
+        approval_timeout: seconds a call may wait for a decision before it is
+            denied (``denied: no decision within N s``); None waits for ever.
+            It counts from the pause, or from the conversation's first turn
+            after a restart.
+        resume_interrupted: a turn the process stopped in is resumed when its
+            conversation is next used (idempotent calls run again, the others
+            are answered ``interrupted: …``, then the model goes on); False only
+            answers its open calls.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     _positive("tool_timeout", tool_timeout)
@@ -369,6 +424,10 @@ async def open_chat_agent(
     _positive("max_tool_output", max_tool_output)
     if turn_queue_size < 0:
         raise ValueError(f"turn_queue_size must be >= 0, got {turn_queue_size!r}")
+    if approval_timeout is not None:
+        _positive("approval_timeout", approval_timeout)
+    if approval_policy is not None and not callable(approval_policy):
+        raise TypeError(f"approval_policy must be callable, got {approval_policy!r}")
     sources = tuple(toolsets)
     current = tuple(s if isinstance(s, ToolsetContribution) else s.contribution for s in sources)
     core, offered = _core_tools(tools, current, builtin_tools)
@@ -392,8 +451,12 @@ async def open_chat_agent(
             max_tool_output=max_tool_output,
             reflection=reflection,
             recent_reflections=recent_reflections,
+            approval_timeout=approval_timeout,
+            resume_interrupted=resume_interrupted,
         ),
+        approval_policy=approval_policy,
     )
+    _check_approvals_supported(runtime)
     try:
         async with trio.open_nursery() as nursery:
             agent = ChatAgent(runtime, nursery)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,14 +20,35 @@ import attrs
 import outcome
 import trio
 
-from agentik._errors import AgentikError, ModelBackendError, StoreError, TurnError
+from agentik._errors import (
+    AgentikError,
+    ApprovalError,
+    ModelBackendError,
+    StoreError,
+    TurnError,
+)
 from agentik._memory import MemoryEntry
-from agentik._messages import Message, Role, TokenUsage
-from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
-from agentik.agent._turn import Turn
+from agentik.agent._recovery import (
+    StoredState,
+    last_turn_start,
+    open_calls,
+    resume_event,
+    status_of,
+    usage_of,
+)
+from agentik.agent._turn import EmitFn, PromptInputs, Turn, tool_for
+from agentik.agent._turn_machine import (
+    CallPlan,
+    Decided,
+    TurnMachine,
+    TurnState,
+    TurnStateError,
+)
 from agentik.models import ModelRequest, ModelResponse
-from agentik.storage import ConversationLoader, Pending, StorageBundle
+from agentik.storage import ConversationLoader, Pending, StorageBundle, TurnLedger, TurnRecord
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -34,7 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentik.conversation")
 
-INTERRUPTED = "error: interrupted: the process stopped before this tool call finished"
+INTERRUPTED = "interrupted: the process stopped before this call finished"
 REFLECTION_PROMPT = (
     "You review a finished conversation and state one short, general lesson that"
     " would help in future conversations. Answer with the lesson only, one or two sentences."
@@ -58,6 +80,10 @@ class TurnRequest:
     """Where a streaming caller reads events; None for ``send``."""
     cancelled: bool = False
     """Cancelled by its idempotency key while it waited: it will not run."""
+    decision: Decided | None = None
+    """For ``ChatAgent.decide``: the decision to take, instead of a new message."""
+    status_only: bool = False
+    """For ``ChatAgent.pending_approvals``: report, run nothing."""
 
 
 @attrs.define(eq=False)
@@ -92,6 +118,12 @@ class Conversation:
     """Keyed turns in the inbox, by key, so one can be cancelled by its key
     before it runs (unkeyed turns are not tracked: they cost nothing here)."""
     last_active: float = attrs.field(factory=trio.current_time)
+    paused: Turn | None = None
+    """The last turn, while calls of it wait for a person's decision."""
+    system_prompt: tuple[PromptInputs, Message] | None = None
+    """The last system message and what it was built from (``Turn._call_model``)."""
+    approval_deadline: float = math.inf
+    """When the paused turn's waiting calls are denied (``approval_timeout``)."""
 
     @property
     def storage(self) -> StorageBundle:
@@ -103,10 +135,16 @@ class Conversation:
         inbox = self.inbox
         try:
             while True:
+                request: TurnRequest | None
                 try:
-                    request = await inbox.receive()
+                    if self.approval_deadline == math.inf:
+                        request = await inbox.receive()
+                    else:
+                        request = await self._receive_or_time_out()
                 except trio.EndOfChannel:
                     return
+                if request is None:
+                    continue
                 self.backlog -= 1
                 await self._serve(request)
                 self.last_active = trio.current_time()
@@ -130,11 +168,21 @@ class Conversation:
                 for request in queued:
                     _fail_now(request)
 
+    async def _receive_or_time_out(self) -> TurnRequest | None:
+        """The next request, or None once the paused turn's approval deadline
+        passed (its waiting calls are then denied)."""
+        with trio.move_on_at(self.approval_deadline):
+            return await self.inbox.receive()
+        await self._approval_timed_out()
+        return None
+
     def idle_for(self, now: float) -> float:
         """Seconds this conversation has had nothing to do, 0 while it is busy
         or while one of its toolsets is still active (it must not forget it)."""
         if self.backlog or self.cancel_scope is not None or self.activation.active_names():
             return 0.0
+        if self.approval_deadline != math.inf:
+            return 0.0  # it must live to deny the waiting calls on time
         return now - self.last_active
 
     def queued(self, request: TurnRequest) -> None:
@@ -178,14 +226,14 @@ class Conversation:
 
     async def _serve_inner(self, request: TurnRequest) -> None:
         stats = self.runtime.stats
-        stats.turns_started += 1
+        stats.turns_started += request.decision is None and not request.status_only
         result: outcome.Outcome[TurnResult]
         with trio.CancelScope() as scope:
             self.cancel_scope = scope
             self.running = request
             try:
                 result = outcome.Value(await self._turn(request))
-            except TurnError as exc:
+            except (TurnError, ApprovalError) as exc:
                 result = outcome.Error(exc)
             except AgentikError as exc:
                 self.stale = True
@@ -207,13 +255,14 @@ class Conversation:
         self.running = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
+        message = request.decision is None and not request.status_only
         if isinstance(result, outcome.Value):
-            stats.turns_finished += 1
+            stats.turns_finished += message
         else:
-            stats.turns_failed += 1
             assert isinstance(result, outcome.Error)
-            assert isinstance(result.error, TurnError)
-            self._log_failure(result.error)
+            if isinstance(result.error, TurnError):  # not an ApprovalError: nothing ran
+                stats.turns_failed += 1
+                self._log_failure(result.error)
         await self._deliver(request, result)
         if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
             await self._reflect()
@@ -279,6 +328,202 @@ class Conversation:
         events.close()
 
     async def _turn(self, request: TurnRequest) -> TurnResult:
+        if self.inflight or self.stale or not self.loaded:
+            await self._ready()
+        if request.decision is not None:
+            return await self._decide(request.decision)
+        if request.status_only:
+            paused = self.paused
+            return TurnResult("", ()) if paused is None else self._paused_result(paused)
+        key = request.idempotency_key
+        emit = None if request.events is None else self._emitter(request)
+        if key is not None:
+            start = await self._find_key(key)
+            if start is not None:
+                return await self._again(key, start, emit)
+        if self.paused is not None:
+            await self._supersede()
+        machine = TurnMachine(self.runtime.settings.max_tool_rounds)
+        turn = Turn(self, machine, len(self.history), emit, key)
+        result = await turn.run(machine.begin(request.text, key))
+        assert result is not None
+        if result.status == "finished" and self.paused is None:
+            return result  # the common case: nothing paused before or now
+        return self._after(turn, result)
+
+    async def _again(self, key: str, start: int, emit: EmitFn | None) -> TurnResult:
+        """A turn sent again with its idempotency key: its stored result, its
+        pending approvals, or (cut short earlier) the turn resumed."""
+        replay = self._replay(start)
+        if replay is not None:
+            self.runtime.stats.turns_replayed += 1
+            return replay
+        paused = self.paused
+        if paused is not None and paused.start == start:
+            return self._paused_result(paused)
+        if self._has_later_turn(start):
+            raise TurnError(
+                f"the turn with idempotency key {key!r} did not finish and later"
+                " turns followed it; it cannot be resumed",
+                code="turn_failed",
+            )
+        # Its user message is stored: resume the turn where it stopped.
+        record = await self._turn_record(start)
+        return await self._resume(start, record, emit, key)
+
+    async def _resume(
+        self, start: int, record: TurnRecord, emit: EmitFn | None, key: str | None
+    ) -> TurnResult:
+        settings = self.runtime.settings
+        machine = TurnMachine(settings.max_tool_rounds)
+        turn = Turn(self, machine, start, emit, key, usage_of(self.history[start:]))
+        _, index = self.runtime.toolsets()
+        rerun = settings.resume_interrupted
+
+        def plan(call: ToolCall) -> CallPlan:
+            tool = tool_for(call, index, self.runtime.core_tools)
+            return CallPlan(call, idempotent=rerun and tool is not None and tool.idempotent)
+
+        event = resume_event(self.history[start:], record, plan, settings.max_tool_rounds)
+        self.runtime.stats.turns_resumed += 1
+        result = await turn.run(machine.resume(event))
+        assert result is not None
+        return self._after(turn, result)
+
+    def _after(self, turn: Turn, result: TurnResult) -> TurnResult:
+        """Keep a turn that waits for approval (and arm its timeout)."""
+        if result.status == "awaiting_approval":
+            self.paused = turn
+            timeout = self.runtime.settings.approval_timeout
+            if timeout is not None and self.approval_deadline == math.inf:
+                self.approval_deadline = trio.current_time() + timeout
+        else:
+            self.paused = None
+            self.approval_deadline = math.inf
+        return result
+
+    def _paused_result(self, turn: Turn) -> TurnResult:
+        cid = self.conversation_id
+        return TurnResult(
+            "",
+            self.history[turn.start :],
+            turn.usage,
+            status="awaiting_approval",
+            approvals=tuple(ApprovalRequest(cid, c) for c in turn.machine.waiting.values()),
+        )
+
+    async def _supersede(self) -> None:
+        """A new message while calls wait: they are denied, history stays valid."""
+        paused = self.paused
+        assert paused is not None
+        self.paused = None
+        self.approval_deadline = math.inf
+        paused.emit = None
+        await paused.run(paused.machine.supersede())
+
+    async def _decide(self, decision: Decided) -> TurnResult:
+        paused = self.paused
+        machine = None if paused is None else paused.machine
+        if paused is None or machine is None or (
+            decision.call_id not in machine.waiting and decision.call_id not in machine.decisions
+        ):
+            return await self._decided_earlier(decision)
+        try:
+            actions = machine.handle(decision)
+        except TurnStateError as exc:
+            raise ApprovalError(str(exc), code="already_decided") from exc
+        if not actions:  # the same decision again
+            return self._paused_result(paused)
+        self.runtime.stats.approvals_decided += 1
+        paused.emit = None
+        self.paused = None  # running again; _after keeps it if it pauses again
+        self.approval_deadline = math.inf
+        result = await paused.run(actions)
+        assert result is not None
+        return self._after(paused, result)
+
+    async def _decided_earlier(self, decision: Decided) -> TurnResult:
+        """A decision about a call of the last turn that no longer waits: the
+        same decision again answers the turn as it stands; another is refused."""
+        start = last_turn_start(self.history)
+        record = TurnRecord() if start is None else await self._turn_record(start)
+        for approval in record.approvals:
+            if approval.call_id != decision.call_id or approval.approved is None:
+                continue
+            if approval.approved != decision.approve:
+                taken = "approved" if approval.approved else "denied"
+                raise ApprovalError(
+                    f"call {decision.call_id!r} was already {taken}", code="already_decided"
+                )
+            assert start is not None
+            replay = self._replay(start)
+            if replay is not None:
+                return replay
+            paused = self.paused
+            if paused is not None:
+                return self._paused_result(paused)
+        raise ApprovalError(
+            f"call {decision.call_id!r} is not waiting for approval in conversation"
+            f" {self.conversation_id!r}",
+            code="not_waiting",
+        )
+
+    async def _approval_timed_out(self) -> None:
+        """No decision came in time: deny every waiting call, and let the turn go on."""
+        paused = self.paused
+        self.approval_deadline = math.inf
+        if paused is None:
+            return
+        timeout = self.runtime.settings.approval_timeout
+        reason = f"no decision within {timeout:g} s"
+        with trio.CancelScope() as scope:
+            self.cancel_scope = scope
+            try:
+                for call_id in list(paused.machine.waiting):
+                    if paused.machine.state is not TurnState.APPROVAL:
+                        break
+                    await self._decide(Decided(call_id, False, reason))
+            except (TurnError, ApprovalError) as exc:
+                self._log_failure(TurnError(message_of(exc), code=getattr(exc, "code", "")))
+            except AgentikError as exc:
+                self.stale = True
+                log.warning("conversation %r: %s", self.conversation_id, message_of(exc))
+        self.cancel_scope = None
+        self.last_active = trio.current_time()
+
+    def _emitter(self, request: TurnRequest) -> EmitFn | None:
+        if request.events is None:
+            return None
+        events = request.events
+
+        async def emit(event: TurnEvent) -> None:
+            # A reader that left does not stop the turn, and neither does
+            # one that stopped reading: past a stall it is dropped.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                try:
+                    events.send_nowait(event)
+                except trio.WouldBlock:
+                    with trio.move_on_after(STALLED_READER_SECONDS) as stall:
+                        await events.send(event)
+                    if stall.cancelled_caught:
+                        log.warning(
+                            "conversation %r: a stream reader stopped reading; dropped",
+                            self.conversation_id,
+                        )
+                        events.close()
+
+        return emit
+
+    async def _turn_record(self, start: int) -> TurnRecord:
+        store = self.storage.message_store
+        seq = self.history[start].seq
+        if not isinstance(store, TurnLedger) or seq is None:
+            return TurnRecord()
+        return await store.turn_record(self.conversation_id, seq)
+
+    async def _ready(self) -> None:
+        """The cache is current: writes a cut-short turn left are settled, a
+        stale cache reloaded, and the last turn's state recovered."""
         if self.inflight:
             await self._settle_inflight()
         if self.stale:
@@ -286,57 +531,7 @@ class Conversation:
             self._forget()
         if not self.loaded:
             await self._load()
-        key = request.idempotency_key
-        text: str | None = request.text
-        start: int | None = None
-        if key is not None:
-            start = await self._find_key(key)
-            if start is not None:
-                replay = self._replay(start)
-                if replay is not None:
-                    self.runtime.stats.turns_replayed += 1
-                    return replay
-                if self._has_later_turn(start):
-                    raise TurnError(
-                        f"the turn with idempotency key {key!r} did not finish and later"
-                        " turns followed it; it cannot be resumed",
-                        code="turn_failed",
-                    )
-                text = None  # resume the unfinished turn: its user message is stored
-        emit = None
-        if request.events is not None:
-            events = request.events
-
-            async def emit(event: TurnEvent) -> None:
-                # A reader that left does not stop the turn, and neither does
-                # one that stopped reading: past a stall it is dropped.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    try:
-                        events.send_nowait(event)
-                    except trio.WouldBlock:
-                        with trio.move_on_after(STALLED_READER_SECONDS) as stall:
-                            await events.send(event)
-                        if stall.cancelled_caught:
-                            log.warning(
-                                "conversation %r: a stream reader stopped reading; dropped",
-                                self.conversation_id,
-                            )
-                            events.close()
-
-        begin = len(self.history)
-        # The turn remembers ``key`` as soon as its user message is recorded
-        # (a failed turn keeps its key too), and not before: cut short earlier,
-        # the message was never stored and the key must name nothing.
-        result = await Turn(self, emit, begin).run(text, key)
-        if start is None:
-            return result
-        # A resumed turn: its result starts with the user message stored earlier.
-        earlier = self.history[start:begin]
-        usage = result.usage
-        for m in earlier:
-            if m.usage is not None:
-                usage += m.usage
-        return TurnResult(result.text, [*earlier, *result.messages], usage)
+            await self._recover()
 
     async def _find_key(self, key: str) -> int | None:
         """Index in ``history`` of the user message stored with ``key``."""
@@ -377,6 +572,8 @@ class Conversation:
         """Drop the cache; the next turn loads the conversation again."""
         self.history.clear()
         self.keys.clear()
+        self.paused = None
+        self.approval_deadline = math.inf
         self.loaded = self.stale = False
 
     def _turn_messages(self, start: int) -> list[Message]:
@@ -421,7 +618,6 @@ class Conversation:
         self.keys.clear()  # indexes of an earlier cache name nothing in this one
         self.memory[:] = memory
         self.had_history = bool(history)
-        await self._repair()
         self.loaded = True
 
     async def _settle_inflight(self) -> None:
@@ -435,27 +631,53 @@ class Conversation:
             self.inflight.pop(0)
         self.stale = True
 
-    async def _repair(self) -> None:
-        open_calls: dict[str, int] = {}
-        for i, message in enumerate(self.history):
-            for call in message.tool_calls:
-                open_calls[call.id] = i
-            if message.tool_call_id is not None:
-                open_calls.pop(message.tool_call_id, None)
-        if not open_calls:
+    async def _recover(self) -> None:
+        """Put the last turn where it stopped: a turn waiting for approval waits
+        again; an interrupted one (the process stopped mid-turn) is resumed
+        (``resume_interrupted``), or its open calls only answered; a failed one
+        keeps its record, its open calls answered if a stop left any."""
+        start = last_turn_start(self.history)
+        if start is None:
             return
-        # Only the last assistant message can have open calls: the turn loop
-        # answers every call before the next model request.
+        turn = self.history[start:]
+        if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
+            return  # finished: the common case, no read
+        record = await self._turn_record(start)
+        failed_here = self.runtime.failures.get((self.conversation_id, start + 1))
+        if record.failure is None and failed_here is not None:
+            record = attrs.evolve(record, failure=failed_here)
+        state = status_of(turn, record)
+        if state is StoredState.FINISHED:
+            return
+        if state is StoredState.WAITING or (
+            state is StoredState.INTERRUPTED and self.runtime.settings.resume_interrupted
+        ):
+            if state is StoredState.INTERRUPTED:
+                log.warning(
+                    "conversation %r: resuming a turn the process stopped in", self.conversation_id
+                )
+            try:
+                await self._resume(start, record, None, None)
+            except TurnError as exc:
+                self._log_failure(exc)  # recorded as failed: it will not be resumed again
+            return
+        await self._answer_open_calls(turn)
+
+    async def _answer_open_calls(self, turn: list[Message]) -> None:
+        """Answer the calls a stop left open, without resuming the turn."""
+        calls = open_calls(turn)
+        if not calls:
+            return
         log.warning(
             "conversation %r: answering %d tool call(s) left open by an interrupted turn",
             self.conversation_id,
-            len(open_calls),
+            len(calls),
         )
         # Submit all, then wait: if this is cut short, the accepted writes are
-        # remembered and the next load waits for them instead of repairing twice.
-        for call_id in open_calls:
+        # remembered and the next load waits for them instead of answering twice.
+        for call in calls:
             pending = await self.storage.message_store.submit(
-                self.conversation_id, Message(Role.TOOL, INTERRUPTED, tool_call_id=call_id)
+                self.conversation_id, Message(Role.TOOL, INTERRUPTED, tool_call_id=call.id)
             )
             self.inflight.append(pending)
         repaired = [await p.wait() for p in self.inflight]

@@ -10,7 +10,7 @@ SSE, AG-UI, A2A) only translate these; they hold no conversation state.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -27,13 +27,30 @@ def _names(value: Iterable[str]) -> tuple[str, ...]:
 
 
 @attrs.frozen
+class ApprovalRequest:
+    """A tool call that waits for a person's decision (``ChatAgent.decide``)."""
+
+    conversation_id: str
+    call: ToolCall
+
+
+TurnStatus: TypeAlias = Literal["finished", "awaiting_approval"]
+
+
+@attrs.frozen
 class TurnResult:
-    """A finished turn: its final text, the messages it added (the user's
-    message first, all committed), and the tokens it used."""
+    """A turn that finished, or paused for a person's approval: its final text
+    (empty while paused), the messages it added so far (the user's message
+    first, all committed), and the tokens it used."""
 
     text: str
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     usage: TokenUsage = TokenUsage()
+    status: TurnStatus = "finished"
+    """``awaiting_approval``: the calls in ``approvals`` wait for ``decide``;
+    every other call of the turn has its result."""
+    approvals: tuple[ApprovalRequest, ...] = ()
+    """The calls waiting for a decision (a tuple: no converter on the hot path)."""
 
 
 @attrs.frozen

@@ -9,17 +9,26 @@ invalidating them on every write made through the agent's storage).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import attrs
 import trio
 
 from agentik._errors import TurnError
 from agentik._memory import Reflection, Skill, SkillSummary
+from agentik._messages import ToolCall
 from agentik.agent._failures import component_error
-from agentik.agent._prompt import SystemPromptContributor
+from agentik.agent._prompt import (
+    BasePrompt,
+    ReflectionsSection,
+    SkillsCatalog,
+    SystemPromptContributor,
+    ToolsetSection,
+    WorkingMemorySection,
+)
 from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import ReflectionStore, SkillStore, StorageBundle
@@ -55,6 +64,15 @@ def _contribution(source: ToolsetContribution | ToolsetSource) -> ToolsetContrib
     return contribution
 
 
+_FAILURES_KEPT = 10_000
+_PURE_CONTRIBUTORS = frozenset(
+    {BasePrompt, ToolsetSection, SkillsCatalog, WorkingMemorySection, ReflectionsSection}
+)
+
+ApprovalPolicy: TypeAlias = Callable[[str, ToolCall], bool]
+"""``(conversation_id, call) -> True`` when a person must approve the call."""
+
+
 @attrs.frozen
 class AgentSettings:
     """The knobs of ``open_chat_agent``; see its docstring."""
@@ -69,6 +87,8 @@ class AgentSettings:
     max_tool_output: int = 64 * 1024
     reflection: bool = False
     recent_reflections: int = 5
+    approval_timeout: float | None = None
+    resume_interrupted: bool = True
 
 
 @attrs.define
@@ -190,6 +210,19 @@ class AgentRuntime:
     _contributions: tuple[ToolsetContribution, ...] = ()
     _index: ToolsetIndex = attrs.field(factory=lambda: ToolsetIndex(()))
     _dynamic: bool = False
+    approval_policy: ApprovalPolicy | None = None
+    """Decides per call whether a person must approve it (beyond the tools
+    and toolsets that always require it)."""
+    pure_prompt: bool = False
+    """Every prompt contributor is one of agentik's own, which read nothing but
+    their context: a system message may be reused while its inputs stay."""
+    approvals_possible: bool = False
+    """Some call may need approval: a policy, or a tool or toolset requiring it.
+    False spares every turn the per-call look-up."""
+    failures: collections.OrderedDict[tuple[str, int], str] = attrs.field(
+        factory=collections.OrderedDict
+    )
+    """(conversation id, user message seq) -> code of recent failed turns."""
 
     @classmethod
     def build(
@@ -202,6 +235,7 @@ class AgentRuntime:
         sources: Sequence[ToolsetContribution | ToolsetSource],
         contributors: Sequence[SystemPromptContributor],
         settings: AgentSettings,
+        approval_policy: ApprovalPolicy | None = None,
     ) -> AgentRuntime:
         cache = _CatalogCache()
         wrapped = StorageBundle(
@@ -221,9 +255,21 @@ class AgentRuntime:
             sources=tuple(sources),
             cache=cache,
             dynamic=any(not isinstance(s, ToolsetContribution) for s in sources),
+            approval_policy=approval_policy,
         )
+        runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
         runtime._refresh(force=True)
         return runtime
+
+    def remember_failure(self, conversation_id: str, seq: int, code: str) -> None:
+        """A turn failed: kept in memory too, in case its record cannot be
+        written (the storage failing, the cleanup cut short), so a reload in
+        this process does not take it for interrupted and resume it."""
+        failures = self.failures
+        failures[(conversation_id, seq)] = code
+        failures.move_to_end((conversation_id, seq))
+        while len(failures) > _FAILURES_KEPT:
+            failures.popitem(last=False)
 
     def toolsets(self) -> tuple[tuple[ToolsetContribution, ...], ToolsetIndex]:
         """The current contributions and their index (rebuilt only on change)."""
@@ -236,6 +282,12 @@ class AgentRuntime:
         if force or any(a is not b for a, b in zip(current, self._contributions, strict=True)):
             self._contributions = current
             self._index = ToolsetIndex(current)
+            self.approvals_possible = (
+                self.approval_policy is not None
+                or any(t.requires_approval for t in self.core_tools.values())
+                or any(c.requires_approval for c in current)
+                or any(t.requires_approval for c in current for t in c.tools)
+            )
 
     async def skills(self) -> list[SkillSummary]:
         """The skills catalog, read once and cached until a write."""

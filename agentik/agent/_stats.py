@@ -47,6 +47,12 @@ class AgentStats:
     turns_finished: int = 0
     turns_failed: int = 0
     turns_replayed: int = 0
+    turns_resumed: int = 0
+    """Turns continued from stored state: interrupted by a stop, or retried
+    with their key after they failed."""
+    approvals_requested: int = 0
+    """Tool calls that waited for a person's decision."""
+    approvals_decided: int = 0
     """Retries answered from history through an idempotency key."""
     tool_calls: int = 0
     tool_errors: int = 0

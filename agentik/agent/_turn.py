@@ -1,30 +1,36 @@
-"""One turn of one conversation: the loop between the model and the tools.
+"""One turn of one conversation: the I/O shell around ``TurnMachine``.
+
+The machine (``_turn_machine``) decides; ``Turn`` performs what it decides,
+in its conversation's task: it records messages, calls the model, runs tool
+calls, and feeds back what happened. It holds no decision of its own.
 
 Invariants, whatever happens (tool failure, timeout, cancellation, model or
 store failure):
-- every message is submitted to the store as soon as it exists, and the turn
-  reports success only after all of them are committed (it waits once);
-- every recorded assistant tool call gets a tool result: a call the turn could
-  not finish gets a short error result, written in a shielded scope;
-- at most ``max_tool_rounds`` model calls.
-
-The decisions (what to offer, what a call runs) are pure functions of the
-conversation's state; this module performs them.
+- every message is submitted to the store as soon as the machine says to
+  record it, and the turn reports an outcome (finished, waiting for approval,
+  failed) only after all of them are committed (it waits once);
+- a call a person approved runs only once that decision is committed, so a
+  crash can never run it and then ask for it again;
+- when the turn stops short (failure, cancellation), the machine's ``Stop``
+  gives every open call a result, written in a shielded scope, and the
+  failure is recorded (``TurnLedger``) so a restart does not resume the turn.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from agentik._errors import AgentikError, ModelBackendError, ToolError, TurnError
+from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolError, TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
 from agentik.agent._events import (
+    ApprovalRequest,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
@@ -32,6 +38,20 @@ from agentik.agent._events import (
 )
 from agentik.agent._failures import component_error, describe, message_of
 from agentik.agent._prompt import PromptContext, render_system_prompt
+from agentik.agent._recovery import open_calls
+from agentik.agent._turn_machine import (
+    STOPPED,
+    AwaitApproval,
+    CallModel,
+    CallPlan,
+    Finish,
+    Record,
+    RecordDecision,
+    RunTool,
+    TurnAction,
+    TurnMachine,
+    TurnState,
+)
 from agentik.models import (
     ModelRequest,
     ModelResponse,
@@ -39,7 +59,8 @@ from agentik.models import (
     TextDelta,
     ToolCallDelta,
 )
-from agentik.toolsets import Error, NamedTool, ToolsetContribution, ToolsetIndex, parse_arguments
+from agentik.storage import TurnLedger
+from agentik.toolsets import Error, NamedTool, ToolsetIndex, parse_arguments
 
 if TYPE_CHECKING:
     from agentik.agent._conversation import Conversation
@@ -56,100 +77,271 @@ _CLEANUP_SECONDS = 10.0
 
 @attrs.define
 class Turn:
-    """The state of one running turn, owned by the conversation task."""
+    """One turn: its machine and what the shell needs to perform it. Owned by
+    the conversation task; kept while the turn waits for approval."""
 
     conversation: Conversation
-    emit: EmitFn | None
+    machine: TurnMachine
     start: int
-    """Index in the conversation's cached history where this turn begins."""
-    pending: list[Pending[Message]] = attrs.Factory(list)
+    """Index in the conversation's cached history of the turn's user message."""
+    emit: EmitFn | None = None
+    key: str | None = None
+    """The idempotency key of the turn's user message."""
     usage: TokenUsage = TokenUsage()
-    unanswered: list[ToolCall] = attrs.Factory(list)
-    """Recorded tool calls that have no result yet, oldest first."""
+    pending: list[Pending[Message]] = attrs.Factory(list)
+    """Messages submitted since ``first_new`` and maybe not committed yet."""
+    first_new: int = 0
+    """Index in history of the first message in ``pending``."""
+    decisions: list[Pending[Message | None]] = attrs.Factory(list)
+    """Decisions submitted and maybe not committed yet."""
+    index: ToolsetIndex | None = None
+    """The toolsets as of the last model answer: its calls dispatch through it."""
 
-    async def record(self, message: Message, *, idempotency_key: str | None = None) -> None:
-        """Submit ``message`` for commit and add it to the cached history."""
-        conv = self.conversation
-        pending = await conv.runtime.storage.message_store.submit(
-            conv.conversation_id, message, idempotency_key=idempotency_key
-        )
-        self.pending.append(pending)
-        conv.history.append(message)
-
-    async def commit(self) -> list[Message]:
-        """Wait until every submitted message is committed; return them as stored."""
-        # Writes commit in order, so once the last is done all are: read them
-        # without a checkpoint each.
-        if self.pending and not self.pending[-1].done:
-            await self.pending[-1].wait()
-        stored = [p.result() if p.done else await p.wait() for p in self.pending]
-        self.conversation.history[self.start :] = stored
-        return stored
-
-    async def run(self, text: str | None, idempotency_key: str | None) -> TurnResult:
-        """Run the turn; ``text`` None resumes an unfinished turn without a new message."""
+    async def run(self, actions: list[TurnAction]) -> TurnResult | None:
+        """Perform ``actions`` and all that follows, until the turn finishes
+        (its result), pauses for approval (a result with status
+        ``awaiting_approval``) or has nothing more to do (None: a superseded
+        turn). Raises ``TurnError`` when it fails; what it recorded is then
+        committed and valid."""
+        self.first_new = len(self.conversation.history)
         try:
-            return await self._loop(text, idempotency_key)
+            return await self._drive(actions)
+        except TurnError as exc:
+            await self._stop(exc.code, message_of(exc))
+            raise
         finally:
-            if self.unanswered or self.pending:
+            state = self.machine.state
+            if state is TurnState.MODEL or state is TurnState.TOOLS:
+                # Cancelled, or an error that is not the turn's own (a store
+                # failure, a bug): answer what is open all the same.
+                await self._stop(_code_of(sys.exc_info()[1]), "the turn was stopped")
+            if self.pending or self.decisions:
                 await self._settle()
 
-    async def _loop(self, text: str | None, idempotency_key: str | None) -> TurnResult:
+    async def _drive(self, actions: list[TurnAction]) -> TurnResult | None:
+        # An ``if`` chain rather than ``match``: this runs for every action of
+        # every turn, and class patterns cost several times more.
+        machine = self.machine
+        while True:
+            follow: list[TurnAction] | None = None
+            for action in actions:
+                # Most frequent first; ``isinstance`` narrows for the type checker.
+                if isinstance(action, Message):
+                    await self.record(action)
+                elif isinstance(action, CallModel):
+                    message, plans = await self._call_model()
+                    follow = machine.answered(message, plans)
+                elif isinstance(action, RunTool):
+                    call = action.call
+                    follow = machine.tool_done(call.id, await self._run_tool(call))
+                elif isinstance(action, Finish):
+                    return await self._result(action.text, ())
+                elif isinstance(action, Record):
+                    await self._record(action)
+                elif isinstance(action, RecordDecision):
+                    await self._record_decision(action)
+                elif isinstance(action, AwaitApproval):
+                    return await self._result("", action.calls)
+                else:
+                    conv = self.conversation
+                    conv.runtime.remember_failure(conv.conversation_id, self.start + 1, action.code)
+                    await self._commit_failure(action.code)
+                    raise TurnError(action.message, code=action.code)
+            if follow is None:
+                await self.commit()
+                return None
+            actions = follow
+
+    # --- effects ------------------------------------------------------------------
+
+    async def record(self, message: Message) -> None:
+        """Submit ``message`` for commit and add it to the cached history."""
         conv = self.conversation
-        settings = conv.runtime.settings
-        if text is not None:
-            await self.record(Message(Role.USER, text), idempotency_key=idempotency_key)
-            if idempotency_key is not None:
-                # Only now: the store has accepted the message and the cache
-                # holds it at ``start``. Remembered before ``record``, a turn
-                # cancelled while the store made room left the key naming the
-                # slot the next turn's message then took.
-                conv.keys[idempotency_key] = self.start
-        for _ in range(settings.max_tool_rounds):
-            contributions, index = conv.runtime.toolsets()
-            response = await self._call_model(contributions, index)
-            if response.usage is not None:
-                self.usage += response.usage
-            if not response.tool_calls:
-                answer = response.text or ""
-                await self.record(Message(Role.ASSISTANT, answer, usage=response.usage))
-                stored = await self.commit()
-                self.pending.clear()
-                return TurnResult(answer, stored, self.usage)
-            calls = response.tool_calls
-            await self.record(
-                Message(Role.ASSISTANT, response.text or "", calls, usage=response.usage)
-            )
-            self.unanswered = list(calls)
-            for call in calls:
-                if self.emit is not None:
-                    await self.emit(ToolCallStarted(call))
-                content, is_error = await self._run_call(call, index)
-                await self.record(Message(Role.TOOL, content, tool_call_id=call.id))
-                self.unanswered.pop(0)
-                if self.emit is not None:
-                    await self.emit(ToolCallFinished(call, content, is_error))
-        raise TurnError(
-            f"the turn stopped after {settings.max_tool_rounds} model calls without an answer"
-            " (max_tool_rounds); every tool call made has its result",
-            code="step_limit",
+        self.pending.append(
+            await conv.runtime.storage.message_store.submit(conv.conversation_id, message)
+        )
+        conv.history.append(message)
+
+    async def _record(self, action: Record) -> None:
+        """``record``, with the message's idempotency key or waiting calls."""
+        conv = self.conversation
+        message, key, awaiting = action.message, action.idempotency_key, action.awaiting
+        if awaiting:
+            pending = await _ledger(conv).submit_awaiting(conv.conversation_id, message, awaiting)
+        else:
+            store = conv.runtime.storage.message_store
+            pending = await store.submit(conv.conversation_id, message, idempotency_key=key)
+        self.pending.append(pending)
+        conv.history.append(message)
+        if key is not None:
+            # Only now: the store has accepted the message and the cache holds
+            # it at ``start``. Remembered earlier, a turn cancelled while the
+            # store made room left the key naming the slot another turn took.
+            conv.keys[key] = self.start
+
+    async def _record_decision(self, action: RecordDecision) -> None:
+        conv = self.conversation
+        pending = await _ledger(conv).submit_decision(
+            conv.conversation_id,
+            self._seq_of_call(action.call_id),
+            action.call_id,
+            approve=action.approve,
+            reason=action.reason,
+            result=action.result,
+        )
+        if action.result is None:
+            self.decisions.append(pending)
+        else:  # the denied call's result: a message of the turn like any other
+            self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
+            conv.history.append(action.result)
+
+    def _seq_of_call(self, call_id: str) -> int:
+        """The seq of the committed assistant message of this turn with ``call_id``."""
+        for message in reversed(self.conversation.history[self.start :]):
+            if message.seq is not None and any(c.id == call_id for c in message.tool_calls):
+                return message.seq
+        raise StoreError(f"call {call_id!r} is in no committed message of the turn")
+
+    async def commit(self) -> list[Message]:
+        """Wait until every submitted message is committed; return the turn's
+        messages as stored."""
+        conv = self.conversation
+        pending = self.pending
+        if pending:
+            # Writes commit in order, so once the last is done all are: read
+            # them without a checkpoint each.
+            if not pending[-1].done:
+                await pending[-1].wait()
+            stored = [p.result() if p.done else await p.wait() for p in pending]
+            conv.history[self.first_new : self.first_new + len(stored)] = stored
+            self.first_new += len(stored)
+            pending.clear()
+        for decision in self.decisions:
+            await decision.wait()
+        self.decisions.clear()
+        return conv.history[self.start :]
+
+    async def _result(self, text: str, waiting: Sequence[ToolCall]) -> TurnResult:
+        stored = await self.commit()
+        if not waiting:
+            return TurnResult(text, stored, self.usage)
+        cid = self.conversation.conversation_id
+        self.conversation.runtime.stats.approvals_requested += len(waiting)
+        return TurnResult(
+            "",
+            stored,
+            self.usage,
+            status="awaiting_approval",
+            approvals=tuple(ApprovalRequest(cid, call) for call in waiting),
         )
 
-    async def _call_model(
-        self, contributions: tuple[ToolsetContribution, ...], index: ToolsetIndex
-    ) -> ModelResponse:
+    async def _commit_failure(self, code: str) -> None:
+        """Commit what the turn recorded, then record that it failed (so a restart
+        does not resume it); a cancelled turn too."""
+        conv = self.conversation
+        await self.commit()
+        if len(conv.history) <= self.start:
+            return  # stopped before its user message was accepted: no turn to mark
+        user = conv.history[self.start]
+        store = conv.runtime.storage.message_store
+        if isinstance(store, TurnLedger) and user.seq is not None:
+            await (await store.submit_turn_failure(conv.conversation_id, user.seq, code)).wait()
+
+    async def _stop(self, code: str, message: str) -> None:
+        """The turn cannot go on: record results for its open calls and its
+        failure, shielded, so what it recorded is valid and committed."""
+        machine = self.machine
+        if machine.state is not TurnState.MODEL and machine.state is not TurnState.TOOLS:
+            return  # ended, or paused: nothing runs that could be cut short
+        conv = self.conversation
+        conv.runtime.remember_failure(conv.conversation_id, self.start + 1, code)
+        machine.stop(code, message)
+        # The machine answers the calls it knows open, but an action cut short
+        # (a record the store never accepted) is invisible to it: the calls to
+        # answer are those the store holds without a result.
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                for call in open_calls(conv.history[self.start :]):
+                    await self.record(Message(Role.TOOL, STOPPED, tool_call_id=call.id))
+                await self._commit_failure(code)
+            except AgentikError as exc:
+                conv.stale = True
+                log.error(
+                    "conversation %r: could not settle a failed turn: %s",
+                    conv.conversation_id,
+                    message_of(exc),
+                )
+
+    async def _settle(self) -> None:
+        """Cut short (cancelled, failed): wait, shielded and bounded, for what
+        the turn submitted, so the outcome is reported once it is committed.
+        Writes still not committed then will commit later: the next reload
+        must wait for them, or it would miss them."""
+        conv = self.conversation
+        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                await self.commit()
+            except AgentikError:
+                conv.stale = True  # the store refused some: the cache is unsure
+        if any(not p.done for p in self.pending):
+            conv.stale = True
+            conv.inflight.extend(p for p in self.pending if not p.done)
+        self.pending.clear()
+        self.decisions.clear()
+
+    # --- the model ----------------------------------------------------------------
+
+    def _plan(self, call: ToolCall, index: ToolsetIndex) -> CallPlan:
+        """Whether ``call`` needs a person's approval: its tool or toolset says
+        so, or the agent's policy does. A policy that raises asks for approval."""
         conv = self.conversation
         runtime = conv.runtime
+        tool = tool_for(call, index, runtime.core_tools)
+        if tool is None:
+            return CallPlan(call)  # an error result, nothing runs
+        needs = tool.requires_approval or _toolset_requires_approval(call, index)
+        policy = runtime.approval_policy
+        if not needs and policy is not None:
+            try:
+                needs = bool(policy(conv.conversation_id, call))
+            except Exception as exc:
+                log.error(
+                    "conversation %r: the approval policy raised %s; the call waits for approval",
+                    conv.conversation_id,
+                    describe(exc),
+                    exc_info=exc,
+                )
+                needs = True
+        return CallPlan(call, needs, tool.idempotent)
+
+    async def _call_model(self) -> tuple[Message, tuple[CallPlan, ...]]:
+        """Ask the model; its answer as the message to record, with a plan per call."""
+        conv = self.conversation
+        runtime = conv.runtime
+        contributions, index = runtime.toolsets()
         active = conv.activation.active_names() if contributions else frozenset[str]()
-        context = PromptContext(
-            conversation_id=conv.conversation_id,
-            contributions=index,
-            active_toolsets=active,
-            skills=await runtime.skills(),
-            memory=conv.memory,
-            reflections=await runtime.reflections(),
-        )
-        system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
+        skills = await runtime.skills()
+        reflections = await runtime.reflections()
+        memory = conv.memory
+        # The system message of the last request, reused while what it was
+        # built from is unchanged (only when every contributor is one of
+        # agentik's own, which read nothing but their context).
+        key = (index, active, skills, reflections, tuple([e.id for e in memory]))
+        cached = conv.system_prompt
+        if cached is not None and _same_prompt_inputs(cached[0], key):
+            system = cached[1]
+        else:
+            context = PromptContext(
+                conversation_id=conv.conversation_id,
+                contributions=index,
+                active_toolsets=active,
+                skills=skills,
+                memory=memory,
+                reflections=reflections,
+            )
+            system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
+            if runtime.pure_prompt:
+                conv.system_prompt = (key, system)
         request = ModelRequest(
             (system, *conv.history), offered_tools(runtime.offered_core, index, active)
         )
@@ -180,7 +372,19 @@ class Turn:
             )
         if self.emit is not None and not streaming and response.text:
             await self.emit(TextDelta(response.text))
-        return response
+        usage = response.usage
+        if usage is not None:
+            self.usage += usage
+        calls = response.tool_calls
+        message = Message(Role.ASSISTANT, response.text or "", calls, None, usage)
+        if not calls:
+            return message, ()
+        self.index = index
+        if runtime.approvals_possible:
+            return message, tuple([self._plan(call, index) for call in calls])
+        if len(calls) == 1:
+            return message, (CallPlan(calls[0]),)
+        return message, tuple([CallPlan(call) for call in calls])
 
     async def _stream_model(self, request: ModelRequest) -> ModelResponse:
         model = self.conversation.runtime.model
@@ -202,11 +406,29 @@ class Turn:
             raise ModelBackendError("the model's stream ended without a final response")
         return final
 
-    async def _run_call(self, call: ToolCall, index: ToolsetIndex) -> tuple[str, bool]:
+    # --- tools ----------------------------------------------------------------------
+
+    async def _run_tool(self, call: ToolCall) -> str:
+        if self.decisions:
+            # An approved call runs only once its approval is durable: a crash
+            # must never run it and then ask for it again.
+            await self.commit()
+        if self.emit is not None:
+            await self.emit(ToolCallStarted(call))
+        content, is_error = await self._run_call(call)
+        if self.emit is not None:
+            await self.emit(ToolCallFinished(call, content, is_error))
+        return content
+
+    async def _run_call(self, call: ToolCall) -> tuple[str, bool]:
         """Run one tool call; any failure becomes an error result the model sees."""
         conv = self.conversation
         runtime = conv.runtime
         runtime.stats.tool_calls += 1
+        index = self.index
+        if index is None:  # a call resumed from storage: no model answer in this run
+            _, index = runtime.toolsets()
+            self.index = index
         active = conv.activation.active_names() if len(index) else frozenset[str]()
         decision = index.dispatch(active, call, runtime.core_tools)
         if isinstance(decision, Error):
@@ -243,34 +465,59 @@ class Turn:
         self.conversation.runtime.stats.tool_errors += 1
         return f"error: {message}", True
 
-    async def _settle(self) -> None:
-        """After a failure or cancellation: answer unanswered calls, then wait for
-        every submitted write, shielded, so what the turn recorded is valid and
-        committed before the failure is reported."""
-        conv = self.conversation
-        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
-            try:
-                for call in self.unanswered:
-                    await self.record(
-                        Message(
-                            Role.TOOL,
-                            "error: the turn was stopped before this tool call finished",
-                            tool_call_id=call.id,
-                        )
-                    )
-                self.unanswered.clear()
-                stored = [await pending.wait() for pending in self.pending]
-                conv.history[self.start :] = stored
-            except AgentikError as exc:
-                conv.stale = True
-                log.error(
-                    "conversation %r: could not settle a failed turn: %s", conv.conversation_id, exc
-                )
-        if self.unanswered or not all(p.done for p in self.pending):
-            conv.stale = True
-        # Writes accepted but not yet committed will still commit: the next
-        # reload must wait for them, or it would miss them.
-        conv.inflight.extend(p for p in self.pending if not p.done)
+
+PromptInputs = tuple[
+    ToolsetIndex, frozenset[str], Sequence[object], Sequence[object], tuple[int, ...]
+]
+"""What agentik's own prompt contributors read: the toolsets, the active ones,
+the skills catalog, recent reflections (both cached lists: the same object
+until a write), and the working-memory notes (by id: notes never change)."""
+
+
+def _same_prompt_inputs(a: PromptInputs, b: PromptInputs) -> bool:
+    return (
+        a[0] is b[0]
+        and a[1] == b[1]
+        and (a[2] is b[2] or a[2] == b[2])
+        and (a[3] is b[3] or a[3] == b[3])
+        and a[4] == b[4]
+    )
+
+
+def tool_for(
+    call: ToolCall, index: ToolsetIndex, core: Mapping[str, NamedTool]
+) -> NamedTool | None:
+    """The tool ``call`` names, whether or not its toolset is active; None if none."""
+    decision = index.dispatch(frozenset(), call, core)
+    return None if isinstance(decision, Error) else decision.tool
+
+
+def _toolset_requires_approval(call: ToolCall, index: ToolsetIndex) -> bool:
+    name = index.toolset_of(call.name)
+    contribution = None if name is None else index.get(name)
+    return contribution is not None and contribution.requires_approval
+
+
+def _ledger(conversation: Conversation) -> TurnLedger:
+    store = conversation.runtime.storage.message_store
+    if not isinstance(store, TurnLedger):
+        raise StoreError(
+            f"{type(store).__name__} keeps no approvals (TurnLedger); tools that require"
+            " approval need a store that does"
+        )
+    return store
+
+
+def _code_of(error: BaseException | None) -> str:
+    """The failure code of a turn stopped by ``error`` (None: no error, which
+    cannot happen here but is not worth a crash)."""
+    if error is None or isinstance(error, trio.Cancelled):
+        return "cancelled"
+    if isinstance(error, StoreError):
+        return "store_error"
+    if isinstance(error, BaseExceptionGroup) and error.subgroup(trio.Cancelled) is not None:
+        return "cancelled"
+    return "internal_error"
 
 
 def offered_tools(

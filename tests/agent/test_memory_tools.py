@@ -3,6 +3,8 @@ of a history that a crash left with unanswered tool calls."""
 
 from __future__ import annotations
 
+import pytest
+
 from agentik import Message, ModelRequest, ModelResponse, Role, Skill, ToolCall
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
@@ -138,9 +140,12 @@ async def test_reflection_is_off_by_default() -> None:
     assert await storage.reflection_store.count() == 0
 
 
-async def test_open_tool_calls_left_by_a_crash_are_answered_on_load() -> None:
+@pytest.mark.parametrize("resume", [True, False])
+async def test_open_tool_calls_left_by_a_crash_are_answered_on_load(resume: bool) -> None:
     """A history ending in an assistant tool call without result (the process
-    died mid-tool) is repaired when the conversation loads: valid for the model."""
+    died mid-tool) is repaired when the conversation loads: valid for the
+    model. Resumed (the default), the interrupted turn then gets its answer
+    before the new message; with ``resume_interrupted=False`` it does not."""
     storage = in_memory_storage()
     store = storage.message_store
     await store.append("c", Message(Role.USER, "go"))
@@ -155,13 +160,21 @@ async def test_open_tool_calls_left_by_a_crash_are_answered_on_load() -> None:
         seen.append(request)
         return ModelResponse(text="ok")
 
-    async with open_chat_agent(model=ScriptedModel(respond), storage=storage) as agent:
+    async with open_chat_agent(
+        model=ScriptedModel(respond), storage=storage, resume_interrupted=resume
+    ) as agent:
         await agent.send("c", "next")
     history = await stored(storage, "c")
     assert_valid_history(history)
     assert history[3].tool_call_id == "x2"
-    assert history[3].content.startswith("error: interrupted")
-    assert seen[0].messages[-1].content == "next"
+    assert history[3].content == "interrupted: the process stopped before this call finished"
+    if resume:
+        assert [m.content for m in history[4:]] == ["ok", "next", "ok"]
+        assert seen[0].messages[-1].tool_call_id == "x2"
+        assert seen[1].messages[-1].content == "next"
+    else:
+        assert [m.content for m in history[4:]] == ["next", "ok"]
+        assert len(seen) == 1
 
 
 async def test_catalog_is_read_once_for_many_first_turns() -> None:

@@ -66,7 +66,7 @@ START_SECONDS = 30.0
 STOP_SECONDS = 30.0
 SETTLE_SECONDS = 60.0
 MAX_SETTLE_ATTEMPTS = 20
-INTERRUPTED = "error: interrupted"
+INTERRUPTED = "interrupted:"
 STREAMED = 1 / 3
 """The share of turns sent as SSE streams rather than plain JSON requests."""
 DOUBLE_RETRIES = 1 / 2
@@ -410,7 +410,7 @@ class Tally:
     open_calls: int = 0
     """Tool calls without a result (expected only right after a kill)."""
     repaired: int = 0
-    """Tool results written by crash repair (``error: interrupted: ...``)."""
+    """Tool results written by crash repair (``interrupted: ...``)."""
     messages: int = 0
 
 

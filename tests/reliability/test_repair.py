@@ -1,7 +1,7 @@
 """Repairing a history a crash left with open tool calls, under cancellation.
 
 A process killed mid-turn leaves an assistant message whose tool calls have
-no result; the conversation answers them ("error: interrupted: ...") when it
+no result; the conversation answers them ("interrupted: ...") when it
 next loads. These tests build that state directly in a real SQLite file (as a
 killed process leaves it) and then cancel the repairing turn.
 """
@@ -61,7 +61,7 @@ async def test_open_calls_are_answered_once_on_load(backend: str, tmp_path: Path
     check_history(stored, once=("go", "next"))
     results = [m for m in stored if m.role is Role.TOOL]
     assert [m.tool_call_id for m in results] == ["call-1", "call-2"]
-    assert all(m.content.startswith("error: interrupted") for m in results)
+    assert all(m.content.startswith("interrupted:") for m in results)
 
 
 async def test_cancel_during_repair_answers_each_call_once(tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ async def test_commit_fails_mid_turn(fault: str, faulty_vfs: FaultyVFS, tmp_path
         final = await history(bundle, "c")
     interrupted = [m for m in final if m.role is Role.TOOL]
     assert [m.tool_call_id for m in interrupted] == ["call-1"]
-    assert interrupted[0].content.startswith("error: interrupted")
+    assert interrupted[0].content.startswith("interrupted:")
 
 
 async def test_next_turn_works_in_the_same_agent(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:

@@ -1,0 +1,88 @@
+"""Reading a turn's state back from its stored messages. Pure.
+
+After a restart (or a reload) a conversation's last turn is in one of these
+states, told apart by its messages and its ``TurnRecord``:
+
+- finished: its last message is an assistant answer without tool calls;
+- failed: the record holds a failure (the turn reported it; left alone);
+- waiting: some call without a result waits for a decision;
+- interrupted: none of the above (the process stopped mid-turn): resumed.
+
+``resume_event`` turns the stored state into the ``Resume`` event that puts a
+fresh ``TurnMachine`` where the turn stopped.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+
+from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik.agent._turn_machine import CallPlan, Resume
+from agentik.storage import TurnRecord
+
+
+class StoredState(enum.Enum):
+    FINISHED = "finished"
+    FAILED = "failed"
+    WAITING = "waiting"
+    INTERRUPTED = "interrupted"
+
+
+def last_turn_start(history: Sequence[Message]) -> int | None:
+    """Index of the last user message, None if there is none."""
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].role is Role.USER:
+            return i
+    return None
+
+
+def is_finished(turn: Sequence[Message]) -> bool:
+    """Whether ``turn`` (a user message and what followed) ended with an answer."""
+    last = turn[-1]
+    return len(turn) > 1 and last.role is Role.ASSISTANT and not last.tool_calls
+
+
+def open_calls(turn: Sequence[Message]) -> list[ToolCall]:
+    """The turn's recorded calls that have no result, in the order made."""
+    answered = {m.tool_call_id for m in turn if m.tool_call_id is not None}
+    return [c for m in turn for c in m.tool_calls if c.id not in answered]
+
+
+def status_of(turn: Sequence[Message], record: TurnRecord) -> StoredState:
+    if is_finished(turn):
+        return StoredState.FINISHED
+    if record.failure is not None:
+        return StoredState.FAILED
+    waiting = {a.call_id for a in record.approvals if a.approved is None}
+    if any(call.id in waiting for call in open_calls(turn)):
+        return StoredState.WAITING
+    return StoredState.INTERRUPTED
+
+
+def resume_event(
+    turn: Sequence[Message],
+    record: TurnRecord,
+    plan: Callable[[ToolCall], CallPlan],
+    max_steps: int,
+) -> Resume:
+    """The ``Resume`` event for ``turn`` as stored: model calls made (at most
+    ``max_steps``), its open calls planned by ``plan``, and their decisions."""
+    steps = sum(1 for m in turn if m.role is Role.ASSISTANT)
+    calls = open_calls(turn)
+    ids = {c.id for c in calls}
+    decisions = {a.call_id: a.approved for a in record.approvals if a.call_id in ids}
+    return Resume(
+        min(steps, max_steps),
+        [plan(call) for call in calls],
+        awaiting=frozenset(c for c, approved in decisions.items() if approved is None),
+        approved=frozenset(c for c, approved in decisions.items() if approved is True),
+    )
+
+
+def usage_of(messages: Sequence[Message]) -> TokenUsage:
+    usage = TokenUsage()
+    for m in messages:
+        if m.usage is not None:
+            usage += m.usage
+    return usage
