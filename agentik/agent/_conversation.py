@@ -287,7 +287,8 @@ class Conversation:
         here (the model, the reflection store, anything they raise) fails this
         step alone: logged once and counted, never raised."""
         request = ModelRequest(
-            (Message(Role.SYSTEM, REFLECTION_PROMPT), *self.history, Message(Role.USER, REFLECT))
+            (Message(Role.SYSTEM, REFLECTION_PROMPT), *self.history, Message(Role.USER, REFLECT)),
+            purpose="reflection",
         )
         try:
             response = await self.runtime.model.complete(request)

@@ -7,7 +7,7 @@ also stream the answer as deltas, ending with the complete ``ModelResponse``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -27,6 +27,9 @@ def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(value)
 
 
+RequestPurpose: TypeAlias = Literal["turn", "summary", "reflection"]
+
+
 @attrs.frozen
 class ModelRequest:
     """One model call. ``messages[0]`` is the system message, built afresh for
@@ -34,6 +37,9 @@ class ModelRequest:
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[NamedTool, ...] = attrs.field(default=(), converter=_tools)
+    purpose: RequestPurpose = "turn"
+    """Why the agent asks: ``turn`` (a conversation's turn), ``summary`` (to
+    compact history), ``reflection`` (a lesson after a turn)."""
 
 
 @attrs.frozen
