@@ -145,7 +145,13 @@ class ChatAgent:
             yield receiver
 
     async def decide(
-        self, conversation_id: str, call_id: str, *, approve: bool, reason: str = ""
+        self,
+        conversation_id: str,
+        call_id: str,
+        *,
+        approve: bool,
+        reason: str = "",
+        idempotency_key: str | None = None,
     ) -> TurnResult:
         """Record a person's decision about a tool call waiting for approval.
 
@@ -155,6 +161,11 @@ class ChatAgent:
         again the same way changes nothing; the other way raises
         ``ApprovalError`` (``already_decided``), as does a call that does not
         wait (``not_waiting``). Decisions are durable: they survive a restart.
+
+        ``idempotency_key``, the key of the paused turn's user message, ties the
+        decision to that turn (a call of another turn is ``not_waiting``), and
+        the turn it runs on is then that key's: ``turn_in_progress`` sees it and
+        ``cancel(..., idempotency_key=...)`` stops it, as for the turn's first run.
         """
         if not isinstance(call_id, str) or not call_id:
             raise ValueError("call_id must be a non-empty string")
@@ -162,10 +173,22 @@ class ChatAgent:
             raise ValueError(f"reason must be a string, got {type(reason).__name__}")
         _check_unicode("reason", reason)
         request = TurnRequest(
-            "", None, Pending(), decision=Decided(call_id, bool(approve), reason)
+            "", idempotency_key, Pending(), decision=Decided(call_id, bool(approve), reason)
         )
         await self._route(conversation_id, request)
         return await request.reply.wait()
+
+    async def cancel_paused(self, conversation_id: str, *, idempotency_key: str) -> None:
+        """End the conversation's turn that waits for approval, and carries
+        ``idempotency_key``, as cancelled: each waiting call is denied
+        (``denied: the turn was cancelled``) so history stays valid, nothing
+        more runs, and the turn is recorded as cancelled (a restart does not
+        resume it). Raises ``ApprovalError`` (``not_waiting``) when no such
+        turn waits. (``cancel`` stops a turn that runs; a paused one does not.)
+        """
+        request = TurnRequest("", idempotency_key, Pending(), abandon=True)
+        await self._route(conversation_id, request)
+        await request.reply.wait()
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
         """The tool calls of the conversation that wait for a decision, oldest first."""
@@ -210,7 +233,7 @@ class ChatAgent:
         return out
 
     async def _route(self, conversation_id: str, request: TurnRequest) -> None:
-        plain = request.decision is None and not request.status_only
+        plain = request.is_message
         _check_turn(conversation_id, request.text if plain else None, request.idempotency_key)
         settings = self._runtime.settings
         while True:

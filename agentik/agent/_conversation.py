@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentik.conversation")
 
 INTERRUPTED = "interrupted: the process stopped before this call finished"
+CANCELLED_REASON = "the turn was cancelled"
 REFLECTION_PROMPT = (
     "You review a finished conversation and state one short, general lesson that"
     " would help in future conversations. Answer with the lesson only, one or two sentences."
@@ -84,6 +85,13 @@ class TurnRequest:
     """For ``ChatAgent.decide``: the decision to take, instead of a new message."""
     status_only: bool = False
     """For ``ChatAgent.pending_approvals``: report, run nothing."""
+    abandon: bool = False
+    """For ``ChatAgent.cancel_paused``: end the paused turn with this key, cancelled."""
+
+    @property
+    def is_message(self) -> bool:
+        """Whether this request brings a new user message (a turn of its own)."""
+        return self.decision is None and not self.status_only and not self.abandon
 
 
 @attrs.define(eq=False)
@@ -226,7 +234,7 @@ class Conversation:
 
     async def _serve_inner(self, request: TurnRequest) -> None:
         stats = self.runtime.stats
-        stats.turns_started += request.decision is None and not request.status_only
+        stats.turns_started += request.is_message
         result: outcome.Outcome[TurnResult]
         with trio.CancelScope() as scope:
             self.cancel_scope = scope
@@ -255,7 +263,7 @@ class Conversation:
         self.running = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
-        message = request.decision is None and not request.status_only
+        message = request.is_message
         if isinstance(result, outcome.Value):
             stats.turns_finished += message
         else:
@@ -264,7 +272,9 @@ class Conversation:
                 stats.turns_failed += 1
                 self._log_failure(result.error)
         await self._deliver(request, result)
-        if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
+        # A query or a cancelled pause has no new answer to learn from.
+        quiet = request.status_only or request.abandon
+        if isinstance(result, outcome.Value) and self.runtime.settings.reflection and not quiet:
             await self._reflect()
 
     def _log_failure(self, error: TurnError) -> None:
@@ -332,7 +342,11 @@ class Conversation:
         if self.inflight or self.stale or not self.loaded:
             await self._ready()
         if request.decision is not None:
+            if not await self._paused_by(request.idempotency_key):
+                return await self._decided_earlier(request.decision, request.idempotency_key)
             return await self._decide(request.decision)
+        if request.abandon:
+            return await self._abandon(request.idempotency_key)
         if request.status_only:
             paused = self.paused
             return TurnResult("", ()) if paused is None else self._paused_result(paused)
@@ -425,8 +439,13 @@ class Conversation:
     async def _decide(self, decision: Decided) -> TurnResult:
         paused = self.paused
         machine = None if paused is None else paused.machine
-        if paused is None or machine is None or (
-            decision.call_id not in machine.waiting and decision.call_id not in machine.decisions
+        if (
+            paused is None
+            or machine is None
+            or (
+                decision.call_id not in machine.waiting
+                and decision.call_id not in machine.decisions
+            )
         ):
             return await self._decided_earlier(decision)
         try:
@@ -443,10 +462,39 @@ class Conversation:
         assert result is not None
         return self._after(paused, result)
 
-    async def _decided_earlier(self, decision: Decided) -> TurnResult:
+    async def _paused_by(self, key: str | None) -> bool:
+        """Whether the paused turn is the one carrying ``key`` (any paused turn
+        when ``key`` is None); False when none is paused."""
+        paused = self.paused
+        if paused is None:
+            return False
+        return key is None or await self._find_key(key) == paused.start
+
+    async def _abandon(self, key: str | None) -> TurnResult:
+        """``ChatAgent.cancel_paused``: deny the waiting calls, run nothing more,
+        record the turn as cancelled."""
+        paused = self.paused
+        if paused is None or not await self._paused_by(key):
+            raise ApprovalError(
+                f"no turn with idempotency key {key!r} waits for approval in conversation"
+                f" {self.conversation_id!r}",
+                code="not_waiting",
+            )
+        self.paused = None
+        self.approval_deadline = math.inf
+        paused.emit = None
+        await paused.run(paused.machine.supersede(CANCELLED_REASON))
+        self.runtime.remember_failure(self.conversation_id, paused.start + 1, "cancelled")
+        await paused.record_failure("cancelled")
+        return TurnResult("", self.history[paused.start :], paused.usage)
+
+    async def _decided_earlier(self, decision: Decided, key: str | None = None) -> TurnResult:
         """A decision about a call of the last turn that no longer waits: the
-        same decision again answers the turn as it stands; another is refused."""
+        same decision again answers the turn as it stands; another is refused.
+        With ``key``, only about the turn carrying it."""
         start = last_turn_start(self.history)
+        if key is not None and start is not None and await self._find_key(key) != start:
+            start = None  # the key names no turn, or not the last one
         record = TurnRecord() if start is None else await self._turn_record(start)
         for approval in record.approvals:
             if approval.call_id != decision.call_id or approval.approved is None:

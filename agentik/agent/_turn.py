@@ -235,6 +235,11 @@ class Turn:
             approvals=tuple(ApprovalRequest(cid, call) for call in waiting),
         )
 
+    async def record_failure(self, code: str) -> None:
+        """Record that the turn ended with ``code`` although it stopped cleanly
+        (a paused turn cancelled): a restart then leaves it alone."""
+        await self._commit_failure(code)
+
     async def _commit_failure(self, code: str) -> None:
         """Commit what the turn recorded, then record that it failed (so a restart
         does not resume it); a cancelled turn too."""
