@@ -158,6 +158,13 @@ async def serve_agentik(
         hyper.backlog = 2048  # a burst of clients connecting at once must not hit SYN retries
         hyper.accesslog = None
         hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
+
+        async def shutdown() -> None:
+            await (shutdown_trigger or trio.sleep_forever)()
+            # Streams watching a task that nothing runs (a subscription to a task
+            # waiting for input) would hold the drain for graceful_timeout.
+            ctx.tasks.stop_idle_watchers()
+
         async with trio.open_nursery() as nursery:
             ctx.background = nursery
             binds: list[str] = await nursery.start(
@@ -171,7 +178,7 @@ async def serve_agentik(
                         body_min_rate=limits.body_min_rate,
                         max_connections=limits.max_connections,
                     ),
-                    shutdown_trigger=shutdown_trigger,
+                    shutdown_trigger=shutdown,
                 )
             )
             ctx.base_url = binds[0]
