@@ -201,5 +201,5 @@ async def wait_until(condition: Any) -> None:
     """Poll ``await condition()`` until true: the server answers on real
     sockets, so a mock clock cannot drive it; bounded by ``GUARD_SECONDS``."""
     with trio.fail_after(GUARD_SECONDS):
-        while not await condition():
+        while not await condition():  # noqa: ASYNC110 (a server over real sockets)
             await trio.sleep(POLL_SECONDS)
