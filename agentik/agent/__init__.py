@@ -23,10 +23,12 @@ from agentik.agent._prompt import WorkingMemorySection as WorkingMemorySection
 from agentik.agent._runtime import ToolsetSource as ToolsetSource
 from agentik.agent._stats import AgentStats as AgentStats
 from agentik.agent._stats import Histogram as Histogram
+from agentik.agent._turn_machine import SUPERSEDED_REASON as SUPERSEDED_REASON
 
 __all__ = [
     "BUILTIN_TOOLS",
     "DEFAULT_SYSTEM_PROMPT",
+    "SUPERSEDED_REASON",
     "AgentStats",
     "ApprovalRequest",
     "BasePrompt",

@@ -35,6 +35,7 @@ import attrs
 from agentik._errors import AgentikError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, ToolCall
+from agentik.agent import SUPERSEDED_REASON
 from agentik.storage import TurnRecord
 
 A2A_VERSION = "1.0"
@@ -504,7 +505,8 @@ def view_from_turn(
     """A task's state from its stored turn (the user message and what followed
     it) and the turn's record: COMPLETED when it ended with an answer; else
     WORKING while it runs; INPUT_REQUIRED while calls of it wait for a
-    decision; CANCELED when it was cancelled (recorded, or here); else FAILED
+    decision; CANCELED when it was cancelled (recorded, or here) or a new
+    message in its context replaced it while it waited; else FAILED
     (failed, or stopped by a crash: it is resumed on the conversation's next
     turn, but a new turn then follows it)."""
     last = turn[-1]
@@ -521,15 +523,10 @@ def view_from_turn(
     waiting = _waiting(turn, record)
     if waiting:
         return TaskView(task_id, context_id, INPUT_REQUIRED, at, history=history, waiting=waiting)
-    if cancelled or record.failure == "cancelled":
-        return TaskView(
-            task_id,
-            context_id,
-            "TASK_STATE_CANCELED",
-            at,
-            error="the task was canceled",
-            history=history,
-        )
+    replaced = any(a.approved is False and a.reason == SUPERSEDED_REASON for a in record.approvals)
+    if cancelled or replaced or record.failure == "cancelled":
+        why = "a new message in its context replaced it" if replaced else "the task was canceled"
+        return TaskView(task_id, context_id, "TASK_STATE_CANCELED", at, error=why, history=history)
     return TaskView(
         task_id,
         context_id,

@@ -357,3 +357,21 @@ async def test_shutdown_ends_a_subscription_to_a_paused_task(tmp_path: Path) -> 
                 await subscribed.wait()
     [only] = frames
     assert only["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+async def test_a_new_message_replaces_a_paused_task(tmp_path: Path) -> None:
+    """A new message in the context while a task waits: the waiting call is
+    denied (history stays valid), the new task runs, and the old one is
+    CANCELED, saying why; a decision for it then is refused (terminal)."""
+    async with serving(tmp_path / "a.db") as served:
+        task = await send(served, user_message("pay 5", "m1", "ctx"))
+        assert task.status.state == INPUT_REQUIRED
+        new = await send(served, user_message("hello", "m2", "ctx"))
+        assert new.status.state == COMPLETED
+        old = await served.sdk.get_task(GetTaskRequest(id=task.id))
+        assert old.status.state == TaskState.TASK_STATE_CANCELED
+        assert "replaced" in status_text(old)
+        with pytest.raises(UnsupportedOperationError):
+            await send(served, user_message("approve", "m3", task_id=task.id))
+        check_history(await history(served.storage, "ctx"), once=("pay 5", "hello"))
+    assert PAID == []
