@@ -91,9 +91,10 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     ledger = ctx.tasks
 
     def in_progress(key: TaskKey) -> bool:
-        """The ledger says this process runs the task; the agent says whether
-        its turn (or the turn a decision runs on) is still running or queued."""
-        return key in ledger.running and agent.turn_in_progress(*key)
+        """Whether a run of this process has the task's turn (see ``_a2a_tasks``:
+        a run always ends, with its turn, so its entry never outlives it; a
+        decision's run counts from its start, before the agent has it)."""
+        return key in ledger.running
 
     async def find_task(caller: Caller, task_id: str) -> TaskView:
         context_id = context_of(task_id)
@@ -290,7 +291,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:
         query = parse_query(call.params)
         if query.context is not None and isinstance(store, IdempotencyKeyIndex):
-            page = await context_page(store, store, ledger, caller, query, running=in_progress)
+            page = await context_page(store, store, ledger, caller, query)
         else:
             page = await ledger_page(ledger, find_task, caller, query)
         return page_json(query, page)

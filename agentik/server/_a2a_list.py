@@ -55,7 +55,7 @@ from agentik.server._a2a_wire import (
     valid_context_id,
     view_from_turn,
 )
-from agentik.server._context import TaskKey, TaskLedger
+from agentik.server._context import TaskLedger
 from agentik.server._owners import Caller
 from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger
 
@@ -152,13 +152,16 @@ def parse_query(params: JsonObject) -> Query:
         shown_state = shown(state) if isinstance(state, str) else "a non-string"
         raise invalid_params(f"field 'status' must be a TaskState, got {shown_state}")
     assert state is None or isinstance(state, str)
+    artifacts = params.get("includeArtifacts", False)
+    if not isinstance(artifacts, bool):
+        raise invalid_params("field 'includeArtifacts' must be true or false")
     return Query(
         context=context,
         size=size,
         after=decode_token(params.get("pageToken")),
         state=state,
         history=history_length(params),
-        artifacts=params.get("includeArtifacts") is True,
+        artifacts=artifacts,
         since=parse_timestamp(params.get("statusTimestampAfter")),
     )
 
@@ -209,16 +212,12 @@ async def context_page(
     ledger: TaskLedger,
     caller: Caller,
     query: Query,
-    *,
-    running: Callable[[TaskKey], bool] | None = None,
 ) -> Page:
     """One page of a context's tasks from stored history (see the module
-    docstring); ``store`` and ``index`` are the same message store.
-    ``running`` says whether a task's turn runs now (default: the ledger says so)."""
+    docstring); ``store`` and ``index`` are the same message store."""
     assert query.context is not None
     if isinstance(query.after, str):
         raise invalid_params(_BAD_TOKEN)  # a ledger token, from a listing without contextId
-    in_progress = running or ledger.running.__contains__
     context, stored = query.context, caller.internal(query.context)
     suffix = f".{context}"
     views: list[TaskView] = []
@@ -248,7 +247,7 @@ async def context_page(
                 return Page(views, before, total)  # this turn, at least, is left
             examined += 1
             before = turn.seq
-            found = await _view(store, ledger, in_progress, stored, context, turn)
+            found = await _view(store, ledger, stored, context, turn)
             if found is None:
                 continue
             if query.since is not None and found.at < query.since:
@@ -260,18 +259,13 @@ async def context_page(
 
 
 async def _view(
-    store: MessageStore,
-    ledger: TaskLedger,
-    running: Callable[[TaskKey], bool],
-    stored: str,
-    context: str,
-    turn: KeyedTurn,
+    store: MessageStore, ledger: TaskLedger, stored: str, context: str, turn: KeyedTurn
 ) -> TaskView | None:
     if context_of(turn.key) != context:
         return None  # a key that merely ends like a task id of this context
     key = (stored, turn.key)
     messages = list(turn.messages)
-    in_progress = running(key)
+    in_progress = key in ledger.running
     record = None
     if not in_progress and not is_finished(messages) and isinstance(store, TurnLedger):
         record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed

@@ -125,8 +125,7 @@ async def launch(
                 run.result = await body()
             except (AgentikError, ValueError) as exc:  # the run's outcome, for its waiter
                 run.error = exc
-            # The turn has ended (the agent no longer says it runs), so the task
-            # as stored is how it ended; watchers hear it before the entry goes.
+            ledger.finish(run.key)  # the turn has ended: the task as stored is how
             if run.result is not None:
                 _publish_result(ctx, run, run.result)
             else:

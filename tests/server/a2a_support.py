@@ -7,7 +7,8 @@ The model (deterministic, no network):
 - ``pay N`` calls ``vault_pay {"amount": N}`` (needs approval);
 - ``pay N and M`` calls it twice in one answer;
 - ``slow`` waits until the test releases ``Script.release`` (or for ever);
-- after tool results it answers ``done: <result>; <result>``;
+- after tool results it answers ``done: <result>; <result>`` (after paying 99,
+  only once ``Script.release`` is set);
 - anything else is echoed, ``You said: <text>``.
 """
 
@@ -75,6 +76,9 @@ class Script:
                 if message.role is not StoredRole.TOOL:
                     break
                 results.append(message.content)
+            if "paid 99" in results:  # a slow answer after an approved payment
+                self.asked.set()
+                await self.release.wait()
             return ModelResponse(text="done: " + "; ".join(reversed(results)))
         text = last.content
         if text == "slow":

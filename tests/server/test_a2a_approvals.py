@@ -37,6 +37,7 @@ from tests.server.a2a_support import (
     responses,
     serving,
     user_message,
+    wait_until,
 )
 
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
@@ -375,3 +376,31 @@ async def test_a_new_message_replaces_a_paused_task(tmp_path: Path) -> None:
             await send(served, user_message("approve", "m3", task_id=task.id))
         check_history(await history(served.storage, "ctx"), once=("pay 5", "hello"))
     assert PAID == []
+
+
+async def test_a_decision_sent_with_return_immediately_runs_on_in_the_server(
+    tmp_path: Path,
+) -> None:
+    """``returnImmediately`` on a decision: the answer is WORKING at once; GetTask
+    says WORKING while the task runs on (never INPUT_REQUIRED again), CancelTask
+    stops it (CANCELED, history valid), and the tool that was approved ran."""
+    async with serving(tmp_path / "a.db") as served:
+        task = await send(served, user_message("pay 99", "m1", "ctx"))
+        assert task.status.state == INPUT_REQUIRED
+        request = decision_message({"approve": True}, "m2", task.id)
+        request.configuration.return_immediately = True
+        working = await send(served, request)
+        assert working.status.state == TaskState.TASK_STATE_WORKING
+        got = await served.sdk.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == TaskState.TASK_STATE_WORKING
+        await served.script.asked.wait()
+        assert PAID == [99]
+        canceled = await served.sdk.cancel_task(CancelTaskRequest(id=task.id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+
+        async def ended() -> bool:
+            got = await served.sdk.get_task(GetTaskRequest(id=task.id))
+            return bool(got.status.state == TaskState.TASK_STATE_CANCELED)
+
+        await wait_until(ended)
+        check_history(await history(served.storage, "ctx"), once=("pay 99",))

@@ -139,6 +139,7 @@ async def test_subscribe_to_a_running_task_streams_it_to_its_end(tmp_path: Path)
         ({"statusTimestampAfter": 5}, "statusTimestampAfter"),
         ({"pageSize": 0}, "pageSize"),
         ({"historyLength": -1}, "historyLength"),
+        ({"includeArtifacts": "yes"}, "includeArtifacts"),
     ],
 )
 async def test_list_tasks_refuses_bad_filters(
