@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 import agentik
-from agentik._errors import AgentikError, ApprovalError
+from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
 from agentik.agent import TurnResult
@@ -81,7 +81,7 @@ from agentik.server._errors import HttpError
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, log_turn, open_stream, refuse, to_http_error
+from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
 from agentik.storage import IdempotencyKeyIndex, TurnLedger
 
 
@@ -171,9 +171,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         ledger.start(run.key)
 
         async def turn() -> TurnResult:
+            # Logged as every transport logs a turn: ``finished`` (also when it
+            # waits again, as a streamed turn that pauses), ``failed:<code>``
+            # when it ran and failed, ``refused:<code>`` when it never ran.
             began = time.perf_counter()
             result: TurnResult | None = None
-            outcome = "refused:approval"
+            outcome = "finished"
             try:
                 for decision in decisions:
                     result = await agent.decide(
@@ -183,9 +186,14 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                         reason=decision.reason,
                         idempotency_key=send.task_id,
                     )
-                outcome = "finished" if result and result.status == "finished" else "awaiting"
-            except AgentikError as exc:
-                outcome = f"failed:{getattr(exc, 'code', 'error')}"
+            except TurnError as exc:
+                outcome = f"failed:{exc.code}"
+                raise
+            except (AgentikError, ValueError) as exc:
+                code = (
+                    getattr(exc, "code", None) or to_http_error(exc, caller, send.context_id).code
+                )
+                outcome = f"refused:{code}"
                 raise
             finally:
                 log_turn("a2a", caller, send.context_id, outcome, began)
@@ -195,35 +203,35 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         await launch(ctx, find_task, run, turn)
         return run
 
-    async def answer(run: Run, began: float, limit: int | None) -> JsonObject:
-        """A blocking SendMessage's answer once its run is done."""
+    async def answer(run: Run, limit: int | None) -> JsonObject:
+        """A blocking SendMessage's answer once its run is done (the run has
+        logged the turn)."""
         await run.done.wait()
         try:
             view = await outcome_view(find_task, run)
         except ApprovalError as exc:  # decided meanwhile by someone else
             raise invalid_params(str(exc)) from exc
-        except (AgentikError, ValueError) as exc:
-            raise refuse("a2a", run.caller, run.context_id, exc, began) from exc
+        except (AgentikError, ValueError) as exc:  # overloaded, closing: as everywhere
+            raise to_http_error(exc, run.caller, run.context_id) from exc
         return {"task": view.to_json(history_length=limit)}
 
     async def send_message(caller: Caller, call: RpcCall) -> JsonObject:
         send = parse_send(call.params)
         limit = history_length(call.params)  # bad params refuse before anything runs
-        began = time.perf_counter()
         if send.follow_up:
             _, decisions = await waiting_task(caller, send)
             run = await start_decisions(caller, send, decisions)
             if send.return_immediately:
                 shown = working(send.task_id, send.context_id)
                 return {"task": shown.to_json(history_length=limit)}
-            return await answer(run, began, limit)
+            return await answer(run, limit)
         run = await start_message(caller, send)
         if send.return_immediately:
             # Admitted; the turn runs on in the server, GetTask and ListTasks
             # follow it, and shutdown drains it like any in-flight turn.
             submitted = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", now())
             return {"task": submitted.to_json(history_length=limit)}
-        return await answer(run, began, limit)
+        return await answer(run, limit)
 
     async def stream_message(caller: Caller, call: RpcCall) -> EventStream:
         send = parse_send(call.params)

@@ -9,6 +9,8 @@ server on 127.0.0.1 and a real SQLite file; the model is scripted.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +106,14 @@ async def test_a_paused_task_is_input_required_and_an_approval_completes_it(
         check_history(await history(served.storage, "ctx"), once=("pay 5",))
 
 
-async def test_a_text_deny_with_a_reason(tmp_path: Path) -> None:
+async def test_a_text_deny_with_a_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The text ``deny: <reason>`` denies every waiting call: the tool never runs
-    and the model sees ``denied: <reason>``."""
+    and the model sees ``denied: <reason>``. The turn log says ``finished`` for
+    the turn that paused and for the one the decision ran on, as every
+    transport does."""
+    caplog.set_level(logging.INFO, logger="agentik.server")
     async with serving(tmp_path / "a.db") as served:
         task = await send(served, user_message("pay 7", "m1", "ctx"))
         assert task.status.state == INPUT_REQUIRED
@@ -114,6 +121,8 @@ async def test_a_text_deny_with_a_reason(tmp_path: Path) -> None:
         assert done.status.state == COMPLETED
         assert done.artifacts[0].parts[0].text == "done: denied: too much"
         assert PAID == []
+    turns = re.findall(r"turn transport=a2a conversation=ctx outcome=(\S+)", caplog.text)
+    assert turns == ["finished", "finished"]
 
 
 async def test_calls_decided_one_by_one(tmp_path: Path) -> None:
