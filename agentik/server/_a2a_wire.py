@@ -564,10 +564,12 @@ def agent_card(
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": A2A_VERSION}
         ],
         # What is implemented, no more: streaming (SendStreamingMessage and
-        # SubscribeToTask), no push notifications, no extended card; text in and
-        # out, and JSON data parts in (decisions) and out (waiting calls).
+        # SubscribeToTask), no push notifications, no extended card. A message is
+        # text (a data part is only a decision on a waiting task, which the text
+        # "approve"/"deny" also makes: not an input mode); answers are text, and
+        # a waiting task's status message carries its calls as JSON data.
         "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
-        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [
             {"id": skill_id, "name": skill_id, "description": text, "tags": ["toolset", skill_id]}

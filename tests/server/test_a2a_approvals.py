@@ -106,9 +106,7 @@ async def test_a_paused_task_is_input_required_and_an_approval_completes_it(
         check_history(await history(served.storage, "ctx"), once=("pay 5",))
 
 
-async def test_a_text_deny_with_a_reason(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_a_text_deny_with_a_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The text ``deny: <reason>`` denies every waiting call: the tool never runs
     and the model sees ``denied: <reason>``. The turn log says ``finished`` for
     the turn that paused and for the one the decision ran on, as every
