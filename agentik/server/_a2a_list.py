@@ -232,9 +232,10 @@ async def context_page(
                     views.append(view)
     total = waiting + await index.count_idempotency_keys(stored, key_suffix=suffix)
     before, examined = _TOP if query.after is None else query.after, 0
-    filtered = query.state is not None or query.since is not None
     while True:
-        batch = _FILTER_BATCH if filtered else query.size - len(views) + 1
+        # A timestamp bound needs no bigger reads: it keeps every task down to
+        # the first older one, and stops there.
+        batch = _FILTER_BATCH if query.state is not None else query.size - len(views) + 1
         turns = await index.list_keyed_turns(
             stored,
             before_seq=before,
