@@ -12,6 +12,7 @@ answers them in ``resume`` and streams the turn going on.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -450,3 +451,85 @@ async def test_a_malformed_resume_is_422(served: Served) -> None:
 def assert_valid_history_json(messages: list[dict[str, Any]]) -> None:
     """The stored history, as the native API shows it, is valid for the model."""
     assert_valid_history([converter.structure(m, Message) for m in messages])
+
+
+async def test_a_client_that_leaves_loses_nothing(served: Served) -> None:
+    """A client that leaves mid-run (here once the call has run) does not stop
+    the turn; its retried resume runs nothing again and replays the result."""
+    thread = Thread(served, "t-leave")
+    await pay(thread)
+    [interrupt] = thread.interrupts
+    body = thread.body([approve(interrupt.id)])
+    async with served.client() as client, client.stream("POST", "/agui", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and json.loads(line[5:])["type"] == "TOOL_CALL_RESULT":
+                break  # leave: the connection closes here
+    again = await thread.resume(approve(interrupt.id))
+    assert results(again) == [(interrupt.id, "sent 5")]
+    assert text_of(again) == "bank_wire returned: sent 5"
+    assert RUNS == ["wire 5"]
+    assert_valid_history_json(await history(served, "t-leave"))
+
+
+async def test_the_turn_log_speaks_the_same_words(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One line per run that answers, in the turn log's vocabulary."""
+    thread = Thread(served, "t-log")
+    await pay(thread)
+    [interrupt] = thread.interrupts
+    caplog.set_level(logging.INFO, logger="agentik.server")
+    await thread.say("hello?")
+    thread.messages.pop()
+    await thread.resume(ResumeEntry(interrupt_id=interrupt.id, status="resolved", payload=1))
+    await thread.resume(approve(interrupt.id))
+    await thread.resume(deny(interrupt.id))
+    outcomes = [
+        m.split("outcome=")[1].split()[0]
+        for m in caplog.messages
+        if m.startswith("turn transport=agui conversation=t-log")
+    ]
+    assert outcomes == [
+        "refused:awaiting_approval",
+        "refused:invalid_decision",
+        "finished",
+        "refused:already_decided",
+    ]
+
+
+ODD_PAYLOADS: list[Any] = [
+    0,
+    True,
+    "approve",
+    [],
+    [{"approved": True}],
+    {},
+    {"reason": "no"},
+    {"approved": None},
+    {"approved": 1},
+    {"approved": "true"},
+    {"approved": True, "reason": None},
+    {"approved": True, "reason": ["x"]},
+    {"approved": True, "APPROVED": True},
+    {"approved": {"approved": True}},
+    {"approved": True, "x": {"y": [1, 2, {"z": None}]}},
+]
+
+
+async def test_no_payload_gets_past_the_schema(served: Served) -> None:
+    """Odd payloads over HTTP, one after another on the same waiting call:
+    each a 200 stream ending in RUN_ERROR ``invalid_decision``, never a 5xx,
+    and the call waits on (the approval at the end runs it once)."""
+    thread = Thread(served, "t-odd")
+    await pay(thread)
+    [interrupt] = thread.interrupts
+    for payload in ODD_PAYLOADS:
+        body = thread.body()
+        body["resume"] = [{"interruptId": interrupt.id, "status": "resolved", "payload": payload}]
+        error = run_error(await thread.post(body))
+        assert error.code == "invalid_decision", payload
+        assert error.message.startswith("resume[0].payload: "), error.message
+    assert RUNS == []
+    events = await thread.resume(approve(interrupt.id, "ok"))
+    assert results(events) == [(interrupt.id, "sent 5")]
+    assert RUNS == ["wire 5"]
