@@ -156,16 +156,30 @@ class ChatAgent:
         ``ApprovalError`` (``already_decided``), as does a call that does not
         wait (``not_waiting``). Decisions are durable: they survive a restart.
         """
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError("call_id must be a non-empty string")
-        if not isinstance(reason, str):
-            raise ValueError(f"reason must be a string, got {type(reason).__name__}")
-        _check_unicode("reason", reason)
-        request = TurnRequest(
-            "", None, Pending(), decision=Decided(call_id, bool(approve), reason)
-        )
+        request = TurnRequest("", None, Pending(), decision=_decision(call_id, approve, reason))
         await self._route(conversation_id, request)
         return await request.reply.wait()
+
+    @asynccontextmanager
+    async def stream_decision(
+        self, conversation_id: str, call_id: str, *, approve: bool, reason: str = ""
+    ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
+        """``decide``, yielding the events of what follows as ``stream`` does:
+        a denied call's result (``ToolCallFinished``), the turn running on, and
+        last ``TurnFinished`` (its result is what ``decide`` returns) or
+        ``TurnFailed`` (also for an ``ApprovalError``, with its code). For
+        transports that stream the continued turn; leaving early does not stop it."""
+        sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
+        decision = _decision(call_id, approve, reason)
+        request = TurnRequest("", None, Pending(), sender, decision=decision)
+        try:
+            await self._route(conversation_id, request)
+        except BaseException:
+            sender.close()
+            receiver.close()
+            raise
+        with receiver:
+            yield receiver
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
         """The tool calls of the conversation that wait for a decision, oldest first."""
@@ -294,6 +308,15 @@ def _check_approvals_supported(runtime: AgentRuntime) -> None:
             f"tools that require approval need a message store that keeps them (TurnLedger);"
             f" {type(runtime.storage.message_store).__name__} does not"
         )
+
+
+def _decision(call_id: str, approve: bool, reason: str) -> Decided:
+    if not isinstance(call_id, str) or not call_id:
+        raise ValueError("call_id must be a non-empty string")
+    if not isinstance(reason, str):
+        raise ValueError(f"reason must be a string, got {type(reason).__name__}")
+    _check_unicode("reason", reason)
+    return Decided(call_id, bool(approve), reason)
 
 
 def _check_turn(conversation_id: str, text: str | None, key: str | None) -> None:

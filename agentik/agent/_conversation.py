@@ -318,7 +318,7 @@ class Conversation:
         else:
             assert isinstance(result, outcome.Error)
             error = result.error
-            code = error.code if isinstance(error, TurnError) else "turn_failed"
+            code = error.code if isinstance(error, TurnError | ApprovalError) else "turn_failed"
             final = TurnFailed(str(error), code)
         # A slow reader gets the end by waiting (briefly); a gone one needs nothing.
         with (
@@ -332,7 +332,7 @@ class Conversation:
         if self.inflight or self.stale or not self.loaded:
             await self._ready()
         if request.decision is not None:
-            return await self._decide(request.decision)
+            return await self._decide(request.decision, self._emitter(request))
         if request.status_only:
             paused = self.paused
             return TurnResult("", ()) if paused is None else self._paused_result(paused)
@@ -422,7 +422,7 @@ class Conversation:
         paused.emit = None
         await paused.run(paused.machine.supersede())
 
-    async def _decide(self, decision: Decided) -> TurnResult:
+    async def _decide(self, decision: Decided, emit: EmitFn | None = None) -> TurnResult:
         paused = self.paused
         machine = None if paused is None else paused.machine
         if paused is None or machine is None or (
@@ -436,10 +436,13 @@ class Conversation:
         if not actions:  # the same decision again
             return self._paused_result(paused)
         self.runtime.stats.approvals_decided += 1
-        paused.emit = None
+        paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
         self.paused = None  # running again; _after keeps it if it pauses again
         self.approval_deadline = math.inf
-        result = await paused.run(actions)
+        try:
+            result = await paused.run(actions)
+        finally:
+            paused.emit = None  # this caller's stream ends with the result
         assert result is not None
         return self._after(paused, result)
 

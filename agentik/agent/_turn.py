@@ -194,6 +194,17 @@ class Turn:
         else:  # the denied call's result: a message of the turn like any other
             self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
             conv.history.append(action.result)
+            if self.emit is not None:  # a streamed decision: the denial is the call's result
+                call = self._call(action.call_id)
+                await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
+
+    def _call(self, call_id: str) -> ToolCall:
+        """The call ``call_id`` of this turn, as the model made it."""
+        for message in reversed(self.conversation.history[self.start :]):
+            for call in message.tool_calls:
+                if call.id == call_id:
+                    return call
+        raise StoreError(f"call {call_id!r} is in no message of the turn")
 
     def _seq_of_call(self, call_id: str) -> int:
         """The seq of the committed assistant message of this turn with ``call_id``."""

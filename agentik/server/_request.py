@@ -147,3 +147,7 @@ def _kind(value: JsonValue) -> str:
     if isinstance(value, list):
         return "an array"
     return "an object"
+
+
+kind_of = _kind
+"""The JSON kind of a value as error messages name it ("a string", "null", …)."""
