@@ -75,6 +75,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
+    Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
@@ -145,6 +146,9 @@ class ServerConfig:
     limits: Limits = Limits()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
+    context_tokens: int | None = None
+    """The context policy's budget (``ContextPolicy.max_tokens``): what each model
+    request may carry; older history is summarized. None: the whole history."""
     gc_freeze: bool = False
     """Freeze the objects alive at start-up out of the garbage collector and raise
     its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
@@ -165,6 +169,8 @@ class ServerConfig:
         return self.auth_token is not None or bool(self.clients)
 
 
+_MIN_CONTEXT_TOKENS = 256
+"""Below this a system prompt and one short turn hardly fit."""
 _MAX_INT = 2**63 - 1
 """Largest integer setting: what SQLite and every consumer downstream can hold."""
 
@@ -385,6 +391,14 @@ def _build(
     )
     database = get("storage", "database")
     prompt = get("agent", "system_prompt")
+    context_tokens = get("model", "context_tokens")
+    if context_tokens is not None and (
+        not isinstance(context_tokens, int) or context_tokens < _MIN_CONTEXT_TOKENS
+    ):
+        raise ConfigError(
+            f"[model] context_tokens must be an integer >= {_MIN_CONTEXT_TOKENS},"
+            f" got {context_tokens!r}"
+        )
     toolsets = get("agent", "toolsets")
     return ServerConfig(
         host=host,
@@ -399,6 +413,7 @@ def _build(
         clients=clients,
         limits=limits,
         mcp_servers=mcp_servers,
+        context_tokens=context_tokens if isinstance(context_tokens, int) else None,
         gc_freeze=get("server", "gc_freeze") is True,
     )
 

@@ -29,6 +29,7 @@ import trio
 from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolError, TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
+from agentik.agent._context import ContextExhausted, ContextPolicy, select_window
 from agentik.agent._events import (
     ApprovalRequest,
     ToolCallFinished,
@@ -177,7 +178,7 @@ class Turn:
             # Only now: the store has accepted the message and the cache holds
             # it at ``start``. Remembered earlier, a turn cancelled while the
             # store made room left the key naming the slot another turn took.
-            conv.keys[key] = self.start
+            conv.keys[key] = conv.first_seq + self.start
 
     async def _record_decision(self, action: RecordDecision) -> None:
         conv = self.conversation
@@ -302,6 +303,22 @@ class Turn:
 
     # --- the model ----------------------------------------------------------------
 
+    def _window(self, system: Message, policy: ContextPolicy) -> tuple[Message, ...]:
+        """What of the conversation this request carries (``_context``)."""
+        conv = self.conversation
+        try:
+            window = select_window(
+                system=conv.cost(system),
+                summary=conv.summary_message,
+                history=conv.history,
+                turn_start=self.start,
+                budget=policy.max_tokens,
+                cost=conv.cost,
+            )
+        except ContextExhausted as exc:
+            raise TurnError(str(exc), code="context_exhausted") from exc
+        return window.messages
+
     def _plan(self, call: ToolCall, index: ToolsetIndex) -> CallPlan:
         """Whether ``call`` needs a person's approval: its tool or toolset says
         so, or the agent's policy does. A policy that raises asks for approval."""
@@ -353,9 +370,12 @@ class Turn:
             system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
             if runtime.pure_prompt:
                 conv.system_prompt = (key, system)
-        request = ModelRequest(
-            (system, *conv.history), offered_tools(runtime.offered_core, index, active)
-        )
+        tools = offered_tools(runtime.offered_core, index, active)
+        policy = runtime.settings.context
+        if policy is None:
+            request = ModelRequest((system, *conv.history), tools)
+        else:
+            request = ModelRequest((system, *self._window(system, policy)), tools)
         stats = runtime.stats
         stats.model_calls += 1
         started = trio.current_time()

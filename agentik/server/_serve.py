@@ -22,7 +22,7 @@ import httpx
 import trio
 
 from agentik._config import ConfigError, ServerConfig
-from agentik.agent import DEFAULT_SYSTEM_PROMPT, ToolsetSource, open_chat_agent
+from agentik.agent import DEFAULT_SYSTEM_PROMPT, ContextPolicy, ToolsetSource, open_chat_agent
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
@@ -139,6 +139,9 @@ async def serve_agentik(
                 max_queued_turns=limits.max_queued_turns,
                 max_conversations=limits.max_conversations,
                 system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+                context=None
+                if config.context_tokens is None
+                else ContextPolicy(max_tokens=config.context_tokens),
             )
         )
         bundle = storage

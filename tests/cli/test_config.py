@@ -200,3 +200,18 @@ class TestNumbersFromText:
         assert config.limits.max_queued_turns == 12
         assert (config.limits.tool_timeout, config.limits.graceful_timeout) == (2.5, 10.0)
         assert config.port == 80
+
+
+class TestContextTokens:
+    def test_read_from_the_file_and_the_environment(self, tmp_path: Path) -> None:
+        path = tmp_path / "agentik.toml"
+        path.write_text("[model]\ncontext_tokens = 8000\n")
+        assert load_config(path, env={}).context_tokens == 8000
+        env = {"AGENTIK_CONTEXT_TOKENS": "16000"}
+        assert load_config(path, env=env).context_tokens == 16000
+        assert load_config(None, env={}).context_tokens is None
+
+    @pytest.mark.parametrize("value", ["12", "²", "-5", "1e4"])
+    def test_nonsense_is_a_config_error(self, value: str) -> None:
+        with pytest.raises(ConfigError, match="context_tokens|AGENTIK_CONTEXT_TOKENS"):
+            load_config(None, env={"AGENTIK_CONTEXT_TOKENS": value})
