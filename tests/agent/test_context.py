@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import Message, Role, ToolCall
+from agentik.agent._compaction import SUMMARY_PROMPT, fold_point, summary_request
 from agentik.agent._context import (
     MESSAGE_OVERHEAD,
     ContextExhausted,
@@ -146,3 +147,50 @@ def test_the_policy_refuses_nonsense() -> None:
         ContextPolicy(max_tokens=0)
     with pytest.raises(ValueError, match=r"^summarize_at must be in \(0, 1\], got 1.5$"):
         ContextPolicy(max_tokens=10, summarize_at=1.5)
+
+
+# --- compaction: what to fold, and requests that fit ------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversation=conversations(), keep=st.integers(0, 5000))
+def test_the_fold_point_keeps_the_last_turn_and_at_most_keep(
+    conversation: tuple[list[Message], int], keep: int
+) -> None:
+    history, _ = conversation
+    point = fold_point(history, cost, keep)
+    users = [i for i, m in enumerate(history) if m.role is Role.USER]
+    assert point == 0 or point in users, "folding ends at a turn's start"
+    assert point <= users[-1], "the last turn is never folded"
+    kept = sum(cost(m) for m in history[point:])
+    if point < users[-1]:
+        assert kept <= keep
+    earlier = [i for i in users if i < point]
+    if earlier:  # one more turn would not fit
+        assert sum(cost(m) for m in history[earlier[-1] :]) > keep or point == users[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    conversation=conversations(),
+    budget=st.integers(200, 8000),
+    previous=st.none() | st.text(max_size=600),
+)
+def test_summary_requests_fit_the_budget_and_fold_everything(
+    conversation: tuple[list[Message], int], budget: int, previous: str | None
+) -> None:
+    history, _ = conversation
+    position, text = 0, previous
+    while position < len(history):
+        built = summary_request(text, history[position:], budget, estimate_tokens)
+        if built is None:
+            fixed = estimate_tokens(SUMMARY_PROMPT) + (estimate_tokens(text) if text else 0)
+            assert fixed + 3 * MESSAGE_OVERHEAD > budget // 2, "refused with room to spare"
+            return
+        request, taken = built
+        assert taken >= 1
+        assert request.purpose == "summary"
+        tokens = sum(message_tokens(m, estimate_tokens) for m in request.messages)
+        assert tokens <= budget, (tokens, budget)
+        position += taken
+        text = "a short summary so far"
