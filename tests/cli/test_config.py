@@ -213,5 +213,5 @@ class TestContextTokens:
 
     @pytest.mark.parametrize("value", ["12", "²", "-5", "1e4"])
     def test_nonsense_is_a_config_error(self, value: str) -> None:
-        with pytest.raises(ConfigError, match="context_tokens|AGENTIK_CONTEXT_TOKENS"):
+        with pytest.raises(ConfigError, match=r"context_tokens|AGENTIK_CONTEXT_TOKENS"):
             load_config(None, env={"AGENTIK_CONTEXT_TOKENS": value})
