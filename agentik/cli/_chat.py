@@ -112,7 +112,7 @@ def _line_editing() -> Iterator[None]:
 async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
-    from agentik.server._serve import _model, load_toolsets
+    from agentik.server._serve import _model, load_tools, load_toolsets
     from agentik.storage import open_sqlite_storage
 
     overrides = {("storage", "database"): args.database} if args.database else {}
@@ -123,6 +123,7 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
         open_chat_agent(
             model=model,
             storage=storage,
+            tools=load_tools(config.tools),
             toolsets=load_toolsets(config.toolsets),
             system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         ) as agent,

@@ -18,7 +18,7 @@ import trio
 from agentik import ModelBackendError, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall
 from agentik._config import ServerConfig
 from agentik.server import serve_agentik
-from agentik.toolsets import ToolsetContribution, tool
+from agentik.toolsets import NamedTool, ToolsetContribution, tool
 from tests.reliability.helpers import Backend
 
 TOOLSETS = ("tests.server.approval_tools:bank",)
@@ -41,6 +41,22 @@ async def bank_balance() -> str:
     """Read the balance (no approval needed)."""
     RUNS.append("balance")
     return "100"
+
+
+@tool(requires_approval=True)
+async def ledger_pay(amount: int) -> str:
+    """Pay from the ledger (a core tool: always offered; a person approves).
+
+    Args:
+        amount: How much to pay.
+    """
+    RUNS.append(f"pay {amount}")
+    return f"paid {amount}"
+
+
+def ledger_tools() -> list[NamedTool]:
+    """Core tools, by entry point (``[agent] tools``)."""
+    return [ledger_pay]
 
 
 def bank() -> ToolsetContribution:
