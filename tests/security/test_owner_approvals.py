@@ -10,6 +10,7 @@ and the default owner (the legacy ``auth_token``); a real server on
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -17,8 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentik.server._owners import SEPARATOR
+from agentik import ToolCall
+from agentik.agent import ApprovalRequest, TurnFinished, TurnResult
+from agentik.server._native import native_event, turn_result_json
+from agentik.server._owners import SEPARATOR, Caller
 from tests.reliability.helpers import Backend
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS
 from tests.server.approval_tools import RUNS, serve_bank
@@ -125,3 +131,32 @@ async def test_the_same_conversation_id_is_two_owners_calls(clients: Clients) ->
         )
         assert approved.json()["text"] == "sent 5"
     assert RUNS == ["wire 5"]
+
+
+ids = st.text(st.characters(exclude_characters="\x1f", exclude_categories=("Cs",)), min_size=1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    owner=ids,
+    conversation=ids,
+    calls=st.lists(st.builds(ToolCall, ids, st.sampled_from(["bank_wire", "x"]), ids), max_size=3),
+)
+def test_no_turn_json_names_the_stored_id(
+    owner: str, conversation: str, calls: list[ToolCall]
+) -> None:
+    """Whatever the calls, the turn's JSON (plain, and the streamed frame)
+    carries each waiting call and nothing of the stored, owner-scoped id."""
+    stored = Caller(owner).internal(conversation)
+    result = TurnResult(
+        "",
+        (),
+        status="awaiting_approval",
+        approvals=tuple(ApprovalRequest(stored, c) for c in calls),
+    )
+    plain, frame = turn_result_json(result), native_event(TurnFinished(result))[1]
+    for text in (json.dumps(plain), json.dumps(frame)):
+        assert SEPARATOR not in text and "\\u001f" not in text
+    expected = [{"call_id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    assert plain["approvals"] == expected
+    assert frame["result"] == plain
