@@ -78,6 +78,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
+    Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
     Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
     Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
     Setting("limits", "max_conversations", "int", "AGENTIK_MAX_CONVERSATIONS"),
@@ -139,6 +140,9 @@ class ServerConfig:
     system_prompt: str | None = None
     toolsets: tuple[str, ...] = ()
     """Entry points ``module:attribute``, each giving one or more toolset contributions."""
+    tools: tuple[str, ...] = ()
+    """Entry points ``module:attribute``, each giving one or more core tools
+    (``NamedTool``): offered to the model in every turn, unlike a toolset's."""
     auth_token: str | None = attrs.field(default=None, repr=False)
     """The default owner's token: its conversation ids are stored as sent."""
     clients: tuple[Client, ...] = ()
@@ -400,6 +404,7 @@ def _build(
             f" got {context_tokens!r}"
         )
     toolsets = get("agent", "toolsets")
+    tools = get("agent", "tools")
     return ServerConfig(
         host=host,
         port=port,
@@ -408,6 +413,9 @@ def _build(
         system_prompt=prompt if isinstance(prompt, str) else None,
         toolsets=tuple(_check_entry_point(t) for t in toolsets)
         if isinstance(toolsets, list)
+        else (),
+        tools=tuple(_check_entry_point(t, "tools") for t in tools)
+        if isinstance(tools, list)
         else (),
         auth_token=auth_token,
         clients=clients,
@@ -434,8 +442,8 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
     return ModelSettings(base_url=base_url, model=model, api_key=api_key or None)
 
 
-def _check_entry_point(spec: str) -> str:
+def _check_entry_point(spec: str, key: str = "toolsets") -> str:
     module, sep, attribute = spec.partition(":")
     if not sep or not module or not attribute:
-        raise ConfigError(f"[agent] toolsets entry {spec!r} must be 'module:attribute'")
+        raise ConfigError(f"[agent] {key} entry {spec!r} must be 'module:attribute'")
     return spec

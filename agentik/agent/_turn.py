@@ -11,6 +11,10 @@ store failure):
   failed) only after all of them are committed (it waits once);
 - a call a person approved runs only once that decision is committed, so a
   crash can never run it and then ask for it again;
+- a call of a tool that is not idempotent runs only once the call itself is
+  committed (write-ahead), so a crash can never run it and leave no record:
+  the restart answers it ``interrupted``, where a model asked again would
+  have called it again (an idempotent tool's call need not wait);
 - when the turn stops short (failure, cancellation), the machine's ``Stop``
   gives every open call a result, written in a shielded scope, and the
   failure is recorded (``TurnLedger``) so a restart does not resume the turn.
@@ -473,6 +477,11 @@ class Turn:
             arguments = parse_arguments(tool, call.arguments)
         except ToolError as exc:
             return self._error(str(exc))
+        if self.pending and not tool.idempotent:
+            # Write-ahead: the call is durable before its effect. A crash then
+            # leaves it recorded and open (a restart answers it ``interrupted``),
+            # never unrecorded, where the model, asked again, would call it again.
+            await self.commit()
         timeout = runtime.settings.tool_timeout
         result: object = None
         with trio.move_on_after(timeout) as scope:

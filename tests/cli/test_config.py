@@ -66,6 +66,12 @@ class TestLoadConfig:
         config = load_config(None, env={"AGENTIK_TOOLSETS": "a.b:c, d:e"})
         assert config.toolsets == ("a.b:c", "d:e")
 
+    def test_core_tools_from_file_and_environment(self, tmp_path: Path) -> None:
+        path = write(tmp_path, '[agent]\ntools = ["a.b:c"]\n')
+        assert load_config(path, env={}).tools == ("a.b:c",)
+        assert load_config(path, env={"AGENTIK_TOOLS": "d:e, f:g"}).tools == ("d:e", "f:g")
+        assert load_config(None, env={}).tools == ()
+
 
 class TestConfigErrors:
     @pytest.mark.parametrize(
@@ -84,6 +90,10 @@ class TestConfigErrors:
             ("[server\n", r"is not valid TOML"),
             ('[model]\nmodel = "m"\n', r"^\[model\] base_url is required"),
             ('[agent]\ntoolsets = ["nocolon"]\n', r"'nocolon' must be 'module:attribute'$"),
+            (
+                '[agent]\ntools = ["x:"]\n',
+                r"^\[agent\] tools entry 'x:' must be 'module:attribute'$",
+            ),
         ],
     )
     def test_bad_file(self, tmp_path: Path, text: str, message: str) -> None:
