@@ -77,11 +77,12 @@ from agentik.server._a2a_wire import (
 )
 from agentik.server._app import json_response
 from agentik.server._context import ServerContext, TaskKey
+from agentik.server._decisions import log_decision
 from agentik.server._errors import HttpError
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, log_turn, open_stream, to_http_error
+from agentik.server._turns import EventStream, open_stream, to_http_error
 from agentik.storage import IdempotencyKeyIndex, TurnLedger
 
 
@@ -171,12 +172,13 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         ledger.start(run.key)
 
         async def turn() -> TurnResult:
-            # Logged as every transport logs a turn: ``finished`` (also when it
-            # waits again, as a streamed turn that pauses), ``failed:<code>``
-            # when it ran and failed, ``refused:<code>`` when it never ran.
+            # One ``decision`` line, as the native API logs one: ``finished`` or
+            # ``awaiting_approval`` (the turn went on, or calls still wait),
+            # ``failed:<code>`` when it ran on and failed, ``refused:<code>``
+            # when nothing was decided.
             began = time.perf_counter()
             result: TurnResult | None = None
-            outcome = "finished"
+            outcome = "failed:internal_error"  # replaced unless something unforeseen
             try:
                 for decision in decisions:
                     result = await agent.decide(
@@ -195,9 +197,11 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 )
                 outcome = f"refused:{code}"
                 raise
+            else:
+                assert result is not None, "parse_decisions gives at least one decision"
+                outcome = result.status
             finally:
-                log_turn("a2a", caller, send.context_id, outcome, began)
-            assert result is not None, "parse_decisions gives at least one decision"
+                log_decision("a2a", caller, send.context_id, outcome, began)
             return result
 
         await launch(ctx, find_task, run, turn)

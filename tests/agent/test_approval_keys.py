@@ -17,6 +17,7 @@ import trio
 
 from agentik import (
     ApprovalError,
+    ContextPolicy,
     ModelRequest,
     ModelResponse,
     Role,
@@ -155,3 +156,43 @@ async def test_cancel_paused_denies_and_ends_the_turn(backend: str, tmp_path: Pa
         assert [m.content for m in history][:3] == ["pay 3", "", "denied: the turn was cancelled"]
         assert history[3].content == "pay 4"
     assert RUNS == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_keys_name_their_paused_turn_after_summaries(backend: str, tmp_path: Path) -> None:
+    """Under a context policy the live conversation holds only what its summary
+    does not cover, so a turn's place there is not its seq: a key still names
+    its paused turn, to decide it, to repeat the decision, and to cancel it."""
+    model = Model()
+
+    async def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose == "summary":
+            return ModelResponse(text="what was said")
+        if request.messages[-1].content.startswith("chat"):
+            return ModelResponse(text="fine")
+        return await model.respond(request)
+
+    async with Backend(backend, tmp_path / "db").open() as storage:
+        async with open_chat_agent(
+            model=ScriptedModel(respond),
+            storage=storage,
+            tools=[pay],
+            context=ContextPolicy(max_tokens=400),
+        ) as agent:
+            for i in range(30):
+                await agent.send("conv", f"chat {i} " * 5, idempotency_key=f"chat{i}")
+            assert agent._conversations["conv"].first_seq > 1, "a summary covers the start"
+            await agent.send("conv", "pay 5", idempotency_key="k5")
+            with pytest.raises(ApprovalError):
+                await agent.decide("conv", "c5", approve=True, idempotency_key="chat3")
+            done = await agent.decide("conv", "c5", approve=True, idempotency_key="k5")
+            assert done.text == "answer after paid 5"
+            again = await agent.decide("conv", "c5", approve=True, idempotency_key="k5")
+            assert again == done
+            await agent.send("conv", "pay 6", idempotency_key="k6")
+            await agent.cancel_paused("conv", idempotency_key="k6")
+            assert await agent.pending_approvals("conv") == ()
+            assert RUNS == [5]
+        history = await stored(storage, "conv")
+    assert history[-1].content == "denied: the turn was cancelled"
+    assert_valid_history(history)

@@ -108,9 +108,9 @@ async def test_a_paused_task_is_input_required_and_an_approval_completes_it(
 
 async def test_a_text_deny_with_a_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The text ``deny: <reason>`` denies every waiting call: the tool never runs
-    and the model sees ``denied: <reason>``. The turn log says ``finished`` for
-    the turn that paused and for the one the decision ran on, as every
-    transport does."""
+    and the model sees ``denied: <reason>``. The log says it as the native API
+    does: the turn line ``awaiting_approval``, then one ``decision`` line,
+    ``finished``."""
     caplog.set_level(logging.INFO, logger="agentik.server")
     async with serving(tmp_path / "a.db") as served:
         task = await send(served, user_message("pay 7", "m1", "ctx"))
@@ -120,7 +120,9 @@ async def test_a_text_deny_with_a_reason(tmp_path: Path, caplog: pytest.LogCaptu
         assert done.artifacts[0].parts[0].text == "done: denied: too much"
         assert PAID == []
     turns = re.findall(r"turn transport=a2a conversation=ctx outcome=(\S+)", caplog.text)
-    assert turns == ["finished", "finished"]
+    assert turns == ["awaiting_approval"]
+    decisions = re.findall(r"decision transport=a2a conversation=ctx outcome=(\S+)", caplog.text)
+    assert decisions == ["finished"]
 
 
 async def test_calls_decided_one_by_one(tmp_path: Path) -> None:
