@@ -235,12 +235,12 @@ class ChatAgent:
 
     def turn_in_progress(self, conversation_id: str, idempotency_key: str) -> bool:
         """Whether the turn carrying ``idempotency_key`` is running or queued now
-        (its caller may have left: a turn goes on without it)."""
+        (its caller may have left: a turn goes on without it), also when it runs
+        on after a decision that named no key."""
         conversation = self._conversations.get(conversation_id)
         if conversation is None:
             return False
-        running = conversation.running
-        if running is not None and running.idempotency_key == idempotency_key:
+        if conversation.runs_key(idempotency_key):
             return True
         return idempotency_key in conversation.waiting
 

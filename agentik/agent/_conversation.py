@@ -146,6 +146,9 @@ class Conversation:
     """The running turn's scope (None between turns)."""
     running: TurnRequest | None = None
     """The turn ``cancel_scope`` belongs to."""
+    running_on: Turn | None = None
+    """The paused turn a decision runs on now: it counts as its own key's, how
+    ever the decision was addressed (``runs_key``)."""
     waiting: dict[str, list[TurnRequest]] = attrs.Factory(dict)
     """Keyed turns in the inbox, by key, so one can be cancelled by its key
     before it runs (unkeyed turns are not tracked: they cost nothing here)."""
@@ -238,13 +241,21 @@ class Conversation:
             if not waiting:
                 del self.waiting[key]
 
+    def runs_key(self, key: str) -> bool:
+        """Whether the turn running now carries ``key``: a keyed message's, or
+        the paused turn keyed so that a decision runs on."""
+        running = self.running
+        if running is not None and running.idempotency_key == key:
+            return True
+        turn = self.running_on
+        return turn is not None and turn.key == key
+
     def cancel_key(self, key: str) -> bool:
         """Cancel the turns carrying ``key``: the running one, and any still in
         the inbox (each is answered ``cancelled`` when its turn comes, without
         running). True if there was one. Other turns are left alone."""
         found = False
-        running = self.running
-        if self.cancel_scope is not None and running is not None and running.idempotency_key == key:
+        if self.cancel_scope is not None and self.runs_key(key):
             self.cancel_scope.cancel()
             found = True
         for request in self.waiting.get(key, ()):
@@ -379,8 +390,12 @@ class Conversation:
         if self.inflight or self.stale or not self.loaded:
             await self._ready()
         if request.decision is not None:
-            if not await self._paused_by(request.idempotency_key):
-                return await self._decided_earlier(request.decision, request.idempotency_key)
+            key = request.idempotency_key
+            if not await self._paused_by(key):
+                return await self._decided_earlier(request.decision, key)
+            paused = self.paused
+            if key is not None and paused is not None and paused.key is None:
+                paused.key = key  # resumed after a restart, it did not know its key
             return await self._decide(request.decision, self._emitter(request))
         if request.abandon:
             return await self._abandon(request.idempotency_key)
@@ -498,10 +513,12 @@ class Conversation:
         paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
         self.paused = None  # running again; _after keeps it if it pauses again
         self.approval_deadline = math.inf
+        self.running_on = paused
         try:
             result = await paused.run(actions)
         finally:
             paused.emit = None  # this caller's stream ends with the result
+            self.running_on = None
         assert result is not None
         return self._after(paused, result)
 

@@ -41,6 +41,7 @@ from agentik.server._a2a_list import (
     parse_query,
 )
 from agentik.server._a2a_tasks import (
+    Recheck,
     Run,
     consume,
     launch,
@@ -91,11 +92,14 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     store = agent.storage.message_store
     ledger = ctx.tasks
 
+    ledger.turn_runs = lambda key: agent.turn_in_progress(*key)
+
     def in_progress(key: TaskKey) -> bool:
         """Whether a run of this process has the task's turn (see ``_a2a_tasks``:
         a run always ends, with its turn, so its entry never outlives it; a
-        decision's run counts from its start, before the agent has it)."""
-        return key in ledger.running
+        decision's run counts from its start, before the agent has it), or the
+        agent runs it on after a decision made over another transport."""
+        return ledger.runs(key)
 
     async def find_task(caller: Caller, task_id: str) -> TaskView:
         context_id = context_of(task_id)
@@ -268,7 +272,14 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             current: JsonObject = {"task": view.to_json()}
             # Ended meanwhile: the task as it ended is all there is to send.
             follow = None if view.state in TERMINAL else updates
-            return sse_stream(call, relay(current, follow), watching.pop_all())
+            # A task no run has may still change (see IDLE_RECHECK_SECONDS).
+            recheck = Recheck(
+                read=lambda: find_task(caller, task_id),
+                idle=lambda: key not in ledger.running and not ledger.draining,
+                state=view.state,
+                waiting=tuple(call.id for call in view.waiting),
+            )
+            return sse_stream(call, relay(current, follow, recheck), watching.pop_all())
 
     async def get_task(caller: Caller, call: RpcCall) -> JsonObject:
         view = await find_task(caller, task_id_param(call.params))

@@ -266,7 +266,7 @@ async def _view(
         return None  # a key that merely ends like a task id of this context
     key = (stored, turn.key)
     messages = list(turn.messages)
-    in_progress = key in ledger.running
+    in_progress = ledger.runs(key)
     record = None
     if not in_progress and not is_finished(messages) and isinstance(store, TurnLedger):
         record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed

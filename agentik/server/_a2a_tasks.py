@@ -20,6 +20,7 @@ or INPUT_REQUIRED again when a decision was not taken).
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
@@ -140,17 +141,25 @@ async def launch(
         ctx.background.start_soon(go, name=RUN_TASK_NAME)
 
 
-def _publish_result(ctx: ServerContext, run: Run, result: TurnResult) -> None:
-    view = view_of_result(run.task_id, run.context_id, result)
+def view_updates(view: TaskView) -> list[TaskUpdate]:
+    """What tells a watcher the task is now ``view``: its answer artifact (if
+    it has one), then its status."""
+    updates: list[TaskUpdate] = []
     if view.answer is not None:
         update: JsonObject = {
-            "taskId": run.task_id,
-            "contextId": run.context_id,
-            "artifact": artifact(run.task_id, view.answer),
+            "taskId": view.task_id,
+            "contextId": view.context_id,
+            "artifact": artifact(view.task_id, view.answer),
             "lastChunk": True,
         }
-        ctx.tasks.publish(run.key, (None, {"artifactUpdate": update}))
-    ctx.tasks.publish(run.key, status_update(view))
+        updates.append((None, {"artifactUpdate": update}))
+    updates.append(status_update(view))
+    return updates
+
+
+def _publish_result(ctx: ServerContext, run: Run, result: TurnResult) -> None:
+    for update in view_updates(view_of_result(run.task_id, run.context_id, result)):
+        ctx.tasks.publish(run.key, update)
 
 
 async def _stored_view(find_task: FindTask, run: Run) -> TaskView:
@@ -176,20 +185,84 @@ async def outcome_view(find_task: FindTask, run: Run) -> TaskView:
     raise error
 
 
+IDLE_RECHECK_SECONDS = 1.0
+"""How often a stream following a task that no run of this process has (it
+waits for input) reads the task again. Such a task can change without an A2A
+request, so without an update published: a new message in its context over
+any transport replaces it, a decision over the native API or AG-UI (or the
+agent's approval timeout) runs it on. A waiting task waits for a person, so
+a second is prompt enough; each read is one task lookup."""
+
+
+@attrs.define
+class Recheck:
+    """Reading a followed task again while no run of this process has it."""
+
+    read: Callable[[], Awaitable[TaskView]]
+    idle: Callable[[], bool]
+    """Whether no run has the task (a run publishes what happens to it)."""
+    state: str
+    waiting: tuple[str, ...] = ()
+    """The state (and waiting call ids) the stream has sent last."""
+
+    def sent(self, state: str | None) -> None:
+        if state is not None:  # an artifact announces no state
+            self.state, self.waiting = state, ()
+
+    async def changes(self) -> list[TaskUpdate]:
+        """What the task as stored shows changed since the stream's last
+        state (nothing while a run has it, or if it cannot be read)."""
+        if not self.idle():
+            return []
+        try:
+            view = await self.read()
+        except A2AError:
+            return []
+        waiting = tuple(call.id for call in view.waiting)
+        if (view.state, waiting) == (self.state, self.waiting) or not self.idle():
+            return []
+        self.state, self.waiting = view.state, waiting
+        return view_updates(view)
+
+
 def relay(
-    first: JsonObject, updates: trio.MemoryReceiveChannel[TaskUpdate] | None
+    first: JsonObject,
+    updates: trio.MemoryReceiveChannel[TaskUpdate] | None,
+    recheck: Recheck | None = None,
 ) -> AsyncIterator[JsonObject]:
     """The results a task stream sends: ``first`` (the task as it is), then
-    the published updates (if any) until one announces a state that ends a
-    stream; a watcher dropped for falling behind ends there."""
+    the published updates (if any), and with ``recheck`` what reading the task
+    again shows, until one announces a state that ends a stream; a watcher
+    dropped for falling behind (or at shutdown, if nothing runs it) ends there."""
 
     async def results() -> AsyncIterator[JsonObject]:
         yield first
         if updates is None:
             return
-        async for state, result in updates:
-            yield result
-            if state in ENDS_A_STREAM:
+        while True:
+            batch = await _next_updates(updates, recheck)
+            if batch is None:
                 return
+            for state, result in batch:
+                yield result
+                if state in ENDS_A_STREAM:
+                    return
 
     return results()
+
+
+async def _next_updates(
+    updates: trio.MemoryReceiveChannel[TaskUpdate], recheck: Recheck | None
+) -> list[TaskUpdate] | None:
+    """The next published update; or, when none came for a while, the task's
+    changes read again (maybe none); None once the watch is over."""
+    with trio.move_on_after(math.inf if recheck is None else IDLE_RECHECK_SECONDS):
+        try:
+            update = await updates.receive()
+        except trio.EndOfChannel:
+            return None
+        if recheck is not None:
+            recheck.sent(update[0])
+        return [update]
+    assert recheck is not None
+    return await recheck.changes()

@@ -69,6 +69,15 @@ class TaskLedger:
     draining: bool = False
     """The server is shutting down: a task nothing runs gets no more updates."""
 
+    turn_runs: Callable[[TaskKey], bool] = lambda key: False
+    """Whether the agent runs the task's turn now though no run of this process
+    has it: a decision over another transport ran it on (the A2A routes set
+    it to the agent's ``turn_in_progress``)."""
+
+    def runs(self, key: TaskKey) -> bool:
+        """Whether the task's turn runs now (WORKING), however it was started."""
+        return key in self.running or self.turn_runs(key)
+
     def mark_cancelled(self, key: TaskKey) -> None:
         _bounded_add(self.cancelled, key)
 

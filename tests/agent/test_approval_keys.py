@@ -88,9 +88,11 @@ async def test_a_keyed_decision_decides_only_its_own_turn(backend: str, tmp_path
         assert_valid_history(await stored(storage, "conv"))
 
 
-async def test_the_run_after_a_keyed_decision_is_that_keys_turn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keyed", [True, False])
+async def test_the_run_after_a_decision_is_that_keys_turn(tmp_path: Path, keyed: bool) -> None:
     """While the approved turn runs on, ``turn_in_progress`` says so for its key,
-    and ``cancel`` by that key stops it (recorded cancelled, history valid)."""
+    and ``cancel`` by that key stops it (recorded cancelled, history valid),
+    also when the decision named no key (another transport decided it)."""
     model = Model()
     model.gate = trio.Event()
     async with Backend("sqlite", tmp_path / "db").open() as storage:
@@ -104,7 +106,8 @@ async def test_the_run_after_a_keyed_decision_is_that_keys_turn(tmp_path: Path) 
 
                 async def decide() -> None:
                     try:
-                        await agent.decide("conv", "c2", approve=True, idempotency_key="k2")
+                        key = "k2" if keyed else None
+                        await agent.decide("conv", "c2", approve=True, idempotency_key=key)
                     except TurnError as exc:
                         outcome.append(exc)
 

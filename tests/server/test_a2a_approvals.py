@@ -29,6 +29,7 @@ from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
 from agentik._config import Limits
+from agentik.server import _a2a_tasks
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import (
     GUARD_SECONDS,
@@ -228,6 +229,102 @@ async def test_a_subscriber_follows_a_paused_task_to_its_end(tmp_path: Path) -> 
         assert kinds == ["task", "status_update", "artifact_update", "status_update"]
         assert seen[0].task.status.state == INPUT_REQUIRED
         assert seen[-1].status_update.status.state == COMPLETED
+
+
+async def replace_over_a2a(served: Served, task: Task) -> None:
+    await responses(served.sdk, user_message("hello", "m9", "ctx"))
+
+
+async def replace_natively(served: Served, task: Task) -> None:
+    reply = await served.raw.post("/agentik/conversations/ctx/turns", json={"text": "hello"})
+    assert reply.status_code == 200, reply.text
+
+
+async def decide_natively(served: Served, task: Task) -> None:
+    [call] = waiting_calls(task)
+    reply = await served.raw.post(
+        f"/agentik/conversations/ctx/approvals/{call['callId']}", json={"approve": True}
+    )
+    assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.parametrize(
+    ("act", "ends"),
+    [
+        (replace_over_a2a, TaskState.TASK_STATE_CANCELED),
+        (replace_natively, TaskState.TASK_STATE_CANCELED),
+        (decide_natively, COMPLETED),
+    ],
+)
+async def test_a_subscriber_sees_a_waiting_task_end_however_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, act: Any, ends: int
+) -> None:
+    """A waiting task can end without an A2A run: a new message in its context
+    (over A2A or the native API) replaces it, a native decision runs it on. Its
+    subscribers still get how it ended (the answer too), and their stream ends.
+    (Real sockets: the recheck interval is made tiny rather than mocked.)"""
+    monkeypatch.setattr(_a2a_tasks, "IDLE_RECHECK_SECONDS", 0.01)
+    async with serving(tmp_path / "a.db", streaming=True) as served:
+        frames = await responses(served.sdk, user_message("pay 3", "m1", "ctx"))
+        task = await served.sdk.get_task(GetTaskRequest(id=frames[0].task.id))
+        assert task.status.state == INPUT_REQUIRED
+        seen: list[Any] = []
+        subscribed = trio.Event()
+        with trio.fail_after(GUARD_SECONDS):
+            async with trio.open_nursery() as nursery:
+
+                async def follow() -> None:
+                    async for frame in served.sdk.subscribe(SubscribeToTaskRequest(id=task.id)):
+                        seen.append(frame)
+                        subscribed.set()
+
+                nursery.start_soon(follow)
+                await subscribed.wait()
+                await act(served, task)
+        assert seen[0].task.status.state == INPUT_REQUIRED
+        assert seen[-1].status_update.status.state == ends
+        assert seen[-1].status_update.task_id == task.id
+        middle = [f.WhichOneof("payload") for f in seen[1:-1]]
+        states = [f.status_update.status.state for f in seen[1:-1] if f.HasField("status_update")]
+        assert set(states) <= {TaskState.TASK_STATE_WORKING}, states
+        if ends == COMPLETED:
+            assert middle[-1] == "artifact_update"
+            assert seen[-2].artifact_update.artifact.parts[0].text == "done: paid 3"
+        else:
+            assert "artifact_update" not in middle
+    assert ([3] if ends == COMPLETED else []) == PAID
+
+
+async def test_a_task_decided_over_another_transport_runs_as_that_task(tmp_path: Path) -> None:
+    """A native decision runs a waiting task on: while it runs GetTask and
+    ListTasks say WORKING (not FAILED: its turn is unfinished but running),
+    and CancelTask stops it: CANCELED, history valid."""
+    async with serving(tmp_path / "a.db") as served:
+        task = await send(served, user_message("pay 99", "m1", "ctx"))
+        [call] = waiting_calls(task)
+        statuses: list[int] = []
+        async with trio.open_nursery() as nursery:
+
+            async def decide() -> None:
+                reply = await served.raw.post(
+                    f"/agentik/conversations/ctx/approvals/{call['callId']}",
+                    json={"approve": True},
+                )
+                statuses.append(reply.status_code)
+
+            nursery.start_soon(decide)
+            await served.script.asked.wait()  # paid, the model answers slowly
+            got = await served.sdk.get_task(GetTaskRequest(id=task.id))
+            assert got.status.state == TaskState.TASK_STATE_WORKING
+            listed = await served.sdk.list_tasks(ListTasksRequest(context_id="ctx"))
+            assert [t.status.state for t in listed.tasks] == [TaskState.TASK_STATE_WORKING]
+            canceled = await served.sdk.cancel_task(CancelTaskRequest(id=task.id))
+            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        assert statuses == [409]  # the native caller hears its turn was cancelled
+        got = await served.sdk.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == TaskState.TASK_STATE_CANCELED
+        check_history(await history(served.storage, "ctx"), once=("pay 99",))
+    assert PAID == [99]
 
 
 @pytest.mark.parametrize(
