@@ -20,17 +20,19 @@ import string
 from typing import Any
 
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentik import Message, Role, ToolCall
+from agentik.server import _a2a_tasks
 from agentik.server._a2a_list import Query, context_page, parse_timestamp
 from agentik.server._a2a_wire import A2AError, SendParams, make_task_id, parse_decisions
 from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER
 from agentik.storage import IdempotencyKeyIndex, in_memory_storage
 from tests.reliability.helpers import check_history, history
-from tests.server.a2a_support import PAID, Served, serving
+from tests.server.a2a_support import A2A_1, GUARD_SECONDS, PAID, Served, serving
 
 # --- task state, over a real server --------------------------------------------------
 
@@ -48,6 +50,8 @@ OPS = st.lists(
             "bad",
             "cancel",
             "restart",
+            "native-chat",
+            "native-decide-first",
         ]
     ),
     min_size=1,
@@ -96,7 +100,15 @@ async def rpc_send(served: Served, message: dict[str, Any]) -> dict[str, Any]:
 
 
 async def apply(served: Served, model: Model, op: str, n: int) -> None:
-    """Perform ``op`` (the ``n``th) and update the model."""
+    """Perform ``op`` (the ``n``th) and update the model. The ``native-`` ops
+    change the context's tasks over the native API (the same conversation):
+    a message there is no task, but replaces a waiting one."""
+    if op == "native-chat":
+        reply = await served.raw.post("/agentik/conversations/ctx/turns", json={"text": "hi"})
+        assert reply.status_code == 200, reply.text
+        model.new_message("", [])
+        del model.states[""]
+        return
     if op in ("pay", "pay2", "chat"):
         amounts: list[int] = []
         if op != "chat":
@@ -124,15 +136,23 @@ async def apply(served: Served, model: Model, op: str, n: int) -> None:
         assert reply["result"]["status"]["state"] == "TASK_STATE_CANCELED"
         model.end(paused, "TASK_STATE_CANCELED")
         return
-    if op == "decide-first":
+    if op in ("decide-first", "native-decide-first"):
         task = (await served.rpc("GetTask", {"id": paused}))["result"]
         [data] = [p["data"] for p in task["status"]["message"]["parts"] if "data" in p]
-        decision = {"decisions": [{"callId": data["approvals"][0]["callId"], "approve": True}]}
-        reply = await rpc_send(served, {**base, "parts": [{"data": decision}]})
+        call_id = data["approvals"][0]["callId"]
+        if op == "native-decide-first":
+            path = f"/agentik/conversations/ctx/approvals/{call_id}"
+            answer = await served.raw.post(path, json={"approve": True})
+            assert answer.status_code == 200, answer.text
+            state = (await served.rpc("GetTask", {"id": paused}))["result"]["status"]["state"]
+        else:
+            decision = {"decisions": [{"callId": call_id, "approve": True}]}
+            reply = await rpc_send(served, {**base, "parts": [{"data": decision}]})
+            state = reply["result"]["task"]["status"]["state"]
         model.approved[paused].append(waiting.pop(0))
         if not waiting:
             model.end(paused, "TASK_STATE_COMPLETED")
-        assert reply["result"]["task"]["status"]["state"] == model.states[paused]
+        assert state == model.states[paused]
         return
     approve = op.startswith("approve")
     parts: list[dict[str, Any]]
@@ -160,6 +180,45 @@ async def check(served: Served, model: Model) -> None:
     assert [t["id"] for t in listed["tasks"]] == list(model.states)[::-1]
 
 
+async def follow(served: Served, task_id: str, seen: list[str], started: trio.Event) -> None:
+    """SubscribeToTask, raw: the state of each frame into ``seen``, to its end."""
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+    headers = {**A2A_1, "Accept": "text/event-stream"}
+    async with served.raw.stream("POST", "/a2a", json=rpc, headers=headers) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            result = json.loads(line.removeprefix("data:"))["result"]
+            if "task" in result:
+                seen.append(result["task"]["status"]["state"])
+            elif "statusUpdate" in result:
+                seen.append(result["statusUpdate"]["status"]["state"])
+            started.set()
+
+
+async def apply_followed(served: Served, model: Model, op: str, n: int) -> None:
+    """``apply``, with a subscriber on the task that waits (if one does): when
+    the op changes that task, the subscriber's stream must end by itself with
+    the task's new state, however the change came (A2A, the native API)."""
+    paused = model.paused()
+    if paused is None:
+        await apply(served, model, op, n)
+        return
+    before = (model.states[paused], list(model.waiting[paused]))
+    seen: list[str] = []
+    started = trio.Event()
+    with trio.fail_after(GUARD_SECONDS):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow, served, paused, seen, started)
+            await started.wait()
+            await apply(served, model, op, n)
+            after = (model.states[paused], list(model.waiting.get(paused, [])))
+            if after == before:
+                nursery.cancel_scope.cancel()  # nothing to tell: it follows on
+    if after != before:
+        assert seen[-1] == after[0], (op, seen)
+
+
 @settings(
     max_examples=12,
     deadline=None,
@@ -167,8 +226,11 @@ async def check(served: Served, model: Model) -> None:
 )
 @given(ops=OPS)
 async def test_any_sequence_of_operations_keeps_tasks_as_the_model_says(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[str]
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, ops: list[str]
 ) -> None:
+    """Also: a subscriber on a waiting task sees each change of it (real
+    sockets: the recheck interval is made tiny rather than mocked)."""
+    monkeypatch.setattr(_a2a_tasks, "IDLE_RECHECK_SECONDS", 0.01)
     PAID.clear()
     database = tmp_path_factory.mktemp("a2a") / "a.db"
     model = Model()
@@ -179,7 +241,7 @@ async def test_any_sequence_of_operations_keeps_tasks_as_the_model_says(
                 n, op = pending.pop(0)
                 if op == "restart":
                     break
-                await apply(served, model, op, n)
+                await apply_followed(served, model, op, n)
                 await check(served, model)
             await check(served, model)
             if model.paused() is None:  # else exactly its waiting calls have no result
