@@ -3,7 +3,8 @@ and raw JSON-RPC against a real server on 127.0.0.1 and a real SQLite file:
 
 1. SubscribeToTask (the card declares streaming): -32001 for an unknown id,
    the task then its updates until it ends for a running one, -32004 for a
-   finished one (§3.1.6).
+   finished one (§3.1.6); a subscriber that leaves does not affect the
+   others (§3.5.2).
 2. ListTasks validates and applies ``status`` and ``statusTimestampAfter``.
 3. SendMessage with an unknown ``message.taskId`` is -32001 (§3.4.2).
 4. A follow-up to a terminal task is -32004 (§3.1.1); a running task that is
@@ -123,6 +124,39 @@ async def test_subscribe_to_a_running_task_streams_it_to_its_end(tmp_path: Path)
             assert frames[0].task.status.state == WORKING
             assert frames[1].artifact_update.artifact.parts[0].text == "slow answer"
             assert frames[2].status_update.status.state == COMPLETED
+
+
+async def test_a_subscriber_that_leaves_does_not_affect_the_others(tmp_path: Path) -> None:
+    """§3.5.2: closing one stream of a task leaves the others as they were:
+    one subscriber leaves after the first event, the other sees the task to
+    its end, and the task completes."""
+    async with serving(tmp_path / "a.db", streaming=True) as served:
+        task_id = await slow_task(served)
+        stayed: list[Any] = []
+        left = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def leave() -> None:
+                async for _ in served.sdk.subscribe(SubscribeToTaskRequest(id=task_id)):
+                    break  # closes this stream
+                left.set()
+
+            async def stay() -> None:
+                async for frame in served.sdk.subscribe(SubscribeToTaskRequest(id=task_id)):
+                    stayed.append(frame)
+
+            nursery.start_soon(stay)
+            nursery.start_soon(leave)
+            await left.wait()
+            await wait_until(lambda: _got_first(stayed))
+            served.script.release.set()
+        kinds = [f.WhichOneof("payload") for f in stayed]
+        assert kinds == ["task", "artifact_update", "status_update"]
+        assert stayed[-1].status_update.status.state == COMPLETED
+
+
+async def _got_first(frames: list[Any]) -> bool:
+    return bool(frames)
 
 
 # --- 2. ListTasks filters ----------------------------------------------------------
