@@ -53,6 +53,7 @@ from agentik.agent._turn_machine import (
 from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import (
     ConversationLoader,
+    IdempotencyKeyIndex,
     Pending,
     StorageBundle,
     Summary,
@@ -842,12 +843,25 @@ class Conversation:
                 log.warning(
                     "conversation %r: resuming a turn the process stopped in", self.conversation_id
                 )
+            # A waiting turn learns its key: a decision that names none (another
+            # transport) then still runs it on as that key's turn (``runs_key``).
+            key = await self._key_at(start) if state is StoredState.WAITING else None
             try:
-                await self._resume(start, record, None, None)
+                await self._resume(start, record, None, key)
             except TurnError as exc:
                 self._log_failure(exc)  # recorded as failed: it will not be resumed again
             return
         await self._answer_open_calls(turn)
+
+    async def _key_at(self, start: int) -> str | None:
+        """The idempotency key of the user message at ``start``, from storage:
+        one indexed read, for a turn recovered after a restart."""
+        store = self.storage.message_store
+        seq = self.history[start].seq
+        if seq is None or not isinstance(store, IdempotencyKeyIndex):
+            return None
+        found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
+        return next((key for at, key in found if at == seq), None)
 
     async def _answer_open_calls(self, turn: list[Message]) -> None:
         """Answer the calls a stop left open, without resuming the turn."""

@@ -121,6 +121,9 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         record = None
         if not running and not is_finished(turn) and isinstance(store, TurnLedger):
             record = await store.turn_record(stored, seq)  # waiting, cancelled, failed
+            # Started while we read (a decision over another transport): what
+            # we read may be the turn mid-run, not a turn that stopped.
+            running = in_progress(key)
         return view_from_turn(
             task_id,
             context_id,

@@ -295,36 +295,57 @@ async def test_a_subscriber_sees_a_waiting_task_end_however_it_ends(
     assert ([3] if ends == COMPLETED else []) == PAID
 
 
-async def test_a_task_decided_over_another_transport_runs_as_that_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True])
+async def test_a_task_decided_over_another_transport_runs_as_that_task(
+    tmp_path: Path, restart: bool
+) -> None:
     """A native decision runs a waiting task on: while it runs GetTask and
     ListTasks say WORKING (not FAILED: its turn is unfinished but running),
-    and CancelTask stops it: CANCELED, history valid."""
-    async with serving(tmp_path / "a.db") as served:
-        task = await send(served, user_message("pay 99", "m1", "ctx"))
-        [call] = waiting_calls(task)
-        statuses: list[int] = []
-        async with trio.open_nursery() as nursery:
-
-            async def decide() -> None:
-                reply = await served.raw.post(
-                    f"/agentik/conversations/ctx/approvals/{call['callId']}",
-                    json={"approve": True},
-                )
-                statuses.append(reply.status_code)
-
-            nursery.start_soon(decide)
-            await served.script.asked.wait()  # paid, the model answers slowly
-            got = await served.sdk.get_task(GetTaskRequest(id=task.id))
-            assert got.status.state == TaskState.TASK_STATE_WORKING
-            listed = await served.sdk.list_tasks(ListTasksRequest(context_id="ctx"))
-            assert [t.status.state for t in listed.tasks] == [TaskState.TASK_STATE_WORKING]
-            canceled = await served.sdk.cancel_task(CancelTaskRequest(id=task.id))
-            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        assert statuses == [409]  # the native caller hears its turn was cancelled
-        got = await served.sdk.get_task(GetTaskRequest(id=task.id))
-        assert got.status.state == TaskState.TASK_STATE_CANCELED
-        check_history(await history(served.storage, "ctx"), once=("pay 99",))
+    and CancelTask stops it: CANCELED, history valid. Also when the task
+    waited across a restart and the native decision is the conversation's
+    first touch (the turn then learns its key from storage)."""
+    database = tmp_path / "a.db"
+    if restart:
+        async with serving(database) as served:
+            task = await send(served, user_message("pay 99", "m1", "ctx"))
+        async with serving(database) as served:
+            await run_on_natively(served, task.id)
+    else:
+        async with serving(database) as served:
+            task = await send(served, user_message("pay 99", "m1", "ctx"))
+            await run_on_natively(served, task.id)
     assert PAID == [99]
+
+
+async def run_on_natively(served: Served, task_id: str) -> None:
+    """Decide the waiting task's call over the native API; while the turn
+    runs on, check GetTask and ListTasks, then cancel it over A2A."""
+    task = await served.sdk.get_task(GetTaskRequest(id=task_id))
+    assert task.status.state == INPUT_REQUIRED
+    [call] = waiting_calls(task)
+    statuses: list[int] = []
+    async with trio.open_nursery() as nursery:
+
+        async def decide() -> None:
+            reply = await served.raw.post(
+                f"/agentik/conversations/ctx/approvals/{call['callId']}",
+                json={"approve": True},
+            )
+            statuses.append(reply.status_code)
+
+        nursery.start_soon(decide)
+        await served.script.asked.wait()  # paid, the model answers slowly
+        got = await served.sdk.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == TaskState.TASK_STATE_WORKING
+        listed = await served.sdk.list_tasks(ListTasksRequest(context_id="ctx"))
+        assert listed.tasks[0].id == task.id
+        assert listed.tasks[0].status.state == TaskState.TASK_STATE_WORKING
+        canceled = await served.sdk.cancel_task(CancelTaskRequest(id=task.id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert statuses == [409]  # the native caller hears its turn was cancelled
+    got = await served.sdk.get_task(GetTaskRequest(id=task.id))
+    assert got.status.state == TaskState.TASK_STATE_CANCELED
+    check_history(await history(served.storage, "ctx"), once=("pay 99",))
 
 
 @pytest.mark.parametrize(
