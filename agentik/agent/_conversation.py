@@ -830,7 +830,7 @@ class Conversation:
         if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
             return  # finished: the common case, no read
         record = await self._turn_record(start)
-        failed_here = self.runtime.failures.get((self.conversation_id, start + 1))
+        failed_here = self.runtime.failures.get((self.conversation_id, self.first_seq + start))
         if record.failure is None and failed_here is not None:
             record = attrs.evolve(record, failure=failed_here)
         state = status_of(turn, record)

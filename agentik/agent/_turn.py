@@ -151,7 +151,7 @@ class Turn:
                     return await self._result("", action.calls)
                 else:
                     conv = self.conversation
-                    conv.runtime.remember_failure(conv.conversation_id, self.start + 1, action.code)
+                    conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, action.code)
                     await self._commit_failure(action.code)
                     raise TurnError(action.message, code=action.code)
             if follow is None:
@@ -277,7 +277,7 @@ class Turn:
         if machine.state is not TurnState.MODEL and machine.state is not TurnState.TOOLS:
             return  # ended, or paused: nothing runs that could be cut short
         conv = self.conversation
-        conv.runtime.remember_failure(conv.conversation_id, self.start + 1, code)
+        conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
         machine.stop(code, message)
         # The machine answers the calls it knows open, but an action cut short
         # (a record the store never accepted) is invisible to it: the calls to
