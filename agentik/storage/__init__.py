@@ -38,10 +38,10 @@ from agentik.storage._protocols import (
 from agentik.storage._protocols import (
     WorkingMemoryStore as WorkingMemoryStore,
 )
+from agentik.storage._writer import WriterStats as WriterStats
 from agentik.storage.sqlite._connect import Synchronous as Synchronous
 from agentik.storage.sqlite._open import open_sqlite_storage as open_sqlite_storage
 from agentik.storage.sqlite._open import writer_stats as writer_stats
-from agentik.storage.sqlite._writer import WriterStats as WriterStats
 
 __all__ = [
     "Approval",

@@ -24,6 +24,8 @@ import trio
 from agentik._errors import StoreError
 from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import StorageBundle
+from agentik.storage._readers import ReaderPool
+from agentik.storage._writer import Writer, WriterStats
 from agentik.storage.sqlite._connect import (
     Synchronous,
     check_synchronous,
@@ -31,14 +33,13 @@ from agentik.storage.sqlite._connect import (
     open_write_connection,
 )
 from agentik.storage.sqlite._migrate import migrate
-from agentik.storage.sqlite._readers import ReaderPool
 from agentik.storage.sqlite._stores import (
     SqliteMessageStore,
     SqliteReflectionStore,
     SqliteSkillStore,
     SqliteWorkingMemoryStore,
 )
-from agentik.storage.sqlite._writer import Writer, WriterStats
+from agentik.storage.sqlite._writer import SqliteEngine
 
 log = logging.getLogger("agentik.storage")
 
@@ -120,7 +121,13 @@ async def open_sqlite_storage(
                 await trio.to_thread.run_sync(open_read_connection, path, busy_timeout, vfs)
             )
         pool = ReaderPool(read_connections)
-        writer = Writer(write_connection, clock=clock, max_batch=max_batch, queue_size=queue_size)
+        writer = Writer(
+            SqliteEngine(write_connection, clock),
+            clock=clock,
+            max_batch=max_batch,
+            queue_size=queue_size,
+            read_only=write_connection.readonly("main"),
+        )
         bundle = StorageBundle(
             message_store=SqliteMessageStore(writer, pool),
             working_memory_store=SqliteWorkingMemoryStore(writer, pool),

@@ -13,6 +13,8 @@ from datetime import datetime
 from functools import partial
 from typing import final
 
+import apsw
+
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
 from agentik.storage._common import check_at_least, to_micros
@@ -23,16 +25,17 @@ from agentik.storage._protocols import (
     KeyedTurn,
     TurnRecord,
 )
+from agentik.storage._readers import ReaderPool
+from agentik.storage._rows import MessageRow
+from agentik.storage._writer import Writer, WriterStats
 from agentik.storage.sqlite import _queries as q
 from agentik.storage.sqlite import _turn_queries as tq
-from agentik.storage.sqlite._queries import InsertMessage
-from agentik.storage.sqlite._readers import ReaderPool
-from agentik.storage.sqlite._writer import Writer, WriterStats
+from agentik.storage.sqlite._queries import Session
 
 
 @final
 class SqliteMessageStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+    def __init__(self, writer: Writer[Session], readers: ReaderPool[apsw.Connection]) -> None:
         self._writer = writer
         self._readers = readers
 
@@ -55,7 +58,7 @@ class SqliteMessageStore:
     async def submit_awaiting(
         self, conversation_id: str, message: Message, call_ids: Sequence[str]
     ) -> Pending[Message]:
-        insert = InsertMessage(conversation_id, message, None)
+        insert = MessageRow(conversation_id, message, None)
         return await self._writer.submit(
             partial(tq.insert_awaiting, insert=insert, call_ids=tuple(call_ids))
         )
@@ -70,7 +73,7 @@ class SqliteMessageStore:
         reason: str = "",
         result: Message | None = None,
     ) -> Pending[Message | None]:
-        insert = None if result is None else InsertMessage(conversation_id, result, None)
+        insert = None if result is None else MessageRow(conversation_id, result, None)
         return await self._writer.submit(
             partial(
                 tq.decide,
@@ -183,7 +186,7 @@ class SqliteMessageStore:
 
 @final
 class SqliteWorkingMemoryStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+    def __init__(self, writer: Writer[Session], readers: ReaderPool[apsw.Connection]) -> None:
         self._writer = writer
         self._readers = readers
 
@@ -215,7 +218,7 @@ class SqliteWorkingMemoryStore:
 
 @final
 class SqliteReflectionStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+    def __init__(self, writer: Writer[Session], readers: ReaderPool[apsw.Connection]) -> None:
         self._writer = writer
         self._readers = readers
 
@@ -242,7 +245,7 @@ class SqliteReflectionStore:
 
 @final
 class SqliteSkillStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+    def __init__(self, writer: Writer[Session], readers: ReaderPool[apsw.Connection]) -> None:
         self._writer = writer
         self._readers = readers
 
