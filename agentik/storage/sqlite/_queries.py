@@ -23,7 +23,7 @@ from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
-from agentik.storage._common import from_micros
+from agentik.storage._common import from_micros, to_micros
 from agentik.storage._protocols import KeyedTurn
 from agentik.storage._rows import MessageRow
 from agentik.storage._rows import tool_calls_json as tool_calls_json
@@ -459,8 +459,8 @@ def insert_reflection(session: Session, conversation_id: str, text: str) -> Refl
     )
 
 
-def delete_reflections_before(session: Session, cutoff_us: int) -> int:
-    session.connection.execute("DELETE FROM reflection WHERE created_us < ?", (cutoff_us,))
+def delete_reflections_before(session: Session, cutoff: datetime) -> int:
+    session.connection.execute("DELETE FROM reflection WHERE created_us < ?", (to_micros(cutoff),))
     return session.connection.changes()
 
 
