@@ -72,6 +72,7 @@ from agentik.storage import TurnRecord as TurnRecord
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
 from agentik.storage import WriterStats as WriterStats
 from agentik.storage import in_memory_storage as in_memory_storage
+from agentik.storage import open_postgres_storage as open_postgres_storage
 from agentik.storage import open_sqlite_storage as open_sqlite_storage
 from agentik.storage import writer_stats as writer_stats
 from agentik.toolsets import DISABLE_TOOLSET as DISABLE_TOOLSET
@@ -213,6 +214,7 @@ __all__ = [
     "load_config",
     "open_chat_agent",
     "open_mcp_toolsets",
+    "open_postgres_storage",
     "open_sqlite_storage",
     "parse_arguments",
     "parse_mcp_servers",

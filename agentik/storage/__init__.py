@@ -39,6 +39,7 @@ from agentik.storage._protocols import (
     WorkingMemoryStore as WorkingMemoryStore,
 )
 from agentik.storage._writer import WriterStats as WriterStats
+from agentik.storage.postgres._open import open_postgres_storage as open_postgres_storage
 from agentik.storage.sqlite._connect import Synchronous as Synchronous
 from agentik.storage.sqlite._open import open_sqlite_storage as open_sqlite_storage
 from agentik.storage.sqlite._open import writer_stats as writer_stats
@@ -60,6 +61,7 @@ __all__ = [
     "WorkingMemoryStore",
     "WriterStats",
     "in_memory_storage",
+    "open_postgres_storage",
     "open_sqlite_storage",
     "writer_stats",
 ]

@@ -12,7 +12,7 @@ reconnect) and the queries that take them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar, final
+from typing import Generic, Protocol, TypeVar, final
 
 import trio
 
@@ -22,10 +22,21 @@ C = TypeVar("C")
 T = TypeVar("T")
 
 
+class Runner(Protocol[C]):
+    """Runs a query on a connection in the worker thread, replacing the
+    connection if it broke (a server restarted); returns the result and the
+    connection to keep."""
+
+    def __call__(self, query: Callable[[C], T], connection: C) -> tuple[T, C]: ...
+
+
 @final
 class ReaderPool(Generic[C]):
-    def __init__(self, connections: list[C]) -> None:
-        self._free = list(connections)
+    def __init__(self, connections: list[C], runner: Runner[C] | None = None) -> None:
+        self.connections = list(connections)
+        """Every connection of the pool (the bundle closes them)."""
+        self._free = list(range(len(connections)))
+        self._runner = runner
         self._admit = trio.CapacityLimiter(len(connections))
         self._threads = trio.CapacityLimiter(len(connections))
         self._closed = False
@@ -35,11 +46,18 @@ class ReaderPool(Generic[C]):
         async with self._admit:
             if self._closed:
                 raise StoreClosedError("the storage bundle is closed; no more reads are possible")
-            connection = self._free.pop()
+            slot = self._free.pop()
             try:
-                return await trio.to_thread.run_sync(query, connection, limiter=self._threads)
+                if self._runner is None:
+                    return await trio.to_thread.run_sync(
+                        query, self.connections[slot], limiter=self._threads
+                    )
+                result, self.connections[slot] = await trio.to_thread.run_sync(
+                    self._runner, query, self.connections[slot], limiter=self._threads
+                )
+                return result
             finally:
-                self._free.append(connection)
+                self._free.append(slot)
 
     def refuse(self) -> None:
         """Refuse reads from now on; the bundle closes the connections."""
