@@ -72,6 +72,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
+    Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -134,6 +135,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     database: str = "./agentik.db"
+    """A SQLite file path, or a ``postgresql://`` URL (``[storage] url``)."""
     model: ModelSettings | None = None
     system_prompt: str | None = None
     toolsets: tuple[str, ...] = ()
@@ -384,6 +386,15 @@ def _build(
         max_connections=int(number("max_connections", base.max_connections)),
     )
     database = get("storage", "database")
+    url = get("storage", "url")
+    if isinstance(url, str):
+        if isinstance(database, str):
+            raise ConfigError("set one of [storage] database and [storage] url, not both")
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                "[storage] url must start with postgresql:// (the value is not shown)"
+            )
+        database = url
     prompt = get("agent", "system_prompt")
     toolsets = get("agent", "toolsets")
     return ServerConfig(

@@ -68,3 +68,19 @@ def bundles(dsn: str) -> MakeBundle:
         return make()
 
     return factory
+
+
+def fresh_database(dsn: str) -> str:
+    """A new, empty database on the tests' server; its URL (a copy of ``dsn``
+    naming it). For what takes a URL and nothing else: ``agentik serve``."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = fresh_schema()
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    info = conninfo_to_dict(dsn)
+    host, port, user = info.get("host"), info.get("port", "5432"), info.get("user", "")
+    url = f"postgresql://{user}@/{name}?host={host}&port={port}"
+    assert make_conninfo(url)  # a valid URL
+    return url
