@@ -17,6 +17,7 @@ from agentik._errors import AgentikError as AgentikError
 from agentik._errors import ApprovalError as ApprovalError
 from agentik._errors import DuplicateKeyError as DuplicateKeyError
 from agentik._errors import ModelBackendError as ModelBackendError
+from agentik._errors import NotOwnedError as NotOwnedError
 from agentik._errors import OverloadedError as OverloadedError
 from agentik._errors import ProtocolViolation as ProtocolViolation
 from agentik._errors import SchemaVersionError as SchemaVersionError
@@ -164,6 +165,7 @@ __all__ = [
     "ModelSettings",
     "ModelStreamEvent",
     "NamedTool",
+    "NotOwnedError",
     "OpenAICompatibleModel",
     "OverloadedError",
     "Pending",

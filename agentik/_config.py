@@ -71,8 +71,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server", "bind", "bind", "AGENTIK_BIND"),
     Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
+    Setting("server", "advertise_url", "str", "AGENTIK_ADVERTISE_URL"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
     Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
+    Setting("storage", "lease_seconds", "float", "AGENTIK_LEASE_SECONDS"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -147,6 +149,12 @@ class ServerConfig:
     limits: Limits = Limits()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
+    advertise_url: str | None = None
+    """Where other nodes on the same PostgreSQL database send requests for
+    this node's conversations; None: the address the server bound."""
+    lease_seconds: float = 20.0
+    """PostgreSQL: a node's lease on its conversations. A dead node's
+    conversations move to other nodes this long after its last renewal."""
     gc_freeze: bool = False
     """Freeze the objects alive at start-up out of the garbage collector and raise
     its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
@@ -411,7 +419,27 @@ def _build(
         limits=limits,
         mcp_servers=mcp_servers,
         gc_freeze=get("server", "gc_freeze") is True,
+        advertise_url=_advertise_url(get("server", "advertise_url")),
+        lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
     )
+
+
+def _advertise_url(value: Raw | None) -> str | None:
+    if not isinstance(value, str):
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"[server] advertise_url must start with http:// or https://, got {value!r}"
+        )
+    return value.rstrip("/")
+
+
+def _lease_seconds(value: Raw | None) -> float:
+    if not isinstance(value, int | float):
+        return 20.0
+    if not 1 <= value <= 3600:
+        raise ConfigError(f"[storage] lease_seconds must be between 1 and 3600, got {value!r}")
+    return float(value)
 
 
 def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ModelSettings | None:

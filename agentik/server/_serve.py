@@ -119,7 +119,9 @@ async def serve_agentik(
             mcp = await stack.enter_async_context(open_mcp_toolsets(config.mcp_servers))
             toolsets.extend(mcp)
         if storage is None:
-            storage = await stack.enter_async_context(open_storage(config.database))
+            storage = await stack.enter_async_context(
+                open_storage(config.database, lease_seconds=config.lease_seconds)
+            )
             storage_label = describe_location(config.database)
         else:
             storage_label = type(storage.message_store).__name__
@@ -176,6 +178,8 @@ async def serve_agentik(
                 )
             )
             ctx.base_url = binds[0]
+            if bundle.ownership is not None:  # other nodes redirect its conversations here
+                await bundle.ownership.advertise(config.advertise_url or binds[0])
             log.info(
                 "serving url=%s storage=%s model=%r auth=%s",
                 binds[0],

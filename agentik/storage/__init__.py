@@ -9,6 +9,9 @@ from agentik.storage._protocols import (
     ConversationLoader as ConversationLoader,
 )
 from agentik.storage._protocols import (
+    ConversationOwnership as ConversationOwnership,
+)
+from agentik.storage._protocols import (
     ConversationSnapshot as ConversationSnapshot,
 )
 from agentik.storage._protocols import (
@@ -47,6 +50,7 @@ from agentik.storage.sqlite._open import writer_stats as writer_stats
 __all__ = [
     "Approval",
     "ConversationLoader",
+    "ConversationOwnership",
     "ConversationSnapshot",
     "IdempotencyKeyIndex",
     "KeyedTurn",

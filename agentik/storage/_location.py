@@ -18,12 +18,16 @@ def is_postgres_url(location: str) -> bool:
     return location.startswith(POSTGRES_SCHEMES)
 
 
-def open_storage(location: str) -> AbstractAsyncContextManager[StorageBundle]:
-    """Open the bundle ``location`` names, with the backend's defaults."""
+def open_storage(
+    location: str, *, lease_seconds: float | None = None
+) -> AbstractAsyncContextManager[StorageBundle]:
+    """Open the bundle ``location`` names, with the backend's defaults; a
+    PostgreSQL one joins as a node with ``lease_seconds`` when given (SQLite,
+    one process by nature, ignores it)."""
     if is_postgres_url(location):
         from agentik.storage.postgres._open import open_postgres_storage
 
-        return open_postgres_storage(location)
+        return open_postgres_storage(location, lease_seconds=lease_seconds)
     from agentik.storage.sqlite._open import open_sqlite_storage
 
     return open_sqlite_storage(location)

@@ -31,7 +31,14 @@ from agentik.storage._writer import Writer
 if TYPE_CHECKING:
     import psycopg
 
+    from agentik.storage.postgres._leases import NodeLease
+
 DEFAULT_SCHEMA = "agentik"
+
+
+async def _renew(lease: NodeLease, scope: trio.CancelScope) -> None:
+    with scope:
+        await lease.run()
 
 
 @asynccontextmanager
@@ -44,6 +51,8 @@ async def open_postgres_storage(
     queue_size: int = 1000,
     connect_timeout: float = 10.0,
     clock: Clock = utc_now,
+    lease_seconds: float | None = None,
+    advertise_url: str | None = None,
 ) -> AsyncIterator[StorageBundle]:
     """Open (creating and migrating if needed) agentik's tables in PostgreSQL.
 
@@ -59,6 +68,15 @@ async def open_postgres_storage(
             reconnecting after a lost connection).
         clock: where timestamps come from (aware UTC); read once per batch, in
             the writer's thread, so it must be thread-safe.
+        lease_seconds: turn on conversation ownership, for several nodes
+            sharing the database (docs/scale-out.md): the bundle joins as a
+            node with this lease, ``bundle.ownership`` claims conversations,
+            and the writer refuses messages for conversations this node does
+            not own. A node that dies loses its conversations this long after
+            its last renewal. None (the default): one node, no ownership.
+        advertise_url: where other nodes redirect requests for this node's
+            conversations (``bundle.ownership.advertise`` can set it later,
+            once the server knows its port).
     """
     check_at_least("readers", readers, 1)
     check_at_least("max_batch", max_batch, 1)
@@ -66,6 +84,7 @@ async def open_postgres_storage(
     try:  # psycopg is the optional extra agentik[postgres]: imported when asked for
         from agentik.storage.postgres import _namespace
         from agentik.storage.postgres._connect import Reconnecting, connect, open_writer
+        from agentik.storage.postgres._leases import NodeLease
         from agentik.storage.postgres._writer import PostgresEngine
     except ImportError as error:
         raise ImportError(
@@ -73,10 +92,20 @@ async def open_postgres_storage(
         ) from error
     make_writer = partial(connect, dsn, schema=schema, role="writer", timeout=connect_timeout)
     make_reader = partial(connect, dsn, schema=schema, role="reader", timeout=connect_timeout)
+    lease = None
+    if lease_seconds is not None:
+        lease = NodeLease(
+            partial(connect, dsn, schema=schema, role="lease", timeout=connect_timeout),
+            lease_seconds,
+            advertise_url or "",
+        )
     write_connection = await trio.to_thread.run_sync(open_writer, make_writer, schema, dsn)
-    engine = PostgresEngine(write_connection, make_writer, clock)
+    engine = PostgresEngine(write_connection, make_writer, clock, lease)
     read_connections: list[psycopg.Connection] = []
+    lease_scope = trio.CancelScope()
     try:
+        if lease is not None:
+            await lease.join()
         for _ in range(readers):
             read_connections.append(await trio.to_thread.run_sync(make_reader))
         pool = ReaderPool(read_connections, Reconnecting(make_reader))
@@ -86,15 +115,19 @@ async def open_postgres_storage(
             working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
             reflection_store=SqlReflectionStore(writer, pool, _namespace),
             skill_store=SqlSkillStore(writer, pool, _namespace),
+            ownership=lease,
         )
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(writer.run)
+                if lease is not None:
+                    nursery.start_soon(_renew, lease, lease_scope)
                 try:
                     yield bundle
                 finally:
                     writer.close()
                     pool.refuse()
+                    lease_scope.cancel()
         except BaseExceptionGroup as group:
             # The writer never raises, so a group holds the body's error alone:
             # hand it out as itself, as if there were no nursery in here.
@@ -107,4 +140,6 @@ async def open_postgres_storage(
         for connection in read_connections:
             connection.close()
         with trio.CancelScope(shield=True):
+            if lease is not None:  # after the writer drained: nothing of ours is in flight
+                await lease.leave()
             await trio.to_thread.run_sync(engine.close)

@@ -34,6 +34,26 @@ _TOOL_CALLS = tuple[ToolCall, ...]
 _NO_END = 2**62
 
 
+_LAST_SEQS = """
+SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c), true
+FROM unnest(%(ids)s::bytea[]) AS c
+"""
+
+# With ownership: the same, and whether this node owns each conversation,
+# locking the ownership rows it owns until the batch commits (a takeover waits).
+_LAST_SEQS_OWNED = """
+WITH owned AS (
+    SELECT conversation_id FROM conversation_owner
+    WHERE conversation_id = ANY(%(ids)s::bytea[]) AND node_id = %(me)s AND EXISTS (
+        SELECT 1 FROM agentik_node WHERE node_id = %(me)s AND expires_at > clock_timestamp())
+    FOR SHARE
+)
+SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c),
+    c IN (SELECT conversation_id FROM owned)
+FROM unnest(%(ids)s::bytea[]) AS c
+"""
+
+
 @final
 class BatchSeqs:
     """The last seq of each conversation the batch appends to, read from the
@@ -41,35 +61,46 @@ class BatchSeqs:
     up in the writer's thread. It lives for one batch only: another node may
     append between two batches (after it took a conversation over), so no
     cache survives a commit. A request whose savepoint rolls back forgets the
-    conversations it touched; the next append looks them up again."""
+    conversations it touched; the next append looks them up again.
 
-    def __init__(self, connection: psycopg.Connection) -> None:
+    With ``node`` (several nodes share the database), the same statement
+    checks that this node owns each conversation and locks its ownership row
+    until the commit; a message for a conversation it does not own is refused."""
+
+    def __init__(self, connection: psycopg.Connection, node: str | None = None) -> None:
         self._connection = connection
+        self._node = node
         self._last: dict[str, int] = {}
         self._touched: set[str] = set()
 
     def prefetch(self, conversation_ids: Sequence[str]) -> None:
         wanted = list({c for c in conversation_ids if c not in self._last})
-        if not wanted:
-            return
+        if wanted:
+            self._look_up(wanted)
+
+    def _look_up(self, conversation_ids: list[str]) -> None:
         rows = self._connection.execute(
-            "SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c)"
-            " FROM unnest(%s::bytea[]) AS c",
-            ([c.encode() for c in wanted],),
+            _LAST_SEQS if self._node is None else _LAST_SEQS_OWNED,
+            {"ids": [c.encode() for c in conversation_ids], "me": self._node},
         ).fetchall()
-        for conversation, last in rows:
-            self._last[bytes(conversation).decode()] = last or 0
+        for conversation, last, owned in rows:
+            conversation_id = bytes(conversation).decode()
+            if owned:
+                self._last[conversation_id] = last or 0
+            else:
+                self._last.pop(conversation_id, None)
 
     def next_seq(self, conversation_id: str) -> int:
         last = self._last.get(conversation_id)
-        self._touched.add(conversation_id)
         if last is None:
-            row = self._connection.execute(
-                "SELECT coalesce(max(seq), 0) FROM message WHERE conversation_id = %s",
-                (conversation_id.encode(),),
-            ).fetchone()
-            assert row is not None
-            last = cast("int", row[0])
+            self._look_up([conversation_id])
+            last = self._last.get(conversation_id)
+            if last is None:
+                raise StoreError(
+                    f"conversation {conversation_id!r} is not owned by this node;"
+                    " its messages are written by its owner"
+                )
+        self._touched.add(conversation_id)
         self._last[conversation_id] = last + 1
         return last + 1
 

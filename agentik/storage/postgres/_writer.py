@@ -31,6 +31,7 @@ from agentik._errors import StoreError
 from agentik._messages import Message
 from agentik.storage._common import Clock
 from agentik.storage._writer import AppendRequest, BatchFailed, Outcome, Work, as_store_error
+from agentik.storage.postgres._leases import NodeLease
 from agentik.storage.postgres._queries import BatchSeqs, Session, insert_messages
 
 # A request's own failure: a constraint, a value PostgreSQL or the encoder
@@ -128,10 +129,12 @@ class PostgresEngine:
         connection: psycopg.Connection,
         connect: Callable[[], psycopg.Connection],
         clock: Clock,
+        lease: NodeLease | None = None,
     ) -> None:
         self.connection = connection
         self._connect = connect
         self._clock = clock
+        self._lease = lease
 
     def _reconnect(self) -> None:
         self.connection.close()
@@ -158,7 +161,9 @@ class PostgresEngine:
     def run_batch(self, batch: list[Work[Session]]) -> Outcome:
         self._begin()
         connection = self.connection
-        session = Session(connection=connection, seqs=BatchSeqs(connection), now=self._clock())
+        node = None if self._lease is None else self._lease.node_id
+        seqs = BatchSeqs(connection, node)
+        session = Session(connection=connection, seqs=seqs, now=self._clock())
         committed = False
         try:
             try:
