@@ -149,3 +149,68 @@ async def stop_nodes(nodes: list[Node]) -> None:
         if node.process.returncode is None:
             node.process.kill()
             await node.process.wait()
+
+
+CONFIG = ROOT / "deploy" / "haproxy.cfg"
+
+
+def haproxy_config(port: int, node_urls: list[str]) -> str:
+    """deploy/haproxy.cfg with its ``bind`` on ``port`` and one ``server``
+    line per node, nothing else changed."""
+    lines = []
+    for line in CONFIG.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("bind "):
+            line = f"    bind 127.0.0.1:{port}"
+        elif stripped.startswith("server "):
+            if stripped.startswith("server node1 "):
+                lines += [
+                    f"    server node{i} {url.removeprefix('http://')}"
+                    for i, url in enumerate(node_urls, 1)
+                ]
+            continue
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def start_haproxy(
+    nursery: trio.Nursery, node_urls: list[str], folder: Path
+) -> tuple[trio.Process, str]:
+    """HAProxy (Debian's package) in front of ``node_urls``; its URL, once it
+    forwards to every node (each /health answered through it)."""
+    import shutil
+
+    import httpx
+
+    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    port = free_port()
+    config = folder / "haproxy.cfg"
+    config.write_text(haproxy_config(port, node_urls))
+    log = (folder / "haproxy.log").open("wb")
+    process = await trio.lowlevel.open_process(
+        [binary, "-db", "-f", str(config)], stdout=log, stderr=log
+    )
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    with trio.fail_after(20):
+        async with httpx.AsyncClient(timeout=5) as client:
+            while True:
+                try:
+                    if (await client.get(f"{url}/health")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    if process.returncode is not None:
+                        raise AssertionError(
+                            "haproxy exited: " + (folder / "haproxy.log").read_text()
+                        ) from None
+                await trio.sleep(0.05)
+    return process, url
