@@ -104,8 +104,16 @@ async def _read_lines(stream: trio.abc.ReceiveStream, lines: list[str], bound: t
 
 
 async def start_node(
-    nursery: trio.Nursery, database: str, model_url: str, *, lease: float = 2.0, cwd: Path
+    nursery: trio.Nursery,
+    database: str,
+    model_url: str,
+    *,
+    lease: float = 2.0,
+    cwd: Path,
+    model: bool = True,
 ) -> Node:
+    """``agentik serve`` on ``database``, calling the model at ``model_url``
+    (``model=False``: the scripted demo model, for benchmarks)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
     env["PYTHONPATH"] = str(ROOT)
     env["AGENTIK_LEASE_SECONDS"] = str(lease)
@@ -119,11 +127,9 @@ async def start_node(
         "127.0.0.1:0",
         "--database",
         database,
-        "--model-base-url",
-        model_url,
-        "--model",
-        "m",
     ]
+    if model:
+        command += ["--model-base-url", model_url, "--model", "m"]
     process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, cwd=cwd, env=env)
     lines: list[str] = []
     bound = trio.Event()

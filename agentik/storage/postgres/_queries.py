@@ -35,71 +35,98 @@ _NO_END = 2**62
 
 
 _LAST_SEQS = """
-SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c), true
+SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c)
 FROM unnest(%(ids)s::bytea[]) AS c
 """
 
-# With ownership: the same, and whether this node owns each conversation,
-# locking the ownership rows it owns until the batch commits (a takeover waits).
-_LAST_SEQS_OWNED = """
-WITH owned AS (
-    SELECT conversation_id FROM conversation_owner
-    WHERE conversation_id = ANY(%(ids)s::bytea[]) AND node_id = %(me)s AND EXISTS (
-        SELECT 1 FROM agentik_node WHERE node_id = %(me)s AND expires_at > clock_timestamp())
-    FOR SHARE
-)
-SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c),
-    c IN (SELECT conversation_id FROM owned)
-FROM unnest(%(ids)s::bytea[]) AS c
+# Which of these conversations this node owns, its own lease alive; their
+# ownership rows stay locked until the batch ends, so a takeover waits for it.
+_OWNED = """
+SELECT conversation_id FROM conversation_owner
+WHERE conversation_id = ANY(%(ids)s::bytea[]) AND node_id = %(me)s AND EXISTS (
+    SELECT 1 FROM agentik_node WHERE node_id = %(me)s AND expires_at > clock_timestamp())
+FOR SHARE
 """
+
+_SEQ_CACHE_SIZE = 10_000
 
 
 @final
-class BatchSeqs:
-    """The last seq of each conversation the batch appends to, read from the
-    database when the batch starts (one statement for all of them) and counted
-    up in the writer's thread. It lives for one batch only: another node may
-    append between two batches (after it took a conversation over), so no
-    cache survives a commit. A request whose savepoint rolls back forgets the
-    conversations it touched; the next append looks them up again.
+class SeqCache:
+    """The last seq of recently written conversations, so most appends skip
+    the ``max(seq)`` look-up; owned by the writer's thread, as SQLite's.
 
-    With ``node`` (several nodes share the database), the same statement
-    checks that this node owns each conversation and locks its ownership row
-    until the commit; a message for a conversation it does not own is refused."""
+    It is sound because one writer writes each conversation: on a single node
+    by configuration, and with several nodes because a node writes only the
+    conversations it owns, and it owns them without a gap for as long as its
+    node id (its lease's generation) stays the same; a new generation starts
+    an empty cache. Each batch checks (and locks, ``FOR SHARE``) the ownership
+    of the conversations it writes to, and a message for one the node does
+    not own is refused. A request whose savepoint rolls back forgets the
+    conversations it touched; a failed transaction forgets everything (and a
+    cache gone stale, because something else wrote, heals after one failed
+    write, as SQLite's does)."""
 
-    def __init__(self, connection: psycopg.Connection, node: str | None = None) -> None:
-        self._connection = connection
-        self._node = node
+    def __init__(self) -> None:
         self._last: dict[str, int] = {}
         self._touched: set[str] = set()
+        self._owned: set[str] = set()
+        """Conversations whose ownership this batch checked and locked."""
+        self._node: str | None = None
+        self._connection: psycopg.Connection | None = None
+
+    def start(self, connection: psycopg.Connection, node: str | None) -> None:
+        """A batch begins on ``connection``, for the node ``node`` (None: one node)."""
+        if node != self._node or len(self._last) > _SEQ_CACHE_SIZE:
+            self._last.clear()
+        self._node = node
+        self._connection = connection
+        self._owned.clear()
+        self._touched.clear()
+
+    def clear(self) -> None:
+        """The whole transaction was rolled back."""
+        self._last.clear()
+        self._owned.clear()
+        self._touched.clear()
 
     def prefetch(self, conversation_ids: Sequence[str]) -> None:
-        wanted = list({c for c in conversation_ids if c not in self._last})
-        if wanted:
-            self._look_up(wanted)
+        """Check the ownership of the batch's conversations and read the seqs
+        not cached: one statement each, whatever the number of conversations."""
+        if self._node is not None:
+            self._check_owned(list(set(conversation_ids)))
+        unknown = list({c for c in conversation_ids if c not in self._last})
+        if unknown:
+            self._look_up(unknown)
+
+    def _check_owned(self, conversation_ids: list[str]) -> None:
+        assert self._connection is not None
+        rows = self._connection.execute(
+            _OWNED, {"ids": [c.encode() for c in conversation_ids], "me": self._node}
+        ).fetchall()
+        self._owned.update(bytes(row[0]).decode() for row in rows)
 
     def _look_up(self, conversation_ids: list[str]) -> None:
+        assert self._connection is not None
         rows = self._connection.execute(
-            _LAST_SEQS if self._node is None else _LAST_SEQS_OWNED,
-            {"ids": [c.encode() for c in conversation_ids], "me": self._node},
+            _LAST_SEQS, {"ids": [c.encode() for c in conversation_ids]}
         ).fetchall()
-        for conversation, last, owned in rows:
-            conversation_id = bytes(conversation).decode()
-            if owned:
-                self._last[conversation_id] = last or 0
-            else:
-                self._last.pop(conversation_id, None)
+        for conversation, last in rows:
+            self._last[bytes(conversation).decode()] = last or 0
 
     def next_seq(self, conversation_id: str) -> int:
-        last = self._last.get(conversation_id)
-        if last is None:
-            self._look_up([conversation_id])
-            last = self._last.get(conversation_id)
-            if last is None:
+        if self._node is not None and conversation_id not in self._owned:
+            self._check_owned([conversation_id])
+            if conversation_id not in self._owned:
                 raise StoreError(
                     f"conversation {conversation_id!r} is not owned by this node;"
                     " its messages are written by its owner"
                 )
+            self._touched.add(conversation_id)  # its lock goes if the savepoint does
+        last = self._last.get(conversation_id)
+        if last is None:
+            self._look_up([conversation_id])
+            last = self._last[conversation_id]
         self._touched.add(conversation_id)
         self._last[conversation_id] = last + 1
         return last + 1
@@ -112,6 +139,7 @@ class BatchSeqs:
         """The request's savepoint was rolled back."""
         for conversation_id in self._touched:
             self._last.pop(conversation_id, None)
+            self._owned.discard(conversation_id)
         self._touched.clear()
 
 
@@ -120,7 +148,7 @@ class Session:
     """What a write operation runs with."""
 
     connection: psycopg.Connection
-    seqs: BatchSeqs
+    seqs: SeqCache
     now: datetime
     """The batch's timestamp: every write of one batch shares it."""
 

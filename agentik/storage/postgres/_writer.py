@@ -6,9 +6,9 @@ one statement in one SAVEPOINT (replayed one by one, each in its own, if it
 fails); any other request in its own SAVEPOINT; COMMIT. The differences are
 PostgreSQL's: a failed statement leaves the transaction unusable until its
 savepoint is rolled back, so every request's savepoint is rolled back
-explicitly; seqs are read at the start of each batch (``BatchSeqs``), never
-cached across batches, because other nodes write to the same database; and the
-connection can be lost.
+explicitly; the seq cache is valid only while one writer writes each
+conversation (``SeqCache``: with several nodes, while this node owns it, which
+each batch checks); and the connection can be lost.
 
 A lost connection (the server restarted, a network fault, the backend
 terminated) fails the batch as a whole: PostgreSQL rolls back the open
@@ -32,7 +32,7 @@ from agentik._messages import Message
 from agentik.storage._common import Clock
 from agentik.storage._writer import AppendRequest, BatchFailed, Outcome, Work, as_store_error
 from agentik.storage.postgres._leases import NodeLease
-from agentik.storage.postgres._queries import BatchSeqs, Session, insert_messages
+from agentik.storage.postgres._queries import SeqCache, Session, insert_messages
 
 # A request's own failure: a constraint, a value PostgreSQL or the encoder
 # refuses, an ``agentik`` error raised on purpose. (Unless the connection broke
@@ -135,6 +135,7 @@ class PostgresEngine:
         self._connect = connect
         self._clock = clock
         self._lease = lease
+        self._seqs = SeqCache()
 
     def _reconnect(self) -> None:
         self.connection.close()
@@ -161,8 +162,8 @@ class PostgresEngine:
     def run_batch(self, batch: list[Work[Session]]) -> Outcome:
         self._begin()
         connection = self.connection
-        node = None if self._lease is None else self._lease.node_id
-        seqs = BatchSeqs(connection, node)
+        seqs = self._seqs
+        seqs.start(connection, None if self._lease is None else self._lease.node_id)
         session = Session(connection=connection, seqs=seqs, now=self._clock())
         committed = False
         try:
@@ -176,6 +177,8 @@ class PostgresEngine:
                 raise BatchFailed(in_doubt=_lost(connection)) from error
             committed = True
         finally:
+            if not committed:
+                seqs.clear()
             if not committed and not _lost(connection):
                 try:
                     connection.execute("ROLLBACK")
