@@ -116,3 +116,27 @@ async def test_a_node_that_finds_its_lease_expired_drops_everything_and_rejoins(
                     await trio.sleep(0.05)
             with pytest.raises(NotOwnedError):
                 await agent_a.send("x", "three")
+
+
+async def test_a_hanging_renewal_still_gives_everything_up_in_time(postgres_dsn: str) -> None:
+    """A's renewal hangs (another transaction holds A's node row, as a dead
+    network would hold the call): the watchdog gives every claim up when
+    A's lease runs out locally, before the database could let another node
+    take over, and A refuses to claim meanwhile."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a", lease=1) as (a, agent_a):
+        await agent_a.send("x", "one")
+        lost = trio.Event()
+        lease_of(a).on_lost(lost.set)
+        with psycopg.connect(postgres_dsn) as blocker:
+            blocker.execute(
+                f"SELECT 1 FROM {schema}.agentik_node WHERE node_id = %s FOR UPDATE",
+                (lease_of(a).node_id,),
+            )
+            began = trio.current_time()
+            with trio.fail_after(5):
+                await lost.wait()
+            assert trio.current_time() - began < 1.0, "lost after the lease, not before"
+            assert agent_a.live_conversations == 0
+            with pytest.raises(StoreError, match=r"lease has lapsed"):
+                await agent_a.send("x", "two")

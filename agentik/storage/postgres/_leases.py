@@ -223,22 +223,45 @@ class NodeLease:
             callback()
 
     async def run(self) -> None:
-        """Renew every third of the lease until cancelled; rejoin after a loss."""
+        """Renew every third of the lease until cancelled, rejoin after a loss,
+        and (a watchdog beside it) give every claim up the moment the lease
+        runs out locally, even while a renewal hangs on a dead network."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watchdog)
+            await self._renew_loop()
+
+    async def _renew_loop(self) -> None:
         period = self.lease / 3
         while True:
-            await trio.sleep(period if self._valid_until > -math.inf else min(1.0, period))
+            if self._valid_until == -math.inf:
+                await trio.sleep(min(1.0, period))
+                try:
+                    await self.join()
+                except StoreError as error:
+                    log.warning("node could not join: %s", error)
+                continue
+            await trio.sleep(period)
             began = trio.current_time()
             try:
-                if self._valid_until == -math.inf:
-                    await self.join()
-                elif await self._db(_renew, self.node_id, self.lease):
-                    self._valid_until = began + self.lease - self._margin
-                else:  # the row expired: others may own our conversations already
-                    self._lose()
+                renewed = await self._db(_renew, self.node_id, self.lease)
             except StoreError as error:
                 log.warning("node lease renewal failed: %s", error)
-                if trio.current_time() >= self._valid_until:
-                    self._lose()
+                continue  # the watchdog gives the claims up when the lease runs out
+            if self._valid_until == -math.inf:
+                continue  # lost while the renewal was under way: join anew
+            if renewed:
+                self._valid_until = began + self.lease - self._margin
+            else:  # the row expired: others may own our conversations already
+                self._lose()
+
+    async def _watchdog(self) -> None:
+        while True:
+            if self._valid_until == -math.inf:
+                await trio.sleep(min(1.0, self.lease / 3))
+                continue
+            await trio.sleep_until(self._valid_until)
+            if trio.current_time() >= self._valid_until:
+                self._lose()
 
     async def leave(self) -> None:
         """Give every conversation up at once (a clean stop), and close."""
