@@ -3,7 +3,7 @@ writer against raw psycopg ``executemany`` into the same schema, and turns
 per second through HAProxy in front of 1, 2 and 3 ``agentik serve`` nodes.
 
     python -m bench.postgres [--runs 3] [--messages 20000] [--content-chars 500]
-                             [--conversations 100] [--turns 5] [--skip-cluster]
+                             [--conversations 100] [--turns 5] [--skip-appends] [--skip-cluster]
 
 It starts its own throwaway PostgreSQL cluster (tests/pgcluster.py) with
 ``fsync`` on and PostgreSQL's defaults otherwise (``synchronous_commit``
@@ -193,10 +193,13 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--skip-appends", action="store_true")
     args = parser.parse_args()
     load = [os.getloadavg()[0]]
     with pgcluster.cluster(fsync=True) as dsn:
-        lines = appends(dsn, args.runs, args.messages, args.content_chars)
+        lines = (
+            [] if args.skip_appends else appends(dsn, args.runs, args.messages, args.content_chars)
+        )
         if not args.skip_cluster:
             lines += ["", *cluster(dsn, args.conversations, args.turns, args.runs)]
     load.append(os.getloadavg()[0])
