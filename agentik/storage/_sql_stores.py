@@ -22,6 +22,7 @@ from agentik.storage._protocols import (
     DEFAULT_PAGE_SIZE,
     ConversationSnapshot,
     KeyedTurn,
+    Summary,
     TurnRecord,
 )
 from agentik.storage._readers import ReaderPool
@@ -31,6 +32,7 @@ from agentik.storage._writer import MessageSession, Writer, WriterStats
 
 C = TypeVar("C")
 S = TypeVar("S", bound=MessageSession)
+
 
 
 @final
@@ -121,14 +123,36 @@ class SqlMessageStore(Generic[C, S]):
             position = page[-1].seq
 
     async def load_conversation(
-        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE, after_seq: int = 0
     ) -> ConversationSnapshot:
-        """History's first page and the active notes: one read, one thread hop."""
+        """A page of history after ``after_seq``, the active notes and the latest
+        summary: one read, one thread hop."""
         check_at_least("page_size", page_size, 1)
-        messages, memory = await self._readers.read(
-            partial(self._q.conversation_snapshot, conversation_id=conversation_id, limit=page_size)
+        return await self._readers.read(
+            partial(
+                self._q.conversation_snapshot,
+                conversation_id=conversation_id,
+                limit=page_size,
+                after_seq=after_seq,
+            )
         )
-        return ConversationSnapshot(tuple(messages), tuple(memory))
+
+    async def submit_summary(
+        self, conversation_id: str, through_seq: int, text: str
+    ) -> Pending[Summary]:
+        return await self._writer.submit(
+            partial(
+                self._q.insert_summary,
+                conversation_id=conversation_id,
+                through_seq=through_seq,
+                text=text,
+            )
+        )
+
+    async def latest_summary(self, conversation_id: str) -> Summary | None:
+        return await self._readers.read(
+            partial(self._q.latest_summary, conversation_id=conversation_id)
+        )
 
     async def token_stats(self, conversation_id: str) -> TokenStats:
         return await self._readers.read(

@@ -27,7 +27,10 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from agentik import Message, Role, Skill, StoreError, TokenUsage, ToolCall
 from agentik.storage import (
+    ConversationLoader,
+    ConversationSnapshot,
     StorageBundle,
+    SummaryStore,
     in_memory_storage,
     open_postgres_storage,
     open_sqlite_storage,
@@ -183,6 +186,46 @@ class BackendsAgree(RuleBasedStateMachine):
     @rule(after=st.none() | conversations | st.just(""), limit=st.integers(0, 4))
     def list_conversations(self, after: str | None, limit: int) -> None:
         self.agree(lambda b: b.message_store.list_conversations(after=after, limit=limit))
+
+    # --- summaries and snapshots ---
+
+    @rule(conversation=conversations, through=st.integers(-1, 10), text=small_texts)
+    def summary_submit(self, conversation: str, through: int, text: str) -> None:
+        async def submit_and_wait(b: StorageBundle) -> object:
+            store = b.message_store
+            assert isinstance(store, SummaryStore)
+            return await (await store.submit_summary(conversation, through, text)).wait()
+
+        self.agree(submit_and_wait)
+
+    @rule(conversation=conversations)
+    def summary_latest(self, conversation: str) -> None:
+        async def latest(b: StorageBundle) -> object:
+            store = b.message_store
+            assert isinstance(store, SummaryStore)
+            return await store.latest_summary(conversation)
+
+        self.agree(latest)
+
+    @rule(conversation=conversations, after=st.integers(-1, 8), page_size=st.integers(1, 4))
+    def snapshot(self, conversation: str, after: int, page_size: int) -> None:
+        """A SQL backend's one-read snapshot equals its parts as the in-memory
+        store answers them one by one (it has no ``load_conversation``)."""
+
+        async def load(b: StorageBundle) -> ConversationSnapshot:
+            store = b.message_store
+            if isinstance(store, ConversationLoader):
+                return await store.load_conversation(
+                    conversation, page_size=page_size, after_seq=after
+                )
+            assert isinstance(store, SummaryStore)
+            pages = store.get_messages(conversation, after_seq=after, page_size=page_size)
+            messages = [m async for m in pages][:page_size]
+            memory = await b.working_memory_store.list(conversation)
+            summary = await store.latest_summary(conversation)
+            return ConversationSnapshot(tuple(messages), tuple(memory), summary)
+
+        self.agree(load)
 
     # --- working memory ---
 

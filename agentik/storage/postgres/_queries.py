@@ -461,17 +461,6 @@ def list_memory(connection: psycopg.Connection, conversation_id: str) -> list[Me
     return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
 
 
-def conversation_snapshot(
-    connection: psycopg.Connection, conversation_id: str, limit: int
-) -> tuple[list[Message], list[MemoryEntry]]:
-    """The first page of history and the active notes, from one snapshot."""
-    with connection.transaction():
-        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        messages = message_page(connection, conversation_id, 0, limit)
-        memory = list_memory(connection, conversation_id)
-    return messages, memory
-
-
 # --- reflections ----------------------------------------------------------------
 
 _REFLECTION_COLUMNS = "id, conversation_id, text, created_at"

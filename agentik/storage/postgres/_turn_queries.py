@@ -1,4 +1,5 @@
-"""The turn ledger's SQL on PostgreSQL: approvals and failed turns.
+"""The turn ledger's SQL on PostgreSQL: approvals and failed turns; and the
+summaries' (schema version 3).
 
 As SQLite's ``_turn_queries``: a waiting call's row is written in the
 transaction of the message that makes the call, and a denied call's tool
@@ -8,15 +9,16 @@ result in the transaction of its decision, so no crash can separate them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import cast
 
 import psycopg
 
 from agentik._errors import StoreError
 from agentik._messages import Message
-from agentik.storage._protocols import Approval, TurnRecord
+from agentik.storage._protocols import Approval, ConversationSnapshot, Summary, TurnRecord
 from agentik.storage._rows import MessageRow
-from agentik.storage.postgres._queries import Session
+from agentik.storage.postgres._queries import Session, list_memory, message_page
 
 _NO_END = 2**62
 
@@ -117,3 +119,64 @@ def turn_record(connection: psycopg.Connection, conversation_id: str, seq: int) 
                 )
             )
     return TurnRecord(approvals=tuple(approvals), failure=failure)
+
+
+# --- summaries (schema version 3) -------------------------------------------------
+
+
+def insert_summary(session: Session, conversation_id: str, through_seq: int, text: str) -> Summary:
+    """Store a summary past the latest one, covering an existing message.
+
+    Not an ownership-checked write (only messages are): a summary stands for
+    history that never changes once written, so a late one from a node that
+    lost the conversation is as true as the new owner's, and the chain rule
+    (each covers more than the latest) keeps the two from going backwards."""
+    connection = session.connection
+    conversation = conversation_id.encode()
+    row = connection.execute(
+        "SELECT (SELECT max(seq) FROM message WHERE conversation_id = %(c)s),"
+        " (SELECT max(through_seq) FROM summary WHERE conversation_id = %(c)s)",
+        {"c": conversation},
+    ).fetchone()
+    assert row is not None
+    last_seq, covered = cast("tuple[int | None, int | None]", row)
+    if last_seq is None or not 1 <= through_seq <= last_seq:
+        raise StoreError(
+            f"conversation {conversation_id!r} has no message {through_seq} to summarize up to"
+        )
+    if covered is not None and through_seq <= covered:
+        raise StoreError(
+            f"a summary of conversation {conversation_id!r} must cover more than the latest"
+            f" (through seq {covered}), got through seq {through_seq}"
+        )
+    connection.execute(
+        "INSERT INTO summary (conversation_id, through_seq, text, created_at)"
+        " VALUES (%s, %s, %s, %s)",
+        (conversation, through_seq, text.encode(), session.now),
+    )
+    return Summary(through_seq=through_seq, text=text, created_at=session.now)
+
+
+def latest_summary(connection: psycopg.Connection, conversation_id: str) -> Summary | None:
+    row = connection.execute(
+        "SELECT through_seq, text, created_at FROM summary WHERE conversation_id = %s"
+        " ORDER BY through_seq DESC LIMIT 1",
+        (conversation_id.encode(),),
+    ).fetchone()
+    if row is None:
+        return None
+    through_seq, text, created_at = cast("tuple[int, bytes, datetime]", row)
+    return Summary(through_seq=through_seq, text=bytes(text).decode(), created_at=created_at)
+
+
+def conversation_snapshot(
+    connection: psycopg.Connection, conversation_id: str, limit: int, after_seq: int
+) -> ConversationSnapshot:
+    """A page of history after ``after_seq``, the active notes and the latest
+    summary, from one snapshot (a repeatable-read transaction)."""
+    with connection.transaction():
+        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        messages = message_page(connection, conversation_id, after_seq, limit)
+        memory = list_memory(connection, conversation_id)
+        summary = latest_summary(connection, conversation_id)
+    return ConversationSnapshot(tuple(messages), tuple(memory), summary)

@@ -5,7 +5,6 @@ from agentik.storage.sqlite._queries import all_skills as all_skills
 from agentik.storage.sqlite._queries import append_memory as append_memory
 from agentik.storage.sqlite._queries import archive_memory as archive_memory
 from agentik.storage.sqlite._queries import compact_memory as compact_memory
-from agentik.storage.sqlite._queries import conversation_snapshot as conversation_snapshot
 from agentik.storage.sqlite._queries import count_idempotency_keys as count_idempotency_keys
 from agentik.storage.sqlite._queries import count_reflections as count_reflections
 from agentik.storage.sqlite._queries import delete_reflections_before as delete_reflections_before
@@ -24,7 +23,10 @@ from agentik.storage.sqlite._queries import skill_catalog as skill_catalog
 from agentik.storage.sqlite._queries import skill_exists as skill_exists
 from agentik.storage.sqlite._queries import token_stats as token_stats
 from agentik.storage.sqlite._queries import upsert_skill as upsert_skill
+from agentik.storage.sqlite._turn_queries import conversation_snapshot as conversation_snapshot
 from agentik.storage.sqlite._turn_queries import decide as decide
 from agentik.storage.sqlite._turn_queries import insert_awaiting as insert_awaiting
+from agentik.storage.sqlite._turn_queries import insert_summary as insert_summary
 from agentik.storage.sqlite._turn_queries import insert_turn_failure as insert_turn_failure
+from agentik.storage.sqlite._turn_queries import latest_summary as latest_summary
 from agentik.storage.sqlite._turn_queries import turn_record as turn_record
