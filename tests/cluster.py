@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpx
 import trio
 
 from tests.asgi import answer_lifespan, read_body, serve_on_loopback
@@ -157,17 +159,74 @@ async def stop_nodes(nodes: list[Node]) -> None:
             await node.process.wait()
 
 
+@attrs.define
+class Load:
+    """Conversations each sending turn after turn to a random live node,
+    retrying a turn (same idempotency key) on another node when its node
+    does not answer, until ``stop``."""
+
+    nodes: list[Node]
+    client: httpx.AsyncClient
+    acked: dict[str, set[int]] = attrs.Factory(lambda: defaultdict(set))
+    last_ack: dict[str, float] = attrs.Factory(dict)
+    stop: bool = False
+
+    async def run(self, conversation: str) -> None:
+        turn = 0
+        while not self.stop:
+            turn += 1
+            while True:
+                node = random.choice(self.nodes)
+                try:
+                    response = await self.client.post(
+                        f"{node.url}/agentik/conversations/{conversation}/turns",
+                        json={
+                            "text": f"{conversation} {turn}",
+                            "idempotency_key": f"{conversation}-{turn}",
+                        },
+                    )
+                except httpx.TransportError:  # a dead node, or redirected to one
+                    await trio.sleep(0.05)
+                    continue
+                if response.status_code == 200:
+                    break
+                assert response.status_code in (409, 503), response.text
+                await trio.sleep(0.05)
+            assert response.json()["text"] == f"answer to {conversation} {turn}"
+            self.acked[conversation].add(turn)
+            self.last_ack[conversation] = time.monotonic()
+
+
+async def owner_url(database: str, conversation: str) -> str:
+    import psycopg
+
+    def query() -> str:
+        with psycopg.connect(database) as connection:
+            row = connection.execute(
+                "SELECT n.url FROM agentik.conversation_owner o JOIN agentik.agentik_node n"
+                " USING (node_id) WHERE o.conversation_id = %s",
+                (conversation.encode(),),
+            ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    return await trio.to_thread.run_sync(query)
+
+
 CONFIG = ROOT / "deploy" / "haproxy.cfg"
 
 
-def haproxy_config(port: int, node_urls: list[str]) -> str:
+def haproxy_config(port: int, node_urls: list[str], *, balance: str | None = None) -> str:
     """deploy/haproxy.cfg with its ``bind`` on ``port`` and one ``server``
-    line per node, nothing else changed."""
+    line per node, nothing else changed (``balance``: that algorithm instead
+    of the hash, to route requests wrongly on purpose)."""
     lines = []
     for line in CONFIG.read_text().splitlines():
         stripped = line.strip()
         if stripped.startswith("bind "):
             line = f"    bind 127.0.0.1:{port}"
+        elif stripped.startswith("balance ") and balance is not None:
+            line = f"    balance {balance}"
         elif stripped.startswith("server "):
             if stripped.startswith("server node1 "):
                 lines += [
@@ -189,7 +248,7 @@ def free_port() -> int:
 
 
 async def start_haproxy(
-    nursery: trio.Nursery, node_urls: list[str], folder: Path
+    nursery: trio.Nursery, node_urls: list[str], folder: Path, *, balance: str | None = None
 ) -> tuple[trio.Process, str]:
     """HAProxy (Debian's package) in front of ``node_urls``; its URL, once it
     forwards to every node (each /health answered through it)."""
@@ -200,7 +259,7 @@ async def start_haproxy(
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     port = free_port()
     config = folder / "haproxy.cfg"
-    config.write_text(haproxy_config(port, node_urls))
+    config.write_text(haproxy_config(port, node_urls, balance=balance))
     log = (folder / "haproxy.log").open("wb")
     process = await trio.lowlevel.open_process(
         [binary, "-db", "-f", str(config)], stdout=log, stderr=log

@@ -14,19 +14,17 @@ kept short (leases of 2 s) and bounded.
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import attrs
 import httpx
 import pytest
 import trio
 
 from agentik import Role
 from agentik.storage import open_postgres_storage
-from tests.cluster import Node, RecordingModel, start_node, stop_nodes
+from tests.cluster import Load, Node, RecordingModel, owner_url, start_node, stop_nodes
 from tests.postgres import fresh_database
 
 LEASE = 2.0
@@ -89,60 +87,6 @@ async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
     assert redirected > 0, "every turn landed on its owner: the test proved nothing"
     assert model.overlaps() == []
     await check_histories(database, sent)
-
-
-@attrs.define
-class Load:
-    """Conversations each sending turn after turn to a random live node,
-    retrying a turn (same idempotency key) on another node when its node
-    does not answer, until ``stop``."""
-
-    nodes: list[Node]
-    client: httpx.AsyncClient
-    acked: dict[str, set[int]] = attrs.Factory(lambda: defaultdict(set))
-    last_ack: dict[str, float] = attrs.Factory(dict)
-    stop: bool = False
-
-    async def run(self, conversation: str) -> None:
-        turn = 0
-        while not self.stop:
-            turn += 1
-            while True:
-                node = random.choice(self.nodes)
-                try:
-                    response = await self.client.post(
-                        f"{node.url}/agentik/conversations/{conversation}/turns",
-                        json={
-                            "text": f"{conversation} {turn}",
-                            "idempotency_key": f"{conversation}-{turn}",
-                        },
-                    )
-                except httpx.TransportError:  # a dead node, or redirected to one
-                    await trio.sleep(0.05)
-                    continue
-                if response.status_code == 200:
-                    break
-                assert response.status_code in (409, 503), response.text
-                await trio.sleep(0.05)
-            assert response.json()["text"] == f"answer to {conversation} {turn}"
-            self.acked[conversation].add(turn)
-            self.last_ack[conversation] = time.monotonic()
-
-
-async def owner_url(database: str, conversation: str) -> str:
-    import psycopg
-
-    def query() -> str:
-        with psycopg.connect(database) as connection:
-            row = connection.execute(
-                "SELECT n.url FROM agentik.conversation_owner o JOIN agentik.agentik_node n"
-                " USING (node_id) WHERE o.conversation_id = %s",
-                (conversation.encode(),),
-            ).fetchone()
-        assert row is not None
-        return str(row[0])
-
-    return await trio.to_thread.run_sync(query)
 
 
 async def test_a_killed_node_loses_nothing_and_its_conversations_move(

@@ -63,9 +63,31 @@ def test_the_documented_config_is_valid(tmp_path: Path) -> None:
     assert "hash-type consistent" in kept[kept.index("backend nodes") + 2]
 
 
+@pytest.mark.parametrize("count", [2, 3])
 async def test_turns_through_the_balancer_land_on_their_owner(
+    postgres_dsn: str, tmp_path: Path, count: int
+) -> None:
+    """Consistent hashing: no request needs a redirect."""
+    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, count, None)
+    assert redirected == 0, "consistent hashing sent a conversation to a node that did not own it"
+
+
+async def test_a_balancer_that_routes_wrongly_costs_redirects_only(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
+    """Round robin instead of the hash sends most requests to a node that
+    does not own their conversation: they are redirected (307) to the owner
+    and still run once each, gapless, never two turns of one at once."""
+    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, 3, "roundrobin")
+    assert redirected > 0, "round robin over three nodes never needed a redirect"
+
+
+async def _turns_through_the_balancer(
+    postgres_dsn: str, tmp_path: Path, count: int, balance: str | None
+) -> int:
+    """12 conversations, 4 turns each, through HAProxy to ``count`` nodes;
+    checks the histories and the model's calls, returns how many turns were
+    redirected."""
     need_haproxy()
     database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
     model = RecordingModel(delay=0.01)
@@ -75,9 +97,11 @@ async def test_turns_through_the_balancer_land_on_their_owner(
         model_url = await model.start(nursery)
         nodes = [
             await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
-            for _ in range(3)
+            for _ in range(count)
         ]
-        balancer, url = await start_haproxy(nursery, [n.url for n in nodes], tmp_path)
+        balancer, url = await start_haproxy(
+            nursery, [n.url for n in nodes], tmp_path, balance=balance
+        )
         try:
             async with httpx.AsyncClient(base_url=url, follow_redirects=True, timeout=30) as client:
 
@@ -100,6 +124,6 @@ async def test_turns_through_the_balancer_land_on_their_owner(
             await balancer.wait()
             await stop_nodes(nodes)
         nursery.cancel_scope.cancel()
-    assert redirected == 0, "consistent hashing sent a conversation to a node that did not own it"
     assert model.overlaps() == []
     await check_histories(database, sent)
+    return redirected
