@@ -3,7 +3,8 @@ writer against raw psycopg ``executemany`` into the same schema, and turns
 per second through HAProxy in front of 1, 2 and 3 ``agentik serve`` nodes.
 
     python -m bench.postgres [--runs 3] [--messages 20000] [--content-chars 500]
-                             [--conversations 100] [--turns 5] [--skip-appends] [--skip-cluster]
+                             [--conversations 100] [--turns 5] [--lease 20]
+                             [--skip-appends] [--skip-cluster] [--skip-failover]
 
 It starts its own throwaway PostgreSQL cluster (tests/pgcluster.py) with
 ``fsync`` on and PostgreSQL's defaults otherwise (``synchronous_commit``
@@ -20,6 +21,14 @@ Cluster: N nodes (the scripted demo model, so the figure is agentik's own
 cost plus PostgreSQL's), HAProxy from deploy/haproxy.cfg in front, and
 ``agentik bench --url <balancer>`` (``--conversations`` × ``--turns``) run
 against it as a separate process, on the same 2 cores as everything else.
+
+Failover: three nodes with ``--lease`` seconds of lease, 8 conversations each
+sending turn after turn (a model answering after 10 ms) to random nodes,
+retrying with the same idempotency key; the owner of one conversation is
+killed with SIGKILL, and the figure is the time from the kill until every
+conversation has had a turn acknowledged again (the dead node's ones wait for
+its lease to expire). ``--runs`` rounds, each killing one more node (a fresh
+one replaces it).
 """
 
 from __future__ import annotations
@@ -27,19 +36,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import psycopg
 import trio
 
 from agentik.storage import open_postgres_storage
 from bench.storage import _append_all, content, messages
 from tests import pgcluster
-from tests.cluster import start_haproxy, start_node, stop_nodes
+from tests.cluster import (
+    Load,
+    Node,
+    RecordingModel,
+    owner_url,
+    start_haproxy,
+    start_node,
+    stop_nodes,
+)
 
 _INSERT = (
     "INSERT INTO message (conversation_id, seq, role, content, tool_calls, tool_call_id,"
@@ -185,6 +204,54 @@ def cluster(dsn: str, conversations: int, turns: int, runs: int) -> list[str]:
     return lines
 
 
+async def failover_times(dsn: str, lease: float, rounds: int) -> list[float]:
+    """Seconds from each SIGKILL until every conversation is served again."""
+    from tests.postgres import fresh_database
+
+    database = await trio.to_thread.run_sync(fresh_database, dsn)
+    folder = Path(tempfile.mkdtemp(prefix="agentik-bench-failover-"))
+    model = RecordingModel(delay=0.01)
+    conversations = [f"f{i}" for i in range(8)]
+    times: list[float] = []
+    async with trio.open_nursery() as nursery:
+        model_url = await model.start(nursery)
+        nodes = [
+            await start_node(nursery, database, model_url, lease=lease, cwd=folder)
+            for _ in range(3)
+        ]
+        dead: list[Node] = []
+        try:
+            async with httpx.AsyncClient(follow_redirects=True, timeout=60) as client:
+                load = Load(nodes, client)
+                async with trio.open_nursery() as senders:
+                    for conversation in conversations:
+                        senders.start_soon(load.run, conversation)
+                    for _ in range(rounds):
+                        await trio.sleep(1)  # load runs on every node
+                        victim_url = await owner_url(database, random.choice(conversations))
+                        victim = next(n for n in nodes if n.url == victim_url)
+                        victim.kill()
+                        killed_at = time.monotonic()
+                        nodes.remove(victim)
+                        dead.append(victim)
+                        with trio.fail_after(lease + 30):
+                            while not all(  # noqa: ASYNC110 (other processes' progress)
+                                load.last_ack.get(c, 0) > killed_at for c in conversations
+                            ):
+                                await trio.sleep(0.01)
+                        times.append(time.monotonic() - killed_at)  # polled every 10 ms
+                        print(f"failover: {times[-1]:.2f} s", flush=True)
+                        nodes.append(
+                            await start_node(nursery, database, model_url, lease=lease, cwd=folder)
+                        )
+                    load.stop = True
+        finally:
+            await stop_nodes(nodes + dead)
+        nursery.cancel_scope.cancel()
+    assert model.overlaps() == [], "two turns of one conversation overlapped"
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -193,7 +260,9 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--lease", type=float, default=20.0)
     parser.add_argument("--skip-appends", action="store_true")
+    parser.add_argument("--skip-failover", action="store_true")
     args = parser.parse_args()
     load = [os.getloadavg()[0]]
     with pgcluster.cluster(fsync=True) as dsn:
@@ -202,6 +271,15 @@ def main() -> None:
         )
         if not args.skip_cluster:
             lines += ["", *cluster(dsn, args.conversations, args.turns, args.runs)]
+        if not args.skip_failover:
+            times = trio.run(failover_times, dsn, args.lease, args.runs)
+            lines += [
+                "",
+                f"failover (3 nodes, lease {args.lease:g} s, SIGKILL, {len(times)} rounds):"
+                " every conversation served again after "
+                + ", ".join(f"{t:.2f}" for t in times)
+                + " s",
+            ]
     load.append(os.getloadavg()[0])
     print("\n".join(lines))
     print(f"load average {load[0]:.1f} -> {load[1]:.1f}; {os.cpu_count()} cores")
