@@ -153,7 +153,13 @@ async def cluster_rate(dsn: str, nodes: int, conversations: int, turns: int) -> 
     from tests.postgres import fresh_database
 
     database = await trio.to_thread.run_sync(fresh_database, dsn)
-    folder = Path(tempfile.mkdtemp(prefix="agentik-bench-cluster-"))
+    with tempfile.TemporaryDirectory(prefix="agentik-bench-cluster-") as name:
+        return await _cluster_rate_in(Path(name), database, nodes, conversations, turns)
+
+
+async def _cluster_rate_in(
+    folder: Path, database: str, nodes: int, conversations: int, turns: int
+) -> dict[str, float]:
     async with trio.open_nursery() as nursery:
         started = [
             await start_node(nursery, database, "", lease=20, cwd=folder, model=False)
@@ -209,7 +215,11 @@ async def failover_times(dsn: str, lease: float, rounds: int) -> list[float]:
     from tests.postgres import fresh_database
 
     database = await trio.to_thread.run_sync(fresh_database, dsn)
-    folder = Path(tempfile.mkdtemp(prefix="agentik-bench-failover-"))
+    with tempfile.TemporaryDirectory(prefix="agentik-bench-failover-") as name:
+        return await _failover_times_in(Path(name), database, lease, rounds)
+
+
+async def _failover_times_in(folder: Path, database: str, lease: float, rounds: int) -> list[float]:
     model = RecordingModel(delay=0.01)
     conversations = [f"f{i}" for i in range(8)]
     times: list[float] = []
