@@ -101,6 +101,8 @@ class Turn:
     """Decisions submitted and maybe not committed yet."""
     index: ToolsetIndex | None = None
     """The toolsets as of the last model answer: its calls dispatch through it."""
+    cleanup_deadline: float | None = None
+    """When a stopped turn's clean-up gives up (``_cleanup_deadline``)."""
 
     async def run(self, actions: list[TurnAction]) -> TurnResult | None:
         """Perform ``actions`` and all that follows, until the turn finishes
@@ -275,7 +277,7 @@ class Turn:
         # The machine answers the calls it knows open, but an action cut short
         # (a record the store never accepted) is invisible to it: the calls to
         # answer are those the store holds without a result.
-        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+        with trio.move_on_at(self._cleanup_deadline(), shield=True):
             try:
                 for call in open_calls(conv.history[self.start :]):
                     await self.record(Message(Role.TOOL, STOPPED, tool_call_id=call.id))
@@ -288,13 +290,21 @@ class Turn:
                     message_of(exc),
                 )
 
+    def _cleanup_deadline(self) -> float:
+        """One bound for all of a stopped turn's clean-up (answering its open
+        calls, marking it failed, settling its writes): behind a stuck writer
+        a cancel then waits ``_CLEANUP_SECONDS`` in all, not once per step."""
+        if self.cleanup_deadline is None:
+            self.cleanup_deadline = trio.current_time() + _CLEANUP_SECONDS
+        return self.cleanup_deadline
+
     async def _settle(self) -> None:
         """Cut short (cancelled, failed): wait, shielded and bounded, for what
         the turn submitted, so the outcome is reported once it is committed.
         Writes still not committed then will commit later: the next reload
         must wait for them, or it would miss them."""
         conv = self.conversation
-        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+        with trio.move_on_at(self._cleanup_deadline(), shield=True):
             try:
                 await self.commit()
             except AgentikError:
