@@ -73,6 +73,12 @@ async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
                         )
                         assert response.status_code == 200, response.text
                         assert response.json()["text"] == f"answer to {conversation} {turn}"
+                        # a redirect is a 307 to another node, same path
+                        for hop in response.history:
+                            assert hop.status_code == 307, hop
+                            location = hop.headers["location"]
+                            assert location.endswith(hop.url.path), (location, hop.url)
+                            assert not location.startswith(node.url), location
                         redirected += bool(response.history)
                         sent[conversation].add(turn)
 
