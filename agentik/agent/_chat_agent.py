@@ -97,6 +97,12 @@ class ChatAgent:
         self._mailboxes: dict[str, trio.MemorySendChannel[TurnRequest]] = {}
         self._closing = False
         self._reaper_scope = trio.CancelScope()
+        # Several nodes on one database: a conversation's turns run on the node
+        # that owns it (docs/scale-out.md); one that loses its lease drops them all.
+        self._ownership = runtime.storage.ownership
+        self._unsubscribe = (
+            None if self._ownership is None else self._ownership.on_lost(self._drop_all)
+        )
         nursery.start_soon(self._reap)
 
     @property
@@ -256,6 +262,9 @@ class ChatAgent:
     async def _route(self, conversation_id: str, request: TurnRequest) -> None:
         plain = request.is_message
         _check_turn(conversation_id, request.text if plain else None, request.idempotency_key)
+        ownership = self._ownership
+        if ownership is not None and not ownership.owns(conversation_id):
+            await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
         settings = self._runtime.settings
         while True:
             if self._closing:
@@ -325,7 +334,18 @@ class ChatAgent:
                     if conversation.idle_for(now) >= idle_timeout:
                         self._retire(conversation)
 
+    def _drop_all(self) -> None:
+        """This node lost every conversation (its lease lapsed): stop their
+        turns and forget what it cached of them, so nothing stale runs on
+        if it owns them again later."""
+        for conversation in list(self._conversations.values()):
+            if conversation.cancel_scope is not None:
+                conversation.cancel_scope.cancel()
+            self._retire(conversation)
+
     def _close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         self._closing = True
         self._reaper_scope.cancel()
         for conversation in self._conversations.values():

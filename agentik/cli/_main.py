@@ -17,7 +17,9 @@ import agentik
 
 def _add_database(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--database", "-d", help="SQLite database path (default: config, then ./agentik.db)"
+        "--database",
+        "-d",
+        help="SQLite database path or postgresql:// URL (default: config, then ./agentik.db)",
     )
 
 

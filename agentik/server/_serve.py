@@ -29,7 +29,8 @@ from agentik.server._context import ServerContext
 from agentik.server._hypercorn import CachedHeadersConfig
 from agentik.server._hypercorn import serve as hypercorn_serve
 from agentik.server._timer import ConnectionLimits
-from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
+from agentik.storage import StorageBundle, writer_stats
+from agentik.storage._location import describe_location, open_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
 
 if TYPE_CHECKING:
@@ -146,8 +147,10 @@ async def serve_agentik(
             mcp = await stack.enter_async_context(open_mcp_toolsets(config.mcp_servers))
             toolsets.extend(mcp)
         if storage is None:
-            storage = await stack.enter_async_context(open_sqlite_storage(config.database))
-            storage_label = f"sqlite:{config.database}"
+            storage = await stack.enter_async_context(
+                open_storage(config.database, lease_seconds=config.lease_seconds)
+            )
+            storage_label = describe_location(config.database)
         else:
             storage_label = type(storage.message_store).__name__
         chat_model: ChatModel
@@ -214,6 +217,8 @@ async def serve_agentik(
                 )
             )
             ctx.base_url = binds[0]
+            if bundle.ownership is not None:  # other nodes redirect its conversations here
+                await bundle.ownership.advertise(config.advertise_url or binds[0])
             log.info(
                 "serving url=%s storage=%s model=%r auth=%s",
                 binds[0],
