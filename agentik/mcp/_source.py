@@ -37,12 +37,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from agentik import __version__
 from agentik._errors import ToolError
 from agentik._json import JsonObject
 from agentik.mcp._config import HttpServer, McpServerConfig
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
-from agentik.mcp._transport import StderrTail, open_transport
+from agentik.mcp._transport import HttpTrace, StderrTail, open_transport
 from agentik.toolsets import NamedTool, ToolsetContribution
 from agentik.toolsets._arguments import validator_for
 
@@ -82,6 +83,27 @@ class McpHealth:
     reports: tuple[str, ...]
     """Tool renames caused by name collisions in the current listing, and tools that
     cannot be called because their input schema is unusable."""
+
+
+_CLIENT_INFO = mt.Implementation(name="agentik", version=__version__)
+"""What servers see in ``clientInfo``: agentik, not the SDK's default ``mcp``."""
+
+
+@attrs.frozen
+class _Era:
+    """How the last good connection settled the protocol, to reconnect the same way.
+
+    ``auto`` costs a ``server/discover`` probe, a wasted round trip against a
+    server of the current stable version (2025-11-25), which answers it with
+    an error before the ``initialize`` handshake. The SDK has no other way
+    to learn the era, so the first connection probes and later ones reuse
+    the answer: the handshake (``legacy``), or the modern version with its
+    discover result (``prior_discover``). It is forgotten when a connection
+    made with it fails before its tools are listed (the server changed).
+    """
+
+    mode: str
+    discover: mt.DiscoverResult | None
 
 
 class _Fault(Exception):
@@ -130,6 +152,7 @@ class McpToolset:
         self._listing: tuple[tuple[str, str | None, str | None, str], ...] = ()
         self._fallback: ToolsetContribution | None = None
         self._launched = False
+        self._era: _Era | None = None
 
     # -- what the agent and /health read ------------------------------------
 
@@ -219,16 +242,23 @@ class McpToolset:
         (a successful probe returns)."""
         conn = self._conn = _Connection()
         stderr = StderrTail(self.config.name or _config_label(self.config))
+        trace = (
+            HttpTrace(self.config.transport.url)
+            if isinstance(self.config.transport, HttpServer)
+            else None
+        )
         timeout = self.config.connect_timeout
         # The except sits outside the cancel scope: a fault racing the connect
         # deadline arrives grouped with Cancelled, which the scope strips first.
         try:
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                why = await self._connection(conn, stderr, scope, probe=probe)
+                why = await self._connection(conn, stderr, trace, scope, probe=probe)
         # The boundary between a server and the agent: whatever the SDK raises
         # for a broken server (OSError, MCPError, ValidationError, groups of
         # them) ends this connection, never the agent. Cancelled is not caught.
         except Exception as exc:
+            if trace is not None and trace.refusal is not None:
+                raise _Fault(trace.refusal) from exc
             raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
         if scope.cancelled_caught:
             why = f"no answer to initialize and tools/list within {timeout:g}s"
@@ -236,13 +266,22 @@ class McpToolset:
             raise _Fault(_with_stderr(why, stderr))
 
     async def _connection(
-        self, conn: _Connection, stderr: StderrTail, scope: trio.CancelScope, *, probe: bool
+        self,
+        conn: _Connection,
+        stderr: StderrTail,
+        trace: HttpTrace | None,
+        scope: trio.CancelScope,
+        *,
+        probe: bool,
     ) -> str | None:
         """Connect, list, and (unless probing) serve; return why the connection ended."""
+        era, self._era = self._era, None  # kept only if this connection gets as far again
         async with Client(
-            open_transport(self.config.transport, lambda: _close(conn), stderr),
-            mode=self.config.protocol,
+            open_transport(self.config.transport, lambda: _close(conn), stderr, trace),
+            mode=era.mode if era is not None else self.config.protocol,
+            prior_discover=era.discover if era is not None else None,
             message_handler=lambda message: self._on_message(conn, message),
+            client_info=_CLIENT_INFO,
             cache=None,
         ) as client:
             self._protocol_version = client.protocol_version
@@ -251,6 +290,8 @@ class McpToolset:
                     # Subscribe before listing, so no change can fall in between.
                     await nursery.start(self._listen, client, conn)
                 await self._list(client)
+                if self.config.protocol == "auto":
+                    self._era = _era_of(client)
                 if probe:
                     nursery.cancel_scope.cancel()
                     return None
@@ -478,6 +519,13 @@ class McpToolset:
 
     def _catalog_description(self) -> str:
         return self._description or f"Tools of the MCP server {self.name!r}."
+
+
+def _era_of(client: Client) -> _Era:
+    version = client.protocol_version
+    if version in MODERN_PROTOCOL_VERSIONS:
+        return _Era(version, client.session.discover_result)
+    return _Era("legacy", None)
 
 
 def _close(conn: _Connection) -> None:
