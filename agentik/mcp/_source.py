@@ -28,6 +28,7 @@ import math
 from typing import final
 
 import attrs
+import httpx2
 import mcp.types as mt
 import trio
 from mcp import Client
@@ -37,13 +38,15 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from agentik import __version__
 from agentik._errors import ToolError
 from agentik._json import JsonObject
+from agentik.mcp._auth import LoginRequired, oauth_provider
 from agentik.mcp._config import HttpServer, McpServerConfig
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
-from agentik.mcp._transport import HttpTrace, StderrTail, open_transport
+from agentik.mcp._tokens import McpTokenVault, token_key
+from agentik.mcp._transport import CLIENT_INFO, HttpTrace, StderrTail, open_transport
+from agentik.storage import in_memory_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
 from agentik.toolsets._arguments import validator_for
 
@@ -83,10 +86,6 @@ class McpHealth:
     reports: tuple[str, ...]
     """Tool renames caused by name collisions in the current listing, and tools that
     cannot be called because their input schema is unusable."""
-
-
-_CLIENT_INFO = mt.Implementation(name="agentik", version=__version__)
-"""What servers see in ``clientInfo``: agentik, not the SDK's default ``mcp``."""
 
 
 @attrs.frozen
@@ -131,8 +130,15 @@ class McpToolset:
     ``open_mcp_toolsets``, which also waits for the first listing.
     """
 
-    def __init__(self, config: McpServerConfig, *, taken: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        taken: set[str] | None = None,
+        tokens: McpTokenVault | None = None,
+    ) -> None:
         self.config = config
+        self._tokens = tokens
         self._taken = set() if taken is None else taken
         """Toolset names already used by sibling servers; a derived name avoids them."""
         self._name: str | None = config.name
@@ -257,6 +263,8 @@ class McpToolset:
         # for a broken server (OSError, MCPError, ValidationError, groups of
         # them) ends this connection, never the agent. Cancelled is not caught.
         except Exception as exc:
+            if (login := _find_login_required(exc)) is not None:
+                raise _Fault(str(login)) from exc
             if trace is not None and trace.refusal is not None:
                 raise _Fault(trace.refusal) from exc
             raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
@@ -277,11 +285,13 @@ class McpToolset:
         """Connect, list, and (unless probing) serve; return why the connection ended."""
         era, self._era = self._era, None  # kept only if this connection gets as far again
         async with Client(
-            open_transport(self.config.transport, lambda: _close(conn), stderr, trace),
+            open_transport(
+                self.config.transport, lambda: _close(conn), stderr, trace, self._auth()
+            ),
             mode=era.mode if era is not None else self.config.protocol,
             prior_discover=era.discover if era is not None else None,
             message_handler=lambda message: self._on_message(conn, message),
-            client_info=_CLIENT_INFO,
+            client_info=CLIENT_INFO,
             cache=None,
         ) as client:
             self._protocol_version = client.protocol_version
@@ -304,6 +314,14 @@ class McpToolset:
                     self._client = None
                 nursery.cancel_scope.cancel()
         return why
+
+    def _auth(self) -> httpx2.Auth | None:
+        """A fresh OAuth provider per connection, so tokens a login stored since are read."""
+        if self._tokens is None:
+            # No bundle given: tokens last as long as the process (client credentials
+            # need nothing more; an authorization-code server then needs a login each run).
+            self._tokens = McpTokenVault(in_memory_storage().working_memory_store, token_key(None))
+        return oauth_provider(self.config, self._tokens)
 
     async def _watch(self, client: Client, conn: _Connection) -> str:
         """Serve change events and hang suspicions until the connection ends; say why it did."""
@@ -519,6 +537,21 @@ class McpToolset:
 
     def _catalog_description(self) -> str:
         return self._description or f"Tools of the MCP server {self.name!r}."
+
+
+def _find_login_required(exc: BaseException | None) -> LoginRequired | None:
+    """The ``LoginRequired`` behind ``exc``: the SDK wraps it in groups and its own errors."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, LoginRequired):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                if (found := _find_login_required(inner)) is not None:
+                    return found
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _era_of(client: Client) -> _Era:

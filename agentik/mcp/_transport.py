@@ -34,6 +34,7 @@ from typing import Self
 
 import anyio
 import httpx2
+import mcp.types as mt
 import trio
 from mcp import StdioServerParameters
 from mcp.client._transport import ReadStream, TransportStreams
@@ -42,7 +43,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
+from agentik import __version__
 from agentik.mcp._config import HttpServer, StdioServer
+
+CLIENT_INFO = mt.Implementation(name="agentik", version=__version__)
+"""What servers see in ``clientInfo``: agentik, not the SDK's default ``mcp``."""
 
 _Item = SessionMessage | Exception
 _DRAIN_GRACE = 0.5

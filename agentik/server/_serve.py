@@ -139,17 +139,23 @@ async def serve_agentik(
     toolsets: list[ToolsetContribution | ToolsetSource] = list(load_toolsets(config.toolsets))
     tools = load_tools(config.tools)
     async with AsyncExitStack() as stack:
-        mcp: tuple[McpToolset, ...] = ()
-        if config.mcp_servers:
-            from agentik.mcp import open_mcp_toolsets
-
-            mcp = await stack.enter_async_context(open_mcp_toolsets(config.mcp_servers))
-            toolsets.extend(mcp)
+        database: str | None = None
         if storage is None:
             storage = await stack.enter_async_context(open_sqlite_storage(config.database))
             storage_label = f"sqlite:{config.database}"
+            database = config.database
         else:
             storage_label = type(storage.message_store).__name__
+        mcp: tuple[McpToolset, ...] = ()
+        if config.mcp_servers:
+            from agentik.mcp import McpTokenVault, open_mcp_toolsets, token_key
+
+            # OAuth tokens (from `agentik mcp login`, or refreshed) live in the bundle.
+            tokens = McpTokenVault(storage.working_memory_store, token_key(database))
+            mcp = await stack.enter_async_context(
+                open_mcp_toolsets(config.mcp_servers, tokens=tokens)
+            )
+            toolsets.extend(mcp)
         chat_model: ChatModel
         if model is None:
             chat_model, model_label = await stack.enter_async_context(_model(config))

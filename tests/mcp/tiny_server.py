@@ -18,6 +18,7 @@ import contextlib
 import os
 import pathlib
 import signal
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -28,8 +29,11 @@ _PROTOCOL_OUT = -1
 (and fd 1) to stderr while serving."""
 
 
-def build() -> MCPServer:
-    server = MCPServer("tiny test server", instructions="A tiny MCP server\nfor the tests.")
+def build(**options: Any) -> MCPServer:
+    """The server; ``options`` go to ``MCPServer`` (``auth=`` for the OAuth tests)."""
+    server = MCPServer(
+        "tiny test server", instructions="A tiny MCP server\nfor the tests.", **options
+    )
 
     @server.tool()
     def add(a: int, b: int) -> int:
