@@ -473,6 +473,8 @@ class McpToolset:
                 raise ToolError(f"mcp server {self.name!r} refused {mcp_name!r}: {exc}") from exc
             # A tool's failure becomes an error result here, whatever the SDK raised.
             except Exception as exc:
+                if (login := _find_login_required(exc)) is not None:
+                    raise ToolError(f"{login} (calling {mcp_name!r})") from exc
                 raise ToolError(
                     f"mcp server {self.name!r} failed calling {mcp_name!r}: {_describe(exc)}"
                 ) from exc
