@@ -141,6 +141,9 @@ class McpServerConfig:
     backoff: float = attrs.field(default=0.5, validator=_check_positive)
     """The first restart delay; it doubles per failed attempt up to ``backoff_max``."""
     backoff_max: float = attrs.field(default=30.0, validator=_check_positive)
+    elicitation_timeout: float = attrs.field(default=120.0, validator=_check_positive)
+    """How long a question the server asks mid-call waits for a person; then it is
+    declined. The call's timeouts stand still meanwhile."""
 
 
 _COMMON_KEYS = frozenset(
@@ -153,6 +156,7 @@ _COMMON_KEYS = frozenset(
         "connect_timeout",
         "backoff",
         "backoff_max",
+        "elicitation_timeout",
     }
 )
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "env", "cwd"}
@@ -251,7 +255,7 @@ def parse_mcp_server(
     )
 
 
-_TIMES = ("call_timeout", "connect_timeout", "backoff", "backoff_max")
+_TIMES = ("call_timeout", "connect_timeout", "backoff", "backoff_max", "elicitation_timeout")
 _AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 
 

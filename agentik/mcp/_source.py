@@ -25,6 +25,7 @@ import enum
 import json
 import logging
 import math
+import uuid
 from typing import final
 
 import attrs
@@ -40,8 +41,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentik._errors import ToolError
 from agentik._json import JsonObject
+from agentik.agent._elicitation import (
+    ElicitationAction,
+    ElicitationError,
+    ElicitationRequest,
+    current_tool_call,
+)
 from agentik.mcp._auth import LoginRequired, oauth_provider
 from agentik.mcp._config import HttpServer, McpServerConfig
+from agentik.mcp._elicit import form_answer
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
 from agentik.mcp._tokens import McpTokenVault, token_key
@@ -105,6 +113,22 @@ class _Era:
     discover: mt.DiscoverResult | None
 
 
+@attrs.define(eq=False)
+class _InFlight:
+    """A tool call waiting on the server: whose it is and the timeouts to stop while a
+    person is asked."""
+
+    conversation_id: str | None
+    scopes: list[trio.CancelScope]
+
+
+@attrs.define(eq=False)
+class _Question:
+    request: ElicitationRequest
+    answered: trio.Event = attrs.field(factory=trio.Event)
+    result: mt.ElicitResult | None = None
+
+
 class _Fault(Exception):
     """A connection fault described in words for the log and ``/health``."""
 
@@ -159,6 +183,8 @@ class McpToolset:
         self._fallback: ToolsetContribution | None = None
         self._launched = False
         self._era: _Era | None = None
+        self._in_flight: list[_InFlight] = []
+        self._questions: dict[str, _Question] = {}
 
     # -- what the agent and /health read ------------------------------------
 
@@ -291,6 +317,7 @@ class McpToolset:
             mode=era.mode if era is not None else self.config.protocol,
             prior_discover=era.discover if era is not None else None,
             message_handler=lambda message: self._on_message(conn, message),
+            elicitation_callback=self._elicit,
             client_info=CLIENT_INFO,
             cache=None,
         ) as client:
@@ -460,7 +487,13 @@ class McpToolset:
         if client is None or self._state is not McpState.READY:
             raise ToolError(self._unavailable())
         timeout = self.config.call_timeout
-        with trio.move_on_after(timeout):
+        running = current_tool_call.get()
+        with trio.move_on_after(timeout) as scope:
+            call = _InFlight(
+                running.conversation_id if running else None,
+                [scope, running.scope] if running else [scope],
+            )
+            self._in_flight.append(call)
             try:
                 result = await client.call_tool(mcp_name, dict(arguments))
             except MCPError as exc:
@@ -478,12 +511,102 @@ class McpToolset:
                 raise ToolError(
                     f"mcp server {self.name!r} failed calling {mcp_name!r}: {_describe(exc)}"
                 ) from exc
+            finally:
+                self._in_flight.remove(call)
             if result.is_error:
                 raise ToolError(render_result(result))
             return render_result(result)
         self._conn.suspect = True
         self._conn.poke()
         raise ToolError(f"mcp tool {mcp_name!r} of {self.name!r} timed out after {timeout:g}s")
+
+    # -- elicitation ---------------------------------------------------------------
+
+    def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
+        """The questions this server's running calls ask in the conversation."""
+        return tuple(
+            q.request
+            for q in self._questions.values()
+            if q.request.conversation_id == conversation_id
+        )
+
+    def answer_elicitation(
+        self,
+        conversation_id: str,
+        elicitation_id: str,
+        *,
+        action: ElicitationAction,
+        content: JsonObject | None,
+    ) -> bool:
+        """Answer one of this server's questions (True), or False if it is not one of them."""
+        question = self._questions.get(elicitation_id)
+        if question is None or question.request.conversation_id != conversation_id:
+            return False
+        if question.answered.is_set():
+            return True  # answered twice: the first answer stands
+        if action == "accept":
+            answer = form_answer(question.request.schema, content)
+            question.result = mt.ElicitResult(action="accept", content=answer)  # type: ignore[arg-type]
+        elif action in ("decline", "cancel"):
+            question.result = mt.ElicitResult(action=action)
+        else:
+            raise ElicitationError(
+                f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
+            )
+        question.answered.set()
+        return True
+
+    async def _elicit(
+        self, context: object, params: mt.ElicitRequestParams
+    ) -> mt.ElicitResult | mt.ErrorData:
+        """The SDK's elicitation callback: ask the person of the conversation whose call
+        this is, and wait (bounded) for the answer; the call's timeouts stand still."""
+        running = current_tool_call.get()  # set when the SDK asks in the call's own task
+        if running is not None:
+            conversation: str | None = running.conversation_id
+            mine = [c for c in self._in_flight if running.scope in c.scopes]
+            scopes = mine[0].scopes if mine else [running.scope]
+        else:
+            # Asked from the session's reader task: only an unambiguous caller will do.
+            owners = {c.conversation_id for c in self._in_flight}
+            conversation = owners.pop() if len(owners) == 1 else None
+            scopes = [s for c in self._in_flight for s in c.scopes]
+        if conversation is None or not isinstance(params, mt.ElicitRequestFormParams):
+            why = "url mode" if conversation else "no single conversation's call is running"
+            logger.info("mcp server %r: an elicitation was declined (%s)", self.name, why)
+            return mt.ElicitResult(action="decline")
+        request = ElicitationRequest(
+            conversation_id=conversation,
+            id=uuid.uuid4().hex,
+            source=self.name,
+            message=params.message,
+            schema=dict(params.requested_schema),
+        )
+        question = self._questions[request.id] = _Question(request)
+        logger.info(
+            "mcp server %r asks conversation %r: %s",
+            self.name,
+            conversation,
+            one_line(request.message),
+        )
+        # The call's timeouts stand still while a person thinks: a person's pause is
+        # not the tool's slowness. (The question's own timeout bounds the pause.)
+        now = trio.current_time()
+        paused = [(scope, scope.deadline - now) for scope in scopes]
+        for scope, _ in paused:
+            scope.deadline = math.inf
+        try:
+            with trio.move_on_after(self.config.elicitation_timeout):
+                await question.answered.wait()
+        finally:
+            del self._questions[request.id]
+            now = trio.current_time()
+            for scope, left in paused:
+                scope.deadline = now + left
+        if question.result is None:
+            logger.info("mcp server %r: no answer in time, declined", self.name)
+            return mt.ElicitResult(action="decline")
+        return question.result
 
     async def _launch_on_demand(self) -> None:
         """Start a lazy server and wait (bounded) for its first real attempt to end."""

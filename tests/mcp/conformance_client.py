@@ -8,7 +8,9 @@ scenarios it is configured with ``OAuthSettings`` and an operator's
 ``login`` comes first (this script plays the browser: it opens the
 authorization URL and follows its redirect to the 127.0.0.1 callback);
 then a real agent turn runs (``open_chat_agent`` with a scripted model that
-calls every tool of the toolset once, with arguments made from its schema).
+calls every tool of the toolset once, with arguments made from its schema),
+while this script, as the person, accepts every question a tool asks
+(elicitation) with no content of its own, so the schema's defaults apply.
 
 Exit code 0 when the turn finished, 1 (with the reason on stderr) when the
 server could not be used.
@@ -28,6 +30,7 @@ from agentik import (
     ModelResponse,
     ScriptedModel,
     ToolCall,
+    TurnResult,
     in_memory_storage,
     open_chat_agent,
 )
@@ -126,7 +129,21 @@ async def main(url: str) -> int:
         async with open_chat_agent(
             model=ScriptedModel(respond), storage=storage, toolsets=[source]
         ) as agent:
-            result = await agent.send("conformance", f"scenario {scenario}: use the tools")
+            results: list[TurnResult] = []
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    text = f"scenario {scenario}: use the tools"
+                    results.append(await agent.send("conformance", text))
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(turn)
+                while True:  # the person: accept every question with its defaults
+                    for question in await agent.pending_elicitations("conformance"):
+                        print(f"asked: {question.message}")
+                        await agent.answer_elicitation("conformance", question.id, content={})
+                    await trio.sleep(0.05)
+            (result,) = results
         for message in result.messages:
             if message.role.value == "tool":
                 print(f"tool result: {message.content}")

@@ -59,7 +59,7 @@ async def test_login_prints_the_url_and_stores_the_tokens(
             await _browse(found.group(1))
         printed += capsys.readouterr().out
         assert done == [0]
-        assert "Logged in to mcp server 'web' (9 tools)" in printed
+        assert "Logged in to mcp server 'web' (10 tools)" in printed
         (config,) = parse_mcp_servers([{"name": "web", "url": f"{base}/mcp", "oauth": {}}])
         async with open_sqlite_storage(database) as storage:
             vault = McpTokenVault(storage.working_memory_store, token_key(database))

@@ -98,7 +98,7 @@ class TestAuthorizationCode:
         with trio.fail_after(LIMIT):
             async with open_sqlite_storage(database) as storage:
                 vault = McpTokenVault(storage.working_memory_store, token_key(database))
-                assert await _login(config, vault) == 9
+                assert await _login(config, vault) == 10
             assert auth.authorizations == 1
             async with open_sqlite_storage(database) as storage:
                 vault = McpTokenVault(storage.working_memory_store, token_key(database))
