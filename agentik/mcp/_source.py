@@ -292,7 +292,9 @@ class McpToolset:
             if (login := _find_login_required(exc)) is not None:
                 raise _Fault(str(login)) from exc
             if trace is not None and trace.refusal is not None:
-                raise _Fault(trace.refusal) from exc
+                # The status says more than the SDK's generic error; keep both, since
+                # an OAuth flow that started on a 401 can fail for its own reason.
+                raise _Fault(f"{trace.refusal} ({_describe(exc)})") from exc
             raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
         if scope.cancelled_caught:
             why = f"no answer to initialize and tools/list within {timeout:g}s"
