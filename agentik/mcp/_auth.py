@@ -122,7 +122,12 @@ def oauth_provider(
     return OAuthClientProvider(
         server_url=transport.url,
         client_metadata=metadata,
-        storage=vault.storage(name, client=_client(settings, uri)),
+        storage=vault.storage(
+            name,
+            client=_client(settings, uri),
+            redirect_uri=redirect_uri,
+            keep_client=show_url is not None,
+        ),
         redirect_handler=show_url or needs_login,
         callback_handler=receive_code or no_code,
         client_metadata_url=settings.client_metadata_url,

@@ -74,11 +74,21 @@ class McpTokenVault:
             ) from error
 
     def storage(
-        self, server: str, *, client: OAuthClientInformationFull | None = None
+        self,
+        server: str,
+        *,
+        client: OAuthClientInformationFull | None = None,
+        redirect_uri: str | None = None,
+        keep_client: bool = True,
     ) -> ServerTokens:
-        """The SDK's ``TokenStorage`` for ``server``; ``client`` is a pre-registered client,
-        used until the server's own registration is stored."""
-        return ServerTokens(self, server, client)
+        """The SDK's ``TokenStorage`` for ``server``.
+
+        ``client`` is a pre-registered client, used until a registration is
+        stored. With ``redirect_uri``, a stored registration made for another
+        redirect URI is ignored (the flow registers again). ``keep_client=False``
+        drops new registrations: a daemon that cannot finish an authorization
+        must not leave one behind for ``login`` to trip over."""
+        return ServerTokens(self, server, client, redirect_uri, keep_client)
 
     async def read(self, server: str) -> JsonObject:
         entries = await self._memory.list(_PREFIX + server)
@@ -112,11 +122,18 @@ class ServerTokens:
     """One server's tokens and client registration, as the SDK's OAuth provider asks for them."""
 
     def __init__(
-        self, vault: McpTokenVault, server: str, client: OAuthClientInformationFull | None
+        self,
+        vault: McpTokenVault,
+        server: str,
+        client: OAuthClientInformationFull | None,
+        redirect_uri: str | None,
+        keep_client: bool,
     ) -> None:
         self._vault = vault
         self._server = server
         self._client = client
+        self._redirect_uri = redirect_uri
+        self._keep_client = keep_client
 
     async def get_tokens(self) -> OAuthToken | None:
         """The stored tokens; an expired access token is left out (refresh token kept).
@@ -145,11 +162,18 @@ class ServerTokens:
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         record = await self._vault.read(self._server)
-        client = record.get("client")
-        return OAuthClientInformationFull.model_validate(client) if client else self._client
+        stored = record.get("client")
+        if not stored:
+            return self._client
+        client = OAuthClientInformationFull.model_validate(stored)
+        registered = {str(uri) for uri in client.redirect_uris or ()}
+        if self._redirect_uri is not None and registered and self._redirect_uri not in registered:
+            return self._client  # registered for another port: register again
+        return client
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        await self._vault.write(self._server, "client", client_info.model_dump(mode="json"))
+        if self._keep_client:
+            await self._vault.write(self._server, "client", client_info.model_dump(mode="json"))
 
     def __repr__(self) -> str:
         return f"ServerTokens({self._server!r})"
