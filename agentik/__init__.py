@@ -39,6 +39,8 @@ from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import ContextPolicy as ContextPolicy
+from agentik.agent import ElicitationError as ElicitationError
+from agentik.agent import ElicitationRequest as ElicitationRequest
 from agentik.agent import SystemPromptContributor as SystemPromptContributor
 from agentik.agent import ToolCallFinished as ToolCallFinished
 from agentik.agent import ToolCallStarted as ToolCallStarted
@@ -148,6 +150,8 @@ __all__ = [
     "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",
+    "ElicitationError",
+    "ElicitationRequest",
     "Error",
     "HttpServer",
     "IdempotencyKeyIndex",

@@ -7,6 +7,8 @@ from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
 from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
 from agentik.agent._context import ContextPolicy as ContextPolicy
+from agentik.agent._elicitation import ElicitationError as ElicitationError
+from agentik.agent._elicitation import ElicitationRequest as ElicitationRequest
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
 from agentik.agent._events import ToolCallStarted as ToolCallStarted
@@ -36,6 +38,8 @@ __all__ = [
     "ChatAgent",
     "ContextPolicy",
     "ConversationTool",
+    "ElicitationError",
+    "ElicitationRequest",
     "Histogram",
     "PromptContext",
     "ReflectionsSection",

@@ -25,6 +25,12 @@ from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._context import ContextPolicy
 from agentik.agent._conversation import OPTIONAL_WORK_GRACE, Conversation, TurnRequest
+from agentik.agent._elicitation import (
+    ElicitationAction,
+    ElicitationError,
+    ElicitationRequest,
+    ElicitationSource,
+)
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
@@ -103,6 +109,8 @@ class ChatAgent:
         self._unsubscribe = (
             None if self._ownership is None else self._ownership.on_lost(self._drop_all)
         )
+        self._elicitors: tuple[ElicitationSource, ...] = ()
+        """Toolset sources whose tools may ask a person mid-call (MCP servers)."""
         nursery.start_soon(self._reap)
 
     @property
@@ -222,6 +230,37 @@ class ChatAgent:
         request = TurnRequest("", None, Pending(), status_only=True)
         await self._route(conversation_id, request)
         return (await request.reply.wait()).approvals
+
+    async def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
+        """Questions running tools of the conversation ask a person (MCP elicitation)."""
+        return tuple(
+            request
+            for source in self._elicitors
+            for request in source.pending_elicitations(conversation_id)
+        )
+
+    async def answer_elicitation(
+        self,
+        conversation_id: str,
+        elicitation_id: str,
+        *,
+        action: ElicitationAction = "accept",
+        content: JsonObject | None = None,
+    ) -> None:
+        """Answer a question a running tool asks; the tool call (and the turn) goes on.
+
+        Raises ``ElicitationError``: ``not_waiting`` (no such question waits in
+        the conversation), ``invalid`` (content that does not match its schema);
+        nothing changes then."""
+        for source in self._elicitors:
+            if source.answer_elicitation(
+                conversation_id, elicitation_id, action=action, content=content
+            ):
+                return
+        raise ElicitationError(
+            f"no question {elicitation_id!r} waits in conversation {conversation_id!r}",
+            code="not_waiting",
+        )
 
     def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
         """Cancel the conversation's running turn; True if there was one.
@@ -562,6 +601,7 @@ async def open_chat_agent(
     try:
         async with trio.open_nursery() as nursery:
             agent = ChatAgent(runtime, nursery)
+            agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
             try:
                 yield agent
             finally:

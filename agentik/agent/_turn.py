@@ -34,6 +34,7 @@ from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolErr
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
 from agentik.agent._context import ContextExhausted, ContextPolicy, select_window
+from agentik.agent._elicitation import ToolCallContext, current_tool_call
 from agentik.agent._events import (
     ApprovalRequest,
     ToolCallFinished,
@@ -151,7 +152,9 @@ class Turn:
                     return await self._result("", action.calls)
                 else:
                     conv = self.conversation
-                    conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, action.code)
+                    conv.runtime.remember_failure(
+                        conv.conversation_id, conv.first_seq + self.start, action.code
+                    )
                     await self._commit_failure(action.code)
                     raise TurnError(action.message, code=action.code)
             if follow is None:
@@ -500,6 +503,10 @@ class Turn:
         timeout = runtime.settings.tool_timeout
         result: object = None
         with trio.move_on_after(timeout) as scope:
+            # Which conversation runs the tool, for a tool that asks a person mid-call.
+            running = current_tool_call.set(
+                ToolCallContext(conversation_id=conv.conversation_id, scope=scope)
+            )
             try:
                 if isinstance(tool, ConversationTool):
                     result = await tool.run(conv, arguments)
@@ -510,6 +517,8 @@ class Turn:
             except Exception as exc:  # a tool's failure is a result, not a crash
                 log.warning("tool %r raised %s", call.name, type(exc).__name__, exc_info=True)
                 return self._error(f"tool '{call.name}' failed: {describe(exc)}")
+            finally:
+                current_tool_call.reset(running)
         if scope.cancelled_caught:
             return self._error(f"tool '{call.name}' timed out after {timeout:g} s")
         if not isinstance(result, str):
