@@ -125,6 +125,9 @@ class Conversation:
     summary_message: Message | None = None
     """The message that carries ``summary`` in a request."""
     loaded: bool = False
+    memory_stale: bool = False
+    """Notes were changed from outside this task (``ChatAgent.archive_memory``):
+    read them again before the next turn."""
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
@@ -366,7 +369,7 @@ class Conversation:
         events.close()
 
     async def _turn(self, request: TurnRequest) -> TurnResult:
-        if self.inflight or self.stale or not self.loaded:
+        if self.inflight or self.stale or not self.loaded or self.memory_stale:
             await self._ready()
         if request.decision is not None:
             return await self._decide(request.decision, self._emitter(request))
@@ -574,8 +577,14 @@ class Conversation:
             # A failed write left the cache unsure: start again from the store.
             self._forget()
         if not self.loaded:
+            # Cleared before the read, so a change while it runs is read next time.
+            self.memory_stale = False
             await self._load()
             await self._recover()
+        elif self.memory_stale:
+            self.memory_stale = False
+            notes = await self.storage.working_memory_store.list(self.conversation_id)
+            self.memory[:] = notes
 
     async def _find_key(self, key: str) -> int | None:
         """The seq of the user message stored with ``key``."""
