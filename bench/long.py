@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import trio
@@ -51,7 +52,8 @@ from agentik.storage import Pending, StorageBundle, open_sqlite_storage
 from bench.turns import CLOCK, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-SKETCH = ROOT.parent / "shared" / "bench" / "sketch_trio.py"
+SKETCH_PLACES = [up / "shared" / "bench" / "sketch_trio.py" for up in ROOT.parents[:2]]
+"""Where ``../shared/bench/sketch_trio.py`` is, from a checkout or a worktree."""
 SUMMARY_TEXT = ("the user asked for the time and got it; " * 10)[:400]
 FILL_TEXT = "a question about something the user cares about, in a sentence or two. " * 2
 
@@ -62,14 +64,18 @@ def responder() -> Callable[[ModelRequest], ModelResponse]:
     def respond(request: ModelRequest) -> ModelResponse:
         if request.purpose == "summary":
             return ModelResponse(text=SUMMARY_TEXT)
-        return turn(request)
+        response = turn(request)
+        assert isinstance(response, ModelResponse)  # bench_responder is synchronous
+        return response
 
     return respond
 
 
-def open_agent(storage: StorageBundle, budget: int | None, **options: object) -> ChatAgent:
+def open_agent(
+    storage: StorageBundle, budget: int | None, **options: object
+) -> AbstractAsyncContextManager[ChatAgent]:
     policy = None if budget is None else ContextPolicy(max_tokens=budget)
-    return open_chat_agent(  # type: ignore[return-value]
+    return open_chat_agent(
         model=ScriptedModel(responder()),
         storage=storage,
         tools=[CLOCK],
@@ -237,9 +243,9 @@ async def agentik_many(path: str, n: int, turns: int, budget: int | None) -> dic
     }
 
 
-def sketch_many(tmp: str, n: int, turns: int) -> dict[str, object]:
+def sketch_many(sketch: Path, tmp: str, n: int, turns: int) -> dict[str, object]:
     found = subprocess.run(
-        [sys.executable, str(SKETCH), str(n), "--turns", str(turns), "--sync", "FULL"],
+        [sys.executable, str(sketch), str(n), "--turns", str(turns), "--sync", "FULL"],
         check=True,
         capture_output=True,
         text=True,
@@ -254,10 +260,15 @@ def many_section(args: argparse.Namespace) -> dict[str, object]:
     """Each agentik run in its own subprocess (a fresh heap, as a server has),
     interleaved with the sketch's."""
     runs: dict[str, list[float]] = {"sketch": [], f"budget={args.budget}": [], "no policy": []}
+    sketch_path = args.sketch or next((p for p in SKETCH_PLACES if p.exists()), None)
+    if sketch_path is None:
+        print("  no sketch_trio.py found (--sketch PATH); agentik only", file=sys.stderr)
+        del runs["sketch"]
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeat):
-            sketch = sketch_many(tmp, args.n, 5)
-            runs["sketch"].append(float(sketch["turns_per_s"]))  # type: ignore[arg-type]
+            if sketch_path is not None:
+                sketch = sketch_many(sketch_path, tmp, args.n, 5)
+                runs["sketch"].append(float(sketch["turns_per_s"]))  # type: ignore[arg-type]
             for budget in (args.budget, None):
                 policy = ["--budget", str(budget)] if budget else ["--no-policy"]
                 result = in_subprocess("--many-child", str(args.n), *policy)
@@ -269,7 +280,11 @@ def many_section(args: argparse.Namespace) -> dict[str, object]:
         "conversations": args.n,
         "turns_per_s": medians,
         "spread": runs,
-        "agentik_over_sketch": medians[f"budget={args.budget}"] / medians["sketch"],
+        "agentik_over_sketch": {
+            label: medians[label] / medians["sketch"] for label in medians if label != "sketch"
+        }
+        if "sketch" in medians
+        else None,
     }
 
 
@@ -334,6 +349,7 @@ def main() -> None:
     parser.add_argument("--rss-turns", type=int, default=1000)
     parser.add_argument("-n", type=int, default=10_000, help="many: conversations")
     parser.add_argument("--flat-turns", type=int, default=5000)
+    parser.add_argument("--sketch", type=Path, help="many: the bare trio+apsw sketch to run beside")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--many-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
