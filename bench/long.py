@@ -280,10 +280,12 @@ def many_section(args: argparse.Namespace) -> dict[str, object]:
         "conversations": args.n,
         "turns_per_s": medians,
         "spread": runs,
-        "agentik_over_sketch": {
-            label: medians[label] / medians["sketch"] for label in medians if label != "sketch"
+        "agentik_over_sketch_paired": {
+            label: [a / b for a, b in zip(runs[label], runs["sketch"], strict=True)]
+            for label in runs
+            if label != "sketch"
         }
-        if "sketch" in medians
+        if "sketch" in runs
         else None,
     }
 
