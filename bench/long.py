@@ -14,8 +14,10 @@ Four figures, each a section (``--only`` runs one):
   **without** gc.freeze, next to the bare trio+apsw sketch
   (``../shared/bench/sketch_trio.py``, PERFORMANCE.md) run in the same
   invocation, interleaved, so the ratio is what to read on a loaded machine.
-- ``flat``: one conversation, 5,000 turns: RSS (after a collection) and the
-  largest request every 500 turns; it must not grow with turns.
+- ``flat``: one conversation, 5,000 turns: RSS (after a collection), what
+  SQLite holds (``apsw.memory_used``: its page caches), the blocks Python
+  has allocated, and the largest request, every 500 turns; none may grow
+  with turns beyond SQLite's page caches.
 
 Every turn makes one tool call (four stored messages), as bench/turns.py; the
 model is ``bench_responder`` (instant, constant cost) answering summary
@@ -43,6 +45,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+import apsw
 import trio
 
 from agentik import ContextPolicy, Message, ModelRequest, ModelResponse, Role
@@ -322,6 +325,8 @@ async def flat(turns: int, budget: int, every: int) -> dict[str, object]:
                         {
                             "turn": t,
                             "rss_mib": round(rss_bytes() / 2**20, 2),
+                            "sqlite_mib": round(apsw.memory_used() / 2**20, 2),
+                            "python_blocks": sys.getallocatedblocks(),
                             "largest_request_tokens": largest,
                             "cached_messages": len(agent._conversations["long"].history),
                             "seconds": round(time.perf_counter() - began, 1),
@@ -330,9 +335,14 @@ async def flat(turns: int, budget: int, every: int) -> dict[str, object]:
                     largest = 0
                     print(f"  flat: {samples[-1]}", file=sys.stderr)
     later = samples[1:]
+    rss = later[-1]["rss_mib"] - later[0]["rss_mib"]
+    sqlite = later[-1]["sqlite_mib"] - later[0]["sqlite_mib"]
     return {
         "samples": samples,
-        "rss_growth_mib_after_first_sample": later[-1]["rss_mib"] - later[0]["rss_mib"],
+        "rss_growth_mib_after_first_sample": rss,
+        "sqlite_growth_mib_after_first_sample": sqlite,
+        "python_blocks_growth_after_first_sample": later[-1]["python_blocks"]
+        - later[0]["python_blocks"],
     }
 
 
