@@ -262,6 +262,18 @@ class ChatAgent:
             code="not_waiting",
         )
 
+    async def archive_memory(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
+        """Archive working-memory notes of the conversation, as the model's
+        ``memory_archive`` tool does: they stay stored, archived, and leave its
+        prompt from its next turn on (a live conversation reads its notes
+        again). Returns how many were archived; ids that are not active notes
+        of this conversation are left alone."""
+        count = await self.storage.working_memory_store.archive(conversation_id, entry_ids)
+        conversation = self._conversations.get(conversation_id)
+        if conversation is not None:
+            conversation.memory_stale = True
+        return count
+
     def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
         """Cancel the conversation's running turn; True if there was one.
 

@@ -133,7 +133,15 @@ class Conversation:
     """The latest summary (with a context policy); ``history`` starts after it."""
     summary_message: Message | None = None
     """The message that carries ``summary`` in a request."""
+    costs: dict[int, int] = attrs.Factory(dict)
+    """Token costs of cached messages, by seq (with a context policy). Every
+    request's window and the check for a summary read the costs of the whole
+    tail: counted once per message, not once per request (they were most of a
+    turn's CPU with a tail of a few hundred messages). Trimmed with the tail."""
     loaded: bool = False
+    memory_stale: bool = False
+    """Notes were changed from outside this task (``ChatAgent.archive_memory``):
+    read them again before the next turn."""
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
@@ -388,7 +396,7 @@ class Conversation:
         events.close()
 
     async def _turn(self, request: TurnRequest) -> TurnResult:
-        if self.inflight or self.stale or not self.loaded:
+        if self.inflight or self.stale or not self.loaded or self.memory_stale:
             await self._ready()
         if request.decision is not None:
             key = request.idempotency_key
@@ -642,8 +650,14 @@ class Conversation:
             # A failed write left the cache unsure: start again from the store.
             self._forget()
         if not self.loaded:
+            # Cleared before the read, so a change while it runs is read next time.
+            self.memory_stale = False
             await self._load()
             await self._recover()
+        elif self.memory_stale:
+            self.memory_stale = False
+            notes = await self.storage.working_memory_store.list(self.conversation_id)
+            self.memory[:] = notes
 
     async def _find_key(self, key: str) -> int | None:
         """The seq of the user message stored with ``key``."""
@@ -684,6 +698,7 @@ class Conversation:
         """Drop the cache; the next turn loads the conversation again."""
         self.history.clear()
         self.keys.clear()
+        self.costs.clear()
         self.first_seq = 1
         self.summary = self.summary_message = None
         self.paused = None
@@ -747,15 +762,25 @@ class Conversation:
         self.summary = summary
         self.summary_message = None if summary is None else summary_message(summary)
         self.keys.clear()  # seqs of an earlier cache may be gone from this one
+        self.costs.clear()
         self.memory[:] = memory
         self.had_history = bool(history) or summary is not None
         self.loaded = True
 
     def cost(self, message: Message) -> int:
-        """Tokens ``message`` takes in a request, under the context policy."""
+        """Tokens ``message`` takes in a request, under the context policy;
+        a stored message's is counted once (its seq names its content)."""
+        seq = message.seq
+        if seq is not None:
+            known = self.costs.get(seq)
+            if known is not None:
+                return known
         policy = self.runtime.settings.context
         assert policy is not None
-        return self.runtime.token_cost(message, policy)
+        tokens = self.runtime.token_cost(message, policy)
+        if seq is not None:
+            self.costs[seq] = tokens
+        return tokens
 
     async def _compact(self) -> None:
         """Fold the oldest turns into the summary once what it does not cover
@@ -805,6 +830,7 @@ class Conversation:
         del history[:fold]
         self.first_seq = through + 1
         self.keys = {k: seq for k, seq in self.keys.items() if seq > through}
+        self.costs = {seq: c for seq, c in self.costs.items() if seq > through}
         self.had_history = True  # older keys are now looked up in the store
 
     async def _settle_inflight(self) -> None:
