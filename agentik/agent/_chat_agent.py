@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -26,6 +26,7 @@ from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
+from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
 from agentik.models import ChatModel
 from agentik.storage import Pending, StorageBundle, TurnLedger
@@ -41,6 +42,9 @@ from agentik.toolsets import (
     disable_answer,
     enable_answer,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the tools you are given when they help."
 
@@ -112,6 +116,11 @@ class ChatAgent:
     @property
     def live_conversations(self) -> int:
         return len(self._conversations)
+
+    @property
+    def tracing(self) -> bool:
+        """Whether the agent emits OpenTelemetry spans (``tracer_provider``)."""
+        return self._runtime.tracing is not None
 
     async def send(
         self, conversation_id: str, text: str, *, idempotency_key: str | None = None
@@ -212,7 +221,10 @@ class ChatAgent:
     async def _route(self, conversation_id: str, request: TurnRequest) -> None:
         plain = request.decision is None and not request.status_only
         _check_turn(conversation_id, request.text if plain else None, request.idempotency_key)
-        settings = self._runtime.settings
+        runtime = self._runtime
+        if runtime.tracing is not None:
+            request.trace_context = runtime.tracing.current()
+        settings = runtime.settings
         while True:
             if self._closing:
                 raise AgentikError("the agent is closed")
@@ -376,6 +388,9 @@ async def open_chat_agent(
     approval_policy: ApprovalPolicy | None = None,
     approval_timeout: float | None = None,
     resume_interrupted: bool = True,
+    tracer_provider: TracerProvider | None = None,
+    capture_content: bool = False,
+    agent_name: str = "agentik",
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -414,6 +429,14 @@ async def open_chat_agent(
             conversation is next used (idempotent calls run again, the others
             are answered ``interrupted: …``, then the model goes on); False only
             answers its open calls.
+        tracer_provider: where OpenTelemetry spans go (GenAI conventions:
+            ``invoke_agent``, ``chat``, ``execute_tool``; docs/observability.md).
+            None: the global provider, if the application uses OpenTelemetry
+            (its API is imported when the agent opens), else no tracing and
+            nothing imported. A ``NoOpTracerProvider`` turns tracing off.
+        capture_content: put message content on spans (prompts, answers,
+            tool arguments and results); off by default.
+        agent_name: ``gen_ai.agent.name`` on spans, and their name.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     _positive("tool_timeout", tool_timeout)
@@ -431,6 +454,9 @@ async def open_chat_agent(
     sources = tuple(toolsets)
     current = tuple(s if isinstance(s, ToolsetContribution) else s.contribution for s in sources)
     core, offered = _core_tools(tools, current, builtin_tools)
+    tracing = tracing_for(
+        tracer_provider, model=model, agent_name=agent_name, capture_content=capture_content
+    )
     runtime = AgentRuntime.build(
         model=model,
         storage=storage,
@@ -455,6 +481,7 @@ async def open_chat_agent(
             resume_interrupted=resume_interrupted,
         ),
         approval_policy=approval_policy,
+        tracing=tracing,
     )
     _check_approvals_supported(runtime)
     try:

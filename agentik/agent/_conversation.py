@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,8 @@ from agentik.storage import ConversationLoader, Pending, StorageBundle, TurnLedg
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from agentik.agent._runtime import AgentRuntime
 
 log = logging.getLogger("agentik.conversation")
@@ -84,6 +87,9 @@ class TurnRequest:
     """For ``ChatAgent.decide``: the decision to take, instead of a new message."""
     status_only: bool = False
     """For ``ChatAgent.pending_approvals``: report, run nothing."""
+    trace_context: Context | None = None
+    """The caller's OpenTelemetry context, when the agent traces: the parent of
+    the turn's span, carried over the hop into the conversation's task."""
 
 
 @attrs.define(eq=False)
@@ -124,6 +130,9 @@ class Conversation:
     """The last system message and what it was built from (``Turn._call_model``)."""
     approval_deadline: float = math.inf
     """When the paused turn's waiting calls are denied (``approval_timeout``)."""
+    toolsets_seen: frozenset[str] = frozenset()
+    """The active toolsets when the agent last looked, when it traces: the
+    next look tells which expired (span events, ``_spans``)."""
 
     @property
     def storage(self) -> StorageBundle:
@@ -265,7 +274,7 @@ class Conversation:
                 self._log_failure(result.error)
         await self._deliver(request, result)
         if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
-            await self._reflect()
+            await self._reflect(request)
 
     def _log_failure(self, error: TurnError) -> None:
         """Log a failed turn or step once: with the traceback of what caused it
@@ -280,7 +289,7 @@ class Conversation:
         else:
             log.warning("conversation %r: %s [%s]", self.conversation_id, error, error.code)
 
-    async def _reflect(self) -> None:
+    async def _reflect(self, turn: TurnRequest) -> None:
         """Ask the model for one short lesson from the history and store it.
 
         The turn has finished and its caller has its answer, so whatever fails
@@ -291,11 +300,15 @@ class Conversation:
             purpose="reflection",
         )
         try:
-            response = await self.runtime.model.complete(request)
+            response = await self._ask(request, turn.trace_context)
             if not isinstance(response, ModelResponse):
                 raise ModelBackendError(
                     f"the model returned {type(response).__name__}, expected ModelResponse"
                 )
+            usage = response.usage
+            if usage is not None:
+                self.runtime.stats.input_tokens += usage.prompt_tokens
+                self.runtime.stats.output_tokens += usage.completion_tokens
             text = (response.text or "").strip()
             if text:
                 await self.storage.reflection_store.insert(self.conversation_id, text)
@@ -306,6 +319,22 @@ class Conversation:
             )
             error.__cause__ = exc
             self._log_failure(error)
+
+    async def _ask(self, request: ModelRequest, parent: Context | None) -> ModelResponse:
+        """A model request outside a turn (a reflection; summaries later), in a
+        ``chat`` span of its purpose when the agent traces."""
+        model = self.runtime.model
+        tracing = self.runtime.tracing
+        if tracing is None:
+            return await model.complete(request)
+        chat = tracing.start_chat(parent, self.conversation_id, request)
+        response = None
+        try:
+            response = await model.complete(request)
+            return response
+        finally:
+            answer = response if isinstance(response, ModelResponse) else None
+            tracing.end_chat(*chat, answer, sys.exc_info()[1])
 
     async def _deliver(self, request: TurnRequest, result: outcome.Outcome[TurnResult]) -> None:
         request.reply.set(result)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import attrs
 import trio
@@ -33,6 +33,9 @@ from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import ReflectionStore, SkillStore, StorageBundle
 from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
+
+if TYPE_CHECKING:
+    from agentik.agent._spans import Tracing
 
 T = TypeVar("T")
 
@@ -223,6 +226,8 @@ class AgentRuntime:
         factory=collections.OrderedDict
     )
     """(conversation id, user message seq) -> code of recent failed turns."""
+    tracing: Tracing | None = None
+    """The agent's spans; None when it does not trace (``_tracing``)."""
 
     @classmethod
     def build(
@@ -236,6 +241,7 @@ class AgentRuntime:
         contributors: Sequence[SystemPromptContributor],
         settings: AgentSettings,
         approval_policy: ApprovalPolicy | None = None,
+        tracing: Tracing | None = None,
     ) -> AgentRuntime:
         cache = _CatalogCache()
         wrapped = StorageBundle(
@@ -256,6 +262,7 @@ class AgentRuntime:
             cache=cache,
             dynamic=any(not isinstance(s, ToolsetContribution) for s in sources),
             approval_policy=approval_policy,
+            tracing=tracing,
         )
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
         runtime._refresh(force=True)

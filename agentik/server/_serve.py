@@ -33,6 +33,8 @@ from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from agentik.toolsets import ToolsetContribution
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from agentik.mcp import McpToolset
 
 log = logging.getLogger("agentik.server")
@@ -104,11 +106,13 @@ async def serve_agentik(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     storage: StorageBundle | None = None,
     model: ChatModel | None = None,
+    tracer_provider: TracerProvider | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until ``shutdown_trigger`` returns (or the caller cancels), then drain.
 
-    ``storage`` and ``model`` override the configured ones (embedding, tests)."""
+    ``storage`` and ``model`` override the configured ones (embedding, tests);
+    ``tracer_provider`` is the agent's (``open_chat_agent``)."""
     toolsets: list[ToolsetContribution | ToolsetSource] = list(load_toolsets(config.toolsets))
     async with AsyncExitStack() as stack:
         mcp: tuple[McpToolset, ...] = ()
@@ -139,6 +143,7 @@ async def serve_agentik(
                 max_queued_turns=limits.max_queued_turns,
                 max_conversations=limits.max_conversations,
                 system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+                tracer_provider=tracer_provider,
             )
         )
         bundle = storage

@@ -52,6 +52,7 @@ ROUTES = [
     ("GET", "/agentik/conversations/{conversation_id}/messages"),
     ("GET", "/agentik/conversations/{conversation_id}/memory"),
     ("GET", "/agentik/conversations/{conversation_id}/toolsets"),
+    ("GET", "/agentik/conversations/{conversation_id}/usage"),
     ("GET", "/agentik/reflections"),
     ("GET", "/agentik/skills"),
     ("GET", "/agentik/skills/{name}"),
@@ -120,7 +121,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def test_the_route_table_is_complete() -> None:
     """ROUTES is every (method, path) the app routes: a new route is fuzzed or fails here."""
-    agent = SimpleNamespace(storage=SimpleNamespace(message_store=None))
+    agent = SimpleNamespace(storage=SimpleNamespace(message_store=None), tracing=False)
     ctx = ServerContext(
         agent=cast(ChatAgent, agent),
         config=ServerConfig(),
