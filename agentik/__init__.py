@@ -58,6 +58,14 @@ from agentik.models import StreamingChatModel as StreamingChatModel
 from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
 from agentik.storage import Approval as Approval
+from agentik.storage import ArchivedApproval as ArchivedApproval
+from agentik.storage import ArchivedFailure as ArchivedFailure
+from agentik.storage import ArchivedMessage as ArchivedMessage
+from agentik.storage import ArchivedNote as ArchivedNote
+from agentik.storage import ArchivedReflection as ArchivedReflection
+from agentik.storage import ArchiveRecord as ArchiveRecord
+from agentik.storage import ConversationArchiver as ConversationArchiver
+from agentik.storage import ConversationDeleter as ConversationDeleter
 from agentik.storage import ConversationLoader as ConversationLoader
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
 from agentik.storage import IdempotencyKeyIndex as IdempotencyKeyIndex
@@ -137,10 +145,18 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalRequest",
+    "ArchiveRecord",
+    "ArchivedApproval",
+    "ArchivedFailure",
+    "ArchivedMessage",
+    "ArchivedNote",
+    "ArchivedReflection",
     "ChatAgent",
     "ChatModel",
     "Client",
     "ConfigError",
+    "ConversationArchiver",
+    "ConversationDeleter",
     "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",

@@ -1,9 +1,21 @@
 """Storage: the four store protocols, the bundle, and the backends."""
 
+from agentik.storage._archive import ArchivedApproval as ArchivedApproval
+from agentik.storage._archive import ArchivedFailure as ArchivedFailure
+from agentik.storage._archive import ArchivedMessage as ArchivedMessage
+from agentik.storage._archive import ArchivedNote as ArchivedNote
+from agentik.storage._archive import ArchivedReflection as ArchivedReflection
+from agentik.storage._archive import ArchiveRecord as ArchiveRecord
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
 from agentik.storage._protocols import (
     Approval as Approval,
+)
+from agentik.storage._protocols import (
+    ConversationArchiver as ConversationArchiver,
+)
+from agentik.storage._protocols import (
+    ConversationDeleter as ConversationDeleter,
 )
 from agentik.storage._protocols import (
     ConversationLoader as ConversationLoader,
@@ -45,6 +57,14 @@ from agentik.storage.sqlite._writer import WriterStats as WriterStats
 
 __all__ = [
     "Approval",
+    "ArchiveRecord",
+    "ArchivedApproval",
+    "ArchivedFailure",
+    "ArchivedMessage",
+    "ArchivedNote",
+    "ArchivedReflection",
+    "ConversationArchiver",
+    "ConversationDeleter",
     "ConversationLoader",
     "ConversationSnapshot",
     "IdempotencyKeyIndex",

@@ -15,6 +15,7 @@ from typing import final
 
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
+from agentik.storage._archive import ArchiveRecord
 from agentik.storage._common import check_at_least, to_micros
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
@@ -23,6 +24,7 @@ from agentik.storage._protocols import (
     KeyedTurn,
     TurnRecord,
 )
+from agentik.storage.sqlite import _lifecycle_queries as lq
 from agentik.storage.sqlite import _queries as q
 from agentik.storage.sqlite import _turn_queries as tq
 from agentik.storage.sqlite._queries import InsertMessage
@@ -178,6 +180,52 @@ class SqliteMessageStore:
             partial(
                 q.count_idempotency_keys, conversation_id=conversation_id, key_suffix=key_suffix
             )
+        )
+
+    # --- ConversationDeleter, ConversationArchiver --------------------------------
+
+    async def delete_conversation(
+        self, conversation_id: str, *, idle_before: datetime | None = None
+    ) -> bool:
+        cutoff = None if idle_before is None else to_micros(idle_before)
+        return await self._writer.write(
+            partial(lq.delete_conversation, conversation_id=conversation_id, idle_before_us=cutoff)
+        )
+
+    async def idle_conversations(
+        self, before: datetime, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        return await self._readers.read(
+            partial(lq.idle_conversations, before_us=to_micros(before), after=after, limit=limit)
+        )
+
+    async def export_conversation(self, conversation_id: str) -> AsyncIterator[ArchiveRecord]:
+        after = 0
+        while True:
+            page = await self._readers.read(
+                partial(
+                    lq.archived_messages,
+                    conversation_id=conversation_id,
+                    after_seq=after,
+                    limit=DEFAULT_PAGE_SIZE,
+                )
+            )
+            for record in page:
+                yield record
+            if len(page) < DEFAULT_PAGE_SIZE:
+                break
+            after = page[-1].message.seq or after
+        for rest in await self._readers.read(
+            partial(lq.archived_rest, conversation_id=conversation_id)
+        ):
+            yield rest
+
+    async def import_conversation(
+        self, conversation_id: str, records: Sequence[ArchiveRecord]
+    ) -> int:
+        return await self._writer.write(
+            partial(lq.import_conversation, conversation_id=conversation_id, records=tuple(records))
         )
 
 
