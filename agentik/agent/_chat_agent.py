@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -29,7 +30,7 @@ from agentik.agent._stats import AgentStats
 from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
 from agentik.models import ChatModel
-from agentik.storage import Pending, StorageBundle, TurnLedger
+from agentik.storage import ConversationDeleter, Pending, StorageBundle, TurnLedger
 from agentik.toolsets import (
     DISABLE_TOOLSET,
     DISABLE_TOOLSET_DESCRIPTION,
@@ -175,6 +176,58 @@ class ChatAgent:
         )
         await self._route(conversation_id, request)
         return await request.reply.wait()
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        """Delete the conversation whole: its messages, idempotency keys, notes,
+        reflections, pending approvals and failed-turn records (and summaries,
+        once they exist), in one transaction of the store. True if it held
+        anything.
+
+        It takes its place in the conversation's queue: turns sent before it
+        run first (and are deleted with the rest), turns sent after it start a
+        new conversation at seq 1. Its live task keeps nothing of it (history,
+        notes, keys, a turn waiting for approval, active toolsets). Needs a
+        message store that is a ``ConversationDeleter`` (agentik's are)."""
+        return await self._delete(conversation_id, None)
+
+    async def delete_idle_conversations(
+        self, idle_before: datetime, *, limit: int = 100
+    ) -> list[str]:
+        """Delete up to ``limit`` conversations whose newest message is older
+        than ``idle_before`` (retention), each through its queue like
+        ``delete_conversation`` and all at once (the store commits them
+        together, each still its own all-or-nothing request); return the ids
+        deleted, sorted. A conversation that a turn used meanwhile is left
+        alone: the store checks its age again in the delete's own transaction."""
+        store = self._runtime.storage.message_store
+        if not isinstance(store, ConversationDeleter):
+            raise TypeError(
+                f"{type(store).__name__} cannot delete conversations (it is no"
+                " ConversationDeleter)"
+            )
+        deleted: list[str] = []
+
+        async def delete(conversation_id: str) -> None:
+            if await self._delete(conversation_id, idle_before):
+                deleted.append(conversation_id)
+
+        async with trio.open_nursery() as nursery:
+            for conversation_id in await store.idle_conversations(idle_before, limit=limit):
+                nursery.start_soon(delete, conversation_id)
+        return sorted(deleted)
+
+    async def _delete(self, conversation_id: str, idle_before: datetime | None) -> bool:
+        store = self._runtime.storage.message_store
+        if not isinstance(store, ConversationDeleter):
+            raise TypeError(
+                f"{type(store).__name__} cannot delete conversations (it is no"
+                " ConversationDeleter)"
+            )
+        request = TurnRequest("", None, Pending(), status_only=True)
+        request.deletion = deletion = Pending[bool]()
+        request.idle_before = idle_before
+        await self._route(conversation_id, request)
+        return await deletion.wait()
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
         """The tool calls of the conversation that wait for a decision, oldest first."""

@@ -15,6 +15,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import attrs
@@ -49,7 +50,14 @@ from agentik.agent._turn_machine import (
     TurnStateError,
 )
 from agentik.models import ModelRequest, ModelResponse
-from agentik.storage import ConversationLoader, Pending, StorageBundle, TurnLedger, TurnRecord
+from agentik.storage import (
+    ConversationDeleter,
+    ConversationLoader,
+    Pending,
+    StorageBundle,
+    TurnLedger,
+    TurnRecord,
+)
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -90,6 +98,10 @@ class TurnRequest:
     trace_context: Context | None = None
     """The caller's OpenTelemetry context, when the agent traces: the parent of
     the turn's span, carried over the hop into the conversation's task."""
+    deletion: Pending[bool] | None = None
+    """For ``ChatAgent.delete_conversation``: delete the conversation, run nothing."""
+    idle_before: datetime | None = None
+    """With ``deletion``: only if its newest message is older (retention)."""
 
 
 @attrs.define(eq=False)
@@ -228,10 +240,36 @@ class Conversation:
         """Run one turn and deliver its outcome; the caller always hears back."""
         self.taken(request)
         try:
-            if not request.cancelled:
+            if request.deletion is not None:
+                await self._delete(request.deletion, request.idle_before)
+            elif not request.cancelled:
                 await self._serve_inner(request)
         finally:
             _fail_now(request)
+
+    async def _delete(self, reply: Pending[bool], idle_before: datetime | None) -> None:
+        """Delete the conversation in the store, then forget it here: whatever
+        comes next in the inbox starts from nothing, as in a new task. Writes a
+        cut-short turn left are settled first, so none lands after the delete."""
+        store = self.storage.message_store
+        assert isinstance(store, ConversationDeleter)  # ChatAgent checked
+        try:
+            if self.inflight:
+                await self._settle_inflight()
+            deleted = await store.delete_conversation(self.conversation_id, idle_before=idle_before)
+        except AgentikError as exc:
+            self.stale = True  # the store may or may not have done it
+            reply.set(outcome.Error(exc))
+            return
+        if deleted or idle_before is None:
+            self._forget()
+            self.memory.clear()
+            self.had_history = False
+            self.system_prompt = None
+            self.toolsets_seen = frozenset()
+            self.activation = ToolsetActivation(self.activation.timeout)
+            self.runtime.forget_conversation(self.conversation_id)
+        reply.set(outcome.Value(deleted))
 
     async def _serve_inner(self, request: TurnRequest) -> None:
         stats = self.runtime.stats
@@ -718,6 +756,10 @@ class Conversation:
 def _fail_now(request: TurnRequest) -> None:
     """Tell a caller whose turn will not run (or was cut short) that it did not
     happen; no-op if it already heard back."""
+    if request.deletion is not None and not request.deletion.done:
+        request.deletion.set(
+            outcome.Error(TurnError("the delete was cancelled before it ran", code="cancelled"))
+        )
     if request.reply.done:
         return
     error = TurnError("the turn was cancelled before it finished", code="cancelled")

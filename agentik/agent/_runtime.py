@@ -278,6 +278,15 @@ class AgentRuntime:
         while len(failures) > _FAILURES_KEPT:
             failures.popitem(last=False)
 
+    def forget_conversation(self, conversation_id: str) -> None:
+        """The conversation was deleted: its failed turns are no longer
+        remembered (a new turn at the same seq is another turn), and the cached
+        recent reflections, which may hold its own, are read again."""
+        stale = [key for key in self.failures if key[0] == conversation_id]
+        for key in stale:
+            del self.failures[key]
+        self._cache.reflections.invalidate()
+
     def toolsets(self) -> tuple[tuple[ToolsetContribution, ...], ToolsetIndex]:
         """The current contributions and their index (rebuilt only on change)."""
         if self._dynamic:
