@@ -72,6 +72,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
+    Setting("storage", "retention_days", "float", "AGENTIK_RETENTION_DAYS"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -148,6 +149,9 @@ class ServerConfig:
     gc_freeze: bool = False
     """Freeze the objects alive at start-up out of the garbage collector and raise
     its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
+    retention_days: float | None = None
+    """Delete conversations idle (no new message) for longer than this many
+    days, checked hourly, in small batches; None keeps them for ever."""
 
     @property
     def is_loopback(self) -> bool:
@@ -384,6 +388,7 @@ def _build(
         max_connections=int(number("max_connections", base.max_connections)),
     )
     database = get("storage", "database")
+    retention = get("storage", "retention_days")
     prompt = get("agent", "system_prompt")
     toolsets = get("agent", "toolsets")
     return ServerConfig(
@@ -400,6 +405,7 @@ def _build(
         limits=limits,
         mcp_servers=mcp_servers,
         gc_freeze=get("server", "gc_freeze") is True,
+        retention_days=retention if isinstance(retention, float) else None,
     )
 
 

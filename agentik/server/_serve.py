@@ -15,7 +15,6 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING
 
 import httpx
@@ -28,6 +27,7 @@ from agentik.server._app import build_app
 from agentik.server._context import ServerContext
 from agentik.server._hypercorn import CachedHeadersConfig
 from agentik.server._hypercorn import serve as hypercorn_serve
+from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from agentik.toolsets import ToolsetContribution
@@ -165,20 +165,34 @@ async def serve_agentik(
         hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
         async with trio.open_nursery() as nursery:
             ctx.background = nursery
-            binds: list[str] = await nursery.start(
-                partial(
-                    hypercorn_serve,
-                    build_app(ctx),
-                    hyper,
-                    limits=ConnectionLimits(
-                        header_timeout=limits.header_timeout,
-                        body_timeout=limits.body_timeout,
-                        body_min_rate=limits.body_min_rate,
-                        max_connections=limits.max_connections,
-                    ),
-                    shutdown_trigger=shutdown_trigger,
-                )
-            )
+            retention = trio.CancelScope()
+
+            async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+                try:
+                    await hypercorn_serve(
+                        build_app(ctx),
+                        hyper,
+                        limits=ConnectionLimits(
+                            header_timeout=limits.header_timeout,
+                            body_timeout=limits.body_timeout,
+                            body_min_rate=limits.body_min_rate,
+                            max_connections=limits.max_connections,
+                        ),
+                        shutdown_trigger=shutdown_trigger,
+                        task_status=task_status,
+                    )
+                finally:
+                    retention.cancel()  # no deletes once the server stops serving
+
+            binds: list[str] = await nursery.start(serving)
+            if config.retention_days is not None:
+                days = config.retention_days
+
+                async def retain() -> None:
+                    with retention:
+                        await run_retention(agent, days)
+
+                nursery.start_soon(retain)
             ctx.base_url = binds[0]
             log.info(
                 "serving url=%s storage=%s model=%r auth=%s",

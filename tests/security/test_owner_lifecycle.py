@@ -37,3 +37,43 @@ async def test_usage_is_the_owners_token_totals(owners: Server) -> None:
     }
     assert theirs.status_code == nobody.status_code == 404
     assert theirs.text.replace("'u'", "'never'") == nobody.text
+
+
+async def test_delete_is_the_owners_alone(owners: Server) -> None:
+    """DELETE …/{id}: another owner gets 404 (as for a never-used id) and the
+    conversation stays; the owner gets 204, then 404 for it and its messages."""
+    async with owners.client(ALICE) as alice, owners.client(BOB) as bob:
+        await _turn(alice, "d", "keep this")
+        await _turn(bob, "d", "bob's own")
+        theirs = await bob.delete("/agentik/conversations/never")
+        assert theirs.status_code == 404
+        # bob deleting "d" deletes his own "d", never alice's
+        assert (await bob.delete("/agentik/conversations/d")).status_code == 204
+        assert (await bob.delete("/agentik/conversations/d")).status_code == 404
+        assert (await alice.get("/agentik/conversations/d/messages")).status_code == 200
+        mine = await alice.delete("/agentik/conversations/d")
+        assert mine.status_code == 204 and mine.content == b""
+        assert (await alice.get("/agentik/conversations/d/messages")).status_code == 404
+        assert (await alice.delete("/agentik/conversations/d")).status_code == 404
+    assert await owners.storage.message_store.list_conversations() == []
+
+
+async def test_export_is_the_owners_and_names_the_clients_id(owners: Server) -> None:
+    """GET …/export streams the archive (JSON Lines) under the id the client
+    knows, never the owner-scoped one; another owner gets 404."""
+    from agentik.storage._jsonl import read_archive
+
+    async with owners.client(ALICE) as alice, owners.client(BOB) as bob:
+        await _turn(alice, "e", 'call memory_add {"text": "alice likes tea"}')
+        await _turn(alice, "e", "and more")
+        reply = await alice.get("/agentik/conversations/e/export")
+        theirs = await bob.get("/agentik/conversations/e/export")
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("application/jsonl")
+    assert "\x1f" not in reply.text and "alice\x1f" not in reply.text
+    conversation_id, records = read_archive(reply.text.splitlines())
+    assert conversation_id == "e"
+    stored = [r async for r in owners.storage.message_store.export_conversation("alice\x1fe")]
+    assert len(records) == len(stored)
+    assert [type(r) for r in records] == [type(r) for r in stored]
+    assert theirs.status_code == 404

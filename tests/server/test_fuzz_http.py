@@ -53,6 +53,8 @@ ROUTES = [
     ("GET", "/agentik/conversations/{conversation_id}/memory"),
     ("GET", "/agentik/conversations/{conversation_id}/toolsets"),
     ("GET", "/agentik/conversations/{conversation_id}/usage"),
+    ("GET", "/agentik/conversations/{conversation_id}/export"),
+    ("DELETE", "/agentik/conversations/{conversation_id}"),
     ("GET", "/agentik/reflections"),
     ("GET", "/agentik/skills"),
     ("GET", "/agentik/skills/{name}"),
