@@ -126,6 +126,7 @@ async def _delete_removes_the_conversation_whole(bundle: StorageBundle) -> None:
         from agentik.storage._protocols import TurnRecord
 
         assert await store.turn_record("gone", 1) == TurnRecord(), "approvals survived"
+        assert await store.turn_record("gone", 6) == TurnRecord(), "a failed turn survived"
     assert await store.list_conversations() == ["kept"]
     assert await _everything_of(bundle, "kept") == kept, "another conversation changed"
     assert await deleter.delete_conversation("gone") is False, "a second delete found data"
