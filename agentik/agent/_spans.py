@@ -38,6 +38,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 import agentik
 from agentik._errors import TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik.agent._failures import message_of
 from agentik.toolsets import DISABLE_TOOLSET
 
 if TYPE_CHECKING:
@@ -168,9 +169,8 @@ class Tracing:
             span.set_attribute("agentik.turn.status", "failed")
             code = _turn_error_type(error)
             span.set_attribute("error.type", code)
-            span.set_status(
-                Status(StatusCode.ERROR, str(error) if isinstance(error, TurnError) else code)
-            )
+            described = message_of(error) if isinstance(error, TurnError) else code
+            span.set_status(Status(StatusCode.ERROR, described))
         elif status is not None:
             span.set_attribute("agentik.turn.status", status)
             if self._capture and status == "finished":
@@ -329,7 +329,9 @@ def _failed(span: Span, error: BaseException) -> None:
         span.set_status(Status(StatusCode.ERROR, "cancelled"))
         return
     span.set_attribute("error.type", type(cause).__qualname__)
-    span.set_status(Status(StatusCode.ERROR, str(cause)))
+    # message_of: an exception of outside code may not even print; the span
+    # still ends, as the turn does without tracing.
+    span.set_status(Status(StatusCode.ERROR, message_of(cause)))
 
 
 def _dumps(value: object) -> str:

@@ -249,6 +249,33 @@ async def test_a_failing_model_marks_its_chat_span_and_the_turn(
     assert _attrs(turn)["agentik.turn.status"] == "failed"
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be printed")
+
+
+async def test_an_exception_that_cannot_be_printed_still_ends_its_span(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A model raising an exception whose str() raises: the turn fails with a
+    TurnError as without tracing, and the chat span still ends in error."""
+
+    def fail(request: ModelRequest) -> ModelResponse:
+        raise _Unprintable()
+
+    async with open_chat_agent(
+        model=ScriptedModel(fail), storage=in_memory_storage(), tracer_provider=provider
+    ) as agent:
+        with pytest.raises(TurnError, match=r"the model raised _Unprintable"):
+            await agent.send("c", "hi")
+    named = _by_name(exporter.get_finished_spans())
+    (chat,) = named["chat scripted"]
+    assert chat.status.status_code is StatusCode.ERROR
+    assert _attrs(chat)["error.type"] == "_Unprintable"
+    (turn,) = named["invoke_agent agentik"]
+    assert turn.status.status_code is StatusCode.ERROR
+
+
 async def test_a_failing_tool_marks_its_span(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
