@@ -2,13 +2,16 @@
 
 One task in the server's nursery wakes every ``period`` seconds and deletes
 the idle conversations in batches of ``batch`` (``ChatAgent.
-delete_idle_conversations``), pausing between batches. Each conversation is
-its own writer request (one transaction), so the writer commits turns between
-them: a batch never holds the writer for more than one conversation's delete
-(about 9 µs per message on the test machine: docs/performance.md). The store
-checks each conversation's age again inside its delete, so one a turn used
-since it was listed is kept. A failure (the storage failing, the agent
-overloaded) is logged and the next period tries again.
+delete_idle_conversations``), pausing ``pause`` seconds between batches so
+the writer's queue drains. Each conversation's delete is its own writer
+request (its own savepoint: all or nothing); the writer's group commit may
+put a batch's deletes in one transaction with each other and with turns'
+writes, so what bounds the writer's hold is the batch size times a delete's
+cost (about 5 µs a message plus the commit; bench/retention.py,
+docs/performance.md "Retention"). The store checks each conversation's age
+again inside its delete, so one a turn used since it was listed is kept. A
+failure (the storage failing, the agent overloaded) is logged and the next
+period tries again.
 """
 
 from __future__ import annotations
