@@ -37,6 +37,7 @@ from agentik._public import publish as _publish
 from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
+from agentik.agent import ContextPolicy as ContextPolicy
 from agentik.agent import SystemPromptContributor as SystemPromptContributor
 from agentik.agent import ToolCallFinished as ToolCallFinished
 from agentik.agent import ToolCallStarted as ToolCallStarted
@@ -155,6 +156,7 @@ __all__ = [
     "ChatModel",
     "Client",
     "ConfigError",
+    "ContextPolicy",
     "ConversationArchiver",
     "ConversationDeleter",
     "ConversationLoader",

@@ -76,8 +76,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
+    Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
+    Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
     Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
     Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
     Setting("limits", "max_conversations", "int", "AGENTIK_MAX_CONVERSATIONS"),
@@ -139,6 +141,9 @@ class ServerConfig:
     system_prompt: str | None = None
     toolsets: tuple[str, ...] = ()
     """Entry points ``module:attribute``, each giving one or more toolset contributions."""
+    tools: tuple[str, ...] = ()
+    """Entry points ``module:attribute``, each giving one or more core tools
+    (``NamedTool``): offered to the model in every turn, unlike a toolset's."""
     auth_token: str | None = attrs.field(default=None, repr=False)
     """The default owner's token: its conversation ids are stored as sent."""
     clients: tuple[Client, ...] = ()
@@ -146,6 +151,9 @@ class ServerConfig:
     limits: Limits = Limits()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
+    context_tokens: int | None = None
+    """The context policy's budget (``ContextPolicy.max_tokens``): what each model
+    request may carry; older history is summarized. None: the whole history."""
     gc_freeze: bool = False
     """Freeze the objects alive at start-up out of the garbage collector and raise
     its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
@@ -169,6 +177,8 @@ class ServerConfig:
         return self.auth_token is not None or bool(self.clients)
 
 
+_MIN_CONTEXT_TOKENS = 256
+"""Below this a system prompt and one short turn hardly fit."""
 _MAX_INT = 2**63 - 1
 """Largest integer setting: what SQLite and every consumer downstream can hold."""
 
@@ -390,7 +400,16 @@ def _build(
     database = get("storage", "database")
     retention = get("storage", "retention_days")
     prompt = get("agent", "system_prompt")
+    context_tokens = get("model", "context_tokens")
+    if context_tokens is not None and (
+        not isinstance(context_tokens, int) or context_tokens < _MIN_CONTEXT_TOKENS
+    ):
+        raise ConfigError(
+            f"[model] context_tokens must be an integer >= {_MIN_CONTEXT_TOKENS},"
+            f" got {context_tokens!r}"
+        )
     toolsets = get("agent", "toolsets")
+    tools = get("agent", "tools")
     return ServerConfig(
         host=host,
         port=port,
@@ -400,10 +419,14 @@ def _build(
         toolsets=tuple(_check_entry_point(t) for t in toolsets)
         if isinstance(toolsets, list)
         else (),
+        tools=tuple(_check_entry_point(t, "tools") for t in tools)
+        if isinstance(tools, list)
+        else (),
         auth_token=auth_token,
         clients=clients,
         limits=limits,
         mcp_servers=mcp_servers,
+        context_tokens=context_tokens if isinstance(context_tokens, int) else None,
         gc_freeze=get("server", "gc_freeze") is True,
         retention_days=retention if isinstance(retention, float) else None,
     )
@@ -425,8 +448,8 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
     return ModelSettings(base_url=base_url, model=model, api_key=api_key or None)
 
 
-def _check_entry_point(spec: str) -> str:
+def _check_entry_point(spec: str, key: str = "toolsets") -> str:
     module, sep, attribute = spec.partition(":")
     if not sep or not module or not attribute:
-        raise ConfigError(f"[agent] toolsets entry {spec!r} must be 'module:attribute'")
+        raise ConfigError(f"[agent] {key} entry {spec!r} must be 'module:attribute'")
     return spec

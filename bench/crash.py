@@ -1,17 +1,24 @@
 """The long crash run: ``agentik serve`` SIGKILLed at random moments under load.
 
-Run: /work/venv/bin/python bench/crash.py [--kills 25] [--conversations 40]
+Run: python bench/crash.py [--kills 25] [--conversations 40]
      [--seed N] [--max-delay 3.0] [--keep DIR]
 
 The harness is ``tests/reliability/test_crash.py`` (``run_crash``), the one
 the CI test runs with 4 kills and ``AGENTIK_LONG=1 pytest`` with 25: the
-server in a child process on a temporary SQLite database, one client task per
-conversation sending turns in sequence with a fresh idempotency key each, a
-SIGKILL after a random delay, a restart on the same database, and so on; then
-every unknown turn retried with its key, and the checks (every acknowledged
-turn stored exactly once with the messages its response carried, seqs
-gapless, every tool call answered, ``PRAGMA integrity_check``, the API
-agreeing with the file, one more turn per conversation).
+server in a child process on a temporary SQLite database with the harness's
+tools (``tests/reliability/crash_tools.py``: a toolset tool, an idempotent
+tool, one that requires approval, one that must never run twice), one client
+task per conversation sending turns in sequence with a fresh idempotency key
+each and deciding the calls that wait for approval over HTTP (a quarter of
+the conversations leave one waiting across all later kills), a SIGKILL after
+a random delay, a restart on the same database, and so on; then every
+unknown turn and decision retried, and the checks (every acknowledged turn
+stored exactly once with the messages its response carried, every
+interrupted turn finished once, seqs gapless, every tool call answered,
+``PRAGMA integrity_check``, the parked calls still waiting and decidable,
+tool runs counted through their side channel: a call that is not idempotent
+ran at most once, the API agreeing with the file, one more turn per
+conversation).
 
 It prints one line per kill, then the figures as JSON, then any problem
 found; the exit code is 0 only when there is none.

@@ -32,17 +32,20 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import trio
 
-from agentik import NamedTool
+from agentik import tool
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel, bench_responder
 from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
 
 
-async def _clock(arguments: dict[str, object]) -> str:
+@tool
+async def clock() -> str:
+    """The time."""
     return "12:00"
 
 
-CLOCK = NamedTool("clock", "The time.", {"type": "object", "properties": {}}, _clock)
+CLOCK = clock
+"""A ``@tool``, as a user's tool would be (its arguments checked by compiled closures)."""
 
 
 def rss_bytes() -> int:

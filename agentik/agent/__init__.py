@@ -6,6 +6,7 @@ from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PR
 from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
 from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
+from agentik.agent._context import ContextPolicy as ContextPolicy
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
 from agentik.agent._events import ToolCallStarted as ToolCallStarted
@@ -31,6 +32,7 @@ __all__ = [
     "ApprovalRequest",
     "BasePrompt",
     "ChatAgent",
+    "ContextPolicy",
     "ConversationTool",
     "Histogram",
     "PromptContext",

@@ -67,7 +67,8 @@ async def _memory_add(state: ConversationState, arguments: JsonObject) -> str:
     return f"Noted as [{entry.id}]."
 
 
-async def _memory_compact(state: ConversationState, arguments: JsonObject) -> str:
+def _note_ids(state: ConversationState, arguments: JsonObject) -> list[int]:
+    """The ``entry_ids`` argument: ids of this conversation's active notes."""
     raw_ids = arguments.get("entry_ids")
     if not isinstance(raw_ids, list) or not raw_ids:
         raise ToolError("'entry_ids' must be a non-empty list of note ids")
@@ -76,6 +77,22 @@ async def _memory_compact(state: ConversationState, arguments: JsonObject) -> st
     unknown = [i for i in raw_ids if i not in known or i not in ids]
     if unknown:
         raise ToolError(f"no active notes with ids {unknown}; active ids are {sorted(known)}")
+    return list(dict.fromkeys(ids))
+
+
+async def _memory_archive(state: ConversationState, arguments: JsonObject) -> str:
+    ids = _note_ids(state, arguments)
+    try:
+        count = await state.storage.working_memory_store.archive(state.conversation_id, ids)
+    except StoreError as exc:
+        raise ToolError(f"could not archive notes: {exc}") from exc
+    gone = set(ids)
+    state.memory[:] = [e for e in state.memory if e.id not in gone]
+    return f"Archived {count} note{'s' if count != 1 else ''}."
+
+
+async def _memory_compact(state: ConversationState, arguments: JsonObject) -> str:
+    ids = _note_ids(state, arguments)
     summary = _text(arguments, "summary")
     try:
         entry = await state.storage.working_memory_store.compact(
@@ -146,6 +163,22 @@ MEMORY_TOOLS: tuple[ConversationTool, ...] = (
             ["entry_ids", "summary"],
         ),
         run=_memory_compact,
+    ),
+    ConversationTool(
+        "memory_archive",
+        "Archive working-memory notes that are no longer needed (they leave the"
+        " prompt; the store keeps them).",
+        _schema(
+            {
+                "entry_ids": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "description": "Ids of the notes to archive, as shown in brackets.",
+                },
+            },
+            ["entry_ids"],
+        ),
+        run=_memory_archive,
     ),
 )
 

@@ -10,8 +10,10 @@ records results for the tool calls it could not finish.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, final
@@ -22,7 +24,8 @@ import trio
 from agentik._errors import AgentikError, OverloadedError
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
-from agentik.agent._conversation import Conversation, TurnRequest
+from agentik.agent._context import ContextPolicy
+from agentik.agent._conversation import OPTIONAL_WORK_GRACE, Conversation, TurnRequest
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
@@ -46,6 +49,8 @@ from agentik.toolsets import (
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
+
+log = logging.getLogger("agentik.agent")
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the tools you are given when they help."
 
@@ -166,27 +171,40 @@ class ChatAgent:
         ``ApprovalError`` (``already_decided``), as does a call that does not
         wait (``not_waiting``). Decisions are durable: they survive a restart.
         """
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError("call_id must be a non-empty string")
-        if not isinstance(reason, str):
-            raise ValueError(f"reason must be a string, got {type(reason).__name__}")
-        _check_unicode("reason", reason)
-        request = TurnRequest(
-            "", None, Pending(), decision=Decided(call_id, bool(approve), reason)
-        )
+        request = TurnRequest("", None, Pending(), decision=_decision(call_id, approve, reason))
         await self._route(conversation_id, request)
         return await request.reply.wait()
 
+    @asynccontextmanager
+    async def stream_decision(
+        self, conversation_id: str, call_id: str, *, approve: bool, reason: str = ""
+    ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
+        """``decide``, yielding the events of what follows as ``stream`` does:
+        a denied call's result (``ToolCallFinished``), the turn running on, and
+        last ``TurnFinished`` (its result is what ``decide`` returns) or
+        ``TurnFailed`` (also for an ``ApprovalError``, with its code). For
+        transports that stream the continued turn; leaving early does not stop it."""
+        sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
+        decision = _decision(call_id, approve, reason)
+        request = TurnRequest("", None, Pending(), sender, decision=decision)
+        try:
+            await self._route(conversation_id, request)
+        except BaseException:
+            sender.close()
+            receiver.close()
+            raise
+        with receiver:
+            yield receiver
+
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation whole: its messages, idempotency keys, notes,
-        reflections, pending approvals and failed-turn records (and summaries,
-        once they exist), in one transaction of the store. True if it held
-        anything.
+        reflections, summaries, pending approvals and failed-turn records, in
+        one transaction of the store. True if it held anything.
 
         It takes its place in the conversation's queue: turns sent before it
         run first (and are deleted with the rest), turns sent after it start a
         new conversation at seq 1. Its live task keeps nothing of it (history,
-        notes, keys, a turn waiting for approval, active toolsets). Needs a
+        its summary, notes, keys, a turn waiting for approval, active toolsets). Needs a
         message store that is a ``ConversationDeleter`` (agentik's are)."""
         return await self._delete(conversation_id, None)
 
@@ -349,8 +367,21 @@ class ChatAgent:
     def _close(self) -> None:
         self._closing = True
         self._reaper_scope.cancel()
+        for conversation in self._conversations.values():
+            conversation.closing = True  # queued turns still run; optional work briefly
+            work = conversation.optional_work
+            if work is not None:
+                work.deadline = min(work.deadline, trio.current_time() + OPTIONAL_WORK_GRACE)
         for mailbox in self._mailboxes.values():
             mailbox.close()
+
+
+def schema_tokens(tools: Sequence[NamedTool], count: Callable[[str], int]) -> int:
+    """About what the tool definitions cost in a request: outside the context
+    budget (they are the same on every request), so reported, not counted."""
+    return sum(
+        count(t.name) + count(t.description) + count(json.dumps(t.parameters)) for t in tools
+    )
 
 
 def _check_approvals_supported(runtime: AgentRuntime) -> None:
@@ -359,6 +390,15 @@ def _check_approvals_supported(runtime: AgentRuntime) -> None:
             f"tools that require approval need a message store that keeps them (TurnLedger);"
             f" {type(runtime.storage.message_store).__name__} does not"
         )
+
+
+def _decision(call_id: str, approve: bool, reason: str) -> Decided:
+    if not isinstance(call_id, str) or not call_id:
+        raise ValueError("call_id must be a non-empty string")
+    if not isinstance(reason, str):
+        raise ValueError(f"reason must be a string, got {type(reason).__name__}")
+    _check_unicode("reason", reason)
+    return Decided(call_id, bool(approve), reason)
 
 
 def _check_turn(conversation_id: str, text: str | None, key: str | None) -> None:
@@ -441,6 +481,7 @@ async def open_chat_agent(
     approval_policy: ApprovalPolicy | None = None,
     approval_timeout: float | None = None,
     resume_interrupted: bool = True,
+    context: ContextPolicy | None = None,
     tracer_provider: TracerProvider | None = None,
     capture_content: bool = False,
     agent_name: str = "agentik",
@@ -482,6 +523,11 @@ async def open_chat_agent(
             conversation is next used (idempotent calls run again, the others
             are answered ``interrupted: …``, then the model goes on); False only
             answers its open calls.
+        context: bounds what each model request carries (``ContextPolicy``):
+            the system message, the latest summary and the most recent turns
+            that fit in ``max_tokens``; older history is summarized by the
+            model and stays stored. A live conversation then holds only what
+            its summary does not cover. None sends the whole history.
         tracer_provider: where OpenTelemetry spans go (GenAI conventions:
             ``invoke_agent``, ``chat``, ``execute_tool``; docs/observability.md).
             None: the global provider, if the application uses OpenTelemetry
@@ -502,6 +548,8 @@ async def open_chat_agent(
         raise ValueError(f"turn_queue_size must be >= 0, got {turn_queue_size!r}")
     if approval_timeout is not None:
         _positive("approval_timeout", approval_timeout)
+    if context is not None and not isinstance(context, ContextPolicy):
+        raise TypeError(f"context must be a ContextPolicy or None, got {context!r}")
     if approval_policy is not None and not callable(approval_policy):
         raise TypeError(f"approval_policy must be callable, got {approval_policy!r}")
     sources = tuple(toolsets)
@@ -532,11 +580,19 @@ async def open_chat_agent(
             recent_reflections=recent_reflections,
             approval_timeout=approval_timeout,
             resume_interrupted=resume_interrupted,
+            context=context,
         ),
         approval_policy=approval_policy,
         tracing=tracing,
     )
     _check_approvals_supported(runtime)
+    if context is not None:
+        log.info(
+            "context policy: %d tokens a request; tool schemas take about %d more"
+            " (core tools; each active toolset adds its own)",
+            context.max_tokens,
+            schema_tokens(offered, context.count_tokens),
+        )
     try:
         async with trio.open_nursery() as nursery:
             agent = ChatAgent(runtime, nursery)

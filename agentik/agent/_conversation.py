@@ -30,15 +30,18 @@ from agentik._errors import (
     TurnError,
 )
 from agentik._memory import MemoryEntry
-from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik._messages import Message, Role, ToolCall
+from agentik.agent._compaction import fold_point, summary_message, summary_request
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
 from agentik.agent._recovery import (
     StoredState,
     last_turn_start,
     open_calls,
+    replay_of,
     resume_event,
     status_of,
+    turn_messages,
     usage_of,
 )
 from agentik.agent._turn import EmitFn, PromptInputs, Turn, tool_for
@@ -55,6 +58,8 @@ from agentik.storage import (
     ConversationLoader,
     Pending,
     StorageBundle,
+    Summary,
+    SummaryStore,
     TurnLedger,
     TurnRecord,
 )
@@ -74,6 +79,12 @@ REFLECTION_PROMPT = (
 )
 _FINAL_EVENT_SECONDS = 5.0
 _LOAD_PAGE = 500
+OPTIONAL_WORK_GRACE = 5.0
+"""Seconds a summary or reflection under way may still take once the agent
+closes; past that it is cancelled and stores nothing (a slow model must not
+hold a shutdown)."""
+_REPLAY_LIMIT = 1000
+"""Messages of one turn read back at most to replay it from the store."""
 STALLED_READER_SECONDS = 30.0
 """A stream reader that takes no event for this long is dropped (its stream
 ends); the turn goes on and commits as if nobody were watching."""
@@ -115,9 +126,16 @@ class Conversation:
     history: list[Message] = attrs.Factory(list)
     memory: list[MemoryEntry] = attrs.Factory(list)
     keys: dict[str, int] = attrs.Factory(dict)
-    """Idempotency keys used since load -> index of their user message in
-    ``history``. A key enters only once its own user message is in ``history``
-    (accepted by the store), so it never names a slot another turn takes."""
+    """Idempotency keys used since load -> seq of their user message. A key
+    enters only once its own user message is in ``history`` (accepted by the
+    store), so it never names a slot another turn takes."""
+    first_seq: int = 1
+    """The seq of ``history[0]``: the cache holds the conversation from there
+    on (all of it, or, with a context policy, what its summary does not cover)."""
+    summary: Summary | None = None
+    """The latest summary (with a context policy); ``history`` starts after it."""
+    summary_message: Message | None = None
+    """The message that carries ``summary`` in a request."""
     loaded: bool = False
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
@@ -138,6 +156,10 @@ class Conversation:
     last_active: float = attrs.field(factory=trio.current_time)
     paused: Turn | None = None
     """The last turn, while calls of it wait for a person's decision."""
+    optional_work: trio.CancelScope | None = None
+    """Around summaries and reflections while they run: when the agent closes
+    it gives them ``OPTIONAL_WORK_GRACE`` seconds (and sets ``closing``)."""
+    closing: bool = False
     system_prompt: tuple[PromptInputs, Message] | None = None
     """The last system message and what it was built from (``Turn._call_model``)."""
     approval_deadline: float = math.inf
@@ -311,8 +333,17 @@ class Conversation:
                 stats.turns_failed += 1
                 self._log_failure(result.error)
         await self._deliver(request, result)
-        if isinstance(result, outcome.Value) and self.runtime.settings.reflection:
-            await self._reflect(request)
+        if isinstance(result, outcome.Value):
+            # Off the turn's latency path: its caller has the answer already.
+            # Optional work: shutting down cancels it (it then stores nothing).
+            with trio.CancelScope() as self.optional_work:
+                if self.closing:
+                    self.optional_work.deadline = trio.current_time() + OPTIONAL_WORK_GRACE
+                if self.runtime.settings.context is not None and self.paused is None:
+                    await self._compact()
+                if self.runtime.settings.reflection:
+                    await self._reflect(request)
+            self.optional_work = None
 
     def _log_failure(self, error: TurnError) -> None:
         """Log a failed turn or step once: with the traceback of what caused it
@@ -385,7 +416,7 @@ class Conversation:
         else:
             assert isinstance(result, outcome.Error)
             error = result.error
-            code = error.code if isinstance(error, TurnError) else "turn_failed"
+            code = error.code if isinstance(error, TurnError | ApprovalError) else "turn_failed"
             final = TurnFailed(str(error), code)
         # A slow reader gets the end by waiting (briefly); a gone one needs nothing.
         with (
@@ -399,16 +430,16 @@ class Conversation:
         if self.inflight or self.stale or not self.loaded:
             await self._ready()
         if request.decision is not None:
-            return await self._decide(request.decision)
+            return await self._decide(request.decision, self._emitter(request))
         if request.status_only:
             paused = self.paused
             return TurnResult("", ()) if paused is None else self._paused_result(paused)
         key = request.idempotency_key
         emit = None if request.events is None else self._emitter(request)
         if key is not None:
-            start = await self._find_key(key)
-            if start is not None:
-                return await self._again(key, start, emit)
+            seq = await self._find_key(key)
+            if seq is not None:
+                return await self._again(key, seq, emit)
         if self.paused is not None:
             await self._supersede()
         machine = TurnMachine(self.runtime.settings.max_tool_rounds)
@@ -419,9 +450,12 @@ class Conversation:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)
 
-    async def _again(self, key: str, start: int, emit: EmitFn | None) -> TurnResult:
+    async def _again(self, key: str, seq: int, emit: EmitFn | None) -> TurnResult:
         """A turn sent again with its idempotency key: its stored result, its
         pending approvals, or (cut short earlier) the turn resumed."""
+        start = seq - self.first_seq
+        if start < 0:  # older than the cache (summarized): read it back
+            return await self._replay_stored(key, seq)
         replay = self._replay(start)
         if replay is not None:
             self.runtime.stats.turns_replayed += 1
@@ -489,7 +523,7 @@ class Conversation:
         paused.emit = None
         await paused.run(paused.machine.supersede())
 
-    async def _decide(self, decision: Decided) -> TurnResult:
+    async def _decide(self, decision: Decided, emit: EmitFn | None = None) -> TurnResult:
         paused = self.paused
         machine = None if paused is None else paused.machine
         if paused is None or machine is None or (
@@ -503,10 +537,13 @@ class Conversation:
         if not actions:  # the same decision again
             return self._paused_result(paused)
         self.runtime.stats.approvals_decided += 1
-        paused.emit = None
+        paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
         self.paused = None  # running again; _after keeps it if it pauses again
         self.approval_deadline = math.inf
-        result = await paused.run(actions)
+        try:
+            result = await paused.run(actions)
+        finally:
+            paused.emit = None  # this caller's stream ends with the result
         assert result is not None
         return self._after(paused, result)
 
@@ -602,35 +639,35 @@ class Conversation:
             await self._recover()
 
     async def _find_key(self, key: str) -> int | None:
-        """Index in ``history`` of the user message stored with ``key``."""
-        index = self.keys.get(key)
-        if index is not None or not self.had_history:
-            return index
+        """The seq of the user message stored with ``key``."""
+        seq = self.keys.get(key)
+        if seq is not None or not self.had_history:
+            return seq
         store = self.storage.message_store
         seq = await store.find_idempotency_key(self.conversation_id, key)
-        if seq is None:
-            return None
+        if seq is None or seq < self.first_seq:
+            return seq  # unknown, or older than the cache: read from the store
         if not self._holds(seq):
             # Someone else wrote to this conversation since it was loaded:
             # the cache is short of the store. Read it again, then look again.
             self._forget()
             await self._load()
             seq = await store.find_idempotency_key(self.conversation_id, key)
-            if seq is None:
-                return None
+            if seq is None or seq < self.first_seq:
+                return seq
             if not self._holds(seq):
                 self.stale = True
                 raise StoreError(
                     f"idempotency key {key!r} names message seq {seq}, which is not a"
                     " user message of the history just read; retry"
                 )
-        self.keys[key] = seq - 1
-        return seq - 1
+        self.keys[key] = seq
+        return seq
 
     def _holds(self, seq: int) -> bool:
-        """Whether the cache holds user message ``seq`` where seqs put it:
-        seqs are 1, 2, 3 … and the cache holds them all, in order."""
-        index = seq - 1
+        """Whether the cache holds user message ``seq`` where seqs put it: seqs
+        are gapless and the cache holds them all from ``first_seq`` on."""
+        index = seq - self.first_seq
         if not 0 <= index < len(self.history):
             return False
         message = self.history[index]
@@ -640,53 +677,128 @@ class Conversation:
         """Drop the cache; the next turn loads the conversation again."""
         self.history.clear()
         self.keys.clear()
+        self.first_seq = 1
+        self.summary = self.summary_message = None
         self.paused = None
         self.approval_deadline = math.inf
         self.loaded = self.stale = False
 
-    def _turn_messages(self, start: int) -> list[Message]:
-        out = [self.history[start]]
-        for message in self.history[start + 1 :]:
-            if message.role is Role.USER:
+    async def _replay_stored(self, key: str, seq: int) -> TurnResult:
+        """A keyed turn older than the cache (a summary covers it): its result
+        read back from the store. It has later turns, so if it did not finish
+        it cannot be resumed."""
+        store = self.storage.message_store
+        messages: list[Message] = []
+        async for message in store.get_messages(self.conversation_id, after_seq=seq - 1):
+            if messages and message.role is Role.USER:
                 break
-            out.append(message)
-        return out
+            messages.append(message)
+            if len(messages) > _REPLAY_LIMIT:
+                break
+        replay = replay_of(messages) if messages else None
+        if replay is None:
+            raise TurnError(
+                f"the turn with idempotency key {key!r} did not finish and later"
+                " turns followed it; it cannot be resumed",
+                code="turn_failed",
+            )
+        self.runtime.stats.turns_replayed += 1
+        return replay
+
+    def _turn_messages(self, start: int) -> list[Message]:
+        return turn_messages(self.history, start)
 
     def _has_later_turn(self, start: int) -> bool:
         return len(self._turn_messages(start)) + start < len(self.history)
 
     def _replay(self, start: int) -> TurnResult | None:
         """The stored result of the turn starting at ``start``, if it finished."""
-        messages = self._turn_messages(start)
-        last = messages[-1]
-        if len(messages) < 2 or last.role is not Role.ASSISTANT or last.tool_calls:
-            return None
-        usage = TokenUsage()
-        for m in messages:
-            if m.usage is not None:
-                usage += m.usage
-        return TurnResult(last.content, messages, usage)
+        return replay_of(self._turn_messages(start))
 
     async def _load(self) -> None:
-        """Read history and notes once; answer tool calls a crash left open."""
+        """Read history and notes once: all of the history, or with a context
+        policy only what the latest summary does not cover."""
         # Read into locals and publish at once: a load cut short (cancelled,
         # failed) leaves nothing half-filled for the next attempt.
         store = self.storage.message_store
         cid = self.conversation_id
+        summary = None
+        if self.runtime.settings.context is not None and isinstance(store, SummaryStore):
+            summary = await store.latest_summary(cid)
+        after = 0 if summary is None else summary.through_seq
         if isinstance(store, ConversationLoader):
-            snapshot = await store.load_conversation(cid, page_size=_LOAD_PAGE)
+            snapshot = await store.load_conversation(cid, page_size=_LOAD_PAGE, after_seq=after)
             history, memory = list(snapshot.messages), list(snapshot.memory)
             if len(history) == _LOAD_PAGE and history[-1].seq is not None:
-                after = history[-1].seq
-                history += [m async for m in store.get_messages(cid, after_seq=after)]
+                last = history[-1].seq
+                history += [m async for m in store.get_messages(cid, after_seq=last)]
         else:
-            history = [m async for m in store.get_messages(cid)]
+            history = [m async for m in store.get_messages(cid, after_seq=after)]
             memory = await self.storage.working_memory_store.list(cid)
         self.history[:] = history
-        self.keys.clear()  # indexes of an earlier cache name nothing in this one
+        self.first_seq = after + 1
+        self.summary = summary
+        self.summary_message = None if summary is None else summary_message(summary)
+        self.keys.clear()  # seqs of an earlier cache may be gone from this one
         self.memory[:] = memory
-        self.had_history = bool(history)
+        self.had_history = bool(history) or summary is not None
         self.loaded = True
+
+    def cost(self, message: Message) -> int:
+        """Tokens ``message`` takes in a request, under the context policy."""
+        policy = self.runtime.settings.context
+        assert policy is not None
+        return self.runtime.token_cost(message, policy)
+
+    async def _compact(self) -> None:
+        """Fold the oldest turns into the summary once what it does not cover
+        passes ``summarize_at`` of the budget (``_compaction``). Runs between
+        turns; whatever fails (the model, the store) changes nothing but is
+        logged once: the window then carries less of the older history."""
+        policy = self.runtime.settings.context
+        store = self.storage.message_store
+        if policy is None or not isinstance(store, SummaryStore) or not self.history:
+            return
+        history = self.history
+        if sum(map(self.cost, history)) < policy.summarize_at * policy.max_tokens:
+            return
+        fold = fold_point(history, self.cost, policy.max_tokens // 2)
+        if fold == 0:
+            return
+        through = history[fold - 1].seq
+        if through is None:
+            return  # not committed yet: next time
+        try:
+            text = self.summary.text if self.summary is not None else None
+            position = 0
+            while position < fold:
+                built = summary_request(
+                    text, history[position:fold], policy.max_tokens, policy.count_tokens
+                )
+                if built is None:
+                    raise ModelBackendError("the summary so far leaves no room in the budget")
+                request, taken = built
+                self.runtime.stats.model_calls += 1
+                response = await self.runtime.model.complete(request)
+                if not isinstance(response, ModelResponse) or not (response.text or "").strip():
+                    raise ModelBackendError("the model answered no summary")
+                text = (response.text or "").strip()
+                position += taken
+            assert text is not None
+            stored = await (await store.submit_summary(self.conversation_id, through, text)).wait()
+        except Exception as exc:
+            self.runtime.stats.summaries_failed += 1
+            error = TurnError(f"the summary step failed: {describe(exc)}", code="summary_failed")
+            error.__cause__ = exc
+            self._log_failure(error)
+            return
+        self.runtime.stats.summaries += 1
+        self.summary = stored
+        self.summary_message = summary_message(stored)
+        del history[:fold]
+        self.first_seq = through + 1
+        self.keys = {k: seq for k, seq in self.keys.items() if seq > through}
+        self.had_history = True  # older keys are now looked up in the store
 
     async def _settle_inflight(self) -> None:
         """Wait for writes a cut-short turn left queued; the store applies

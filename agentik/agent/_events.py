@@ -85,7 +85,8 @@ class TurnFailed:
     message: str
     code: str = "turn_failed"
     """Short machine-readable reason: ``turn_failed``, ``step_limit``, ``model_error``,
-    ``cancelled``."""
+    ``cancelled``; for ``ChatAgent.stream_decision``, also the ``ApprovalError``
+    codes ``not_waiting`` and ``already_decided``."""
 
 
 TurnEvent: TypeAlias = (

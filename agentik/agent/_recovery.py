@@ -18,6 +18,7 @@ import enum
 from collections.abc import Callable, Sequence
 
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik.agent._events import TurnResult
 from agentik.agent._turn_machine import CallPlan, Resume
 from agentik.storage import TurnRecord
 
@@ -78,6 +79,25 @@ def resume_event(
         awaiting=frozenset(c for c, approved in decisions.items() if approved is None),
         approved=frozenset(c for c, approved in decisions.items() if approved is True),
     )
+
+
+def turn_messages(history: Sequence[Message], start: int) -> list[Message]:
+    """The turn starting at ``history[start]``: its user message and what
+    follows up to the next user message."""
+    out = [history[start]]
+    for message in history[start + 1 :]:
+        if message.role is Role.USER:
+            break
+        out.append(message)
+    return out
+
+
+def replay_of(turn: Sequence[Message]) -> TurnResult | None:
+    """The result of ``turn`` (its user message first) if it finished."""
+    last = turn[-1]
+    if len(turn) < 2 or last.role is not Role.ASSISTANT or last.tool_calls:
+        return None
+    return TurnResult(last.content, turn, usage_of(turn))
 
 
 def usage_of(messages: Sequence[Message]) -> TokenUsage:

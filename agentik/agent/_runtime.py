@@ -10,6 +10,7 @@ invalidating them on every write made through the agent's storage).
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
@@ -19,7 +20,8 @@ import trio
 
 from agentik._errors import TurnError
 from agentik._memory import Reflection, Skill, SkillSummary
-from agentik._messages import ToolCall
+from agentik._messages import Message, ToolCall
+from agentik.agent._context import ContextPolicy, estimate_tokens, message_tokens
 from agentik.agent._failures import component_error
 from agentik.agent._prompt import (
     BasePrompt,
@@ -92,6 +94,8 @@ class AgentSettings:
     recent_reflections: int = 5
     approval_timeout: float | None = None
     resume_interrupted: bool = True
+    context: ContextPolicy | None = None
+    """What of a conversation each request carries; None: all of it."""
 
 
 @attrs.define
@@ -225,6 +229,10 @@ class AgentRuntime:
     failures: collections.OrderedDict[tuple[str, int], str] = attrs.field(
         factory=collections.OrderedDict
     )
+    token_costs: weakref.WeakKeyDictionary[Message, int] = attrs.field(
+        factory=weakref.WeakKeyDictionary
+    )
+    """Costs a custom ``count_tokens`` gave, while their messages live."""
     """(conversation id, user message seq) -> code of recent failed turns."""
     tracing: Tracing | None = None
     """The agent's spans; None when it does not trace (``_tracing``)."""
@@ -267,6 +275,18 @@ class AgentRuntime:
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
         runtime._refresh(force=True)
         return runtime
+
+    def token_cost(self, message: Message, policy: ContextPolicy) -> int:
+        """What ``message`` costs in a request. The default estimate is cheap and
+        computed each time; a custom counter (a real tokenizer) is asked once
+        per message value."""
+        count = policy.count_tokens
+        if count is estimate_tokens:
+            return message_tokens(message, count)
+        cached = self.token_costs.get(message)
+        if cached is None:
+            cached = self.token_costs[message] = message_tokens(message, count)
+        return cached
 
     def remember_failure(self, conversation_id: str, seq: int, code: str) -> None:
         """A turn failed: kept in memory too, in case its record cannot be

@@ -53,6 +53,9 @@ class AgentStats:
     approvals_requested: int = 0
     """Tool calls that waited for a person's decision."""
     approvals_decided: int = 0
+    summaries: int = 0
+    """Summaries of older history stored (context policy)."""
+    summaries_failed: int = 0
     """Retries answered from history through an idempotency key."""
     tool_calls: int = 0
     tool_errors: int = 0

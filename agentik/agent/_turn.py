@@ -11,6 +11,10 @@ store failure):
   failed) only after all of them are committed (it waits once);
 - a call a person approved runs only once that decision is committed, so a
   crash can never run it and then ask for it again;
+- a call of a tool that is not idempotent runs only once the call itself is
+  committed (write-ahead), so a crash can never run it and leave no record:
+  the restart answers it ``interrupted``, where a model asked again would
+  have called it again (an idempotent tool's call need not wait);
 - when the turn stops short (failure, cancellation), the machine's ``Stop``
   gives every open call a result, written in a shielded scope, and the
   failure is recorded (``TurnLedger``) so a restart does not resume the turn.
@@ -29,6 +33,7 @@ import trio
 from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolError, TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
+from agentik.agent._context import ContextExhausted, ContextPolicy, select_window
 from agentik.agent._events import (
     ApprovalRequest,
     ToolCallFinished,
@@ -252,7 +257,7 @@ class Turn:
             # Only now: the store has accepted the message and the cache holds
             # it at ``start``. Remembered earlier, a turn cancelled while the
             # store made room left the key naming the slot another turn took.
-            conv.keys[key] = self.start
+            conv.keys[key] = conv.first_seq + self.start
 
     async def _record_decision(self, action: RecordDecision) -> None:
         conv = self.conversation
@@ -269,6 +274,17 @@ class Turn:
         else:  # the denied call's result: a message of the turn like any other
             self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
             conv.history.append(action.result)
+            if self.emit is not None:  # a streamed decision: the denial is the call's result
+                call = self._call(action.call_id)
+                await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
+
+    def _call(self, call_id: str) -> ToolCall:
+        """The call ``call_id`` of this turn, as the model made it."""
+        for message in reversed(self.conversation.history[self.start :]):
+            for call in message.tool_calls:
+                if call.id == call_id:
+                    return call
+        raise StoreError(f"call {call_id!r} is in no message of the turn")
 
     def _seq_of_call(self, call_id: str) -> int:
         """The seq of the committed assistant message of this turn with ``call_id``."""
@@ -366,6 +382,22 @@ class Turn:
 
     # --- the model ----------------------------------------------------------------
 
+    def _window(self, system: Message, policy: ContextPolicy) -> tuple[Message, ...]:
+        """What of the conversation this request carries (``_context``)."""
+        conv = self.conversation
+        try:
+            window = select_window(
+                system=conv.cost(system),
+                summary=conv.summary_message,
+                history=conv.history,
+                turn_start=self.start,
+                budget=policy.max_tokens,
+                cost=conv.cost,
+            )
+        except ContextExhausted as exc:
+            raise TurnError(str(exc), code="context_exhausted") from exc
+        return window.messages
+
     def _plan(self, call: ToolCall, index: ToolsetIndex) -> CallPlan:
         """Whether ``call`` needs a person's approval: its tool or toolset says
         so, or the agent's policy does. A policy that raises asks for approval."""
@@ -417,9 +449,12 @@ class Turn:
             system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
             if runtime.pure_prompt:
                 conv.system_prompt = (key, system)
-        request = ModelRequest(
-            (system, *conv.history), offered_tools(runtime.offered_core, index, active)
-        )
+        tools = offered_tools(runtime.offered_core, index, active)
+        policy = runtime.settings.context
+        if policy is None:
+            request = ModelRequest((system, *conv.history), tools)
+        else:
+            request = ModelRequest((system, *self._window(system, policy)), tools)
         stats = runtime.stats
         stats.model_calls += 1
         started = trio.current_time()
@@ -562,6 +597,11 @@ class Turn:
             arguments = parse_arguments(tool, call.arguments)
         except ToolError as exc:
             return self._error(str(exc))
+        if self.pending and not tool.idempotent:
+            # Write-ahead: the call is durable before its effect. A crash then
+            # leaves it recorded and open (a restart answers it ``interrupted``),
+            # never unrecorded, where the model, asked again, would call it again.
+            await self.commit()
         timeout = runtime.settings.tool_timeout
         result: object = None
         with trio.move_on_after(timeout) as scope:

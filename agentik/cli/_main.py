@@ -49,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="a toolset entry point (repeatable; replaces the configured list)",
     )
+    serve.add_argument(
+        "--tool",
+        action="append",
+        dest="tools",
+        metavar="MODULE:ATTR",
+        help="a core tool entry point, always offered (repeatable; replaces the configured list)",
+    )
 
     chat = commands.add_parser("chat", help="interactive chat, streaming the answers")
     chat.add_argument("--url", help="a running server's base URL; without it, chat in-process")

@@ -33,6 +33,7 @@ _FLAGS = {
     "model": ("model", "model"),
     "system_prompt": ("agent", "system_prompt"),
     "toolsets": ("agent", "toolsets"),
+    "tools": ("agent", "tools"),
     "gc_freeze": ("server", "gc_freeze"),
 }
 
@@ -132,10 +133,12 @@ def _describe(error: BaseException, config: ServerConfig, progress: _Progress) -
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from agentik.server._serve import load_toolsets
+    from agentik.server._serve import load_tools, load_toolsets
 
     config = config_from_args(args)
-    load_toolsets(config.toolsets)  # a bad entry point is a configuration error, before start-up
+    # A bad entry point is a configuration error, before start-up.
+    load_toolsets(config.toolsets)
+    load_tools(config.tools)
     setup_logging()
     if config.gc_freeze:
         tune_gc()

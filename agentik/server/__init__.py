@@ -8,6 +8,7 @@ from agentik._config import ServerConfig as ServerConfig
 from agentik._config import load_config as load_config
 from agentik.server._app import build_app as build_app
 from agentik.server._context import ServerContext as ServerContext
+from agentik.server._serve import load_tools as load_tools
 from agentik.server._serve import load_toolsets as load_toolsets
 from agentik.server._serve import serve_agentik as serve_agentik
 
@@ -20,6 +21,7 @@ __all__ = [
     "ServerContext",
     "build_app",
     "load_config",
+    "load_tools",
     "load_toolsets",
     "serve_agentik",
 ]

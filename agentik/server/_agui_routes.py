@@ -1,27 +1,47 @@
 """``POST /agui``: one AG-UI run per request, streamed as SSE.
 
-threadId is the conversation id (in the caller's owner scope); the run's
-input is the text of the last message, which must be the user's, and history
-comes from the store: no earlier message the client sends, of any role,
-reaches the model or the store. A refusal
-before the run starts (bad input, overload) is a plain HTTP status, which
-the client reports as ``HTTP <status>: <body>``; after RUN_STARTED every
-failure is a RUN_ERROR.
+threadId is the conversation id (in the caller's owner scope). A run either
+brings a new user message (the last message, which must be the user's) or,
+with ``resume``, answers the interrupts the previous run ended with: each
+answer is a decision (``ChatAgent.stream_decision``) and the turn going on
+streams as this run's events; a user message after the interrupted calls then
+runs as a new turn in the same run. History comes from the store: no earlier
+message the client sends, of any role, reaches the model or the store.
+
+A refusal before the run starts (bad input, overload) is a plain HTTP status,
+which the client reports as ``HTTP <status>: <body>``; after RUN_STARTED every
+failure is a RUN_ERROR. An answer agentik cannot take (a payload the
+interrupt's schema refuses, a call that does not wait, a new message while
+calls wait unanswered) is a RUN_ERROR before anything is decided.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack
 
+import attrs
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
-from agentik.server._agui import AguiRun, parse_run_input
+from agentik._errors import AgentikError, ApprovalError
+from agentik._json import JsonObject
+from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnResult
+from agentik.server._agui import (
+    AguiRun,
+    AguiRunError,
+    Decision,
+    RunInput,
+    decisions_of,
+    parse_run_input,
+)
 from agentik.server._context import ServerContext
-from agentik.server._owners import caller_of
+from agentik.server._errors import HttpError
+from agentik.server._owners import SEPARATOR, Caller, caller_of
 from agentik.server._request import read_json
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, open_stream
+from agentik.server._turns import EventStream, log_turn, open_stream, refuse, to_http_error
 
 
 def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
@@ -30,23 +50,183 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def run(request: Request) -> EventStream:
         run_input = parse_run_input(await read_json(request, limit))
-        events, stack = await open_stream(
-            agent, "agui", caller_of(request), run_input.thread_id, run_input.text, None
+        caller = caller_of(request)
+        thread = run_input.thread_id
+        began = time.perf_counter()
+        try:
+            waiting = [a.call.id for a in await agent.pending_approvals(caller.internal(thread))]
+        except (AgentikError, ValueError) as exc:
+            raise refuse("agui", caller, thread, exc, began) from exc
+        answered = frozenset(e.interrupt_id for e in run_input.resume)
+        # The client has the calls it answers, and the others of the batch it
+        # answers from; calls waiting that it names none of are new to it (a
+        # retried resume, after the turn paused again): they are streamed.
+        known = answered | frozenset(waiting) if answered.intersection(waiting) else answered
+        translator = AguiRun(
+            thread, run_input.run_id, model_name=ctx.model_label, known_calls=known
         )
-        translator = AguiRun(run_input.thread_id, run_input.run_id, model_name=ctx.model_label)
+        if run_input.resume:
+            stack = AsyncExitStack()
+            resumed = _Resumed(agent, caller, run_input, waiting, translator, stack, began)
+            return EventStream(_sse(resumed.events()), stack.aclose)
+        if waiting:
+            # AG-UI: leaving an interrupt unanswered is not abandoning it, so a
+            # new message does not deny what waits (as ``send`` would): refused.
+            log_turn("agui", caller, thread, "refused:awaiting_approval", began)
+            refused = translator.start(run_input.parent_run_id)
+            refused += translator.error(_awaiting(waiting), "awaiting_approval")
+            return EventStream(_sse(_each(refused)), AsyncExitStack().aclose)
+        assert run_input.text is not None  # a run without resume brings its message
+        events, stack = await open_stream(agent, "agui", caller, thread, run_input.text, None)
 
-        async def frames() -> AsyncIterator[bytes]:
+        async def plain() -> AsyncIterator[JsonObject]:
             for out in translator.start(run_input.parent_run_id):
-                yield sse_frame(out)
-            ended = False
+                yield out
             async for event in events:
                 for out in translator.translate(event):
-                    ended = ended or out["type"] in ("RUN_FINISHED", "RUN_ERROR")
-                    yield sse_frame(out)
-            if not ended:
-                for out in translator.error("the turn ended without a result", "turn_failed"):
-                    yield sse_frame(out)
+                    yield out
+            for out in translator.finish():
+                yield out
 
-        return EventStream(frames(), stack.aclose)
+        return EventStream(_sse(plain()), stack.aclose)
 
     return [Route("/agui", run, methods=["POST"])]
+
+
+@attrs.define
+class _Resumed:
+    """A run that answers interrupts: check every answer, take them, stream
+    the turn going on, then the new message's turn if the run brings one."""
+
+    agent: ChatAgent
+    caller: Caller
+    run_input: RunInput
+    waiting: list[str]
+    """The calls waiting for a decision when the run began, oldest first."""
+    translator: AguiRun
+    stack: AsyncExitStack
+    """Holds the agent streams open; the response closes it, however it ends."""
+    began: float
+    _outcome: str | None = attrs.field(default=None, init=False)
+    """``failed:<code>`` once a turn of the run failed (the turn log's word)."""
+
+    async def events(self) -> AsyncIterator[JsonObject]:
+        run, translator = self.run_input, self.translator
+        outcome = "disconnected"
+        try:
+            for out in translator.start(run.parent_run_id):
+                yield out
+            try:
+                ordered, replayed = await self._check_and_replay()
+                for decision in ordered:
+                    stream = self.agent.stream_decision(
+                        self._stored,
+                        decision.call_id,
+                        approve=decision.approve,
+                        reason=decision.reason,
+                    )
+                    async for out in self._relay(await self.stack.enter_async_context(stream)):
+                        yield out
+                if run.text is not None and not translator.ended:
+                    events, inner = await open_stream(
+                        self.agent, "agui", self.caller, run.thread_id, run.text, None
+                    )
+                    self.stack.push_async_callback(inner.aclose)
+                    async for out in self._relay(events):
+                        yield out
+            except AguiRunError as exc:
+                outcome = f"refused:{exc.code}"
+                for out in translator.error(exc.message, exc.code):
+                    yield out
+                return
+            except (AgentikError, ValueError, HttpError) as exc:
+                # Refused by the agent once the run had started (overloaded,
+                # shutting down): the same words an HTTP refusal has.
+                error = exc if isinstance(exc, HttpError) else self._refusal(exc)
+                outcome = f"refused:{error.code}"
+                for out in translator.error(error.message, error.code):
+                    yield out
+                return
+            if translator.result is None and replayed is not None:
+                active = [s.name for s in self.agent.toolset_status(self._stored) if s.active]
+                for out in translator.replay(replayed, active):
+                    yield out
+            for out in translator.finish():
+                yield out
+            outcome = self._outcome or "finished"
+        finally:
+            log_turn("agui", self.caller, run.thread_id, outcome, self.began)
+
+    @property
+    def _stored(self) -> str:
+        return self.caller.internal(self.run_input.thread_id)
+
+    async def _check_and_replay(self) -> tuple[list[Decision], TurnResult | None]:
+        """Every answer checked before any is taken (``AguiRunError`` if one
+        cannot be): its payload, that a new message comes with an answer for
+        every waiting call, and answers about calls that no longer wait (the
+        same decision again is a retry: its turn's result, taken from the
+        agent; any other is refused). Returns the decisions to take, in the
+        order the calls wait, and the result of the last retried one."""
+        run = self.run_input
+        decisions = decisions_of(run.resume)
+        answered = {d.call_id for d in decisions}
+        unanswered = [c for c in self.waiting if c not in answered]
+        if run.text is not None and unanswered:
+            raise AguiRunError(_awaiting(unanswered), "awaiting_approval")
+        replayed = None
+        for decision in decisions:
+            if decision.call_id in self.waiting:
+                continue
+            try:  # takes nothing: the call does not wait
+                replayed = await self.agent.decide(
+                    self._stored,
+                    decision.call_id,
+                    approve=decision.approve,
+                    reason=decision.reason,
+                )
+            except ApprovalError as exc:
+                raise AguiRunError(self._scoped(str(exc)), exc.code) from exc
+        order = {call_id: i for i, call_id in enumerate(self.waiting)}
+        ordered = sorted(
+            (d for d in decisions if d.call_id in order), key=lambda d: order[d.call_id]
+        )
+        return ordered, replayed
+
+    async def _relay(self, events: AsyncIterator[TurnEvent]) -> AsyncIterator[JsonObject]:
+        async for event in events:
+            if isinstance(event, TurnFailed):
+                self._outcome = f"failed:{event.code}"
+                event = TurnFailed(self._scoped(event.message), event.code)
+            for out in self.translator.translate(event):
+                yield out
+            if self.translator.ended:
+                return
+
+    def _refusal(self, exc: AgentikError | ValueError) -> HttpError:
+        return to_http_error(exc, self.caller, self.run_input.thread_id)
+
+    def _scoped(self, message: str) -> str:
+        """``message`` naming the thread as the client sent it, not as stored."""
+        stored, thread = self._stored, self.run_input.thread_id
+        if SEPARATOR not in stored:
+            return message
+        return message.replace(repr(stored), repr(thread)).replace(stored, thread)
+
+
+def _awaiting(call_ids: Iterable[str]) -> str:
+    named = ", ".join(repr(c) for c in call_ids)
+    return (
+        f"tool calls wait for a decision: {named}; answer each in 'resume'"
+        " (status 'cancelled' denies it)"
+    )
+
+
+async def _each(events: list[JsonObject]) -> AsyncIterator[JsonObject]:
+    for event in events:
+        yield event
+
+
+async def _sse(events: AsyncIterator[JsonObject]) -> AsyncIterator[bytes]:
+    async for event in events:
+        yield sse_frame(event)

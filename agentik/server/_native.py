@@ -1,8 +1,14 @@
-"""The native API's wire format: turn requests in, turn results and events out.
+"""The native API's wire format: turn requests and decisions in, turn results
+and events out.
 
 Pure translation, no I/O: JSON of agentik values comes from the one converter
 in ``agentik._serde``; stream events become SSE frames named after their kind
 (``text_delta``, ``tool_call_started`` …) whose data also carries ``type``.
+
+A turn's JSON carries ``status`` (``finished`` | ``awaiting_approval``) and
+``approvals``, the calls waiting for a decision as ``{call_id, name,
+arguments}``: never the ``ApprovalRequest`` itself, whose conversation id is
+the stored, owner-scoped one (``_owners``), not the id the client sent.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message
 from agentik._serde import converter
 from agentik.agent._events import (
+    ApprovalRequest,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
@@ -21,7 +28,7 @@ from agentik.agent._events import (
 )
 from agentik.models import TextDelta, ToolCallDelta
 from agentik.server._errors import HttpError
-from agentik.server._request import as_object, field_str, optional_str
+from agentik.server._request import as_object, field_bool, field_str, optional_str
 
 MAX_ID_LENGTH = 200
 
@@ -32,6 +39,14 @@ class TurnRequest:
 
     text: str
     idempotency_key: str | None = None
+
+
+@attrs.frozen
+class DecisionRequest:
+    """A validated ``POST …/approvals/{call_id}`` body."""
+
+    approve: bool
+    reason: str = ""
 
 
 def check_id(value: str, what: str = "conversation id") -> str:
@@ -57,6 +72,22 @@ def parse_turn_request(body: JsonValue) -> TurnRequest:
     return TurnRequest(text=field_str(obj, "text"), idempotency_key=key)
 
 
+def parse_decision(body: JsonValue) -> DecisionRequest:
+    """``{"approve": bool, "reason": str}``; ``reason`` may be left out, null or empty."""
+    obj = as_object(body)
+    unknown = sorted(set(obj) - {"approve", "reason"})
+    if unknown:
+        raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
+    approve = field_bool(obj, "approve")
+    reason = "" if obj.get("reason") is None else field_str(obj, "reason", non_empty=False)
+    return DecisionRequest(approve, reason)
+
+
+def approval_json(request: ApprovalRequest) -> JsonObject:
+    call = request.call
+    return {"call_id": call.id, "name": call.name, "arguments": call.arguments}
+
+
 def message_json(message: Message) -> JsonObject:
     data: JsonObject = converter.unstructure(message)
     return data
@@ -64,6 +95,7 @@ def message_json(message: Message) -> JsonObject:
 
 def turn_result_json(result: TurnResult) -> JsonObject:
     data: JsonObject = converter.unstructure(result)
+    data["approvals"] = [approval_json(a) for a in result.approvals]
     return data
 
 

@@ -1,5 +1,5 @@
-"""The native API under ``/agentik``: turns (JSON or SSE), history, memory, toolsets,
-reflections and skills.
+"""The native API under ``/agentik``: turns (JSON or SSE), decisions about calls
+waiting for approval, history, memory, toolsets, reflections and skills.
 
 Handlers validate, call the agent or its stores, and translate with
 ``_native``; they keep nothing between requests. Every conversation id a
@@ -25,11 +25,14 @@ from agentik._messages import Message
 from agentik._serde import converter
 from agentik.server._app import json_response
 from agentik.server._context import ServerContext
+from agentik.server._decisions import decide_call, pending_calls
 from agentik.server._errors import HttpError
 from agentik.server._native import (
+    approval_json,
     check_id,
     message_json,
     native_event,
+    parse_decision,
     parse_turn_request,
     turn_result_json,
 )
@@ -180,6 +183,36 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             {"conversation_id": conversation_id, "toolsets": converter.unstructure(statuses)}
         )
 
+    async def list_approvals(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        caller = caller_of(request)
+        await require_conversation(ctx, caller.internal(conversation_id), conversation_id)
+        waiting = await pending_calls(agent, caller, conversation_id)
+        return json_response(
+            {"conversation_id": conversation_id, "approvals": [approval_json(a) for a in waiting]}
+        )
+
+    async def decide(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        call_id = _path_id(request, "call_id", "call id")
+        decision = parse_decision(await read_json(request, limit))
+        caller = caller_of(request)
+
+        async def exists() -> None:
+            await require_conversation(ctx, caller.internal(conversation_id), conversation_id)
+
+        result = await decide_call(
+            agent,
+            "native",
+            caller,
+            conversation_id,
+            call_id,
+            approve=decision.approve,
+            reason=decision.reason,
+            check=exists,
+        )
+        return json_response(turn_result_json(result))
+
     async def get_reflections(request: Request) -> Response:
         page = query_int(request, "limit", default=20, minimum=1, maximum=MAX_PAGE)
         recent, total = await recent_reflections(
@@ -228,6 +261,15 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         Route(f"{base}/conversations/{{conversation_id}}/messages", get_messages, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/memory", get_memory, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/toolsets", get_toolsets, methods=["GET"]),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/approvals", list_approvals, methods=["GET"]
+        ),
+        Route(
+            # ``:path``: a call id is the model's choice and may hold a ``/``
+            f"{base}/conversations/{{conversation_id}}/approvals/{{call_id:path}}",
+            decide,
+            methods=["POST"],
+        ),
         Route(f"{base}/reflections", get_reflections, methods=["GET"]),
         Route(f"{base}/skills", list_skills, methods=["GET"]),
         Route(f"{base}/skills/{{name}}", skill, methods=["GET", "PUT", "DELETE"]),

@@ -124,6 +124,16 @@ def optional_str(obj: JsonObject, key: str, *, where: str = "") -> str | None:
     return field_str(obj, key, where=where)
 
 
+def field_bool(obj: JsonObject, key: str) -> bool:
+    """A required boolean field: ``true`` or ``false``, not ``1``, ``"yes"`` or null."""
+    if key not in obj:
+        raise _invalid(f"field '{key}' is required")
+    value = obj[key]
+    if not isinstance(value, bool):
+        raise _invalid(f"field '{key}' must be a boolean, got {_kind(value)}")
+    return value
+
+
 def query_int(request: Request, key: str, *, default: int, minimum: int, maximum: int) -> int:
     """An integer query parameter within bounds (ASCII digits only)."""
     text = request.query_params.get(key)
@@ -147,3 +157,7 @@ def _kind(value: JsonValue) -> str:
     if isinstance(value, list):
         return "an array"
     return "an object"
+
+
+kind_of = _kind
+"""The JSON kind of a value as error messages name it ("a string", "null", …)."""

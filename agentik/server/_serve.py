@@ -21,7 +21,7 @@ import httpx
 import trio
 
 from agentik._config import ConfigError, ServerConfig
-from agentik.agent import DEFAULT_SYSTEM_PROMPT, ToolsetSource, open_chat_agent
+from agentik.agent import DEFAULT_SYSTEM_PROMPT, ContextPolicy, ToolsetSource, open_chat_agent
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
@@ -30,7 +30,7 @@ from agentik.server._hypercorn import serve as hypercorn_serve
 from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
-from agentik.toolsets import ToolsetContribution
+from agentik.toolsets import NamedTool, ToolsetContribution
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -48,20 +48,47 @@ DEMO_WARNING = (
 Toolset = ToolsetContribution | ToolsetSource
 
 
+def _import(spec: str, key: str) -> object:
+    """The object an entry point ``module:attribute`` names (``[agent] <key>``)."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"[agent] {key} entry {spec!r} cannot be loaded: {error}") from error
+    return target
+
+
+def load_tools(specs: Iterable[str]) -> list[NamedTool]:
+    """Import each ``module:attribute``; it is a ``NamedTool`` (``@tool`` makes
+    one), an iterable of them, or a callable returning either."""
+    found: list[NamedTool] = []
+    for spec in specs:
+        target = _import(spec, "tools")
+        if callable(target) and not isinstance(target, NamedTool):
+            target = target()
+        items = [target] if isinstance(target, NamedTool) else target
+        if not isinstance(items, Iterable) or isinstance(items, str | bytes):
+            raise ConfigError(
+                f"[agent] tools entry {spec!r} must give tools (NamedTool),"
+                f" got {type(target).__name__}"
+            )
+        for item in items:
+            if not isinstance(item, NamedTool):
+                raise ConfigError(
+                    f"[agent] tools entry {spec!r} gave {type(item).__name__}, expected a NamedTool"
+                )
+            found.append(item)
+    return found
+
+
 def load_toolsets(specs: Iterable[str]) -> list[Toolset]:
     """Import each ``module:attribute``; it is a contribution, a source (has
     ``.contribution``), an iterable of those, or a callable returning them."""
     found: list[Toolset] = []
     for spec in specs:
-        module_name, _, attribute = spec.partition(":")
-        try:
-            target: object = importlib.import_module(module_name)
-            for part in attribute.split("."):
-                target = getattr(target, part)
-        except (ImportError, AttributeError) as error:
-            raise ConfigError(
-                f"[agent] toolsets entry {spec!r} cannot be loaded: {error}"
-            ) from error
+        target = _import(spec, "toolsets")
         if callable(target) and not _is_toolset(target):
             target = target()
         items = [target] if _is_toolset(target) else target
@@ -114,6 +141,7 @@ async def serve_agentik(
     ``storage`` and ``model`` override the configured ones (embedding, tests);
     ``tracer_provider`` is the agent's (``open_chat_agent``)."""
     toolsets: list[ToolsetContribution | ToolsetSource] = list(load_toolsets(config.toolsets))
+    tools = load_tools(config.tools)
     async with AsyncExitStack() as stack:
         mcp: tuple[McpToolset, ...] = ()
         if config.mcp_servers:
@@ -137,12 +165,16 @@ async def serve_agentik(
             open_chat_agent(
                 model=chat_model,
                 storage=storage,
+                tools=tools,
                 toolsets=toolsets,
                 max_tool_rounds=limits.max_tool_rounds,
                 tool_timeout=limits.tool_timeout,
                 max_queued_turns=limits.max_queued_turns,
                 max_conversations=limits.max_conversations,
                 system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+                context=None
+                if config.context_tokens is None
+                else ContextPolicy(max_tokens=config.context_tokens),
                 tracer_provider=tracer_provider,
             )
         )

@@ -3,7 +3,9 @@ SSE responses.
 
 Errors the agent raises become HTTP refusals here and nowhere else:
 ``OverloadedError`` is 429 with ``Retry-After``, a closed agent (shutting
-down) 503, bad input 422, and a failed turn a status by its code. A streamed
+down) 503, bad input 422, a failed turn a status by its code, and a decision
+the agent cannot take (``ApprovalError``) 404 when the call does not wait,
+409 when it was decided the other way. A streamed
 turn is entered *before* the response starts, so a refusal is still a plain
 HTTP status; once streaming, a client that leaves only stops the reading:
 the turn completes and is committed by the agent.
@@ -24,7 +26,7 @@ from contextlib import AsyncExitStack
 import trio
 from starlette.types import Receive, Scope, Send
 
-from agentik._errors import AgentikError, OverloadedError, TurnError
+from agentik._errors import AgentikError, ApprovalError, OverloadedError, TurnError
 from agentik._json import JsonObject
 from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.server._errors import HttpError
@@ -34,6 +36,7 @@ from agentik.server._sse import dumps
 log = logging.getLogger("agentik.server")
 
 _TURN_STATUS = {"model_error": 502, "cancelled": 409, "step_limit": 500, "turn_failed": 500}
+_APPROVAL_STATUS = {"not_waiting": 404, "already_decided": 409, "unsupported": 501}
 
 
 def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpError:
@@ -49,6 +52,8 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
     if isinstance(exc, TurnError):
         code = getattr(exc, "code", "turn_failed")
         return HttpError(_TURN_STATUS.get(code, 500), message, code=code)
+    if isinstance(exc, ApprovalError):
+        return HttpError(_APPROVAL_STATUS.get(exc.code, 409), message, code=exc.code)
     if isinstance(exc, ValueError):
         return HttpError(422, message, code="invalid_field")
     return HttpError(503, f"the agent is not accepting turns: {message}", code="unavailable")
@@ -58,8 +63,9 @@ def outcome_of(exc: Exception, error: HttpError) -> str:
     """The turn log's outcome for a turn that ended in ``exc`` (the client got
     ``error``): ``failed:<code>`` if the turn ran and failed (``TurnError``),
     ``refused:<code>`` if it never ran; ``<code>`` is the code the client saw.
-    With ``finished`` and ``disconnected`` that is the whole vocabulary, the
-    same for every transport, streamed or not."""
+    With ``finished``, ``awaiting_approval`` (the turn paused for a person's
+    decision) and ``disconnected`` that is the whole vocabulary, the same for
+    every transport, streamed or not."""
     return f"{'failed' if isinstance(exc, TurnError) else 'refused'}:{error.code}"
 
 
@@ -97,7 +103,7 @@ async def send_turn(
         result = await agent.send(caller.internal(conversation_id), text, idempotency_key=key)
     except (AgentikError, ValueError) as exc:
         raise refuse(transport, caller, conversation_id, exc, began) from exc
-    log_turn(transport, caller, conversation_id, "finished", began)
+    log_turn(transport, caller, conversation_id, result.status, began)
     return result
 
 
@@ -125,7 +131,7 @@ async def open_stream(
         try:
             async for event in events:
                 if isinstance(event, TurnFinished):
-                    outcome = "finished"
+                    outcome = event.result.status
                 elif isinstance(event, TurnFailed):
                     outcome = f"failed:{event.code}"
                 yield event

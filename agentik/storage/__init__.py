@@ -42,6 +42,12 @@ from agentik.storage._protocols import (
     StorageBundle as StorageBundle,
 )
 from agentik.storage._protocols import (
+    Summary as Summary,
+)
+from agentik.storage._protocols import (
+    SummaryStore as SummaryStore,
+)
+from agentik.storage._protocols import (
     TurnLedger as TurnLedger,
 )
 from agentik.storage._protocols import (
@@ -74,6 +80,8 @@ __all__ = [
     "ReflectionStore",
     "SkillStore",
     "StorageBundle",
+    "Summary",
+    "SummaryStore",
     "Synchronous",
     "TurnLedger",
     "TurnRecord",

@@ -37,6 +37,7 @@ from agentik.storage._protocols import (
     Approval,
     KeyedTurn,
     StorageBundle,
+    Summary,
     TurnRecord,
 )
 
@@ -55,6 +56,8 @@ class _Conversation:
     """``(seq, call id)`` -> when it was asked and decided (for export)."""
     failures: dict[int, tuple[str, datetime]] = attrs.Factory(dict)
     """Seq of a failed turn's user message -> its code and when it was recorded."""
+    summaries: builtins.list[Summary] = attrs.Factory(list)
+    """Oldest first; each covers more than the one before."""
 
 
 @final
@@ -392,6 +395,40 @@ class InMemoryMessageStore:
                 )
             )
         )
+
+    # --- SummaryStore -------------------------------------------------------------
+
+    async def submit_summary(
+        self, conversation_id: str, through_seq: int, text: str
+    ) -> Pending[Summary]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or not 1 <= through_seq <= len(conversation.messages):
+            return Pending.failed(
+                StoreError(
+                    f"conversation {conversation_id!r} has no message {through_seq}"
+                    " to summarize up to"
+                )
+            )
+        summaries = conversation.summaries
+        if summaries and through_seq <= summaries[-1].through_seq:
+            covered = summaries[-1].through_seq
+            return Pending.failed(
+                StoreError(
+                    f"a summary of conversation {conversation_id!r} must cover more than the"
+                    f" latest (through seq {covered}), got through seq {through_seq}"
+                )
+            )
+        summary = Summary(through_seq=through_seq, text=text, created_at=self._clock())
+        summaries.append(summary)
+        return Pending.completed(summary)
+
+    async def latest_summary(self, conversation_id: str) -> Summary | None:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or not conversation.summaries:
+            return None
+        return conversation.summaries[-1]
 
 
 def _seq_of(item: tuple[tuple[int, str], Approval]) -> int:

@@ -130,11 +130,14 @@ class SkillStore(Protocol):
 
 @attrs.frozen
 class ConversationSnapshot:
-    """The start of a conversation's history and its active notes, read together."""
+    """A page of a conversation's history, its active notes and its latest
+    summary, read together."""
 
     messages: tuple[Message, ...]
-    """The first ``page_size`` messages (all of them if fewer)."""
+    """The first ``page_size`` messages after ``after_seq`` (all if fewer)."""
     memory: tuple[MemoryEntry, ...]
+    summary: Summary | None = None
+    """The latest summary (``SummaryStore``), if the store keeps them."""
 
 
 @runtime_checkable
@@ -144,7 +147,7 @@ class ConversationLoader(Protocol):
     present to spend one read, not two, per conversation it loads."""
 
     async def load_conversation(
-        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE, after_seq: int = 0
     ) -> ConversationSnapshot: ...
 
 
@@ -278,8 +281,8 @@ class ConversationDeleter(Protocol):
     of it if it fails), every row the bundle keeps for the conversation: its
     messages (their idempotency keys with them), its working-memory notes
     (archived ones too), the reflections drawn from it, its turn ledger
-    (``TurnLedger``: approvals, failed turns), and whatever else a backend
-    keys by conversation (summaries, when they exist). Nothing of other
+    (``TurnLedger``: approvals, failed turns), its summaries (``SummaryStore``),
+    and whatever else a backend keys by conversation. Nothing of other
     conversations, and no skill, changes. Afterwards the conversation is as
     if it had never been used: the next message gets seq 1, and its old
     idempotency keys are free again. Writes submitted before the delete are
@@ -334,6 +337,31 @@ class ConversationArchiver(Protocol):
         ``StoreError``, nothing written), and the messages must have seqs
         1, 2, 3 … in order (else ``StoreError``)."""
         ...
+@attrs.frozen(kw_only=True)
+class Summary:
+    """What the model wrote to stand for a conversation's history up to a seq."""
+
+    through_seq: int
+    """The last message it covers: the next summary, or the window, starts after it."""
+    text: str
+    created_at: datetime | None = None
+
+
+@runtime_checkable
+class SummaryStore(Protocol):
+    """Optional: a message store that keeps the summaries a context policy asks
+    the model for. Summaries chain (each covers more than the one before); none
+    is ever deleted with history kept, and history is never deleted for one."""
+
+    async def submit_summary(
+        self, conversation_id: str, through_seq: int, text: str
+    ) -> Pending[Summary]:
+        """Store a summary covering messages up to ``through_seq``, which must
+        be a message of the conversation past the latest summary's; anything
+        else is a ``StoreError`` and changes nothing."""
+        ...
+
+    async def latest_summary(self, conversation_id: str) -> Summary | None: ...
 
 
 @attrs.frozen

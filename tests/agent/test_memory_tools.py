@@ -55,6 +55,40 @@ async def test_working_memory_notes_appear_in_the_prompt_and_compact() -> None:
     assert await storage.working_memory_store.list("other") == []
 
 
+async def test_archived_notes_leave_the_prompt_and_stay_in_the_store() -> None:
+    """memory_archive takes notes out of the prompt (and the active list); the
+    store keeps them archived. Unknown ids are an error the model sees, and
+    archive nothing."""
+    requests: list[ModelRequest] = []
+    script = by_turn(
+        {
+            "note": [
+                call("memory_add", {"text": "draft plan"}, id="a"),
+                call("memory_add", {"text": "final plan"}, id="b"),
+                "noted",
+            ],
+            "archive": [call("memory_archive", {"entry_ids": [1, 1]}), "done"],
+            "bad": [call("memory_archive", {"entry_ids": [2, 7]}), "ok"],
+        }
+    )
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return script(request)
+
+    storage = in_memory_storage()
+    async with open_chat_agent(model=ScriptedModel(respond), storage=storage) as agent:
+        await agent.send("c", "note")
+        result = await agent.send("c", "archive")
+        assert result.messages[2].content == "Archived 1 note."
+        assert "draft plan" not in _system(requests[-1])
+        assert "[2] final plan" in _system(requests[-1])
+        bad = await agent.send("c", "bad")
+        assert bad.messages[2].content.startswith("error: no active notes with ids [7]")
+    notes = await storage.working_memory_store.list("c")
+    assert [n.text for n in notes] == ["final plan"]
+
+
 async def test_skills_catalog_in_prompt_body_on_demand() -> None:
     """skill_save puts name+description in every prompt; skill_load returns the
     body; skill_remove drops it; an unknown skill is an error listing the names."""

@@ -9,7 +9,8 @@ from pathlib import Path
 import trio
 
 from agentik.storage import open_sqlite_storage
-from tests.server.conftest import Running
+from tests.server.approval_tools import RUNS
+from tests.server.conftest import Running, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +62,41 @@ async def test_chat_in_process(tmp_path: Path) -> None:
 async def test_chat_reports_http_errors(server: Running, tmp_path: Path) -> None:
     out = await chat("--url", server.url, "--conversation", " ", stdin=b"hello\n", cwd=tmp_path)
     assert "[HTTP 422]" in out
+
+
+PAY = b'call ledger_pay {"amount": 3}\n'
+ASKED = '  approve ledger_pay({"amount": 3})? [y/N] '
+
+
+async def test_chat_asks_before_a_call_that_needs_approval(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A turn waiting for approval asks at the prompt; y runs the call, anything
+    else denies it; Ctrl-D at the question leaves the call waiting."""
+    RUNS.clear()
+    async for server in start_server(
+        nursery, tmp_path, tools=("tests.server.approval_tools:ledger_tools",)
+    ):
+        base = ("--url", server.url, "--conversation")
+        out = await chat(*base, "yes", stdin=PAY + b"y\n", cwd=tmp_path)
+        assert ASKED in out
+        assert "agent> ledger_pay returned: paid 3\n" in out
+        assert RUNS == ["pay 3"]
+        out = await chat(*base, "no", stdin=PAY + b"\n", cwd=tmp_path)
+        assert "agent> ledger_pay returned: denied\n" in out
+        out = await chat(*base, "later", stdin=PAY, cwd=tmp_path)
+        assert out.endswith(ASKED), "Ctrl-D at the question ends the chat"
+        waiting = await server.client.get("/agentik/conversations/later/approvals")
+        assert [a["name"] for a in waiting.json()["approvals"]] == ["ledger_pay"]
+        assert RUNS == ["pay 3"]
+
+
+async def test_chat_in_process_asks_too(tmp_path: Path) -> None:
+    database = tmp_path / "chat.db"
+    config = tmp_path / "agentik.toml"
+    config.write_text('[agent]\ntools = ["tests.server.approval_tools:ledger_tools"]\n')
+    out = await chat(
+        "--database", str(database), "--config", str(config), stdin=PAY + b"y\n", cwd=tmp_path
+    )
+    assert ASKED in out
+    assert "agent> ledger_pay returned: paid 3\n" in out

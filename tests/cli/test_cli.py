@@ -76,6 +76,12 @@ def test_bad_toolset_entry_point(tmp_path: Path) -> None:
     assert "toolsets entry 'no_such_module_x:thing' cannot be loaded" in result.stderr
 
 
+def test_bad_tool_entry_point(tmp_path: Path) -> None:
+    result = run_cli("serve", "--tool", "no_such_module_x:thing", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "[agent] tools entry 'no_such_module_x:thing' cannot be loaded" in result.stderr
+
+
 def test_log_lines_carry_the_time_of_their_own_second() -> None:
     stock = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s", "%Y-%m-%dT%H:%M:%S")
     formatter = LineFormatter()

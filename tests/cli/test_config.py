@@ -66,6 +66,12 @@ class TestLoadConfig:
         config = load_config(None, env={"AGENTIK_TOOLSETS": "a.b:c, d:e"})
         assert config.toolsets == ("a.b:c", "d:e")
 
+    def test_core_tools_from_file_and_environment(self, tmp_path: Path) -> None:
+        path = write(tmp_path, '[agent]\ntools = ["a.b:c"]\n')
+        assert load_config(path, env={}).tools == ("a.b:c",)
+        assert load_config(path, env={"AGENTIK_TOOLS": "d:e, f:g"}).tools == ("d:e", "f:g")
+        assert load_config(None, env={}).tools == ()
+
 
 class TestConfigErrors:
     @pytest.mark.parametrize(
@@ -84,6 +90,10 @@ class TestConfigErrors:
             ("[server\n", r"is not valid TOML"),
             ('[model]\nmodel = "m"\n', r"^\[model\] base_url is required"),
             ('[agent]\ntoolsets = ["nocolon"]\n', r"'nocolon' must be 'module:attribute'$"),
+            (
+                '[agent]\ntools = ["x:"]\n',
+                r"^\[agent\] tools entry 'x:' must be 'module:attribute'$",
+            ),
         ],
     )
     def test_bad_file(self, tmp_path: Path, text: str, message: str) -> None:
@@ -200,3 +210,18 @@ class TestNumbersFromText:
         assert config.limits.max_queued_turns == 12
         assert (config.limits.tool_timeout, config.limits.graceful_timeout) == (2.5, 10.0)
         assert config.port == 80
+
+
+class TestContextTokens:
+    def test_read_from_the_file_and_the_environment(self, tmp_path: Path) -> None:
+        path = tmp_path / "agentik.toml"
+        path.write_text("[model]\ncontext_tokens = 8000\n")
+        assert load_config(path, env={}).context_tokens == 8000
+        env = {"AGENTIK_CONTEXT_TOKENS": "16000"}
+        assert load_config(path, env=env).context_tokens == 16000
+        assert load_config(None, env={}).context_tokens is None
+
+    @pytest.mark.parametrize("value", ["12", "²", "-5", "1e4"])
+    def test_nonsense_is_a_config_error(self, value: str) -> None:
+        with pytest.raises(ConfigError, match=r"context_tokens|AGENTIK_CONTEXT_TOKENS"):
+            load_config(None, env={"AGENTIK_CONTEXT_TOKENS": value})

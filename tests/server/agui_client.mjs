@@ -1,27 +1,75 @@
-// Runs one AG-UI run with the official npm client (@ag-ui/client HttpAgent)
-// and prints what the client saw as JSON: event types, new messages, state.
+// Runs AG-UI runs with the official npm client (@ag-ui/client HttpAgent) on
+// one thread and prints what the client saw as JSON: event types, new
+// messages, state, and its pending interrupts.
 // Usage: node agui_client.mjs URL THREAD_ID TEXT [TOKEN]
+//    or: node agui_client.mjs URL THREAD_ID STEPS_JSON [TOKEN]
+// STEPS_JSON is an array of steps, run in order on the same HttpAgent:
+//   {"say": text}          add a user message, run
+//   {"resume": payload}    answer every pending interrupt (status "resolved",
+//                          this payload; payload "cancelled": status
+//                          "cancelled"), run
+//   {"sayAnyway": text}    add a user message and run without answering the
+//                          pending interrupts (the client refuses), then drop it
 import { HttpAgent } from "@ag-ui/client";
 
-const [url, threadId, text, token] = process.argv.slice(2);
+const [url, threadId, script, token] = process.argv.slice(2);
+const steps = script.startsWith("[") ? JSON.parse(script) : [{ say: script }];
 const headers = token ? { Authorization: `Bearer ${token}` } : {};
 const agent = new HttpAgent({ url, threadId, headers, initialMessages: [] });
-agent.addMessage({ id: "u-" + Date.now(), role: "user", content: text });
 const types = [];
-let failure = null;
-try {
-  const { result, newMessages } = await agent.runAgent(
-    { runId: "run-" + Date.now(), tools: [], context: [], forwardedProps: {} },
-    {
-      onEvent: ({ event }) => {
-        types.push(event.type);
+const runs = [];
+let last = { newMessages: [], result: null, failure: null };
+
+async function run(parameters) {
+  const seen = { types: [], outcome: null, interrupts: [], failure: null };
+  runs.push(seen);
+  try {
+    const { result, newMessages } = await agent.runAgent(
+      { runId: `run-${runs.length}-${Date.now()}`, tools: [], context: [], forwardedProps: {}, ...parameters },
+      {
+        onEvent: ({ event }) => {
+          types.push(event.type);
+          seen.types.push(event.type);
+        },
+        onRunFinishedEvent: ({ outcome, interrupts }) => {
+          seen.outcome = outcome;
+          seen.interrupts = interrupts ?? [];
+        },
+        onRunFailed: ({ error }) => {
+          seen.failure = String(error);
+        },
       },
-      onRunFailed: ({ error }) => {
-        failure = String(error);
-      },
-    },
-  );
-  console.log(JSON.stringify({ types, newMessages, state: agent.state, result: result ?? null, failure }));
-} catch (error) {
-  console.log(JSON.stringify({ types, failure: String(error) }));
+    );
+    last = { newMessages, result: result ?? null, failure: seen.failure };
+  } catch (error) {
+    seen.failure = String(error);
+    last = { newMessages: [], result: null, failure: seen.failure };
+  }
 }
+
+for (const step of steps) {
+  if (step.say !== undefined || step.sayAnyway !== undefined) {
+    agent.addMessage({ id: `u-${runs.length}-${Date.now()}`, role: "user", content: step.say ?? step.sayAnyway });
+    await run({});
+    if (step.sayAnyway !== undefined) agent.messages.pop();
+  } else {
+    const resume = agent.pendingInterrupts.map((interrupt) =>
+      step.resume === "cancelled"
+        ? { interruptId: interrupt.id, status: "cancelled" }
+        : { interruptId: interrupt.id, status: "resolved", payload: step.resume },
+    );
+    await run({ resume });
+  }
+}
+console.log(
+  JSON.stringify({
+    types,
+    runs,
+    newMessages: last.newMessages,
+    messages: agent.messages,
+    state: agent.state,
+    result: last.result,
+    failure: last.failure,
+    pendingInterrupts: agent.pendingInterrupts,
+  }),
+);

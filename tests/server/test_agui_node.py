@@ -13,11 +13,13 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
+from tests.server.agui_bank import RUNS, Served, serving
 from tests.server.conftest import Running
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +90,71 @@ async def test_http_agent_sees_http_errors(secured: Running) -> None:
     types = ok["types"]
     assert isinstance(types, list)
     assert types[-1] == "RUN_FINISHED"
+
+
+@pytest.fixture
+async def bank(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Served]:
+    RUNS.clear()
+    async with serving(nursery, tmp_path / "bank.db") as running:
+        yield running
+
+
+async def test_http_agent_approves_a_call(bank: Served) -> None:
+    """The npm client drives an approval to completion: the run ends with the
+    interrupt (kept as ``pendingInterrupts``), the client itself refuses a new
+    message that leaves it unanswered, and the next run's ``resume`` approves:
+    the call's result joins the assistant message that made it."""
+    steps = [
+        {"say": 'call enable_toolset {"name": "bank"}'},
+        {"say": 'call bank_wire {"amount": 5}'},
+        {"sayAnyway": "never mind"},
+        {"resume": {"approved": True, "reason": "fine"}},
+    ]
+    seen = await run_node(f"{bank.url}/agui", "node-approve", json.dumps(steps))
+    runs = seen["runs"]
+    assert isinstance(runs, list)
+    enable, pay, refused, resumed = runs
+    assert enable["outcome"] == "success"
+    assert pay["outcome"] == "interrupt"
+    [interrupt] = pay["interrupts"]
+    assert interrupt["reason"] == "tool_call"
+    assert interrupt["id"] == interrupt["toolCallId"]
+    assert pay["types"][-2:] == ["STATE_SNAPSHOT", "RUN_FINISHED"]
+    assert "TOOL_CALL_RESULT" not in pay["types"]
+    assert refused["types"] == []
+    assert "Thread has 1 pending interrupt(s) not addressed by resume" in refused["failure"]
+    assert resumed["failure"] is None
+    assert resumed["outcome"] == "success"
+    assert "TOOL_CALL_START" not in resumed["types"]
+    assert seen["pendingInterrupts"] == []
+    messages = seen["messages"]
+    assert isinstance(messages, list)
+    at = next(
+        i
+        for i, m in enumerate(messages)
+        if any(c["id"] == interrupt["toolCallId"] for c in m.get("toolCalls", []))
+    )
+    assert messages[at]["toolCalls"][0]["function"]["arguments"] == '{"amount": 5}'
+    assert messages[at + 1]["role"] == "tool"
+    assert messages[at + 1]["toolCallId"] == interrupt["toolCallId"]
+    assert messages[at + 1]["content"] == "sent 5"
+    assert messages[-1]["content"] == "bank_wire returned: sent 5"
+    assert seen["state"] == {"activeToolsets": ["bank"]}
+    assert RUNS == ["wire 5"]
+
+
+async def test_http_agent_cancels_a_call(bank: Served) -> None:
+    """``cancelled`` (the client abandoning the interrupt) denies the call."""
+    steps = [
+        {"say": 'call enable_toolset {"name": "bank"}'},
+        {"say": 'call bank_wire {"amount": 9}'},
+        {"resume": "cancelled"},
+    ]
+    seen = await run_node(f"{bank.url}/agui", "node-cancel", json.dumps(steps))
+    runs = seen["runs"]
+    assert isinstance(runs, list)
+    assert runs[-1]["outcome"] == "success"
+    messages = seen["newMessages"]
+    assert isinstance(messages, list)
+    assert [m["content"] for m in messages if m["role"] == "tool"] == ["denied: the user cancelled"]
+    assert RUNS == []

@@ -32,6 +32,7 @@ def test_every_endpoint_has_an_example() -> None:
         "/messages?",
         "/memory",
         "/toolsets",
+        "/approvals",
         "/agentik/reflections",
         "-X PUT http://127.0.0.1:8080/agentik/skills/",
         "-X DELETE",
@@ -74,3 +75,4 @@ async def test_examples_run(plain_server: Running) -> None:
     assert '"state":"TASK_STATE_COMPLETED"' in joined
     assert '"code":-32002' in joined  # cancelling a finished task
     assert "agentik_turns_total" in joined
+    assert '{"conversation_id":"demo","approvals":[]}' in joined

@@ -55,6 +55,8 @@ ROUTES = [
     ("GET", "/agentik/conversations/{conversation_id}/usage"),
     ("GET", "/agentik/conversations/{conversation_id}/export"),
     ("DELETE", "/agentik/conversations/{conversation_id}"),
+    ("GET", "/agentik/conversations/{conversation_id}/approvals"),
+    ("POST", "/agentik/conversations/{conversation_id}/approvals/{call_id:path}"),
     ("GET", "/agentik/reflections"),
     ("GET", "/agentik/skills"),
     ("GET", "/agentik/skills/{name}"),
@@ -316,6 +318,11 @@ def shaped_body(draw: st.DrawFn, path: str, *, plausible: bool | None = None) ->
         return obj(**fields)
     if path.startswith("/agentik/skills"):
         return obj(description=draw(value), body=draw(value))
+    if "/approvals/" in path:
+        fields = {"approve": draw(st.sampled_from(["true", "false"]) | anything)}
+        if draw(st.booleans()):
+            fields["reason"] = draw(value)
+        return obj(**fields)
     if path == "/agui":
         message = obj(id=draw(value), role=json.dumps("user"), content=draw(value))
         return obj(
@@ -373,7 +380,9 @@ a2a_headers = st.sampled_from(
 
 
 def fill(path: str, draw_id: str) -> str:
-    return path.replace("{conversation_id}", draw_id).replace("{name}", draw_id)
+    for name in ("{conversation_id}", "{name}", "{call_id:path}"):
+        path = path.replace(name, draw_id)
+    return path
 
 
 EXAMPLES = 250

@@ -1,6 +1,7 @@
 """The turn log line speaks one vocabulary on every transport, streamed or not.
 
-``outcome=`` is ``finished``, ``failed:<code>`` (the turn ran and failed),
+``outcome=`` is ``finished``, ``awaiting_approval`` (the turn paused for a
+person's decision: ``test_native_approvals``), ``failed:<code>`` (the turn ran and failed),
 ``refused:<code>`` (it never ran) or ``disconnected`` (the client left a
 stream; the turn still completes), and ``<code>`` is the error code the client
 was given. Checked with a model that fails (``failed:model_error``) and a server
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from agentik import (
     AgentikError,
+    ApprovalError,
     ModelBackendError,
     ModelRequest,
     ModelResponse,
@@ -39,7 +41,9 @@ from agentik.server._owners import DEFAULT_CALLER
 from agentik.server._turns import outcome_of, to_http_error
 
 LINE = re.compile(r"turn transport=(\S+) conversation=(\S+) outcome=(\S+) ms=")
-VOCABULARY = re.compile(r"^(finished|disconnected|failed:[a-z_]+|refused:[a-z_]+)$")
+VOCABULARY = re.compile(
+    r"^(finished|awaiting_approval|disconnected|failed:[a-z_]+|refused:[a-z_]+)$"
+)
 SSE = {"Accept": "text/event-stream"}
 
 
@@ -149,6 +153,7 @@ ERRORS = st.one_of(
     st.builds(StoreClosedError, st.text(max_size=20)),
     st.builds(StoreError, st.text(max_size=20)),
     st.builds(AgentikError, st.text(max_size=20)),
+    st.builds(lambda code, text: ApprovalError(text, code=code), CODES, st.text(max_size=20)),
 )
 
 

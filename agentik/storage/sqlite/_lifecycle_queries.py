@@ -1,4 +1,4 @@
-"""A conversation as a whole (schema version 3): delete it, find idle ones,
+"""A conversation as a whole (schema version 4): delete it, find idle ones,
 export it as records and import them back. Plain functions of a connection
 or a writer ``Session``, like ``_queries``.
 

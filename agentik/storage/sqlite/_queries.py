@@ -483,11 +483,12 @@ def list_memory(connection: apsw.Connection, conversation_id: str) -> list[Memor
 
 
 def conversation_snapshot(
-    connection: apsw.Connection, conversation_id: str, limit: int
+    connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int = 0
 ) -> tuple[list[Message], list[MemoryEntry]]:
-    """The first page of history and the active notes, in one read transaction."""
+    """A page of history after ``after_seq`` and the active notes, in one
+    read transaction."""
     with connection:
-        messages = message_page(connection, conversation_id, 0, limit)
+        messages = message_page(connection, conversation_id, after_seq, limit)
         memory = list_memory(connection, conversation_id)
     return messages, memory
 

@@ -13,6 +13,8 @@ from datetime import datetime
 from functools import partial
 from typing import final
 
+import apsw
+
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
 from agentik.storage._archive import ArchiveRecord
@@ -22,6 +24,7 @@ from agentik.storage._protocols import (
     DEFAULT_PAGE_SIZE,
     ConversationSnapshot,
     KeyedTurn,
+    Summary,
     TurnRecord,
 )
 from agentik.storage.sqlite import _lifecycle_queries as lq
@@ -30,6 +33,15 @@ from agentik.storage.sqlite import _turn_queries as tq
 from agentik.storage.sqlite._queries import InsertMessage
 from agentik.storage.sqlite._readers import ReaderPool
 from agentik.storage.sqlite._writer import Writer, WriterStats
+
+
+def _snapshot(
+    connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int
+) -> ConversationSnapshot:
+    with connection:
+        messages, memory = q.conversation_snapshot(connection, conversation_id, limit, after_seq)
+        summary = tq.latest_summary(connection, conversation_id)
+    return ConversationSnapshot(tuple(messages), tuple(memory), summary)
 
 
 @final
@@ -117,14 +129,36 @@ class SqliteMessageStore:
             position = page[-1].seq
 
     async def load_conversation(
-        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE, after_seq: int = 0
     ) -> ConversationSnapshot:
-        """History's first page and the active notes: one read, one thread hop."""
+        """A page of history after ``after_seq``, the active notes and the latest
+        summary: one read, one thread hop."""
         check_at_least("page_size", page_size, 1)
-        messages, memory = await self._readers.read(
-            partial(q.conversation_snapshot, conversation_id=conversation_id, limit=page_size)
+        return await self._readers.read(
+            partial(
+                _snapshot,
+                conversation_id=conversation_id,
+                limit=page_size,
+                after_seq=after_seq,
+            )
         )
-        return ConversationSnapshot(tuple(messages), tuple(memory))
+
+    async def submit_summary(
+        self, conversation_id: str, through_seq: int, text: str
+    ) -> Pending[Summary]:
+        return await self._writer.submit(
+            partial(
+                tq.insert_summary,
+                conversation_id=conversation_id,
+                through_seq=through_seq,
+                text=text,
+            )
+        )
+
+    async def latest_summary(self, conversation_id: str) -> Summary | None:
+        return await self._readers.read(
+            partial(tq.latest_summary, conversation_id=conversation_id)
+        )
 
     async def token_stats(self, conversation_id: str) -> TokenStats:
         return await self._readers.read(partial(q.token_stats, conversation_id=conversation_id))

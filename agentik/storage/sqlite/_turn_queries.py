@@ -1,4 +1,5 @@
-"""The turn ledger's SQL (schema version 2): approvals and failed turns.
+"""The turn ledger's SQL (schema version 2: approvals and failed turns) and
+the summaries' (version 3).
 
 Like ``_queries``, plain functions of a connection or a writer ``Session``,
 run by the writer (writes, inside its transaction) or the reader pool.
@@ -16,7 +17,8 @@ import apsw
 
 from agentik._errors import StoreError
 from agentik._messages import Message
-from agentik.storage._protocols import Approval, TurnRecord
+from agentik.storage._common import from_micros
+from agentik.storage._protocols import Approval, Summary, TurnRecord
 from agentik.storage.sqlite._queries import InsertMessage, Session
 
 _NO_END = 2**62
@@ -113,3 +115,43 @@ def turn_record(connection: apsw.Connection, conversation_id: str, seq: int) -> 
         ),
         failure=cast("str", failure[0][0]) if failure else None,
     )
+
+
+# --- summaries (schema version 3) -------------------------------------------------
+
+
+def insert_summary(session: Session, conversation_id: str, through_seq: int, text: str) -> Summary:
+    """Store a summary past the latest one, covering an existing message."""
+    connection = session.connection
+    rows = connection.execute(
+        "SELECT (SELECT max(seq) FROM message WHERE conversation_id = :c),"
+        " (SELECT max(through_seq) FROM summary WHERE conversation_id = :c)",
+        {"c": conversation_id},
+    ).fetchall()
+    last_seq, covered = cast("tuple[int | None, int | None]", rows[0])
+    if last_seq is None or not 1 <= through_seq <= last_seq:
+        raise StoreError(
+            f"conversation {conversation_id!r} has no message {through_seq} to summarize up to"
+        )
+    if covered is not None and through_seq <= covered:
+        raise StoreError(
+            f"a summary of conversation {conversation_id!r} must cover more than the latest"
+            f" (through seq {covered}), got through seq {through_seq}"
+        )
+    connection.execute(
+        "INSERT INTO summary (conversation_id, through_seq, text, created_us) VALUES (?, ?, ?, ?)",
+        (conversation_id, through_seq, text, session.now_us),
+    )
+    return Summary(through_seq=through_seq, text=text, created_at=session.now)
+
+
+def latest_summary(connection: apsw.Connection, conversation_id: str) -> Summary | None:
+    rows = connection.execute(
+        "SELECT through_seq, text, created_us FROM summary WHERE conversation_id = ?"
+        " ORDER BY through_seq DESC LIMIT 1",
+        (conversation_id,),
+    ).fetchall()
+    if not rows:
+        return None
+    through_seq, text, created_us = cast("tuple[int, str, int]", rows[0])
+    return Summary(through_seq=through_seq, text=text, created_at=from_micros(created_us))

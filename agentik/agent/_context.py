@@ -1,0 +1,152 @@
+"""The context policy: what of a conversation each model request carries. Pure.
+
+A request carries the system message, then the conversation's latest summary
+(when there is one and it fits), then the most recent messages that fit in
+``ContextPolicy.max_tokens``. The rules, which ``select_window`` keeps and
+tests/agent/test_context.py checks on random conversations:
+
+- the current turn is always carried whole; if it does not fit with the
+  system message, the turn cannot go on (``ContextExhausted``);
+- earlier history is carried in whole turns (a user message and everything up
+  to the next one), newest first, so an assistant message with tool calls is
+  never separated from its results and the first message after the system
+  message (and the summary) is a user message;
+- the summary comes before any earlier turn: it stands for everything older.
+
+Tokens are counted by ``ContextPolicy.count_tokens`` over what the model reads:
+each message's content, each tool call's name and arguments, plus a few tokens
+of framing per message (``MESSAGE_OVERHEAD``). Tool schemas are not counted:
+they are the same on every request (docs/agent.md says how to size for them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from agentik._messages import Message, Role
+
+MESSAGE_OVERHEAD = 4
+"""Tokens of framing per message (role, separators): what OpenAI's chat format
+adds, rounded up."""
+
+
+def estimate_tokens(text: str) -> int:
+    """An offline estimate of the tokens in ``text``: one per three bytes of
+    UTF-8, rounded up.
+
+    Real tokenizers (cl100k, o200k, Llama 3's) take about four bytes a token for
+    English and about one token a character (three bytes) for Chinese or
+    Japanese: this overestimates English by a third and is close for CJK. An
+    overestimate only leaves room unused; an underestimate would send requests
+    the model refuses. No vocabulary is downloaded. ASCII text costs no
+    encoding (its length is its size in bytes)."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return (size + 2) // 3
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ContextPolicy:
+    """How much of a conversation a model request may carry."""
+
+    max_tokens: int = attrs.field(validator=_positive)
+    """The budget of every request's prompt: system message, summary, messages
+    (content, tool call names and arguments). Tool schemas come on top."""
+    count_tokens: Callable[[str], int] = estimate_tokens
+    """Tokens in a text; the default is the offline ``estimate_tokens``."""
+    summarize_at: float = attrs.field(default=0.75, validator=_fraction)
+    """Summarize older history once what the summary does not cover takes this
+    fraction of ``max_tokens``: well before the window must drop anything."""
+
+
+class ContextExhausted(Exception):
+    """The current turn does not fit in the budget even alone."""
+
+    def __init__(self, needed: int, budget: int) -> None:
+        super().__init__(
+            f"the turn needs {needed} tokens of context (system message and this"
+            f" turn's messages) and the budget is {budget} (context max_tokens)"
+        )
+        self.needed = needed
+        self.budget = budget
+
+
+def message_tokens(message: Message, count: Callable[[str], int]) -> int:
+    """What ``message`` costs in a request."""
+    tokens = MESSAGE_OVERHEAD + count(message.content)
+    for call in message.tool_calls:
+        tokens += MESSAGE_OVERHEAD + count(call.name) + count(call.arguments)
+    return tokens
+
+
+@attrs.frozen
+class Window:
+    """The messages one request carries after its system message."""
+
+    messages: tuple[Message, ...]
+    """The summary first (if carried), then whole turns, oldest first."""
+    tokens: int
+    """Their cost, the system message's included."""
+    first: int
+    """Index in ``history`` of the first history message carried."""
+
+
+def select_window(
+    *,
+    system: int,
+    summary: Message | None,
+    history: Sequence[Message],
+    turn_start: int,
+    budget: int,
+    cost: Callable[[Message], int],
+) -> Window:
+    """The window of one request.
+
+    Args:
+        system: tokens of the system message.
+        summary: the latest summary, as the message that carries it.
+        history: the messages the summary does not cover, oldest first,
+            starting with a user message; the current turn at its end.
+        turn_start: index in ``history`` of the current turn's user message.
+        budget: ``ContextPolicy.max_tokens``.
+        cost: tokens of a message (``message_tokens``, maybe cached).
+
+    Raises ``ContextExhausted`` when the system message and the current turn
+    alone exceed the budget.
+    """
+    used = system
+    for message in history[turn_start:]:
+        used += cost(message)
+    if used > budget:
+        raise ContextExhausted(used, budget)
+    carried_summary = None
+    if summary is not None:
+        summary_cost = cost(summary)
+        if used + summary_cost <= budget:
+            used += summary_cost
+            carried_summary = summary
+    first = turn_start
+    block = 0
+    for i in range(turn_start - 1, -1, -1):
+        block += cost(history[i])
+        if history[i].role is not Role.USER:
+            continue
+        if used + block > budget:
+            break
+        used += block
+        block = 0
+        first = i
+    carried = history[first:]
+    messages = (carried_summary, *carried) if carried_summary is not None else tuple(carried)
+    return Window(messages, used, first)
