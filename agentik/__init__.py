@@ -64,6 +64,7 @@ from agentik.storage import ArchivedFailure as ArchivedFailure
 from agentik.storage import ArchivedMessage as ArchivedMessage
 from agentik.storage import ArchivedNote as ArchivedNote
 from agentik.storage import ArchivedReflection as ArchivedReflection
+from agentik.storage import ArchivedSummary as ArchivedSummary
 from agentik.storage import ArchiveRecord as ArchiveRecord
 from agentik.storage import ConversationArchiver as ConversationArchiver
 from agentik.storage import ConversationDeleter as ConversationDeleter
@@ -152,6 +153,7 @@ __all__ = [
     "ArchivedMessage",
     "ArchivedNote",
     "ArchivedReflection",
+    "ArchivedSummary",
     "ChatAgent",
     "ChatModel",
     "Client",

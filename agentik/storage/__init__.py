@@ -5,6 +5,7 @@ from agentik.storage._archive import ArchivedFailure as ArchivedFailure
 from agentik.storage._archive import ArchivedMessage as ArchivedMessage
 from agentik.storage._archive import ArchivedNote as ArchivedNote
 from agentik.storage._archive import ArchivedReflection as ArchivedReflection
+from agentik.storage._archive import ArchivedSummary as ArchivedSummary
 from agentik.storage._archive import ArchiveRecord as ArchiveRecord
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
@@ -69,6 +70,7 @@ __all__ = [
     "ArchivedMessage",
     "ArchivedNote",
     "ArchivedReflection",
+    "ArchivedSummary",
     "ConversationArchiver",
     "ConversationDeleter",
     "ConversationLoader",

@@ -4,11 +4,11 @@
 
 Every record is a frozen value; a conversation's records are its messages
 (with their seq, time, usage and idempotency key), its working-memory notes
-(archived ones too), the reflections drawn from it, and its turn ledger
-(approvals, failed turns). Notes and reflections are numbered by the store
-that holds them (ids are unique across conversations), so an import gives
+(archived ones too), the reflections drawn from it, its turn ledger
+(approvals, failed turns) and its chain of summaries. Notes and reflections
+are numbered by the store that holds them (ids are unique across conversations), so an import gives
 them new ids, keeping their order, text, times and archived flag; everything
-else comes back exactly. A record kind added later (summaries) is a new class
+else comes back exactly. A record kind added later is a new class
 in ``ArchiveRecord`` and a new ``type`` in the file; readers refuse a type
 they do not know rather than drop it.
 """
@@ -22,7 +22,7 @@ import attrs
 
 from agentik._memory import MemoryEntry, Reflection
 from agentik._messages import Message
-from agentik.storage._protocols import Approval
+from agentik.storage._protocols import Approval, Summary
 
 
 @attrs.frozen(kw_only=True)
@@ -64,7 +64,19 @@ class ArchivedFailure:
     created_at: datetime
 
 
+@attrs.frozen(kw_only=True)
+class ArchivedSummary:
+    """One summary of the chain a context policy asked for (``SummaryStore``)."""
+
+    summary: Summary
+
+
 ArchiveRecord: TypeAlias = (
-    ArchivedMessage | ArchivedNote | ArchivedReflection | ArchivedApproval | ArchivedFailure
+    ArchivedMessage
+    | ArchivedNote
+    | ArchivedReflection
+    | ArchivedApproval
+    | ArchivedFailure
+    | ArchivedSummary
 )
 """One record of a conversation's archive."""

@@ -28,6 +28,7 @@ from agentik.storage._archive import (
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
+    ArchivedSummary,
     ArchiveRecord,
 )
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
@@ -339,6 +340,8 @@ class InMemoryMessageStore:
                 yield ArchivedApproval(approval=approval, created_at=asked, decided_at=decided)
             for seq, (code, at) in sorted(conversation.failures.items()):
                 yield ArchivedFailure(seq=seq, code=code, created_at=at)
+            for summary in builtins.list(conversation.summaries):
+                yield ArchivedSummary(summary=summary)
 
     async def import_conversation(
         self, conversation_id: str, records: Sequence[ArchiveRecord]
@@ -373,8 +376,11 @@ class InMemoryMessageStore:
                 at = (record.approval.seq, record.approval.call_id)
                 conversation.approvals[at] = record.approval
                 conversation.approval_times[at] = (record.created_at, record.decided_at)
-            else:
+            elif isinstance(record, ArchivedFailure):
                 conversation.failures[record.seq] = (record.code, record.created_at)
+            else:
+                conversation.summaries.append(record.summary)
+        _check_summaries(conversation.summaries, len(conversation.messages))
         if conversation.messages:
             self._conversations[conversation_id] = conversation
         if self._notes is not None:
@@ -433,6 +439,20 @@ class InMemoryMessageStore:
 
 def _seq_of(item: tuple[tuple[int, str], Approval]) -> int:
     return item[0][0]
+
+
+def _check_summaries(summaries: Sequence[Summary], messages: int) -> None:
+    """An imported chain: each summary covers more than the one before, and
+    only messages the conversation has."""
+    covered = 0
+    for summary in summaries:
+        if not covered < summary.through_seq <= messages or summary.created_at is None:
+            raise StoreError(
+                f"an imported summary through seq {summary.through_seq} must cover more"
+                f" than the one before (through seq {covered}) and at most the"
+                f" {messages} messages"
+            )
+        covered = summary.through_seq
 
 
 def _bad_seq(seq: int | None, expected: int) -> str:

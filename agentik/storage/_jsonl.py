@@ -4,7 +4,7 @@ writes, ``agentik import`` and ``GET …/export`` read and serve.
 The first line is a header, ``{"type": "agentik.conversation", "version": 1,
 "conversation_id": …}``; every other line is one record
 (``agentik.storage._archive``) with its ``type``: ``message``, ``note``,
-``reflection``, ``approval``, ``turn_failure``. Values inside are the one
+``reflection``, ``approval``, ``turn_failure``, ``summary``. Values inside are the one
 converter's JSON (``agentik._serde``): timestamps RFC 3339 in UTC to the
 microsecond, so a round trip is exact. Reading is strict: an unknown type or
 field, a newer version, a line that is not a JSON object is refused with its
@@ -30,6 +30,7 @@ from agentik.storage._archive import (
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
+    ArchivedSummary,
     ArchiveRecord,
 )
 
@@ -43,6 +44,7 @@ _TYPES: dict[type, str] = {
     ArchivedReflection: "reflection",
     ArchivedApproval: "approval",
     ArchivedFailure: "turn_failure",
+    ArchivedSummary: "summary",
 }
 _CLASSES = {name: cls for cls, name in _TYPES.items()}
 

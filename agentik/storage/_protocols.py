@@ -324,9 +324,10 @@ class ConversationArchiver(Protocol):
     def export_conversation(self, conversation_id: str) -> AsyncIterator[ArchiveRecord]:
         """Every record of the conversation: messages in seq order, then notes
         (oldest first), reflections (oldest first), approvals and failures (in
-        seq order). Read page by page: a conversation is never loaded whole; a
-        turn running meanwhile may or may not be in it (export an idle
-        conversation for an exact copy). Nothing for an unknown conversation."""
+        seq order), summaries (oldest first). Read page by page: a
+        conversation is never loaded whole; a turn running meanwhile may or may
+        not be in it (export an idle conversation for an exact copy). Nothing
+        for an unknown conversation."""
         ...
 
     async def import_conversation(
@@ -334,9 +335,12 @@ class ConversationArchiver(Protocol):
     ) -> int:
         """Store ``records`` as the conversation, in one transaction; return
         how many messages. The conversation must hold nothing yet (else
-        ``StoreError``, nothing written), and the messages must have seqs
-        1, 2, 3 … in order (else ``StoreError``)."""
+        ``StoreError``, nothing written), the messages must have seqs
+        1, 2, 3 … in order, and summaries must chain over those messages
+        (else ``StoreError``)."""
         ...
+
+
 @attrs.frozen(kw_only=True)
 class Summary:
     """What the model wrote to stand for a conversation's history up to a seq."""

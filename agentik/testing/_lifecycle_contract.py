@@ -18,12 +18,14 @@ from agentik.storage._archive import (
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
+    ArchivedSummary,
     ArchiveRecord,
 )
 from agentik.storage._protocols import (
     ConversationArchiver,
     ConversationDeleter,
     StorageBundle,
+    SummaryStore,
     TurnLedger,
 )
 
@@ -64,7 +66,8 @@ async def _history(bundle: StorageBundle, conversation_id: str) -> list[Message]
 async def _fill(bundle: StorageBundle, conversation_id: str) -> None:
     """A conversation with something in every place a store keeps: messages
     (usage, a tool call, idempotency keys), notes (one archived), a
-    reflection, and, with a ``TurnLedger``, approvals and a failed turn."""
+    reflection, with a ``TurnLedger`` approvals and a failed turn, with a
+    ``SummaryStore`` two chained summaries."""
     store = bundle.message_store
     await store.append(conversation_id, Message(Role.USER, "first"), idempotency_key="k1")
     call = Message(
@@ -89,6 +92,9 @@ async def _fill(bundle: StorageBundle, conversation_id: str) -> None:
     await notes.append(conversation_id, "kept note")
     await notes.archive(conversation_id, [old.id])
     await bundle.reflection_store.insert(conversation_id, "a lesson")
+    if isinstance(store, SummaryStore):
+        await (await store.submit_summary(conversation_id, 2, "the first two")).wait()
+        await (await store.submit_summary(conversation_id, 5, "the first turn")).wait()
 
 
 async def _everything_of(bundle: StorageBundle, conversation_id: str) -> tuple[object, ...]:
@@ -97,6 +103,9 @@ async def _everything_of(bundle: StorageBundle, conversation_id: str) -> tuple[o
     records: object = ()
     if isinstance(store, TurnLedger):
         records = tuple([await store.turn_record(conversation_id, seq) for seq in (1, 6)])
+    summary = None
+    if isinstance(store, SummaryStore):
+        summary = await store.latest_summary(conversation_id)
     return (
         await _history(bundle, conversation_id),
         await store.token_stats(conversation_id),
@@ -105,6 +114,7 @@ async def _everything_of(bundle: StorageBundle, conversation_id: str) -> tuple[o
         [e.text for e in await bundle.working_memory_store.list(conversation_id)],
         [r.text for r in await bundle.reflection_store.list_for_conversation(conversation_id)],
         records,
+        summary,
     )
 
 
@@ -127,6 +137,8 @@ async def _delete_removes_the_conversation_whole(bundle: StorageBundle) -> None:
 
         assert await store.turn_record("gone", 1) == TurnRecord(), "approvals survived"
         assert await store.turn_record("gone", 6) == TurnRecord(), "a failed turn survived"
+    if isinstance(store, SummaryStore):
+        assert await store.latest_summary("gone") is None, "a summary survived the delete"
     assert await store.list_conversations() == ["kept"]
     assert await _everything_of(bundle, "kept") == kept, "another conversation changed"
     assert await deleter.delete_conversation("gone") is False, "a second delete found data"
@@ -210,6 +222,9 @@ async def _export_delete_import_is_lossless(bundle: StorageBundle) -> None:
     exported = [r async for r in archiver.export_conversation("c")]
     kinds = {type(r).__name__ for r in exported}
     assert {"ArchivedMessage", "ArchivedNote", "ArchivedReflection"} <= kinds, kinds
+    if isinstance(bundle.message_store, SummaryStore):
+        summaries = [r for r in exported if type(r).__name__ == "ArchivedSummary"]
+        assert len(summaries) == 2, "the export lacks the chain of summaries"
     keyed = [r.idempotency_key for r in exported if isinstance(r, ArchivedMessage)]
     assert keyed == ["k1", None, None, None, None, "k2"], keyed
     assert await deleter.delete_conversation("c")
@@ -245,6 +260,18 @@ async def _import_refuses_and_changes_nothing(bundle: StorageBundle) -> None:
         else:
             raise AssertionError("messages without seqs 1, 2, 3 … were imported")
         assert await _history(bundle, "d") == [], "a refused import stored messages"
+    summaries = [r for r in exported if isinstance(r, ArchivedSummary)]
+    if summaries:
+        unchained: list[ArchiveRecord] = [*messages, *reversed(summaries)]
+        beyond: list[ArchiveRecord] = [*messages[:3], *summaries]  # covers seq 5 of 3
+        for wrong in (unchained, beyond):
+            try:
+                await archiver.import_conversation("d", wrong)
+            except StoreError:
+                pass
+            else:
+                raise AssertionError("summaries that do not chain over the messages were imported")
+            assert await _history(bundle, "d") == [], "a refused import stored messages"
 
 
 LIFECYCLE_CASES: tuple[Case, ...] = (

@@ -17,7 +17,9 @@ from agentik.storage import (
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
+    ArchivedSummary,
     ArchiveRecord,
+    Summary,
 )
 from agentik.storage._jsonl import ArchiveFormatError, header_line, read_archive, record_line
 
@@ -75,7 +77,15 @@ FAILURES = st.builds(
     TEXT,
     TIMES,
 )
-RECORDS = st.lists(MESSAGES | NOTES | REFLECTIONS | APPROVALS | FAILURES, max_size=12)
+SUMMARIES = st.builds(
+    lambda seq, text, at: ArchivedSummary(
+        summary=Summary(through_seq=seq, text=text, created_at=at)
+    ),
+    st.integers(1, 10**6),
+    TEXT,
+    TIMES,
+)
+RECORDS = st.lists(MESSAGES | NOTES | REFLECTIONS | APPROVALS | FAILURES | SUMMARIES, max_size=12)
 
 
 @settings(max_examples=150, deadline=None)
@@ -118,7 +128,8 @@ GOOD = header_line("c") + record_line(
         ('{"type": "message"}', "^line 1 must be the header"),
         (GOOD + "[1]\n", "^line 3 is not a JSON object"),
         (GOOD + "{oops\n", "^line 3 is not JSON"),
-        (GOOD + '{"type": "summary"}\n', "^line 3 has an unknown record type 'summary'"),
+        (GOOD + '{"type": "snapshot"}\n', "^line 3 has an unknown record type 'snapshot'"),
+        (GOOD + '{"type": "summary", "summary": {}}\n', "^line 3 is not a valid summary"),
         (GOOD.replace('"code":"x"', '"code":"x","extra":1'), "^line 2 is not a valid turn_failure"),
         (GOOD.replace('"seq":1', '"seq":"one"'), "^line 2 is not a valid turn_failure"),
     ],

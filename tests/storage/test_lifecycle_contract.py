@@ -52,3 +52,43 @@ async def test_every_table_keyed_by_conversation_is_deleted(tmp_path: Path) -> N
     finally:
         connection.close()
     assert keyed == set(lq.CONVERSATION_TABLES)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_agentiks_backends_offer_every_optional_protocol(
+    backend: str, sqlite_bundles: MakeBundle
+) -> None:
+    """The contract skips an optional protocol a store does not offer, so a
+    backend that lost one (a method moved out of its class by a merge) would
+    still pass it: agentik's own backends must offer them all."""
+    from agentik.storage import (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+        in_memory_storage,
+    )
+
+    protocols = (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+    )
+    if backend == "memory":
+        store: object = in_memory_storage().message_store
+        # ConversationLoader is a read optimisation of SQLite's (one thread hop).
+        missing = [
+            p.__name__
+            for p in protocols
+            if p is not ConversationLoader and not isinstance(store, p)
+        ]
+    else:
+        async with sqlite_bundles() as bundle:
+            store = bundle.message_store
+            missing = [p.__name__ for p in protocols if not isinstance(store, p)]
+    assert missing == [], f"{type(store).__name__} lacks {missing}"

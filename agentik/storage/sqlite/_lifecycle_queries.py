@@ -4,8 +4,9 @@ or a writer ``Session``, like ``_queries``.
 
 ``CONVERSATION_TABLES`` is every table with rows keyed by conversation: a
 delete empties them all in the writer's transaction (one request, one
-savepoint), so it is all or nothing. A table added later (summaries) joins
-the tuple, and the contract's delete case fails until it does.
+savepoint), so it is all or nothing. A table added later joins the tuple:
+``tests/storage/test_lifecycle_contract.py`` fails for a table with a
+``conversation_id`` column that is not in it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from agentik.storage._archive import (
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
+    ArchivedSummary,
     ArchiveRecord,
 )
 from agentik.storage._common import from_micros, to_micros
-from agentik.storage._protocols import Approval
+from agentik.storage._protocols import Approval, Summary
 from agentik.storage.sqlite._queries import (
     _MESSAGE_COLUMNS,
     InsertMessage,
@@ -37,7 +39,14 @@ from agentik.storage.sqlite._queries import (
     tool_calls_json,
 )
 
-CONVERSATION_TABLES = ("message", "memory_entry", "reflection", "approval", "turn_failure")
+CONVERSATION_TABLES = (
+    "message",
+    "memory_entry",
+    "reflection",
+    "approval",
+    "turn_failure",
+    "summary",
+)
 
 
 def delete_conversation(session: Session, conversation_id: str, idle_before_us: int | None) -> bool:
@@ -106,7 +115,7 @@ def archived_messages(
 
 
 def archived_rest(connection: apsw.Connection, conversation_id: str) -> list[ArchiveRecord]:
-    """Notes, reflections, approvals and failures, in one read transaction."""
+    """Notes, reflections, approvals, failures and summaries, in one read transaction."""
     out: list[ArchiveRecord] = []
     with connection:
         for note_id, text, created_us, archived in connection.execute(
@@ -163,6 +172,17 @@ def archived_rest(connection: apsw.Connection, conversation_id: str) -> list[Arc
                     created_at=from_micros(cast("int", created_us)),
                 )
             )
+        for through_seq, text, created_us in connection.execute(
+            "SELECT through_seq, text, created_us FROM summary WHERE conversation_id = ?"
+            " ORDER BY through_seq",
+            (conversation_id,),
+        ).fetchall():
+            summary = Summary(
+                through_seq=cast("int", through_seq),
+                text=cast("str", text),
+                created_at=from_micros(cast("int", created_us)),
+            )
+            out.append(ArchivedSummary(summary=summary))
     return out
 
 
@@ -186,6 +206,7 @@ def import_conversation(
         )
     messages = 0
     ordinals: dict[int, int] = {}
+    summaries: list[Summary] = []
     for record in records:
         if isinstance(record, ArchivedMessage):
             messages += 1
@@ -220,12 +241,28 @@ def import_conversation(
                     None if record.decided_at is None else to_micros(record.decided_at),
                 ),
             )
-        else:
+        elif isinstance(record, ArchivedFailure):
             connection.execute(
                 "INSERT INTO turn_failure (conversation_id, seq, code, created_us)"
                 " VALUES (?, ?, ?, ?)",
                 (conversation_id, record.seq, record.code, to_micros(record.created_at)),
             )
+        else:
+            summaries.append(record.summary)
+    covered = 0
+    for summary in summaries:
+        if not covered < summary.through_seq <= messages or summary.created_at is None:
+            raise StoreError(
+                f"an imported summary through seq {summary.through_seq} must cover more"
+                f" than the one before (through seq {covered}) and at most the"
+                f" {messages} messages"
+            )
+        covered = summary.through_seq
+        connection.execute(
+            "INSERT INTO summary (conversation_id, through_seq, text, created_us)"
+            " VALUES (?, ?, ?, ?)",
+            (conversation_id, summary.through_seq, summary.text, to_micros(summary.created_at)),
+        )
     session.seqs.forget(conversation_id)
     return messages
 
