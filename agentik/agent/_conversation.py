@@ -340,7 +340,7 @@ class Conversation:
                 if self.closing:
                     self.optional_work.deadline = trio.current_time() + OPTIONAL_WORK_GRACE
                 if self.runtime.settings.context is not None and self.paused is None:
-                    await self._compact()
+                    await self._compact(request)
                 if self.runtime.settings.reflection:
                     await self._reflect(request)
             self.optional_work = None
@@ -390,7 +390,7 @@ class Conversation:
             self._log_failure(error)
 
     async def _ask(self, request: ModelRequest, parent: Context | None) -> ModelResponse:
-        """A model request outside a turn (a reflection; summaries later), in a
+        """A model request outside a turn (a reflection, a summary), in a
         ``chat`` span of its purpose when the agent traces."""
         model = self.runtime.model
         tracing = self.runtime.tracing
@@ -750,7 +750,7 @@ class Conversation:
         assert policy is not None
         return self.runtime.token_cost(message, policy)
 
-    async def _compact(self) -> None:
+    async def _compact(self, turn: TurnRequest) -> None:
         """Fold the oldest turns into the summary once what it does not cover
         passes ``summarize_at`` of the budget (``_compaction``). Runs between
         turns; whatever fails (the model, the store) changes nothing but is
@@ -779,9 +779,13 @@ class Conversation:
                     raise ModelBackendError("the summary so far leaves no room in the budget")
                 request, taken = built
                 self.runtime.stats.model_calls += 1
-                response = await self.runtime.model.complete(request)
+                # A chat span of purpose summary in the turn's trace, as reflections.
+                response = await self._ask(request, turn.trace_context)
                 if not isinstance(response, ModelResponse) or not (response.text or "").strip():
                     raise ModelBackendError("the model answered no summary")
+                if response.usage is not None:  # agentik_tokens_total counts it
+                    self.runtime.stats.input_tokens += response.usage.prompt_tokens
+                    self.runtime.stats.output_tokens += response.usage.completion_tokens
                 text = (response.text or "").strip()
                 position += taken
             assert text is not None

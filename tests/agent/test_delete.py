@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from agentik import (
     ApprovalError,
+    ContextPolicy,
     ModelRequest,
     ModelResponse,
     NamedTool,
@@ -27,7 +28,12 @@ from agentik import (
 )
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
-from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
+from agentik.storage import (
+    StorageBundle,
+    SummaryStore,
+    in_memory_storage,
+    open_sqlite_storage,
+)
 from tests.agent.helpers import assert_valid_history, call, stored
 
 Backend = Callable[[], AbstractAsyncContextManager[StorageBundle]]
@@ -305,3 +311,30 @@ async def test_history_is_what_followed_the_last_delete(ops: list[str]) -> None:
     assert_valid_history(history)
     notes = [e.text for e in await storage.working_memory_store.list("c")]
     assert notes == [t[5:] for t in expected if t.startswith("note ")]
+
+
+async def test_summaries_go_from_the_store_and_the_live_task(backend: Backend) -> None:
+    """Under a context policy the model summarized older turns; after a delete
+    the store has no summary and the next request carries none."""
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        if request.purpose == "summary":
+            return ModelResponse(text="SUMMARY-OF-OLD-TURNS")
+        return ModelResponse(text="ok")
+
+    async with backend() as storage:
+        store = storage.message_store
+        assert isinstance(store, SummaryStore)
+        async with open_chat_agent(
+            model=ScriptedModel(respond), storage=storage, context=ContextPolicy(max_tokens=300)
+        ) as agent:
+            for i in range(12):
+                await agent.send("c", f"question {i} " * 5)
+            assert await store.latest_summary("c") is not None, "no summary to delete"
+            assert await agent.delete_conversation("c") is True
+            assert await store.latest_summary("c") is None
+            await agent.send("c", "fresh")
+    last = [r for r in requests if r.purpose == "turn"][-1]
+    assert [m.content for m in last.messages[1:]] == ["fresh"], "the summary outlived the delete"

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from agentik import (
+    ContextPolicy,
     ModelBackendError,
     ModelRequest,
     ModelResponse,
@@ -443,6 +444,44 @@ async def test_a_reflection_request_is_a_chat_span_with_its_purpose(
         await agent.send("c", "hello")
     chats = _by_name(exporter.get_finished_spans())["chat scripted"]
     assert [_attrs(c)["agentik.request.purpose"] for c in chats] == ["turn", "reflection"]
+
+
+async def test_a_summary_request_is_a_chat_span_with_its_purpose(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """Summaries a context policy asks for are chat spans too, purpose summary,
+    with their token usage, children of the caller's span as the turn is."""
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose == "summary":
+            return ModelResponse(text="the gist", usage=TokenUsage(40, 3))
+        return ModelResponse(text="ok")
+
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        context=ContextPolicy(max_tokens=300),
+        tracer_provider=provider,
+    ) as agent:
+        with provider.get_tracer("test").start_as_current_span("caller") as caller:
+            for i in range(12):
+                await agent.send("c", f"question {i} " * 5)
+        assert agent.stats.summaries > 0
+    spans = exporter.get_finished_spans()
+    summaries = [
+        c
+        for c in _by_name(spans)["chat scripted"]
+        if _attrs(c)["agentik.request.purpose"] == "summary"
+    ]
+    # One summary may take several requests (a long history, piece by piece).
+    assert len(summaries) >= agent.stats.summaries
+    # agentik_tokens_total counts what summaries cost (turns here report none)
+    assert agent.stats.input_tokens == 40 * len(summaries)
+    for chat in summaries:
+        assert chat.kind is SpanKind.CLIENT
+        assert _attrs(chat)["gen_ai.usage.input_tokens"] == 40
+        assert chat.parent is not None
+        assert chat.parent.span_id == caller.get_span_context().span_id
 
 
 async def test_a_no_op_provider_turns_tracing_off(exporter: InMemorySpanExporter) -> None:
