@@ -56,6 +56,7 @@ from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import (
     ConversationDeleter,
     ConversationLoader,
+    IdempotencyKeyIndex,
     Pending,
     StorageBundle,
     Summary,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentik.conversation")
 
 INTERRUPTED = "interrupted: the process stopped before this call finished"
+CANCELLED_REASON = "the turn was cancelled"
 REFLECTION_PROMPT = (
     "You review a finished conversation and state one short, general lesson that"
     " would help in future conversations. Answer with the lesson only, one or two sentences."
@@ -113,6 +115,13 @@ class TurnRequest:
     """For ``ChatAgent.delete_conversation``: delete the conversation, run nothing."""
     idle_before: datetime | None = None
     """With ``deletion``: only if its newest message is older (retention)."""
+    abandon: bool = False
+    """For ``ChatAgent.cancel_paused``: end the paused turn with this key, cancelled."""
+
+    @property
+    def is_message(self) -> bool:
+        """Whether this request brings a new user message (a turn of its own)."""
+        return self.decision is None and not self.status_only and not self.abandon
 
 
 @attrs.define(eq=False)
@@ -150,6 +159,9 @@ class Conversation:
     """The running turn's scope (None between turns)."""
     running: TurnRequest | None = None
     """The turn ``cancel_scope`` belongs to."""
+    running_on: Turn | None = None
+    """The paused turn a decision runs on now: it counts as its own key's, how
+    ever the decision was addressed (``runs_key``)."""
     waiting: dict[str, list[TurnRequest]] = attrs.Factory(dict)
     """Keyed turns in the inbox, by key, so one can be cancelled by its key
     before it runs (unkeyed turns are not tracked: they cost nothing here)."""
@@ -245,13 +257,21 @@ class Conversation:
             if not waiting:
                 del self.waiting[key]
 
+    def runs_key(self, key: str) -> bool:
+        """Whether the turn running now carries ``key``: a keyed message's, or
+        the paused turn keyed so that a decision runs on."""
+        running = self.running
+        if running is not None and running.idempotency_key == key:
+            return True
+        turn = self.running_on
+        return turn is not None and turn.key == key
+
     def cancel_key(self, key: str) -> bool:
         """Cancel the turns carrying ``key``: the running one, and any still in
         the inbox (each is answered ``cancelled`` when its turn comes, without
         running). True if there was one. Other turns are left alone."""
         found = False
-        running = self.running
-        if self.cancel_scope is not None and running is not None and running.idempotency_key == key:
+        if self.cancel_scope is not None and self.runs_key(key):
             self.cancel_scope.cancel()
             found = True
         for request in self.waiting.get(key, ()):
@@ -295,7 +315,7 @@ class Conversation:
 
     async def _serve_inner(self, request: TurnRequest) -> None:
         stats = self.runtime.stats
-        stats.turns_started += request.decision is None and not request.status_only
+        stats.turns_started += request.is_message
         result: outcome.Outcome[TurnResult]
         with trio.CancelScope() as scope:
             self.cancel_scope = scope
@@ -324,7 +344,7 @@ class Conversation:
         self.running = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
-        message = request.decision is None and not request.status_only
+        message = request.is_message
         if isinstance(result, outcome.Value):
             stats.turns_finished += message
         else:
@@ -333,7 +353,9 @@ class Conversation:
                 stats.turns_failed += 1
                 self._log_failure(result.error)
         await self._deliver(request, result)
-        if isinstance(result, outcome.Value):
+        # A query or a cancelled pause has no new answer to learn from.
+        quiet = request.status_only or request.abandon
+        if isinstance(result, outcome.Value) and not quiet:
             # Off the turn's latency path: its caller has the answer already.
             # Optional work: shutting down cancels it (it then stores nothing).
             with trio.CancelScope() as self.optional_work:
@@ -430,7 +452,15 @@ class Conversation:
         if self.inflight or self.stale or not self.loaded:
             await self._ready()
         if request.decision is not None:
+            key = request.idempotency_key
+            if not await self._paused_by(key):
+                return await self._decided_earlier(request.decision, key)
+            paused = self.paused
+            if key is not None and paused is not None and paused.key is None:
+                paused.key = key  # resumed after a restart, it did not know its key
             return await self._decide(request.decision, self._emitter(request))
+        if request.abandon:
+            return await self._abandon(request.idempotency_key)
         if request.status_only:
             paused = self.paused
             return TurnResult("", ()) if paused is None else self._paused_result(paused)
@@ -526,8 +556,13 @@ class Conversation:
     async def _decide(self, decision: Decided, emit: EmitFn | None = None) -> TurnResult:
         paused = self.paused
         machine = None if paused is None else paused.machine
-        if paused is None or machine is None or (
-            decision.call_id not in machine.waiting and decision.call_id not in machine.decisions
+        if (
+            paused is None
+            or machine is None
+            or (
+                decision.call_id not in machine.waiting
+                and decision.call_id not in machine.decisions
+            )
         ):
             return await self._decided_earlier(decision)
         try:
@@ -540,17 +575,50 @@ class Conversation:
         paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
         self.paused = None  # running again; _after keeps it if it pauses again
         self.approval_deadline = math.inf
+        self.running_on = paused
         try:
             result = await paused.run(actions)
         finally:
             paused.emit = None  # this caller's stream ends with the result
+            self.running_on = None
         assert result is not None
         return self._after(paused, result)
 
-    async def _decided_earlier(self, decision: Decided) -> TurnResult:
+    async def _paused_by(self, key: str | None) -> bool:
+        """Whether the paused turn is the one carrying ``key`` (any paused turn
+        when ``key`` is None); False when none is paused."""
+        paused = self.paused
+        if paused is None:
+            return False
+        return key is None or await self._find_key(key) == self.first_seq + paused.start
+
+    async def _abandon(self, key: str | None) -> TurnResult:
+        """``ChatAgent.cancel_paused``: deny the waiting calls, run nothing more,
+        record the turn as cancelled."""
+        paused = self.paused
+        if paused is None or not await self._paused_by(key):
+            raise ApprovalError(
+                f"no turn with idempotency key {key!r} waits for approval in conversation"
+                f" {self.conversation_id!r}",
+                code="not_waiting",
+            )
+        self.paused = None
+        self.approval_deadline = math.inf
+        paused.emit = None
+        await paused.run(paused.machine.supersede(CANCELLED_REASON))
+        seq = self.first_seq + paused.start
+        self.runtime.remember_failure(self.conversation_id, seq, "cancelled")
+        await paused.record_failure("cancelled")
+        return TurnResult("", self.history[paused.start :], paused.usage)
+
+    async def _decided_earlier(self, decision: Decided, key: str | None = None) -> TurnResult:
         """A decision about a call of the last turn that no longer waits: the
-        same decision again answers the turn as it stands; another is refused."""
+        same decision again answers the turn as it stands; another is refused.
+        With ``key``, only about the turn carrying it."""
         start = last_turn_start(self.history)
+        named = None if key is None else await self._find_key(key)
+        if key is not None and start is not None and named != self.first_seq + start:
+            start = None  # the key names no turn, or not the last one
         record = TurnRecord() if start is None else await self._turn_record(start)
         for approval in record.approvals:
             if approval.call_id != decision.call_id or approval.approved is None:
@@ -827,7 +895,7 @@ class Conversation:
         if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
             return  # finished: the common case, no read
         record = await self._turn_record(start)
-        failed_here = self.runtime.failures.get((self.conversation_id, start + 1))
+        failed_here = self.runtime.failures.get((self.conversation_id, self.first_seq + start))
         if record.failure is None and failed_here is not None:
             record = attrs.evolve(record, failure=failed_here)
         state = status_of(turn, record)
@@ -840,12 +908,25 @@ class Conversation:
                 log.warning(
                     "conversation %r: resuming a turn the process stopped in", self.conversation_id
                 )
+            # A waiting turn learns its key: a decision that names none (another
+            # transport) then still runs it on as that key's turn (``runs_key``).
+            key = await self._key_at(start) if state is StoredState.WAITING else None
             try:
-                await self._resume(start, record, None, None)
+                await self._resume(start, record, None, key)
             except TurnError as exc:
                 self._log_failure(exc)  # recorded as failed: it will not be resumed again
             return
         await self._answer_open_calls(turn)
+
+    async def _key_at(self, start: int) -> str | None:
+        """The idempotency key of the user message at ``start``, from storage:
+        one indexed read, for a turn recovered after a restart."""
+        store = self.storage.message_store
+        seq = self.history[start].seq
+        if seq is None or not isinstance(store, IdempotencyKeyIndex):
+            return None
+        found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
+        return next((key for at, key in found if at == seq), None)
 
     async def _answer_open_calls(self, turn: list[Message]) -> None:
         """Answer the calls a stop left open, without resuming the turn."""

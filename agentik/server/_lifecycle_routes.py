@@ -22,7 +22,7 @@ from agentik.server._errors import HttpError
 from agentik.server._native import check_id
 from agentik.server._native_routes import require_conversation
 from agentik.server._owners import caller_of
-from agentik.storage import ConversationArchiver
+from agentik.storage import ConversationArchiver, ConversationDeleter
 from agentik.storage._jsonl import MEDIA_TYPE, header_line, record_line
 
 
@@ -58,6 +58,8 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def delete(request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
+        if not isinstance(store, ConversationDeleter):
+            raise HttpError(501, "this storage cannot delete conversations", code="not_supported")
         try:
             deleted = await agent.delete_conversation(stored_id)
         except OverloadedError as exc:

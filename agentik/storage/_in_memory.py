@@ -408,6 +408,7 @@ class InMemoryMessageStore:
         self, conversation_id: str, through_seq: int, text: str
     ) -> Pending[Summary]:
         await trio.lowlevel.checkpoint()
+        now = self._clock()  # every write reads the clock once, refused or not, as a writer's batch
         conversation = self._conversations.get(conversation_id)
         if conversation is None or not 1 <= through_seq <= len(conversation.messages):
             return Pending.failed(
@@ -425,7 +426,7 @@ class InMemoryMessageStore:
                     f" latest (through seq {covered}), got through seq {through_seq}"
                 )
             )
-        summary = Summary(through_seq=through_seq, text=text, created_at=self._clock())
+        summary = Summary(through_seq=through_seq, text=text, created_at=now)
         summaries.append(summary)
         return Pending.completed(summary)
 

@@ -281,3 +281,45 @@ async def test_loading_costs_the_tail_not_the_history(tmp_path: Path) -> None:
     await grow(1900)
     long = min([await load_time() for _ in range(5)])
     assert long < 2 * short + 0.005, (short, long)
+
+
+async def test_a_failed_turn_is_not_resumed_when_its_record_is_lost_after_summaries() -> None:
+    """A turn fails and its failure record cannot be written: the process
+    remembers the failure by the user message's seq, so the reload that
+    follows does not take the turn for interrupted and resume it. Under a
+    context policy the cache starts after the summary, so that seq is not
+    the message's place in the cache (it was taken for it)."""
+    from agentik import ModelBackendError, StoreError, in_memory_storage
+
+    asked: list[str] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        user = [m for m in request.messages if m.role is Role.USER][-1].content
+        asked.append(user)
+        if user == "fail now":
+            raise ModelBackendError("down")
+        return ModelResponse(text="ok")
+
+    storage = in_memory_storage()
+    store = storage.message_store
+
+    async def lost(*args: object, **kwargs: object) -> object:
+        raise StoreError("the failure record is lost")
+
+    async with open_chat_agent(
+        model=ScriptedModel(summarizer_and(respond)),
+        storage=storage,
+        context=ContextPolicy(max_tokens=300),
+    ) as agent:
+        for i in range(30):
+            await agent.send("c", f"question {i} " * 5)
+        assert agent._conversations["c"].first_seq > 1, "summaries folded the cache"
+        store.submit_turn_failure = lost  # type: ignore[method-assign]
+        with pytest.raises(TurnError):
+            await agent.send("c", "fail now")
+        seq = [m.seq for m in await stored(storage, "c") if m.content == "fail now"][0]
+        assert agent._runtime.failures.get(("c", seq)) == "model_error"
+        asked.clear()
+        assert (await agent.send("c", "next")).text == "ok"
+        assert "fail now" not in asked, "the failed turn was resumed"
+    assert_valid_history(await stored(storage, "c"))

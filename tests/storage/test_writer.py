@@ -27,14 +27,14 @@ from hypothesis import strategies as st
 from agentik import DuplicateKeyError, Message, Role, StoreError, TokenUsage, ToolCall
 from agentik._serde import converter
 from agentik.storage import Pending, StorageBundle, open_sqlite_storage, writer_stats
+from agentik.storage._queue import RequestQueue
+from agentik.storage._sql_stores import SqlMessageStore
 from agentik.storage.sqlite._queries import (
     _INSERT_ROWS,
     LARGEST_CHUNK,
     Session,
     tool_calls_json,
 )
-from agentik.storage.sqlite._queue import RequestQueue
-from agentik.storage.sqlite._stores import SqliteMessageStore
 from tests.storage.test_sqlite import history, write_lock, writer_is_stuck
 from tests.strategies import tool_calls
 
@@ -303,7 +303,7 @@ class TestTransactionLost:
         path = tmp_path / "db"
         async with open_sqlite_storage(path) as bundle:
             store = bundle.message_store
-            assert isinstance(store, SqliteMessageStore)
+            assert isinstance(store, SqlMessageStore)
             writer = store._writer
 
             def end_the_transaction(session: Session) -> None:

@@ -30,13 +30,12 @@ from agentik.storage._archive import (
 )
 from agentik.storage._common import from_micros, to_micros
 from agentik.storage._protocols import Approval, Summary
+from agentik.storage._rows import MessageRow, tool_calls_json
 from agentik.storage.sqlite._queries import (
     _MESSAGE_COLUMNS,
-    InsertMessage,
     Session,
     _message,
     _MessageRow,
-    tool_calls_json,
 )
 
 CONVERSATION_TABLES = (
@@ -276,7 +275,7 @@ def _insert_message(
             "imported messages must have seqs 1, 2, 3 … in order:"
             f" expected {expected}, got {message.seq}"
         )
-    insert = InsertMessage(conversation_id, message, record.idempotency_key)
+    insert = MessageRow(conversation_id, message, record.idempotency_key)
     try:
         connection.execute(
             "INSERT INTO message (conversation_id, seq, role, content, tool_calls,"
