@@ -97,3 +97,50 @@ async def test_the_server_runs_retention_and_stops_it(tmp_path: Path) -> None:
             while await storage.message_store.list_conversations():  # noqa: ASYNC110
                 await trio.sleep(0.01)
             stop.set()
+
+
+class _CannotDelete:
+    """A message store without the lifecycle protocols (as PostgreSQL's is for
+    now): every other attribute is the in-memory store's."""
+
+    _HIDDEN = frozenset(
+        {"delete_conversation", "idle_conversations", "export_conversation", "import_conversation"}
+    )
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        if name in self._HIDDEN:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_storage_that_cannot_delete_is_refused_clearly(tmp_path: Path) -> None:
+    """retention_days on such storage: the server starts (a warning, no task);
+    DELETE and export answer 501, not a 500 from a TypeError."""
+    import httpx
+
+    bundle = in_memory_storage()
+    storage = attrs.evolve(bundle, message_store=_CannotDelete(bundle.message_store))
+    config = attrs.evolve(ServerConfig(port=0, database=str(tmp_path / "x.db")), retention_days=1.0)
+    stop = trio.Event()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(
+                lambda task_status: serve_agentik(
+                    config,
+                    storage=storage,
+                    model=ScriptedModel(lambda r: ModelResponse(text="ok")),
+                    shutdown_trigger=stop.wait,
+                    task_status=task_status,
+                )
+            )
+            async with httpx.AsyncClient(base_url=url) as client:
+                turn = await client.post("/agentik/conversations/c/turns", json={"text": "hi"})
+                assert turn.status_code == 200, turn.text
+                deleted = await client.delete("/agentik/conversations/c")
+                exported = await client.get("/agentik/conversations/c/export")
+            stop.set()
+    assert (deleted.status_code, deleted.json()["error"]["code"]) == (501, "not_supported")
+    assert exported.status_code == 501
