@@ -28,8 +28,12 @@ from agentik import Message, NamedTool, Role
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel, bench_responder
 from agentik.server._retention import run_retention
-from agentik.storage import ArchivedMessage, open_sqlite_storage
-from agentik.storage.sqlite._stores import SqliteMessageStore
+from agentik.storage import (
+    ArchivedMessage,
+    ConversationArchiver,
+    ConversationDeleter,
+    open_sqlite_storage,
+)
 
 OLD = datetime.now(UTC) - timedelta(days=60)
 
@@ -58,7 +62,8 @@ def _conversation(messages: int) -> list[ArchivedMessage]:
 async def prefill(path: str, k: int, m: int) -> None:
     async with open_sqlite_storage(path) as storage:
         store = storage.message_store
-        assert isinstance(store, SqliteMessageStore)
+        assert isinstance(store, ConversationArchiver)
+        assert isinstance(store, ConversationDeleter)
         records = _conversation(m)
         async with trio.open_nursery() as nursery:
             for i in range(k):
@@ -106,7 +111,8 @@ async def delete_cost(folder: str, sizes: list[int]) -> dict[int, float]:
     out: dict[int, float] = {}
     async with open_sqlite_storage(os.path.join(folder, "sizes.db")) as storage:
         store = storage.message_store
-        assert isinstance(store, SqliteMessageStore)
+        assert isinstance(store, ConversationArchiver)
+        assert isinstance(store, ConversationDeleter)
         for size in sizes:
             await store.import_conversation(f"c{size}", _conversation(size))
             runs = []
