@@ -62,6 +62,15 @@ from agentik.models import StreamingChatModel as StreamingChatModel
 from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
 from agentik.storage import Approval as Approval
+from agentik.storage import ArchivedApproval as ArchivedApproval
+from agentik.storage import ArchivedFailure as ArchivedFailure
+from agentik.storage import ArchivedMessage as ArchivedMessage
+from agentik.storage import ArchivedNote as ArchivedNote
+from agentik.storage import ArchivedReflection as ArchivedReflection
+from agentik.storage import ArchivedSummary as ArchivedSummary
+from agentik.storage import ArchiveRecord as ArchiveRecord
+from agentik.storage import ConversationArchiver as ConversationArchiver
+from agentik.storage import ConversationDeleter as ConversationDeleter
 from agentik.storage import ConversationLoader as ConversationLoader
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
 from agentik.storage import IdempotencyKeyIndex as IdempotencyKeyIndex
@@ -142,11 +151,20 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalRequest",
+    "ArchiveRecord",
+    "ArchivedApproval",
+    "ArchivedFailure",
+    "ArchivedMessage",
+    "ArchivedNote",
+    "ArchivedReflection",
+    "ArchivedSummary",
     "ChatAgent",
     "ChatModel",
     "Client",
     "ConfigError",
     "ContextPolicy",
+    "ConversationArchiver",
+    "ConversationDeleter",
     "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",

@@ -73,6 +73,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
     Setting("server", "advertise_url", "str", "AGENTIK_ADVERTISE_URL"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
+    Setting("storage", "retention_days", "float", "AGENTIK_RETENTION_DAYS"),
     Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
     Setting("storage", "lease_seconds", "float", "AGENTIK_LEASE_SECONDS"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
@@ -166,6 +167,9 @@ class ServerConfig:
     gc_freeze: bool = False
     """Freeze the objects alive at start-up out of the garbage collector and raise
     its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
+    retention_days: float | None = None
+    """Delete conversations idle (no new message) for longer than this many
+    days, checked hourly, in small batches; None keeps them for ever."""
 
     @property
     def is_loopback(self) -> bool:
@@ -404,6 +408,7 @@ def _build(
         max_connections=int(number("max_connections", base.max_connections)),
     )
     database = get("storage", "database")
+    retention = get("storage", "retention_days")
     url = get("storage", "url")
     if isinstance(url, str):
         if isinstance(database, str):
@@ -442,6 +447,7 @@ def _build(
         mcp_servers=mcp_servers,
         context_tokens=context_tokens if isinstance(context_tokens, int) else None,
         gc_freeze=get("server", "gc_freeze") is True,
+        retention_days=retention if isinstance(retention, float) else None,
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
     )

@@ -12,7 +12,7 @@ import pytest
 DOCS = Path(__file__).parent.parent / "docs"
 EXAMPLES = [
     (path.name, i, block)
-    for path in sorted(DOCS.glob("agent.md"))
+    for path in sorted(DOCS / name for name in ("agent.md", "observability.md"))
     for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), re.S))
     if "trio.run(" in block
 ]

@@ -15,7 +15,8 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import final
+from datetime import datetime
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -35,9 +36,10 @@ from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
+from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
 from agentik.models import ChatModel
-from agentik.storage import Pending, StorageBundle, TurnLedger
+from agentik.storage import ConversationDeleter, Pending, StorageBundle, TurnLedger
 from agentik.toolsets import (
     DISABLE_TOOLSET,
     DISABLE_TOOLSET_DESCRIPTION,
@@ -50,6 +52,9 @@ from agentik.toolsets import (
     disable_answer,
     enable_answer,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("agentik.agent")
 
@@ -131,6 +136,11 @@ class ChatAgent:
     @property
     def live_conversations(self) -> int:
         return len(self._conversations)
+
+    @property
+    def tracing(self) -> bool:
+        """Whether the agent emits OpenTelemetry spans (``tracer_provider``)."""
+        return self._runtime.tracing is not None
 
     async def send(
         self, conversation_id: str, text: str, *, idempotency_key: str | None = None
@@ -225,6 +235,57 @@ class ChatAgent:
         with receiver:
             yield receiver
 
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        """Delete the conversation whole: its messages, idempotency keys, notes,
+        reflections, summaries, pending approvals and failed-turn records, in
+        one transaction of the store. True if it held anything.
+
+        It takes its place in the conversation's queue: turns sent before it
+        run first (and are deleted with the rest), turns sent after it start a
+        new conversation at seq 1. Its live task keeps nothing of it (history,
+        its summary, notes, keys, a turn waiting for approval, active toolsets). Needs a
+        message store that is a ``ConversationDeleter`` (agentik's are)."""
+        return await self._delete(conversation_id, None)
+
+    async def delete_idle_conversations(
+        self, idle_before: datetime, *, limit: int = 100
+    ) -> list[str]:
+        """Delete up to ``limit`` conversations whose newest message is older
+        than ``idle_before`` (retention), each through its queue like
+        ``delete_conversation`` and all at once (the store commits them
+        together, each still its own all-or-nothing request); return the ids
+        deleted, sorted. A conversation that a turn used meanwhile is left
+        alone: the store checks its age again in the delete's own transaction."""
+        store = self._runtime.storage.message_store
+        if not isinstance(store, ConversationDeleter):
+            raise TypeError(
+                f"{type(store).__name__} cannot delete conversations (it is no"
+                " ConversationDeleter)"
+            )
+        deleted: list[str] = []
+
+        async def delete(conversation_id: str) -> None:
+            if await self._delete(conversation_id, idle_before):
+                deleted.append(conversation_id)
+
+        async with trio.open_nursery() as nursery:
+            for conversation_id in await store.idle_conversations(idle_before, limit=limit):
+                nursery.start_soon(delete, conversation_id)
+        return sorted(deleted)
+
+    async def _delete(self, conversation_id: str, idle_before: datetime | None) -> bool:
+        store = self._runtime.storage.message_store
+        if not isinstance(store, ConversationDeleter):
+            raise TypeError(
+                f"{type(store).__name__} cannot delete conversations (it is no"
+                " ConversationDeleter)"
+            )
+        request = TurnRequest("", None, Pending(), status_only=True)
+        request.deletion = deletion = Pending[bool]()
+        request.idle_before = idle_before
+        await self._route(conversation_id, request)
+        return await deletion.wait()
+
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
         """The tool calls of the conversation that wait for a decision, oldest first."""
         request = TurnRequest("", None, Pending(), status_only=True)
@@ -316,7 +377,10 @@ class ChatAgent:
         ownership = self._ownership
         if ownership is not None and not ownership.owns(conversation_id):
             await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
-        settings = self._runtime.settings
+        runtime = self._runtime
+        if runtime.tracing is not None:
+            request.trace_context = runtime.tracing.current()
+        settings = runtime.settings
         while True:
             if self._closing:
                 raise AgentikError("the agent is closed")
@@ -514,6 +578,9 @@ async def open_chat_agent(
     approval_timeout: float | None = None,
     resume_interrupted: bool = True,
     context: ContextPolicy | None = None,
+    tracer_provider: TracerProvider | None = None,
+    capture_content: bool = False,
+    agent_name: str = "agentik",
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -557,6 +624,14 @@ async def open_chat_agent(
             that fit in ``max_tokens``; older history is summarized by the
             model and stays stored. A live conversation then holds only what
             its summary does not cover. None sends the whole history.
+        tracer_provider: where OpenTelemetry spans go (GenAI conventions:
+            ``invoke_agent``, ``chat``, ``execute_tool``; docs/observability.md).
+            None: the global provider, if the application uses OpenTelemetry
+            (its API is imported when the agent opens), else no tracing and
+            nothing imported. A ``NoOpTracerProvider`` turns tracing off.
+        capture_content: put message content on spans (prompts, answers,
+            tool arguments and results); off by default.
+        agent_name: ``gen_ai.agent.name`` on spans, and their name.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     _positive("tool_timeout", tool_timeout)
@@ -576,6 +651,9 @@ async def open_chat_agent(
     sources = tuple(toolsets)
     current = tuple(s if isinstance(s, ToolsetContribution) else s.contribution for s in sources)
     core, offered = _core_tools(tools, current, builtin_tools)
+    tracing = tracing_for(
+        tracer_provider, model=model, agent_name=agent_name, capture_content=capture_content
+    )
     runtime = AgentRuntime.build(
         model=model,
         storage=storage,
@@ -601,6 +679,7 @@ async def open_chat_agent(
             context=context,
         ),
         approval_policy=approval_policy,
+        tracing=tracing,
     )
     _check_approvals_supported(runtime)
     if context is not None:

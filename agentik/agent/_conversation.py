@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import attrs
@@ -52,6 +54,7 @@ from agentik.agent._turn_machine import (
 )
 from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import (
+    ConversationDeleter,
     ConversationLoader,
     IdempotencyKeyIndex,
     Pending,
@@ -64,6 +67,8 @@ from agentik.storage import (
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from agentik.agent._runtime import AgentRuntime
 
 log = logging.getLogger("agentik.conversation")
@@ -103,6 +108,13 @@ class TurnRequest:
     """For ``ChatAgent.decide``: the decision to take, instead of a new message."""
     status_only: bool = False
     """For ``ChatAgent.pending_approvals``: report, run nothing."""
+    trace_context: Context | None = None
+    """The caller's OpenTelemetry context, when the agent traces: the parent of
+    the turn's span, carried over the hop into the conversation's task."""
+    deletion: Pending[bool] | None = None
+    """For ``ChatAgent.delete_conversation``: delete the conversation, run nothing."""
+    idle_before: datetime | None = None
+    """With ``deletion``: only if its newest message is older (retention)."""
     abandon: bool = False
     """For ``ChatAgent.cancel_paused``: end the paused turn with this key, cancelled."""
 
@@ -172,6 +184,9 @@ class Conversation:
     """The last system message and what it was built from (``Turn._call_model``)."""
     approval_deadline: float = math.inf
     """When the paused turn's waiting calls are denied (``approval_timeout``)."""
+    toolsets_seen: frozenset[str] = frozenset()
+    """The active toolsets when the agent last looked, when it traces: the
+    next look tells which expired (span events, ``_spans``)."""
 
     @property
     def storage(self) -> StorageBundle:
@@ -275,10 +290,36 @@ class Conversation:
         """Run one turn and deliver its outcome; the caller always hears back."""
         self.taken(request)
         try:
-            if not request.cancelled:
+            if request.deletion is not None:
+                await self._delete(request.deletion, request.idle_before)
+            elif not request.cancelled:
                 await self._serve_inner(request)
         finally:
             _fail_now(request)
+
+    async def _delete(self, reply: Pending[bool], idle_before: datetime | None) -> None:
+        """Delete the conversation in the store, then forget it here: whatever
+        comes next in the inbox starts from nothing, as in a new task. Writes a
+        cut-short turn left are settled first, so none lands after the delete."""
+        store = self.storage.message_store
+        assert isinstance(store, ConversationDeleter)  # ChatAgent checked
+        try:
+            if self.inflight:
+                await self._settle_inflight()
+            deleted = await store.delete_conversation(self.conversation_id, idle_before=idle_before)
+        except AgentikError as exc:
+            self.stale = True  # the store may or may not have done it
+            reply.set(outcome.Error(exc))
+            return
+        if deleted or idle_before is None:
+            self._forget()
+            self.memory.clear()
+            self.had_history = False
+            self.system_prompt = None
+            self.toolsets_seen = frozenset()
+            self.activation = ToolsetActivation(self.activation.timeout)
+            self.runtime.forget_conversation(self.conversation_id)
+        reply.set(outcome.Value(deleted))
 
     async def _serve_inner(self, request: TurnRequest) -> None:
         stats = self.runtime.stats
@@ -329,9 +370,9 @@ class Conversation:
                 if self.closing:
                     self.optional_work.deadline = trio.current_time() + OPTIONAL_WORK_GRACE
                 if self.runtime.settings.context is not None and self.paused is None:
-                    await self._compact()
+                    await self._compact(request)
                 if self.runtime.settings.reflection:
-                    await self._reflect()
+                    await self._reflect(request)
             self.optional_work = None
 
     def _log_failure(self, error: TurnError) -> None:
@@ -347,7 +388,7 @@ class Conversation:
         else:
             log.warning("conversation %r: %s [%s]", self.conversation_id, error, error.code)
 
-    async def _reflect(self) -> None:
+    async def _reflect(self, turn: TurnRequest) -> None:
         """Ask the model for one short lesson from the history and store it.
 
         The turn has finished and its caller has its answer, so whatever fails
@@ -358,11 +399,15 @@ class Conversation:
             purpose="reflection",
         )
         try:
-            response = await self.runtime.model.complete(request)
+            response = await self._ask(request, turn.trace_context)
             if not isinstance(response, ModelResponse):
                 raise ModelBackendError(
                     f"the model returned {type(response).__name__}, expected ModelResponse"
                 )
+            usage = response.usage
+            if usage is not None:
+                self.runtime.stats.input_tokens += usage.prompt_tokens
+                self.runtime.stats.output_tokens += usage.completion_tokens
             text = (response.text or "").strip()
             if text:
                 await self.storage.reflection_store.insert(self.conversation_id, text)
@@ -373,6 +418,22 @@ class Conversation:
             )
             error.__cause__ = exc
             self._log_failure(error)
+
+    async def _ask(self, request: ModelRequest, parent: Context | None) -> ModelResponse:
+        """A model request outside a turn (a reflection, a summary), in a
+        ``chat`` span of its purpose when the agent traces."""
+        model = self.runtime.model
+        tracing = self.runtime.tracing
+        if tracing is None:
+            return await model.complete(request)
+        chat = tracing.start_chat(parent, self.conversation_id, request)
+        response = None
+        try:
+            response = await model.complete(request)
+            return response
+        finally:
+            answer = response if isinstance(response, ModelResponse) else None
+            tracing.end_chat(*chat, answer, sys.exc_info()[1])
 
     async def _deliver(self, request: TurnRequest, result: outcome.Outcome[TurnResult]) -> None:
         request.reply.set(result)
@@ -782,7 +843,7 @@ class Conversation:
             self.costs[seq] = tokens
         return tokens
 
-    async def _compact(self) -> None:
+    async def _compact(self, turn: TurnRequest) -> None:
         """Fold the oldest turns into the summary once what it does not cover
         passes ``summarize_at`` of the budget (``_compaction``). Runs between
         turns; whatever fails (the model, the store) changes nothing but is
@@ -811,9 +872,13 @@ class Conversation:
                     raise ModelBackendError("the summary so far leaves no room in the budget")
                 request, taken = built
                 self.runtime.stats.model_calls += 1
-                response = await self.runtime.model.complete(request)
+                # A chat span of purpose summary in the turn's trace, as reflections.
+                response = await self._ask(request, turn.trace_context)
                 if not isinstance(response, ModelResponse) or not (response.text or "").strip():
                     raise ModelBackendError("the model answered no summary")
+                if response.usage is not None:  # agentik_tokens_total counts it
+                    self.runtime.stats.input_tokens += response.usage.prompt_tokens
+                    self.runtime.stats.output_tokens += response.usage.completion_tokens
                 text = (response.text or "").strip()
                 position += taken
             assert text is not None
@@ -914,6 +979,10 @@ class Conversation:
 def _fail_now(request: TurnRequest) -> None:
     """Tell a caller whose turn will not run (or was cut short) that it did not
     happen; no-op if it already heard back."""
+    if request.deletion is not None and not request.deletion.done:
+        request.deletion.set(
+            outcome.Error(TurnError("the delete was cancelled before it ran", code="cancelled"))
+        )
     if request.reply.done:
         return
     error = TurnError("the turn was cancelled before it finished", code="cancelled")

@@ -13,7 +13,7 @@ import collections
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import attrs
 import trio
@@ -35,6 +35,9 @@ from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import ReflectionStore, SkillStore, StorageBundle
 from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
+
+if TYPE_CHECKING:
+    from agentik.agent._spans import Tracing
 
 T = TypeVar("T")
 
@@ -231,6 +234,8 @@ class AgentRuntime:
     )
     """Costs a custom ``count_tokens`` gave, while their messages live."""
     """(conversation id, user message seq) -> code of recent failed turns."""
+    tracing: Tracing | None = None
+    """The agent's spans; None when it does not trace (``_tracing``)."""
 
     @classmethod
     def build(
@@ -244,6 +249,7 @@ class AgentRuntime:
         contributors: Sequence[SystemPromptContributor],
         settings: AgentSettings,
         approval_policy: ApprovalPolicy | None = None,
+        tracing: Tracing | None = None,
     ) -> AgentRuntime:
         cache = _CatalogCache()
         wrapped = StorageBundle(
@@ -265,6 +271,7 @@ class AgentRuntime:
             cache=cache,
             dynamic=any(not isinstance(s, ToolsetContribution) for s in sources),
             approval_policy=approval_policy,
+            tracing=tracing,
         )
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
         runtime._refresh(force=True)
@@ -291,6 +298,15 @@ class AgentRuntime:
         failures.move_to_end((conversation_id, seq))
         while len(failures) > _FAILURES_KEPT:
             failures.popitem(last=False)
+
+    def forget_conversation(self, conversation_id: str) -> None:
+        """The conversation was deleted: its failed turns are no longer
+        remembered (a new turn at the same seq is another turn), and the cached
+        recent reflections, which may hold its own, are read again."""
+        stale = [key for key in self.failures if key[0] == conversation_id]
+        for key in stale:
+            del self.failures[key]
+        self._cache.reflections.invalidate()
 
     def toolsets(self) -> tuple[tuple[ToolsetContribution, ...], ToolsetIndex]:
         """The current contributions and their index (rebuilt only on change)."""

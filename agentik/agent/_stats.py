@@ -61,6 +61,10 @@ class AgentStats:
     tool_errors: int = 0
     model_calls: int = 0
     model_errors: int = 0
+    input_tokens: int = 0
+    """Prompt tokens the model reported, over every request (reflections too)."""
+    output_tokens: int = 0
+    """Completion tokens the model reported, over every request."""
     reflections_failed: int = 0
     """Reflection steps that failed (logged; the turn had already finished)."""
     overloaded: int = 0

@@ -69,7 +69,11 @@ from agentik.storage import TurnLedger
 from agentik.toolsets import Error, NamedTool, ToolsetIndex, parse_arguments
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, SpanContext
+
     from agentik.agent._conversation import Conversation
+    from agentik.agent._spans import Tracing
     from agentik.storage import Pending
 
 log = logging.getLogger("agentik.turn")
@@ -79,6 +83,22 @@ EmitFn = Callable[[TurnEvent], Awaitable[None]]
 # How long a failing or cancelled turn may spend recording the results of
 # calls it could not finish, shielded from cancellation.
 _CLEANUP_SECONDS = 10.0
+
+
+@attrs.define
+class TurnSpans:
+    """A traced turn's spans: one ``invoke_agent`` span per run (``_spans``)."""
+
+    tracing: Tracing
+    span: Span | None = None
+    """The span of the run in progress, while it records."""
+    trace: Context | None = None
+    """The context the run's chat and tool spans start in (None: no spans)."""
+    first: SpanContext | None = None
+    """The first run's span: later runs (after a pause) link to it."""
+    runs: int = 0
+    run_usage: TokenUsage = TokenUsage()
+    """The turn's usage when the run in progress started."""
 
 
 @attrs.define
@@ -102,6 +122,9 @@ class Turn:
     """Decisions submitted and maybe not committed yet."""
     index: ToolsetIndex | None = None
     """The toolsets as of the last model answer: its calls dispatch through it."""
+    spans: TurnSpans | None = None
+    """The turn's spans, when the agent traces (one field: a turn of an agent
+    that does not trace pays one None check per step)."""
     cleanup_deadline: float | None = None
     """When a stopped turn's clean-up gives up (``_cleanup_deadline``)."""
 
@@ -112,19 +135,71 @@ class Turn:
         turn). Raises ``TurnError`` when it fails; what it recorded is then
         committed and valid."""
         self.first_new = len(self.conversation.history)
+        if self.conversation.runtime.tracing is not None:
+            self._start_span()
+        result = None
         try:
-            return await self._drive(actions)
+            result = await self._drive(actions)
+            return result
         except TurnError as exc:
             await self._stop(exc.code, message_of(exc))
             raise
         finally:
-            state = self.machine.state
-            if state is TurnState.MODEL or state is TurnState.TOOLS:
-                # Cancelled, or an error that is not the turn's own (a store
-                # failure, a bug): answer what is open all the same.
-                await self._stop(_code_of(sys.exc_info()[1]), "the turn was stopped")
-            if self.pending or self.decisions:
-                await self._settle()
+            try:
+                state = self.machine.state
+                if state is TurnState.MODEL or state is TurnState.TOOLS:
+                    # Cancelled, or an error that is not the turn's own (a store
+                    # failure, a bug): answer what is open all the same.
+                    await self._stop(_code_of(sys.exc_info()[1]), "the turn was stopped")
+                if self.pending or self.decisions:
+                    await self._settle()
+            finally:
+                if self.spans is not None:
+                    self._end_span(result, sys.exc_info()[1])
+
+    # --- spans (only when the agent traces: ``_spans``) ----------------------------
+
+    def _start_span(self) -> None:
+        conv = self.conversation
+        spans = self.spans
+        if spans is None:
+            tracing = conv.runtime.tracing
+            assert tracing is not None
+            spans = self.spans = TurnSpans(tracing)
+        spans.runs += 1
+        running = conv.running
+        started = spans.tracing.start_turn(
+            conv.conversation_id,
+            None if running is None else running.trace_context,
+            spans.first,
+            spans.runs,
+        )
+        if started is None:
+            spans.span = spans.trace = None
+            return
+        spans.span, spans.trace = started
+        if spans.first is None:
+            spans.first = spans.span.get_span_context()
+        spans.run_usage = self.usage
+
+    def _end_span(self, result: TurnResult | None, error: BaseException | None) -> None:
+        spans = self.spans
+        assert spans is not None
+        span = spans.span
+        if span is None:
+            return
+        spans.span = spans.trace = None
+        start, end = spans.run_usage, self.usage
+        spans.tracing.end_turn(
+            span,
+            status=None if result is None else result.status,
+            text="" if result is None else result.text,
+            usage=TokenUsage(
+                end.prompt_tokens - start.prompt_tokens,
+                end.completion_tokens - start.completion_tokens,
+            ),
+            error=error,
+        )
 
     async def _drive(self, actions: list[TurnAction]) -> TurnResult | None:
         # An ``if`` chain rather than ``match``: this runs for every action of
@@ -402,6 +477,8 @@ class Turn:
         stats.model_calls += 1
         started = trio.current_time()
         streaming = self.emit is not None and isinstance(runtime.model, StreamingChatModel)
+        chat = None if self.spans is None else self._start_chat(active, request)
+        response = None
         # Whatever the backend raises fails this turn only: an agentik error
         # is the model failing (model_error), anything else a bug in it.
         try:
@@ -417,6 +494,9 @@ class Turn:
             raise component_error("the model", exc) from exc
         finally:
             stats.model_latency.observe(trio.current_time() - started)
+            if chat is not None:
+                answer = response if isinstance(response, ModelResponse) else None
+                chat[0].end_chat(chat[1], chat[2], answer, sys.exc_info()[1])
         if not isinstance(response, ModelResponse):
             stats.model_errors += 1
             raise TurnError(
@@ -428,6 +508,8 @@ class Turn:
         usage = response.usage
         if usage is not None:
             self.usage += usage
+            stats.input_tokens += usage.prompt_tokens
+            stats.output_tokens += usage.completion_tokens
         calls = response.tool_calls
         message = Message(Role.ASSISTANT, response.text or "", calls, None, usage)
         if not calls:
@@ -468,10 +550,48 @@ class Turn:
             await self.commit()
         if self.emit is not None:
             await self.emit(ToolCallStarted(call))
-        content, is_error = await self._run_call(call)
+        if self.spans is None:
+            content, is_error = await self._run_call(call)
+        else:
+            content, is_error = await self._run_traced(self.spans, call)
         if self.emit is not None:
             await self.emit(ToolCallFinished(call, content, is_error))
         return content
+
+    def _start_chat(
+        self, active: frozenset[str], request: ModelRequest
+    ) -> tuple[Tracing, Span, object] | None:
+        """Toolsets that expired since the last look, as events; the model
+        request's span, if the run records."""
+        spans = self.spans
+        assert spans is not None
+        conv = self.conversation
+        tracing = spans.tracing
+        tracing.toolsets(spans.span, conv.toolsets_seen, active, None)
+        conv.toolsets_seen = active
+        if spans.trace is None:
+            return None
+        return (tracing, *tracing.start_chat(spans.trace, conv.conversation_id, request))
+
+    async def _run_traced(self, spans: TurnSpans, call: ToolCall) -> tuple[str, bool]:
+        """``_run_call`` in its span, with the toolsets it switched on or off as
+        events of the run's span."""
+        conv = self.conversation
+        tracing = spans.tracing
+        before = conv.toolsets_seen
+        tool = None
+        if spans.trace is not None:
+            tool = tracing.start_tool(spans.trace, conv.conversation_id, call)
+        result = None
+        try:
+            result = await self._run_call(call)
+            return result
+        finally:
+            if tool is not None:
+                tracing.end_tool(*tool, result, sys.exc_info()[1])
+            after = conv.activation.active_names()
+            tracing.toolsets(spans.span, before, after, call.name)
+            conv.toolsets_seen = after
 
     async def _run_call(self, call: ToolCall) -> tuple[str, bool]:
         """Run one tool call; any failure becomes an error result the model sees."""

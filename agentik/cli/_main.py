@@ -25,7 +25,8 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentik", description="An LLM agent runtime on trio: serve, chat, inspect, bench."
+        prog="agentik",
+        description="An LLM agent runtime on trio: serve, chat, inspect, export, bench.",
     )
     parser.add_argument("--version", action="version", version=f"agentik {agentik.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -75,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("conversation_id", metavar="ID", help="the conversation id, as stored")
     _add_database(show)
 
+    from agentik.cli._archive import add_archive_parsers
+
+    add_archive_parsers(commands)
+
     commands.add_parser("demo", help="a short scripted conversation on a temporary database")
 
     from agentik.cli._mcp import add_mcp_parser
@@ -105,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agentik.cli._inspect import run_inspect
 
             return run_inspect(args)
+        if args.command in ("export", "delete", "import"):
+            from agentik.cli._archive import run_archive
+
+            return run_archive(args)
         if args.command == "bench":
             from agentik.cli._bench import run_bench_command
 

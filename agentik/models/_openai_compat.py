@@ -154,6 +154,14 @@ class OpenAICompatibleModel:
             f"api_key={key})"
         )
 
+    provider_name = "openai"
+    """``gen_ai.provider.name`` on spans: the API this backend speaks."""
+
+    @property
+    def model_name(self) -> str:
+        """The model requested (``gen_ai.request.model`` on spans)."""
+        return self._model
+
     async def aclose(self) -> None:
         """Close the HTTP client, if this model made it."""
         if self._owns_client:

@@ -47,6 +47,16 @@ class ScriptedModel:
     latency: float = attrs.field(default=0.0, kw_only=True, validator=_latency)
     """Seconds to wait (``trio.sleep``) before each answer, to simulate a real model."""
 
+    @property
+    def provider_name(self) -> str:
+        """``gen_ai.provider.name`` on spans."""
+        return "agentik"
+
+    @property
+    def model_name(self) -> str:
+        """``gen_ai.request.model`` on spans."""
+        return "scripted"
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Wait ``latency``, then answer with the responder."""
         if self.latency:

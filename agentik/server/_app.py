@@ -3,7 +3,9 @@
 The guard (plain ASGI, so streaming responses pass through untouched) checks
 the bearer token on every path but ``/health``, refuses (400) a path or query
 that is not UTF-8 once percent-decoded, puts the request's ``Caller``
-(its owner, ``_owners``) in the scope for the handlers, counts responses by status
+(its owner, ``_owners``) in the scope for the handlers, makes an incoming
+``traceparent`` the current trace context when the agent traces
+(``_tracecontext``), counts responses by status
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
 ``{"error": {"code", "message"}}`` with its status.
@@ -34,6 +36,7 @@ from agentik.server._metrics import CONTENT_TYPE, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._request import undecodable_url
 from agentik.server._sse import dumps
+from agentik.server._tracecontext import trace_context_hook
 
 log = logging.getLogger("agentik.server")
 PUBLIC_PATHS = frozenset({"/health"})
@@ -85,6 +88,7 @@ class Guard:
         self.app = app
         self.ctx = ctx
         self.auth = Authenticator.from_config(ctx.config)
+        self.trace_context = trace_context_hook(ctx.agent)
 
     def _caller(self, scope: Scope) -> Caller | None:
         if scope["path"] in PUBLIC_PATHS:
@@ -116,6 +120,7 @@ class Guard:
                     message = {**message, "headers": [*message["headers"], _CLOSE]}
             await send(message)
 
+        leave = None if self.trace_context is None else self.trace_context(scope)
         try:
             caller = self._caller(scope)
             problem = undecodable_url(scope)
@@ -135,6 +140,8 @@ class Guard:
                 refusal = json_response(error_body("invalid_path", str(problem)), 400)
                 await refusal(scope, receive, send_counted)
         finally:
+            if leave is not None:
+                leave()
             self.ctx.http_requests[f"{status // 100}xx" if status else "aborted"] += 1
             log.info(
                 "request method=%s path=%s status=%s ms=%.1f",
@@ -204,6 +211,7 @@ def build_app(ctx: ServerContext) -> ASGIApp:
     """The whole HTTP surface for one agent."""
     from agentik.server._a2a import a2a_routes
     from agentik.server._agui_routes import agui_routes
+    from agentik.server._lifecycle_routes import lifecycle_routes
     from agentik.server._native_routes import native_routes
 
     async def not_found(_: Request, __: Exception) -> Response:
@@ -215,7 +223,13 @@ def build_app(ctx: ServerContext) -> ASGIApp:
         )
 
     app = Starlette(
-        routes=[*_health_routes(ctx), *native_routes(ctx), *agui_routes(ctx), *a2a_routes(ctx)],
+        routes=[
+            *_health_routes(ctx),
+            *native_routes(ctx),
+            *lifecycle_routes(ctx),
+            *agui_routes(ctx),
+            *a2a_routes(ctx),
+        ],
         exception_handlers={HttpError: _http_error, 404: not_found, 405: not_allowed},
     )
     return Guard(app, ctx)

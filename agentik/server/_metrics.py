@@ -85,6 +85,13 @@ def render_metrics(
         "kind",
     )
     out.metric("agentik_model_calls_total", "counter", "Model calls made.", stats.model_calls)
+    out.metric(
+        "agentik_tokens_total",
+        "counter",
+        "Tokens the model reported, by kind (input: prompt, output: completion).",
+        {"input": stats.input_tokens, "output": stats.output_tokens},
+        "kind",
+    )
     histogram = stats.model_latency
     name = "agentik_model_latency_seconds"
     out.lines += [

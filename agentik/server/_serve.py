@@ -15,7 +15,6 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING
 
 import httpx
@@ -28,12 +27,15 @@ from agentik.server._app import build_app
 from agentik.server._context import ServerContext
 from agentik.server._hypercorn import CachedHeadersConfig
 from agentik.server._hypercorn import serve as hypercorn_serve
+from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
-from agentik.storage import StorageBundle, writer_stats
+from agentik.storage import ConversationDeleter, StorageBundle, writer_stats
 from agentik.storage._location import describe_location, is_postgres_url, open_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from agentik.mcp import McpToolset
 
 log = logging.getLogger("agentik.server")
@@ -132,11 +134,13 @@ async def serve_agentik(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     storage: StorageBundle | None = None,
     model: ChatModel | None = None,
+    tracer_provider: TracerProvider | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until ``shutdown_trigger`` returns (or the caller cancels), then drain.
 
-    ``storage`` and ``model`` override the configured ones (embedding, tests)."""
+    ``storage`` and ``model`` override the configured ones (embedding, tests);
+    ``tracer_provider`` is the agent's (``open_chat_agent``)."""
     toolsets: list[ToolsetContribution | ToolsetSource] = list(load_toolsets(config.toolsets))
     tools = load_tools(config.tools)
     async with AsyncExitStack() as stack:
@@ -182,6 +186,7 @@ async def serve_agentik(
                 context=None
                 if config.context_tokens is None
                 else ContextPolicy(max_tokens=config.context_tokens),
+                tracer_provider=tracer_provider,
             )
         )
         bundle = storage
@@ -210,20 +215,38 @@ async def serve_agentik(
 
         async with trio.open_nursery() as nursery:
             ctx.background = nursery
-            binds: list[str] = await nursery.start(
-                partial(
-                    hypercorn_serve,
-                    build_app(ctx),
-                    hyper,
-                    limits=ConnectionLimits(
-                        header_timeout=limits.header_timeout,
-                        body_timeout=limits.body_timeout,
-                        body_min_rate=limits.body_min_rate,
-                        max_connections=limits.max_connections,
-                    ),
-                    shutdown_trigger=shutdown,
-                )
-            )
+            retention = trio.CancelScope()
+
+            async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+                try:
+                    await hypercorn_serve(
+                        build_app(ctx),
+                        hyper,
+                        limits=ConnectionLimits(
+                            header_timeout=limits.header_timeout,
+                            body_timeout=limits.body_timeout,
+                            body_min_rate=limits.body_min_rate,
+                            max_connections=limits.max_connections,
+                        ),
+                        shutdown_trigger=shutdown,
+                        task_status=task_status,
+                    )
+                finally:
+                    retention.cancel()  # no deletes once the server stops serving
+
+            binds: list[str] = await nursery.start(serving)
+            if config.retention_days is not None and not isinstance(
+                agent.storage.message_store, ConversationDeleter
+            ):
+                log.warning("retention_days is set but this storage cannot delete conversations")
+            elif config.retention_days is not None:
+                days = config.retention_days
+
+                async def retain() -> None:
+                    with retention:
+                        await run_retention(agent, days)
+
+                nursery.start_soon(retain)
             ctx.base_url = binds[0]
             if bundle.ownership is not None:  # other nodes redirect its conversations here
                 await bundle.ownership.advertise(config.advertise_url or binds[0])

@@ -1,9 +1,22 @@
 """Storage: the four store protocols, the bundle, and the backends."""
 
+from agentik.storage._archive import ArchivedApproval as ArchivedApproval
+from agentik.storage._archive import ArchivedFailure as ArchivedFailure
+from agentik.storage._archive import ArchivedMessage as ArchivedMessage
+from agentik.storage._archive import ArchivedNote as ArchivedNote
+from agentik.storage._archive import ArchivedReflection as ArchivedReflection
+from agentik.storage._archive import ArchivedSummary as ArchivedSummary
+from agentik.storage._archive import ArchiveRecord as ArchiveRecord
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
 from agentik.storage._protocols import (
     Approval as Approval,
+)
+from agentik.storage._protocols import (
+    ConversationArchiver as ConversationArchiver,
+)
+from agentik.storage._protocols import (
+    ConversationDeleter as ConversationDeleter,
 )
 from agentik.storage._protocols import (
     ConversationLoader as ConversationLoader,
@@ -55,6 +68,15 @@ from agentik.storage.sqlite._open import writer_stats as writer_stats
 
 __all__ = [
     "Approval",
+    "ArchiveRecord",
+    "ArchivedApproval",
+    "ArchivedFailure",
+    "ArchivedMessage",
+    "ArchivedNote",
+    "ArchivedReflection",
+    "ArchivedSummary",
+    "ConversationArchiver",
+    "ConversationDeleter",
     "ConversationLoader",
     "ConversationOwnership",
     "ConversationSnapshot",

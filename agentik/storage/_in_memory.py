@@ -22,6 +22,15 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats
+from agentik.storage._archive import (
+    ArchivedApproval,
+    ArchivedFailure,
+    ArchivedMessage,
+    ArchivedNote,
+    ArchivedReflection,
+    ArchivedSummary,
+    ArchiveRecord,
+)
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
@@ -44,8 +53,10 @@ class _Conversation:
     """``(seq, key)`` in seq order (appends only grow it): bisected for a page."""
     approvals: dict[tuple[int, str], Approval] = attrs.Factory(dict)
     """``(seq, call id)`` -> its approval, in the order they were recorded."""
-    failures: dict[int, str] = attrs.Factory(dict)
-    """Seq of a failed turn's user message -> its code."""
+    approval_times: dict[tuple[int, str], tuple[datetime, datetime | None]] = attrs.Factory(dict)
+    """``(seq, call id)`` -> when it was asked and decided (for export)."""
+    failures: dict[int, tuple[str, datetime]] = attrs.Factory(dict)
+    """Seq of a failed turn's user message -> its code and when it was recorded."""
     summaries: builtins.list[Summary] = attrs.Factory(list)
     """Oldest first; each covers more than the one before."""
 
@@ -54,9 +65,19 @@ class _Conversation:
 class InMemoryMessageStore:
     """Histories kept in a dict of lists."""
 
-    def __init__(self, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        clock: Clock = utc_now,
+        *,
+        notes: InMemoryWorkingMemoryStore | None = None,
+        reflections: InMemoryReflectionStore | None = None,
+    ) -> None:
         self._conversations: dict[str, _Conversation] = {}
         self._clock = clock
+        # The bundle's other stores, so a conversation is deleted, exported and
+        # imported whole (``in_memory_storage`` wires them).
+        self._notes = notes
+        self._reflections = reflections
 
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
@@ -199,7 +220,6 @@ class InMemoryMessageStore:
             return 0
         return sum(key.endswith(key_suffix) for key in conversation.keys)
 
-
     # --- TurnLedger -------------------------------------------------------------
 
     async def submit_awaiting(
@@ -213,9 +233,12 @@ class InMemoryMessageStore:
         pending = self._add(conversation_id, message, None)
         stored = pending.result()
         assert stored.seq is not None
-        approvals = self._conversations[conversation_id].approvals
+        conversation = self._conversations[conversation_id]
+        asked = stored.created_at or self._clock()
         for call_id in call_ids:
-            approvals[(stored.seq, call_id)] = Approval(seq=stored.seq, call_id=call_id)
+            at = (stored.seq, call_id)
+            conversation.approvals[at] = Approval(seq=stored.seq, call_id=call_id)
+            conversation.approval_times[at] = (asked, None)
         return pending
 
     async def submit_decision(
@@ -236,6 +259,9 @@ class InMemoryMessageStore:
         stored = None if result is None else self._add(conversation_id, result, None).result()
         decided = attrs.evolve(approval, approved=approve, reason=reason)
         conversation.approvals[(seq, call_id)] = decided
+        asked, _ = conversation.approval_times[(seq, call_id)]
+        now = stored.created_at if stored is not None and stored.created_at else self._clock()
+        conversation.approval_times[(seq, call_id)] = (asked, now)
         return Pending.completed(stored)
 
     async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
@@ -243,7 +269,7 @@ class InMemoryMessageStore:
         conversation = self._conversations.get(conversation_id)
         if conversation is None or not 1 <= seq <= len(conversation.messages):
             return Pending.failed(StoreError(f"conversation {conversation_id!r} has no seq {seq}"))
-        conversation.failures[seq] = code
+        conversation.failures[seq] = (code, self._clock())
         return Pending.completed(None)
 
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
@@ -255,11 +281,126 @@ class InMemoryMessageStore:
             (m.seq for m in conversation.messages[seq:] if m.role is Role.USER and m.seq),
             len(conversation.messages) + 1,
         )
-        approvals = tuple(
-            a for (at, _), a in conversation.approvals.items() if seq < at < end
-        )
-        return TurnRecord(approvals=approvals, failure=conversation.failures.get(seq))
+        approvals = tuple(a for (at, _), a in conversation.approvals.items() if seq < at < end)
+        failure = conversation.failures.get(seq)
+        return TurnRecord(approvals=approvals, failure=None if failure is None else failure[0])
 
+    # --- ConversationDeleter, ConversationArchiver --------------------------------
+
+    async def delete_conversation(
+        self, conversation_id: str, *, idle_before: datetime | None = None
+    ) -> bool:
+        cutoff = None if idle_before is None else to_micros(idle_before)
+        await trio.lowlevel.checkpoint()
+        self._clock()  # every write reads the clock once, as the SQLite writer does per batch
+        if cutoff is not None:
+            conversation = self._conversations.get(conversation_id)
+            newest = None if conversation is None else conversation.messages[-1].created_at
+            if newest is None or to_micros(newest) >= cutoff:
+                return False
+        found = self._conversations.pop(conversation_id, None) is not None
+        if self._notes is not None:
+            found = self._notes._drop(conversation_id) or found
+        if self._reflections is not None:
+            found = self._reflections._drop(conversation_id) or found
+        return found
+
+    async def idle_conversations(
+        self, before: datetime, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        cutoff = to_micros(before)
+        await trio.lowlevel.checkpoint()
+        idle = []
+        for conversation_id, conversation in self._conversations.items():
+            if (after is not None and conversation_id <= after) or not conversation.messages:
+                continue
+            newest = conversation.messages[-1].created_at
+            if newest is not None and to_micros(newest) < cutoff:
+                idle.append(conversation_id)
+        return sorted(idle)[:limit]
+
+    async def export_conversation(self, conversation_id: str) -> AsyncIterator[ArchiveRecord]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is not None:
+            keys = {seq: key for key, seq in conversation.keys.items()}
+            for message in builtins.list(conversation.messages):
+                yield ArchivedMessage(message=message, idempotency_key=keys.get(message.seq or 0))
+        if self._notes is not None:
+            for note in self._notes._of(conversation_id):
+                yield note
+        if self._reflections is not None:
+            for reflection in await self._reflections.list_for_conversation(conversation_id):
+                yield ArchivedReflection(reflection=reflection)
+        if conversation is not None:
+            # By seq; a message's approvals stay in the order they were recorded.
+            for key, approval in sorted(conversation.approvals.items(), key=_seq_of):
+                asked, decided = conversation.approval_times[key]
+                yield ArchivedApproval(approval=approval, created_at=asked, decided_at=decided)
+            for seq, (code, at) in sorted(conversation.failures.items()):
+                yield ArchivedFailure(seq=seq, code=code, created_at=at)
+            for summary in builtins.list(conversation.summaries):
+                yield ArchivedSummary(summary=summary)
+
+    async def import_conversation(
+        self, conversation_id: str, records: Sequence[ArchiveRecord]
+    ) -> int:
+        await trio.lowlevel.checkpoint()
+        self._clock()
+        if self._holds_anything(conversation_id):
+            raise StoreError(
+                f"conversation {conversation_id!r} already holds data; delete it before importing"
+            )
+        conversation = _Conversation()
+        notes: builtins.list[ArchivedNote] = []
+        reflections: builtins.list[Reflection] = []
+        for record in records:
+            if isinstance(record, ArchivedMessage):
+                message = record.message
+                expected = len(conversation.messages) + 1
+                if message.seq != expected or message.created_at is None:
+                    raise StoreError(_bad_seq(message.seq, expected))
+                conversation.messages.append(message)
+                key = record.idempotency_key
+                if key is not None:
+                    if key in conversation.keys:
+                        raise StoreError(f"idempotency key {key!r} appears twice")
+                    conversation.keys[key] = expected
+                    conversation.keyed.append((expected, key))
+            elif isinstance(record, ArchivedNote):
+                notes.append(record)
+            elif isinstance(record, ArchivedReflection):
+                reflections.append(record.reflection)
+            elif isinstance(record, ArchivedApproval):
+                at = (record.approval.seq, record.approval.call_id)
+                conversation.approvals[at] = record.approval
+                conversation.approval_times[at] = (record.created_at, record.decided_at)
+            elif isinstance(record, ArchivedFailure):
+                conversation.failures[record.seq] = (record.code, record.created_at)
+            else:
+                conversation.summaries.append(record.summary)
+        _check_summaries(conversation.summaries, len(conversation.messages))
+        if conversation.messages:
+            self._conversations[conversation_id] = conversation
+        if self._notes is not None:
+            self._notes._restore(conversation_id, notes)
+        if self._reflections is not None:
+            self._reflections._restore(conversation_id, reflections)
+        return len(conversation.messages)
+
+    def _holds_anything(self, conversation_id: str) -> bool:
+        return (
+            conversation_id in self._conversations
+            or (self._notes is not None and bool(self._notes._of(conversation_id)))
+            or (
+                self._reflections is not None
+                and any(
+                    r.conversation_id == conversation_id
+                    for r in self._reflections._reflections.values()
+                )
+            )
+        )
 
     # --- SummaryStore -------------------------------------------------------------
 
@@ -295,6 +436,28 @@ class InMemoryMessageStore:
         if conversation is None or not conversation.summaries:
             return None
         return conversation.summaries[-1]
+
+
+def _seq_of(item: tuple[tuple[int, str], Approval]) -> int:
+    return item[0][0]
+
+
+def _check_summaries(summaries: Sequence[Summary], messages: int) -> None:
+    """An imported chain: each summary covers more than the one before, and
+    only messages the conversation has."""
+    covered = 0
+    for summary in summaries:
+        if not covered < summary.through_seq <= messages or summary.created_at is None:
+            raise StoreError(
+                f"an imported summary through seq {summary.through_seq} must cover more"
+                f" than the one before (through seq {covered}) and at most the"
+                f" {messages} messages"
+            )
+        covered = summary.through_seq
+
+
+def _bad_seq(seq: int | None, expected: int) -> str:
+    return f"imported messages must have seqs 1, 2, 3 … in order: expected {expected}, got {seq}"
 
 
 def _awaiting_error(call_ids: Sequence[str], unknown: Sequence[str]) -> str:
@@ -387,6 +550,26 @@ class InMemoryWorkingMemoryStore:
         self._notes[entry.id] = _Note(entry)
         return entry
 
+    def _of(self, conversation_id: str) -> builtins.list[ArchivedNote]:
+        """The conversation's notes, archived ones too, oldest first."""
+        return [
+            ArchivedNote(entry=note.entry, archived=note.archived)
+            for note in self._notes.values()
+            if note.entry.conversation_id == conversation_id
+        ]
+
+    def _drop(self, conversation_id: str) -> bool:
+        mine = [i for i, n in self._notes.items() if n.entry.conversation_id == conversation_id]
+        for note_id in mine:
+            del self._notes[note_id]
+        return bool(mine)
+
+    def _restore(self, conversation_id: str, notes: Sequence[ArchivedNote]) -> None:
+        """Add ``notes`` with new ids, keeping their order, text, times and flags."""
+        for note in notes:
+            entry = self._add(conversation_id, note.entry.text, note.entry.created_at)
+            self._notes[entry.id].archived = note.archived
+
 
 @final
 class InMemoryReflectionStore:
@@ -432,6 +615,20 @@ class InMemoryReflectionStore:
         for reflection_id in old:
             del self._reflections[reflection_id]
         return len(old)
+
+    def _drop(self, conversation_id: str) -> bool:
+        mine = [i for i, r in self._reflections.items() if r.conversation_id == conversation_id]
+        for reflection_id in mine:
+            del self._reflections[reflection_id]
+        return bool(mine)
+
+    def _restore(self, conversation_id: str, reflections: Sequence[Reflection]) -> None:
+        """Add ``reflections`` with new ids, keeping their order, text and times."""
+        for reflection in reflections:
+            self._last_id += 1
+            self._reflections[self._last_id] = attrs.evolve(
+                reflection, id=self._last_id, conversation_id=conversation_id
+            )
 
 
 @final
@@ -480,9 +677,11 @@ def in_memory_storage(*, clock: Clock = utc_now) -> StorageBundle:
         clock: where timestamps come from (aware UTC); every write reads it
             exactly once, so two backends given equal clocks agree exactly.
     """
+    notes = InMemoryWorkingMemoryStore(clock)
+    reflections = InMemoryReflectionStore(clock)
     return StorageBundle(
-        message_store=InMemoryMessageStore(clock),
-        working_memory_store=InMemoryWorkingMemoryStore(clock),
-        reflection_store=InMemoryReflectionStore(clock),
+        message_store=InMemoryMessageStore(clock, notes=notes, reflections=reflections),
+        working_memory_store=notes,
+        reflection_store=reflections,
         skill_store=InMemorySkillStore(clock),
     )

@@ -21,6 +21,7 @@ import attrs
 if TYPE_CHECKING:
     from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
     from agentik._messages import Message, TokenStats
+    from agentik.storage._archive import ArchiveRecord
     from agentik.storage._pending import Pending
 
 DEFAULT_PAGE_SIZE = 500
@@ -271,6 +272,72 @@ class TurnLedger(Protocol):
 
 
 @runtime_checkable
+class ConversationDeleter(Protocol):
+    """Optional: a message store that can delete a conversation whole, and find
+    the conversations idle since a given time (retention). The agent needs it
+    for ``ChatAgent.delete_conversation``.
+
+    ``delete_conversation`` removes, in one transaction (all of it, or none
+    of it if it fails), every row the bundle keeps for the conversation: its
+    messages (their idempotency keys with them), its working-memory notes
+    (archived ones too), the reflections drawn from it, its turn ledger
+    (``TurnLedger``: approvals, failed turns), its summaries (``SummaryStore``),
+    and whatever else a backend keys by conversation. Nothing of other
+    conversations, and no skill, changes. Afterwards the conversation is as
+    if it had never been used: the next message gets seq 1, and its old
+    idempotency keys are free again. Writes submitted before the delete are
+    applied before it (one writer, in order), so none lands after it.
+
+    A backend implementing only some of these methods is not a
+    ``ConversationDeleter``; ``agentik.testing`` says so rather than skipping it.
+    """
+
+    async def delete_conversation(
+        self, conversation_id: str, *, idle_before: datetime | None = None
+    ) -> bool:
+        """Delete everything kept for the conversation; True if there was any.
+        With ``idle_before``, only if its newest message was stored strictly
+        before then, checked in the same transaction (else False, nothing
+        deleted): retention cannot delete a conversation a turn just used."""
+        ...
+
+    async def idle_conversations(
+        self, before: datetime, *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """Ids of the conversations whose newest message was stored strictly
+        before ``before``, sorted, only those ``> after``; at most ``limit``."""
+        ...
+
+
+@runtime_checkable
+class ConversationArchiver(Protocol):
+    """Optional: a message store that can export a conversation as records
+    (``agentik.storage._archive``) and import them back, losing nothing but the
+    ids of notes and reflections (store-wide numbers: an import gives new ones,
+    in the same order). ``agentik export`` / ``import`` and
+    ``GET …/export`` use it.
+
+    A backend implementing only some of these methods is not a
+    ``ConversationArchiver``; ``agentik.testing`` says so.
+    """
+
+    def export_conversation(self, conversation_id: str) -> AsyncIterator[ArchiveRecord]:
+        """Every record of the conversation: messages in seq order, then notes
+        (oldest first), reflections (oldest first), approvals and failures (in
+        seq order), summaries (oldest first). Read page by page: a
+        conversation is never loaded whole; a turn running meanwhile may or may
+        not be in it (export an idle conversation for an exact copy). Nothing
+        for an unknown conversation."""
+        ...
+
+    async def import_conversation(
+        self, conversation_id: str, records: Sequence[ArchiveRecord]
+    ) -> int:
+        """Store ``records`` as the conversation, in one transaction; return
+        how many messages. The conversation must hold nothing yet (else
+        ``StoreError``, nothing written), the messages must have seqs
+        1, 2, 3 … in order, and summaries must chain over those messages
+        (else ``StoreError``)."""
 class ConversationOwnership(Protocol):
     """Optional: which node of several sharing one database runs a
     conversation's turns (PostgreSQL with ``lease_seconds``; docs/scale-out.md).

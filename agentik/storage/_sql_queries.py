@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 if TYPE_CHECKING:
     from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
     from agentik._messages import Message, TokenStats
+    from agentik.storage._archive import ArchivedMessage, ArchiveRecord
     from agentik.storage._protocols import ConversationSnapshot, KeyedTurn, Summary, TurnRecord
     from agentik.storage._rows import MessageRow
 
@@ -100,3 +101,24 @@ class Queries(Protocol[C, S]):
     def get_skill(self, connection: C, name: str) -> Skill | None: ...
     def skill_catalog(self, connection: C) -> list[SkillSummary]: ...
     def skill_exists(self, connection: C, name: str) -> bool: ...
+
+
+class LifecycleQueries(Protocol[C, S]):
+    """A conversation as a whole (``ConversationDeleter``,
+    ``ConversationArchiver``): SQLite's is ``sqlite._lifecycle_queries``; a
+    PostgreSQL one is the same five functions over its tables (one ``DELETE``
+    per table keyed by conversation, in the request's transaction)."""
+
+    def delete_conversation(
+        self, session: S, conversation_id: str, idle_before_us: int | None
+    ) -> bool: ...
+    def idle_conversations(
+        self, connection: C, before_us: int, after: str | None, limit: int
+    ) -> list[str]: ...
+    def archived_messages(
+        self, connection: C, conversation_id: str, after_seq: int, limit: int
+    ) -> list[ArchivedMessage]: ...
+    def archived_rest(self, connection: C, conversation_id: str) -> list[ArchiveRecord]: ...
+    def import_conversation(
+        self, session: S, conversation_id: str, records: Sequence[ArchiveRecord]
+    ) -> int: ...

@@ -16,7 +16,8 @@ from typing import Generic, TypeVar, final
 
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
-from agentik.storage._common import check_at_least, check_aware
+from agentik.storage._archive import ArchiveRecord
+from agentik.storage._common import check_at_least, check_aware, to_micros
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
     DEFAULT_PAGE_SIZE,
@@ -27,7 +28,7 @@ from agentik.storage._protocols import (
 )
 from agentik.storage._readers import ReaderPool
 from agentik.storage._rows import MessageRow
-from agentik.storage._sql_queries import Queries
+from agentik.storage._sql_queries import LifecycleQueries, Queries
 from agentik.storage._writer import MessageSession, Writer, WriterStats
 
 C = TypeVar("C")
@@ -35,7 +36,6 @@ S = TypeVar("S", bound=MessageSession)
 
 
 
-@final
 class SqlMessageStore(Generic[C, S]):
     def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
         self._writer = writer
@@ -213,6 +213,77 @@ class SqlMessageStore(Generic[C, S]):
                 self._q.count_idempotency_keys,
                 conversation_id=conversation_id,
                 key_suffix=key_suffix,
+            )
+        )
+
+
+@final
+class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
+    """A message store that is also a ``ConversationDeleter`` and a
+    ``ConversationArchiver``, for a backend that brings their SQL
+    (``LifecycleQueries``; SQLite's is ``sqlite._lifecycle_queries``)."""
+
+    def __init__(
+        self,
+        writer: Writer[S],
+        readers: ReaderPool[C],
+        queries: Queries[C, S],
+        lifecycle: LifecycleQueries[C, S],
+    ) -> None:
+        super().__init__(writer, readers, queries)
+        self._lq = lifecycle
+
+    async def delete_conversation(
+        self, conversation_id: str, *, idle_before: datetime | None = None
+    ) -> bool:
+        cutoff = None if idle_before is None else to_micros(idle_before)
+        return await self._writer.write(
+            partial(
+                self._lq.delete_conversation,
+                conversation_id=conversation_id,
+                idle_before_us=cutoff,
+            )
+        )
+
+    async def idle_conversations(
+        self, before: datetime, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        return await self._readers.read(
+            partial(
+                self._lq.idle_conversations, before_us=to_micros(before), after=after, limit=limit
+            )
+        )
+
+    async def export_conversation(self, conversation_id: str) -> AsyncIterator[ArchiveRecord]:
+        after = 0
+        while True:
+            page = await self._readers.read(
+                partial(
+                    self._lq.archived_messages,
+                    conversation_id=conversation_id,
+                    after_seq=after,
+                    limit=DEFAULT_PAGE_SIZE,
+                )
+            )
+            for record in page:
+                yield record
+            if len(page) < DEFAULT_PAGE_SIZE:
+                break
+            after = page[-1].message.seq or after
+        for rest in await self._readers.read(
+            partial(self._lq.archived_rest, conversation_id=conversation_id)
+        ):
+            yield rest
+
+    async def import_conversation(
+        self, conversation_id: str, records: Sequence[ArchiveRecord]
+    ) -> int:
+        return await self._writer.write(
+            partial(
+                self._lq.import_conversation,
+                conversation_id=conversation_id,
+                records=tuple(records),
             )
         )
 

@@ -20,6 +20,7 @@ from agentik._memory import Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik.storage._protocols import IdempotencyKeyIndex, StorageBundle
 from agentik.testing._ledger_contract import LEDGER_CASES
+from agentik.testing._lifecycle_contract import LIFECYCLE_CASES
 from agentik.testing._summary_contract import SUMMARY_CASES
 
 MakeBundle = Callable[[], AbstractAsyncContextManager[StorageBundle]]
@@ -325,6 +326,7 @@ MESSAGE_CASES: tuple[Case, ...] = (
     _list_conversations_pages,
     _unicode_and_large_messages,
     *LEDGER_CASES,
+    *LIFECYCLE_CASES,
     *SUMMARY_CASES,
 )
 

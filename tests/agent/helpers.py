@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
 from agentik.storage import StorageBundle
+from agentik.testing import assert_valid_history as testing_assert_valid_history
+from agentik.testing import history
 
 
 def call(
@@ -39,22 +41,8 @@ def by_turn(
 
 
 async def stored(storage: StorageBundle, conversation_id: str) -> list[Message]:
-    return [m async for m in storage.message_store.get_messages(conversation_id)]
+    return await history(storage, conversation_id)
 
 
-def assert_valid_history(messages: list[Message]) -> None:
-    """Seqs are 1..n and every assistant tool call has exactly one result."""
-    assert [m.seq for m in messages] == list(range(1, len(messages) + 1))
-    open_calls: set[str] = set()
-    answered: set[str] = set()
-    for m in messages:
-        if m.role is Role.USER:
-            assert not open_calls, f"user message while calls {open_calls} are open"
-        for c in m.tool_calls:
-            open_calls.add(c.id)
-        if m.role is Role.TOOL:
-            assert m.tool_call_id in open_calls, f"result for unknown call {m.tool_call_id}"
-            assert m.tool_call_id not in answered
-            open_calls.discard(m.tool_call_id)
-            answered.add(m.tool_call_id)
-    assert not open_calls, f"calls without results: {open_calls}"
+# The public one (agentik.testing), so every agent test exercises it.
+assert_valid_history = testing_assert_valid_history

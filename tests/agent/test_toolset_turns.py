@@ -8,11 +8,18 @@ import trio
 import trio.testing
 
 from agentik import Message, ModelRequest, ModelResponse, NamedTool, Role
-from agentik.agent import open_chat_agent
+from agentik.agent import ChatAgent, open_chat_agent
 from agentik.models import ScriptedModel
 from agentik.storage import in_memory_storage
+from agentik.testing import (
+    Script,
+    assert_toolset_active,
+    assert_toolset_inactive,
+    assert_valid_history,
+    history,
+)
 from agentik.toolsets import ToolsetContribution
-from tests.agent.helpers import assert_valid_history, by_turn, call, stored
+from tests.agent.helpers import by_turn, call
 
 
 async def _pong(arguments: dict[str, object]) -> str:
@@ -39,7 +46,8 @@ WEATHER = ToolsetContribution(
 
 
 class Recorder:
-    """Wraps a responder and keeps every request."""
+    """Wraps a responder and keeps every request (for raw scripts the plugin's
+    ``Script`` does not write, such as malformed arguments)."""
 
     def __init__(self, script: dict[str, list[ModelResponse | str]]) -> None:
         self.requests: list[ModelRequest] = []
@@ -58,57 +66,63 @@ class Recorder:
         return message.content
 
 
-async def test_no_toolsets_means_nothing_extra() -> None:
+@pytest.fixture
+def agentik_agent_options() -> dict[str, object]:
+    """The plugin's agent (agentik.testing) with both toolsets and no built-in tools."""
+    return {"toolsets": [PING, WEATHER], "builtin_tools": False}
+
+
+def offered(script: Script, i: int) -> set[str]:
+    return {t.name for t in script.requests[i].tools}
+
+
+def system(script: Script, i: int) -> str:
+    message = script.requests[i].messages[0]
+    assert message.role is Role.SYSTEM
+    return message.content
+
+
+@pytest.mark.parametrize("agentik_agent_options", [{"builtin_tools": False}])
+async def test_no_toolsets_means_nothing_extra(
+    agentik_agent: ChatAgent, agentik_script: Script
+) -> None:
     """Without contributions: no enable/disable tools, no toolset section."""
-    rec = Recorder({"hi": ["hello"]})
-    async with open_chat_agent(
-        model=ScriptedModel(rec), storage=in_memory_storage(), builtin_tools=False
-    ) as agent:
-        await agent.send("c", "hi")
-    assert rec.offered(0) == set()
-    assert "## Toolsets" not in rec.system(0)
+    agentik_script.when_user_says("hi").answer("hello")
+    await agentik_agent.send("c", "hi")
+    assert offered(agentik_script, 0) == set()
+    assert "## Toolsets" not in system(agentik_script, 0)
 
 
-async def test_calling_an_inactive_tool_by_name_activates_its_toolset() -> None:
+async def test_calling_an_inactive_tool_by_name_activates_its_toolset(
+    agentik_agent: ChatAgent, agentik_script: Script
+) -> None:
     """ping() with ping inactive: runs, returns its own result, and from the next
     request on the toolset is active in the prompt and its tools are offered."""
-    rec = Recorder({"go": [call("ping"), "done"]})
-    storage = in_memory_storage()
-    async with open_chat_agent(
-        model=ScriptedModel(rec), storage=storage, toolsets=[PING, WEATHER], builtin_tools=False
-    ) as agent:
-        result = await agent.send("c", "go")
-        status = {s.name: s.active for s in agent.toolset_status("c")}
+    agentik_script.when_user_says("go").call("ping").answer("done")
+    result = await agentik_agent.send("c", "go")
     assert result.messages[2].content == "pong"
     assert "activat" not in result.messages[2].content.lower()
-    assert rec.offered(0) == {"enable_toolset", "disable_toolset"}
-    assert rec.offered(1) == {"enable_toolset", "disable_toolset", "ping"}
-    assert "ACTIVE\n(none)" in rec.system(0)
-    assert "ACTIVE\nping — Network checks." in rec.system(1)
-    assert 'INACTIVE call enable_toolset({"name": X}) to add\nweather — Forecasts.' in rec.system(1)
-    assert status == {"ping": True, "weather": False}
-
-
-async def test_enable_and_disable_are_ordinary_tool_messages() -> None:
-    """The answers of DESIGN.md, recorded as tool-call / tool-result pairs."""
-    rec = Recorder(
-        {
-            "go": [
-                call("enable_toolset", {"name": "weather"}, id="e1"),
-                call("enable_toolset", {"name": "weather"}, id="e2"),
-                call("disable_toolset", {"name": "weather"}, id="d1"),
-                call("disable_toolset", {"name": "weather"}, id="d2"),
-                call("enable_toolset", {"name": "nope"}, id="e3"),
-                call("enable_toolset", {}, id="e4"),
-                "ok",
-            ]
-        }
+    assert_toolset_active(agentik_agent, "c", "ping")
+    assert_toolset_inactive(agentik_agent, "c", "weather")
+    assert offered(agentik_script, 0) == {"enable_toolset", "disable_toolset"}
+    assert offered(agentik_script, 1) == {"enable_toolset", "disable_toolset", "ping"}
+    assert "ACTIVE\n(none)" in system(agentik_script, 0)
+    assert "ACTIVE\nping — Network checks." in system(agentik_script, 1)
+    assert 'INACTIVE call enable_toolset({"name": X}) to add\nweather — Forecasts.' in system(
+        agentik_script, 1
     )
-    storage = in_memory_storage()
-    async with open_chat_agent(
-        model=ScriptedModel(rec), storage=storage, toolsets=[PING, WEATHER], builtin_tools=False
-    ) as agent:
-        result = await agent.send("c", "go")
+
+
+async def test_enable_and_disable_are_ordinary_tool_messages(
+    agentik_agent: ChatAgent, agentik_script: Script
+) -> None:
+    """The answers of DESIGN.md, recorded as tool-call / tool-result pairs."""
+    agentik_script.when_user_says("go").call("enable_toolset", {"name": "weather"}).call(
+        "enable_toolset", {"name": "weather"}
+    ).call("disable_toolset", {"name": "weather"}).call(
+        "disable_toolset", {"name": "weather"}
+    ).call("enable_toolset", {"name": "nope"}).call("enable_toolset", {}).answer("ok")
+    result = await agentik_agent.send("c", "go")
     results = [m.content for m in result.messages if m.role is Role.TOOL]
     assert results[:4] == [
         "Toolset 'weather' activated.",
@@ -120,22 +134,19 @@ async def test_enable_and_disable_are_ordinary_tool_messages() -> None:
     assert "ping" in results[4]
     assert "weather" in results[4]
     assert results[5].startswith("error: ")
-    assert "weather_today" in rec.offered(1)
-    assert "weather_today" not in rec.offered(3)
-    assert_valid_history(await stored(storage, "c"))
+    assert "weather_today" in offered(agentik_script, 1)
+    assert "weather_today" not in offered(agentik_script, 3)
+    assert_valid_history(await history(agentik_agent, "c"))
 
 
-async def test_unknown_name_with_known_prefix_is_an_error_not_an_activation() -> None:
+async def test_unknown_name_with_known_prefix_is_an_error_not_an_activation(
+    agentik_agent: ChatAgent, agentik_script: Script
+) -> None:
     """weather_tomorrow is not in weather: an error, and weather stays inactive."""
-    rec = Recorder({"go": [call("weather_tomorrow"), "ok"]})
-    async with open_chat_agent(
-        model=ScriptedModel(rec),
-        storage=in_memory_storage(),
-        toolsets=[PING, WEATHER],
-        builtin_tools=False,
-    ) as agent:
-        result = await agent.send("c", "go")
-        assert not any(s.active for s in agent.toolset_status("c"))
+    agentik_script.when_user_says("go").call("weather_tomorrow").answer("ok")
+    result = await agentik_agent.send("c", "go")
+    assert_toolset_inactive(agentik_agent, "c", "weather")
+    assert_toolset_inactive(agentik_agent, "c", "ping")
     assert result.messages[2].content == "error: tool 'weather_tomorrow' not found"
 
 
@@ -154,41 +165,41 @@ async def test_malformed_call_still_activates() -> None:
     assert "weather_today" in rec.offered(1)
 
 
+@pytest.mark.parametrize(
+    "agentik_agent_options", [{"toolsets": [PING], "builtin_tools": False, "idle_timeout": 5}]
+)
 async def test_activation_expires_after_ten_minutes(
-    autojump_clock: trio.testing.MockClock,
+    agentik_agent: ChatAgent, agentik_script: Script, autojump_clock: trio.testing.MockClock
 ) -> None:
     """Unused for 600 s, a toolset drops out of the prompt and the tools; the
     conversation task stays alive until then, so nothing is forgotten early."""
-    rec = Recorder({"a": [call("ping"), "ok"], "b": ["ok"], "c": ["ok"]})
-    async with open_chat_agent(
-        model=ScriptedModel(rec),
-        storage=in_memory_storage(),
-        toolsets=[PING],
-        builtin_tools=False,
-        idle_timeout=5,
-    ) as agent:
-        await agent.send("c", "a")
-        await trio.sleep(599)
-        assert agent.live_conversations == 1
-        await agent.send("c", "b")  # ping still active (599 s < 600 s)
-        await trio.sleep(601)
-        await agent.send("c", "c")
-    assert "ping" in rec.offered(2)
-    assert "ping" not in rec.offered(3)
-    assert "ACTIVE\n(none)" in rec.system(3)
+    agentik_script.when_user_says("a").call("ping").answer("ok")
+    agentik_script.when_user_says("b").answer("ok")
+    agentik_script.when_user_says("c").answer("ok")
+    await agentik_agent.send("c", "a")
+    await trio.sleep(599)
+    assert agentik_agent.live_conversations == 1
+    await agentik_agent.send("c", "b")  # ping still active (599 s < 600 s)
+    await trio.sleep(601)
+    assert_toolset_inactive(agentik_agent, "c", "ping")
+    await agentik_agent.send("c", "c")
+    assert "ping" in offered(agentik_script, 2)
+    assert "ping" not in offered(agentik_script, 3)
+    assert "ACTIVE\n(none)" in system(agentik_script, 3)
 
 
-async def test_activation_is_per_conversation() -> None:
+@pytest.mark.parametrize("agentik_agent_options", [{"toolsets": [PING], "builtin_tools": False}])
+async def test_activation_is_per_conversation(
+    agentik_agent: ChatAgent, agentik_script: Script
+) -> None:
     """Activating in one conversation changes nothing in another."""
-    rec = Recorder({"a": [call("ping"), "ok"], "b": ["ok"]})
-    async with open_chat_agent(
-        model=ScriptedModel(rec), storage=in_memory_storage(), toolsets=[PING], builtin_tools=False
-    ) as agent:
-        await agent.send("one", "a")
-        await agent.send("two", "b")
-        assert [s.active for s in agent.toolset_status("one")] == [True]
-        assert [s.active for s in agent.toolset_status("two")] == [False]
-    assert "ping" not in rec.offered(2)
+    agentik_script.when_user_says("a").call("ping").answer("ok")
+    agentik_script.when_user_says("b").answer("ok")
+    await agentik_agent.send("one", "a")
+    await agentik_agent.send("two", "b")
+    assert_toolset_active(agentik_agent, "one", "ping")
+    assert_toolset_inactive(agentik_agent, "two", "ping")
+    assert "ping" not in offered(agentik_script, 2)
 
 
 @pytest.mark.parametrize(

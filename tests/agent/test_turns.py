@@ -17,6 +17,7 @@ from agentik import (
     TurnError,
 )
 from agentik.agent import (
+    ChatAgent,
     ToolCallFinished,
     ToolCallStarted,
     TurnFailed,
@@ -25,6 +26,7 @@ from agentik.agent import (
 )
 from agentik.models import ScriptedModel, TextDelta
 from agentik.storage import in_memory_storage
+from agentik.testing import Script, assert_tool_called, history, tool_result
 from tests.agent.helpers import assert_valid_history, by_turn, call, stored
 
 
@@ -40,45 +42,45 @@ def echo_tool(name: str = "echo") -> NamedTool:
     )
 
 
-async def test_text_turn_is_committed_with_seqs() -> None:
+@pytest.fixture
+def agentik_agent_options() -> dict[str, object]:
+    """For the tests on the agentik.testing plugin's agent: the echo tool."""
+    return {"tools": [echo_tool()]}
+
+
+@pytest.mark.parametrize("agentik_backend", ["memory", "sqlite"])
+async def test_text_turn_is_committed_with_seqs(
+    agentik_agent: ChatAgent, agentik_script: Script
+) -> None:
     """A plain answer: two messages, both committed with seq 1 and 2 and usage."""
-    storage = in_memory_storage()
-    model = ScriptedModel(lambda r: ModelResponse(text="hi!", usage=TokenUsage(5, 2)))
-    async with open_chat_agent(model=model, storage=storage) as agent:
-        result = await agent.send("c", "hello")
+    agentik_script.when_user_says("hello").answer("hi!", usage=TokenUsage(5, 2))
+    result = await agentik_agent.send("c", "hello")
     assert result.text == "hi!"
     assert [(m.role, m.content, m.seq) for m in result.messages] == [
         (Role.USER, "hello", 1),
         (Role.ASSISTANT, "hi!", 2),
     ]
     assert result.usage == TokenUsage(5, 2)
-    assert await stored(storage, "c") == list(result.messages)
-    stats = await storage.message_store.token_stats("c")
+    assert await history(agentik_agent, "c") == list(result.messages)
+    stats = await agentik_agent.storage.message_store.token_stats("c")
     assert (stats.prompt_tokens, stats.completion_tokens) == (5, 2)
 
 
-async def test_tool_call_round_trip() -> None:
+@pytest.mark.parametrize("agentik_backend", ["memory", "sqlite"])
+async def test_tool_call_round_trip(agentik_agent: ChatAgent, agentik_script: Script) -> None:
     """The model calls a core tool; its result is recorded and seen by the model."""
-    seen: list[ModelRequest] = []
-
-    def respond(request: ModelRequest) -> ModelResponse:
-        seen.append(request)
-        if request.messages[-1].role is Role.USER:
-            return call("echo", {"text": "x"})
-        return ModelResponse(text=f"got {request.messages[-1].content}")
-
-    storage = in_memory_storage()
-    async with open_chat_agent(
-        model=ScriptedModel(respond), storage=storage, tools=[echo_tool()]
-    ) as agent:
-        result = await agent.send("c", "go")
-    assert result.text == "got echo:x"
+    agentik_script.when_user_says("go").call("echo", {"text": "x"}).answer("got it")
+    result = await agentik_agent.send("c", "go")
+    assert result.text == "got it"
     roles = [m.role for m in result.messages]
     assert roles == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
-    assert result.messages[2].tool_call_id == "c1"
+    call_ = assert_tool_called(result.messages, "echo", {"text": "x"})
+    assert tool_result(result.messages, call_) == "echo:x"
+    seen = agentik_script.requests
     assert seen[0].messages[0].role is Role.SYSTEM
     assert "echo" in {t.name for t in seen[0].tools}
-    assert_valid_history(await stored(storage, "c"))
+    assert seen[1].messages[-1].content == "echo:x", "the model saw the tool's result"
+    assert_valid_history(await history(agentik_agent, "c"))
 
 
 async def test_system_message_is_not_stored() -> None:

@@ -58,14 +58,19 @@ async def plain_server(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[R
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-async def test_examples_run(plain_server: Running) -> None:
-    """Each example exits 0 with curl --fail-with-body, and the JSON ones print JSON."""
+async def test_examples_run(plain_server: Running, tmp_path: Path) -> None:
+    """Each example exits 0 with curl --fail-with-body, and the JSON ones print JSON.
+    They run in ``tmp_path``: the export example writes demo.jsonl."""
     outputs = []
     for example in examples():
         script = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
         script += example.replace(DOC_URL, plain_server.url)
         result = await trio.run_process(
-            ["bash", "-c", script], capture_stdout=True, capture_stderr=True, check=False
+            ["bash", "-c", script],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            cwd=tmp_path,
         )
         assert result.returncode == 0, (example, result.stderr.decode(), result.stdout.decode())
         outputs.append(result.stdout.decode())

@@ -54,6 +54,9 @@ ROUTES = [
     ("POST", "/agentik/conversations/{conversation_id}/memory/archive"),
     ("GET", "/agentik/conversations/{conversation_id}/summary"),
     ("GET", "/agentik/conversations/{conversation_id}/toolsets"),
+    ("GET", "/agentik/conversations/{conversation_id}/usage"),
+    ("GET", "/agentik/conversations/{conversation_id}/export"),
+    ("DELETE", "/agentik/conversations/{conversation_id}"),
     ("GET", "/agentik/conversations/{conversation_id}/approvals"),
     ("POST", "/agentik/conversations/{conversation_id}/approvals/{call_id:path}"),
     ("GET", "/agentik/reflections"),
@@ -124,7 +127,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def test_the_route_table_is_complete() -> None:
     """ROUTES is every (method, path) the app routes: a new route is fuzzed or fails here."""
-    agent = SimpleNamespace(storage=SimpleNamespace(message_store=None))
+    agent = SimpleNamespace(storage=SimpleNamespace(message_store=None), tracing=False)
     ctx = ServerContext(
         agent=cast(ChatAgent, agent),
         config=ServerConfig(),

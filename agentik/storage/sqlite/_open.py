@@ -26,13 +26,14 @@ from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import StorageBundle
 from agentik.storage._readers import ReaderPool
 from agentik.storage._sql_stores import (
+    SqlLifecycleMessageStore,
     SqlMessageStore,
     SqlReflectionStore,
     SqlSkillStore,
     SqlWorkingMemoryStore,
 )
 from agentik.storage._writer import Writer, WriterStats
-from agentik.storage.sqlite import _namespace
+from agentik.storage.sqlite import _lifecycle_queries, _namespace
 from agentik.storage.sqlite._connect import (
     Synchronous,
     check_synchronous,
@@ -130,7 +131,7 @@ async def open_sqlite_storage(
             read_only=write_connection.readonly("main"),
         )
         bundle = StorageBundle(
-            message_store=SqlMessageStore(writer, pool, _namespace),
+            message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
             working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
             reflection_store=SqlReflectionStore(writer, pool, _namespace),
             skill_store=SqlSkillStore(writer, pool, _namespace),

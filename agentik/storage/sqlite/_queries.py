@@ -63,6 +63,11 @@ class SeqCache:
                 del self._last[conversation_id]
                 return
 
+    def forget(self, conversation_id: str) -> None:
+        """The conversation's rows were deleted or replaced (``_lifecycle_queries``):
+        its next append reads the last seq from the table again."""
+        self._last.pop(conversation_id, None)
+
     def keep(self) -> None:
         """The request's savepoint was released."""
         self._touched.clear()

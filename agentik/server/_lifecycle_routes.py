@@ -1,0 +1,95 @@
+"""Native API routes of a conversation as a whole, owner-scoped like the rest
+of ``/agentik``: its token totals (``GET …/usage``), deleting it
+(``DELETE …``) and exporting it as JSON Lines (``GET …/export``).
+
+Kept apart from ``_native_routes`` (the turn and read routes), which other
+work changes often; the app adds these routes beside them. Another owner's
+conversation is simply not found, as everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from agentik._errors import AgentikError, OverloadedError
+from agentik.server._app import json_response
+from agentik.server._context import ServerContext
+from agentik.server._errors import HttpError
+from agentik.server._native import check_id
+from agentik.server._native_routes import require_conversation
+from agentik.server._owners import caller_of
+from agentik.storage import ConversationArchiver, ConversationDeleter
+from agentik.storage._jsonl import MEDIA_TYPE, header_line, record_line
+
+
+def _conversation(request: Request) -> tuple[str, str]:
+    """The client's conversation id (checked) and the owner-scoped stored one."""
+    value = request.path_params["conversation_id"]
+    assert isinstance(value, str)
+    conversation_id = check_id(value)
+    return conversation_id, caller_of(request).internal(conversation_id)
+
+
+def _not_found(conversation_id: str) -> HttpError:
+    return HttpError(404, f"conversation {conversation_id!r} not found", code="not_found")
+
+
+def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
+    agent = ctx.agent
+    store = agent.storage.message_store
+
+    async def usage(request: Request) -> Response:
+        conversation_id, stored_id = _conversation(request)
+        await require_conversation(ctx, stored_id, conversation_id)
+        stats = await store.token_stats(stored_id)
+        return json_response(
+            {
+                "conversation_id": conversation_id,
+                "input_tokens": stats.prompt_tokens,
+                "output_tokens": stats.completion_tokens,
+                "total_tokens": stats.total_tokens,
+                "messages_with_usage": stats.messages,
+            }
+        )
+
+    async def delete(request: Request) -> Response:
+        conversation_id, stored_id = _conversation(request)
+        if not isinstance(store, ConversationDeleter):
+            raise HttpError(501, "this storage cannot delete conversations", code="not_supported")
+        try:
+            deleted = await agent.delete_conversation(stored_id)
+        except OverloadedError as exc:
+            raise HttpError(
+                429, f"conversation {conversation_id!r} is busy; retry later", code="overloaded"
+            ) from exc
+        except AgentikError as exc:
+            raise HttpError(
+                503, "the conversation could not be deleted; retry", code="unavailable"
+            ) from exc
+        if not deleted:
+            raise _not_found(conversation_id)
+        return Response(status_code=204)
+
+    async def export(request: Request) -> Response:
+        conversation_id, stored_id = _conversation(request)
+        if not isinstance(store, ConversationArchiver):
+            raise HttpError(501, "this storage cannot export conversations", code="not_supported")
+        await require_conversation(ctx, stored_id, conversation_id)
+
+        async def lines() -> AsyncIterator[str]:
+            yield header_line(conversation_id)
+            async for record in store.export_conversation(stored_id):
+                yield record_line(record, conversation_id)
+
+        return StreamingResponse(lines(), media_type=MEDIA_TYPE)
+
+    base = "/agentik/conversations/{conversation_id}"
+    return [
+        Route(base, delete, methods=["DELETE"]),
+        Route(f"{base}/usage", usage, methods=["GET"]),
+        Route(f"{base}/export", export, methods=["GET"]),
+    ]

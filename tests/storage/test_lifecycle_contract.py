@@ -1,0 +1,94 @@
+"""The lifecycle part of the store contract can fail: a SQLite delete that
+forgets one table is caught, and every table keyed by conversation is one
+the delete empties (a table added later must join ``CONVERSATION_TABLES``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import pytest
+
+from agentik.storage import open_sqlite_storage
+from agentik.storage.sqlite import _lifecycle_queries as lq
+from agentik.testing import MakeBundle, check_message_store
+
+
+@pytest.mark.parametrize("forgotten", lq.CONVERSATION_TABLES)
+async def test_a_delete_that_forgets_a_table_fails_the_contract(
+    forgotten: str, sqlite_bundles: MakeBundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_message_store fails, naming the delete case, for each table left behind."""
+    kept = tuple(t for t in lq.CONVERSATION_TABLES if t != forgotten)
+    monkeypatch.setattr(lq, "CONVERSATION_TABLES", kept)
+    with pytest.raises(
+        AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
+    ):
+        await check_message_store(sqlite_bundles)
+
+
+async def test_every_table_keyed_by_conversation_is_deleted(tmp_path: Path) -> None:
+    """The migrated schema's tables with a conversation_id column are exactly
+    the ones a delete empties."""
+    path = tmp_path / "schema.db"
+    async with open_sqlite_storage(path):
+        pass
+    connection = apsw.Connection(str(path))
+    try:
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
+        keyed = {
+            table
+            for table in tables
+            if any(
+                column[1] == "conversation_id"
+                for column in connection.execute(f"PRAGMA table_info({table})")
+            )
+        }
+    finally:
+        connection.close()
+    assert keyed == set(lq.CONVERSATION_TABLES)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_agentiks_backends_offer_every_optional_protocol(
+    backend: str, sqlite_bundles: MakeBundle
+) -> None:
+    """The contract skips an optional protocol a store does not offer, so a
+    backend that lost one (a method moved out of its class by a merge) would
+    still pass it: agentik's own backends must offer them all."""
+    from agentik.storage import (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+        in_memory_storage,
+    )
+
+    protocols = (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+    )
+    if backend == "memory":
+        store: object = in_memory_storage().message_store
+        # ConversationLoader is a read optimisation of SQLite's (one thread hop).
+        missing = [
+            p.__name__
+            for p in protocols
+            if p is not ConversationLoader and not isinstance(store, p)
+        ]
+    else:
+        async with sqlite_bundles() as bundle:
+            store = bundle.message_store
+            missing = [p.__name__ for p in protocols if not isinstance(store, p)]
+    assert missing == [], f"{type(store).__name__} lacks {missing}"
