@@ -26,6 +26,7 @@ from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, Conve
 from agentik.agent._context import ContextPolicy
 from agentik.agent._conversation import OPTIONAL_WORK_GRACE, Conversation, TurnRequest
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
+from agentik.agent._gc import relaxed_gc
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
@@ -418,6 +419,7 @@ async def open_chat_agent(
     approval_timeout: float | None = None,
     resume_interrupted: bool = True,
     context: ContextPolicy | None = None,
+    relax_gc: bool = True,
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -461,6 +463,11 @@ async def open_chat_agent(
             that fit in ``max_tokens``; older history is summarized by the
             model and stays stored. A live conversation then holds only what
             its summary does not cover. None sends the whole history.
+        relax_gc: while the agent is open, raise the garbage collector's first
+            threshold from CPython's default 700 to 10,000 (only if it is the
+            default; restored on close). With thousands of live conversations
+            the default makes full collections, each walking every cached
+            history, take most of the time. False leaves the collector alone.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     _positive("tool_timeout", tool_timeout)
@@ -515,12 +522,13 @@ async def open_chat_agent(
             schema_tokens(offered, context.count_tokens),
         )
     try:
-        async with trio.open_nursery() as nursery:
-            agent = ChatAgent(runtime, nursery)
-            try:
-                yield agent
-            finally:
-                agent._close()
+        with relaxed_gc(relax_gc):
+            async with trio.open_nursery() as nursery:
+                agent = ChatAgent(runtime, nursery)
+                try:
+                    yield agent
+                finally:
+                    agent._close()
     except BaseExceptionGroup as group:
         # Conversation tasks and the reaper never raise, so a lone error is the
         # body's own: hand it out as itself, as if there were no nursery here.
