@@ -2,6 +2,7 @@
 
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
+from agentik.storage._pending import PendingStatistics as PendingStatistics
 from agentik.storage._protocols import (
     Approval as Approval,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "KeyedTurn",
     "MessageStore",
     "Pending",
+    "PendingStatistics",
     "ReflectionStore",
     "SkillStore",
     "StorageBundle",

@@ -21,7 +21,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import DuplicateKeyError, Message, Role, StoreError, TokenUsage, ToolCall
@@ -354,3 +354,65 @@ def test_the_largest_chunk_fits_sqlite_and_the_statement_cache() -> None:
     assert connection.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, -1) >= LARGEST_CHUNK * 10
     largest = len(_INSERT_ROWS[LARGEST_CHUNK].encode())
     assert largest <= connection.cache_stats()["max_cacheable_bytes"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from(["append", "submit"]), st.none() | st.integers(0, 5)),
+        min_size=1,
+        max_size=8,
+    ),
+    queue_size=st.integers(0, 3),
+)
+def test_appends_cancelled_at_any_point(
+    tmp_path_factory: pytest.TempPathFactory,
+    plan: list[tuple[str, int | None]],
+    queue_size: int,
+) -> None:
+    """Tasks append (``append``: submit and wait; ``submit`` then ``wait``) to
+    one conversation through a small queue, and some are cancelled at a step
+    of the main task: before they call, while they wait for room, while they
+    wait for the commit. Whatever the step: every acknowledged message is
+    stored with the seq it was given, nothing is stored twice, seqs stay
+    gapless, and a cancelled write is stored at most once (it may commit:
+    accepted writes are not taken back)."""
+    path = tmp_path_factory.mktemp("cancel") / "db"
+
+    async def main() -> None:
+        async with open_sqlite_storage(path, queue_size=queue_size) as bundle:
+            store = bundle.message_store
+            acknowledged: dict[str, int] = {}
+            scopes = [trio.CancelScope() for _ in plan]
+
+            async def writer(i: int, how: str) -> None:
+                text = f"m{i}"
+                with scopes[i]:
+                    message = Message(Role.USER, text)
+                    if how == "append":
+                        stored = await store.append("c", message)
+                    else:
+                        stored = await (await store.submit("c", message)).wait()
+                    assert stored.seq is not None
+                    acknowledged[text] = stored.seq
+
+            async with trio.open_nursery() as nursery:
+                for i, (how, _) in enumerate(plan):
+                    nursery.start_soon(writer, i, how)
+                for step in range(6):
+                    for i, (_, cancel_at) in enumerate(plan):
+                        if cancel_at == step:
+                            scopes[i].cancel()
+                    await trio.lowlevel.checkpoint()
+            stored = await history(bundle, "c")
+        texts = [m.content for m in stored]
+        assert len(texts) == len(set(texts)), "a write was stored twice"
+        assert [m.seq for m in stored] == list(range(1, len(stored) + 1))
+        by_text = {m.content: m.seq for m in stored}
+        for text, seq in acknowledged.items():
+            assert by_text.get(text) == seq, f"acknowledged {text!r} is not stored as seq {seq}"
+        for i, (_, cancel_at) in enumerate(plan):
+            if cancel_at is None:
+                assert f"m{i}" in acknowledged
+
+    trio.run(main)

@@ -112,13 +112,14 @@ _MESSAGE_COLUMNS = (
 _Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
 
 
+_unstructure_tool_calls = converter.get_unstructure_hook(tuple[ToolCall, ...])
+"""The converter's own hook, looked up once: as fast as a hand-written
+encoding was (docs/performance.md), and the converter stays the one source."""
+
+
 def tool_calls_json(tool_calls: Sequence[ToolCall]) -> str:
-    """The ``tool_calls`` column: what ``json.dumps(converter.unstructure(
-    tool_calls, tuple[ToolCall, ...]))`` gives (a test keeps the two equal),
-    written out because it runs for every stored tool call."""
-    return json.dumps(
-        [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in tool_calls]
-    )
+    """The ``tool_calls`` column: the converter's unstructured calls, as JSON."""
+    return json.dumps(_unstructure_tool_calls(tuple(tool_calls)))
 
 
 class InsertMessage:
@@ -238,28 +239,7 @@ def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> None:
     back to Python (and takes the GIL) for every row.
     """
     connection = session.connection
-    next_seq = session.seqs.next_seq
-    now_us = session.now_us
-    rows: list[_Row] = []
-    add = rows.append
-    for insert in inserts:  # InsertMessage.row, written out: it runs for every message
-        conversation_id = insert.conversation_id
-        insert.seq = seq = next_seq(connection, conversation_id)
-        message = insert.message
-        add(
-            (
-                conversation_id,
-                seq,
-                insert.role,
-                message.content,
-                insert.tool_calls,
-                message.tool_call_id,
-                insert.prompt_tokens,
-                insert.completion_tokens,
-                now_us,
-                insert.idempotency_key,
-            )
-        )
+    rows = [insert.row(session) for insert in inserts]
     position, total = 0, len(rows)
     while position < total:
         left = total - position

@@ -45,7 +45,6 @@ from typing import Generic, Protocol, TypeVar, cast, final
 
 import apsw
 import attrs
-import outcome
 import trio
 
 from agentik._errors import StoreClosedError, StoreError
@@ -144,27 +143,15 @@ class _Request(Generic[T]):
 
 @final
 class _AppendRequest(InsertMessage):
-    """A message append: the common write, which the batch inserts in runs.
+    """A message append: the common write, which the batch inserts in runs."""
 
-    ``submit_append`` hands out a ``Pending``; ``append`` (submit and wait,
-    the hot path) does without one: its caller waits on the request itself.
-    """
+    __slots__ = ("_error", "_stored", "pending")
 
-    __slots__ = ("_error", "_stored", "done", "pending", "waiter")
-
-    def __init__(
-        self,
-        conversation_id: str,
-        message: Message,
-        idempotency_key: str | None,
-        pending: Pending[Message] | None = None,
-    ) -> None:
+    def __init__(self, conversation_id: str, message: Message, idempotency_key: str | None) -> None:
         InsertMessage.__init__(self, conversation_id, message, idempotency_key)
         self._stored: Message | None = None
         self._error: BaseException | None = None
-        self.done = False
-        self.waiter: trio.lowlevel.Task | None = None
-        self.pending = pending
+        self.pending: Pending[Message] = Pending()
 
     def run(self, session: Session) -> None:
         self._stored = self(session)
@@ -173,33 +160,11 @@ class _AppendRequest(InsertMessage):
         self._error = error
 
     def resolve(self) -> None:
-        error, stored = self._error, self._stored
-        if self.pending is not None:
-            if error is not None:
-                self.pending.set_error(error)
-            else:
-                assert stored is not None
-                self.pending.set_value(stored)
-            return
-        self.done = True
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            trio.lowlevel.reschedule(
-                waiter, outcome.Value(stored) if error is None else outcome.Error(error)
-            )
-
-    def abort(self, _: object) -> trio.lowlevel.Abort:
-        """Its waiter was cancelled: the append still commits; nobody waits for it."""
-        self.waiter = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    def result(self) -> Message:
-        """The committed message, or the request's error raised (once resolved)."""
         if self._error is not None:
-            raise self._error
-        assert self._stored is not None
-        return self._stored
+            self.pending.set_error(self._error)
+        else:
+            assert self._stored is not None
+            self.pending.set_value(self._stored)
 
 
 class _TransactionLost(Exception):
@@ -233,17 +198,8 @@ def _try_appends_at_once(session: Session, run: list[_AppendRequest]) -> bool:
         return False
     session.seqs.keep()
     now = session.now
-    for request in run:  # InsertMessage.stored, written out: it runs for every message
-        message = request.message
-        request._stored = Message(
-            message.role,
-            message.content,
-            message.tool_calls,
-            message.tool_call_id,
-            message.usage,
-            request.seq,
-            now,
-        )
+    for request in run:
+        request._stored = request.stored(now)
     return True
 
 
@@ -361,30 +317,17 @@ class Writer:
     async def submit_append(
         self, conversation_id: str, message: Message, idempotency_key: str | None
     ) -> Pending[Message]:
-        pending: Pending[Message] = Pending()
-        request = _AppendRequest(conversation_id, message, idempotency_key, pending)
+        request = _AppendRequest(conversation_id, message, idempotency_key)
         await self._enqueue(request, schedule=True)
-        return pending
+        return request.pending
 
     async def append(
         self, conversation_id: str, message: Message, idempotency_key: str | None
     ) -> Message:
-        """Submit an append and wait for the commit. The hot path (one call per
-        stored message), so it is written out: no task switch to enqueue when
-        there is room, and the caller waits on the request itself (no
-        ``Pending``); the writer reschedules it with the stored message."""
+        """Submit an append and wait for the commit (the wait is its checkpoint)."""
         request = _AppendRequest(conversation_id, message, idempotency_key)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed or self._failure is not None:
-            self._check_open()
-        if not self._queue.put_nowait(request):
-            await self._wait_for_room(request)
-        if request.done:  # resolved while this task waited for room
-            await trio.lowlevel.checkpoint()
-            return request.result()
-        request.waiter = trio.lowlevel.current_task()
-        stored: Message = await trio.lowlevel.wait_task_rescheduled(request.abort)
-        return stored
+        await self._enqueue(request, schedule=False)
+        return await request.pending.wait()
 
     async def _enqueue(self, request: _Work, *, schedule: bool) -> None:
         """Put ``request`` on the queue, waiting only if it is full.
