@@ -292,9 +292,14 @@ class Conversation:
                 stats.turns_failed += 1
                 self._log_failure(result.error)
         await self._deliver(request, result)
-        if isinstance(result, outcome.Value):
+        settings = self.runtime.settings
+        if isinstance(result, outcome.Value) and (
+            settings.reflection or (settings.context is not None and self.paused is None)
+        ):
             # Off the turn's latency path: its caller has the answer already.
             # Optional work: shutting down cancels it (it then stores nothing).
+            # No scope when there is nothing to do: entering and leaving one
+            # was a third of the cancel-scope cost of a turn (profiled).
             with trio.CancelScope() as self.optional_work:
                 if self.closing:
                     self.optional_work.deadline = trio.current_time() + OPTIONAL_WORK_GRACE

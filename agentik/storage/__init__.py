@@ -22,6 +22,9 @@ from agentik.storage._protocols import (
     MessageStore as MessageStore,
 )
 from agentik.storage._protocols import (
+    NowaitSubmitter as NowaitSubmitter,
+)
+from agentik.storage._protocols import (
     ReflectionStore as ReflectionStore,
 )
 from agentik.storage._protocols import (
@@ -57,6 +60,7 @@ __all__ = [
     "IdempotencyKeyIndex",
     "KeyedTurn",
     "MessageStore",
+    "NowaitSubmitter",
     "Pending",
     "PendingStatistics",
     "ReflectionStore",

@@ -64,6 +64,9 @@ class SqliteMessageStore:
     ) -> Pending[Message]:
         return await self._writer.submit_append(conversation_id, message, idempotency_key)
 
+    def submit_nowait(self, conversation_id: str, message: Message) -> Pending[Message] | None:
+        return self._writer.submit_append_nowait(conversation_id, message)
+
     async def submit_awaiting(
         self, conversation_id: str, message: Message, call_ids: Sequence[str]
     ) -> Pending[Message]:

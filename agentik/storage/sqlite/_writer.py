@@ -321,6 +321,17 @@ class Writer:
         await self._enqueue(request, schedule=True)
         return request.pending
 
+    def submit_append_nowait(
+        self, conversation_id: str, message: Message
+    ) -> Pending[Message] | None:
+        """``submit_append`` if there is room now (no checkpoint: it is not
+        async); None if the caller must await it, having queued nothing."""
+        self._check_open()
+        request = _AppendRequest(conversation_id, message, None)
+        if not self._queue.put_nowait(request):
+            return None
+        return request.pending
+
     async def append(
         self, conversation_id: str, message: Message, idempotency_key: str | None
     ) -> Message:
