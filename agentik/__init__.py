@@ -17,6 +17,7 @@ from agentik._errors import AgentikError as AgentikError
 from agentik._errors import ApprovalError as ApprovalError
 from agentik._errors import DuplicateKeyError as DuplicateKeyError
 from agentik._errors import ModelBackendError as ModelBackendError
+from agentik._errors import NotOwnedError as NotOwnedError
 from agentik._errors import OverloadedError as OverloadedError
 from agentik._errors import ProtocolViolation as ProtocolViolation
 from agentik._errors import SchemaVersionError as SchemaVersionError
@@ -38,6 +39,8 @@ from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import ContextPolicy as ContextPolicy
+from agentik.agent import ElicitationError as ElicitationError
+from agentik.agent import ElicitationRequest as ElicitationRequest
 from agentik.agent import SystemPromptContributor as SystemPromptContributor
 from agentik.agent import ToolCallFinished as ToolCallFinished
 from agentik.agent import ToolCallStarted as ToolCallStarted
@@ -73,6 +76,7 @@ from agentik.storage import TurnRecord as TurnRecord
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
 from agentik.storage import WriterStats as WriterStats
 from agentik.storage import in_memory_storage as in_memory_storage
+from agentik.storage import open_postgres_storage as open_postgres_storage
 from agentik.storage import open_sqlite_storage as open_sqlite_storage
 from agentik.storage import writer_stats as writer_stats
 from agentik.toolsets import DISABLE_TOOLSET as DISABLE_TOOLSET
@@ -146,6 +150,8 @@ __all__ = [
     "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",
+    "ElicitationError",
+    "ElicitationRequest",
     "Error",
     "HttpServer",
     "IdempotencyKeyIndex",
@@ -165,6 +171,7 @@ __all__ = [
     "ModelSettings",
     "ModelStreamEvent",
     "NamedTool",
+    "NotOwnedError",
     "OpenAICompatibleModel",
     "OverloadedError",
     "Pending",
@@ -215,6 +222,7 @@ __all__ = [
     "load_config",
     "open_chat_agent",
     "open_mcp_toolsets",
+    "open_postgres_storage",
     "open_sqlite_storage",
     "parse_arguments",
     "parse_mcp_servers",

@@ -71,7 +71,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server", "bind", "bind", "AGENTIK_BIND"),
     Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
+    Setting("server", "advertise_url", "str", "AGENTIK_ADVERTISE_URL"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
+    Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
+    Setting("storage", "lease_seconds", "float", "AGENTIK_LEASE_SECONDS"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -136,6 +139,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     database: str = "./agentik.db"
+    """A SQLite file path, or a ``postgresql://`` URL (``[storage] url``)."""
     model: ModelSettings | None = None
     system_prompt: str | None = None
     toolsets: tuple[str, ...] = ()
@@ -150,6 +154,12 @@ class ServerConfig:
     limits: Limits = Limits()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
+    advertise_url: str | None = None
+    """Where other nodes on the same PostgreSQL database send requests for
+    this node's conversations; None: the address the server bound."""
+    lease_seconds: float = 20.0
+    """PostgreSQL: a node's lease on its conversations. A dead node's
+    conversations move to other nodes this long after its last renewal."""
     context_tokens: int | None = None
     """The context policy's budget (``ContextPolicy.max_tokens``): what each model
     request may carry; older history is summarized. None: the whole history."""
@@ -394,6 +404,15 @@ def _build(
         max_connections=int(number("max_connections", base.max_connections)),
     )
     database = get("storage", "database")
+    url = get("storage", "url")
+    if isinstance(url, str):
+        if isinstance(database, str):
+            raise ConfigError("set one of [storage] database and [storage] url, not both")
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                "[storage] url must start with postgresql:// (the value is not shown)"
+            )
+        database = url
     prompt = get("agent", "system_prompt")
     context_tokens = get("model", "context_tokens")
     if context_tokens is not None and (
@@ -423,7 +442,27 @@ def _build(
         mcp_servers=mcp_servers,
         context_tokens=context_tokens if isinstance(context_tokens, int) else None,
         gc_freeze=get("server", "gc_freeze") is True,
+        advertise_url=_advertise_url(get("server", "advertise_url")),
+        lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
     )
+
+
+def _advertise_url(value: Raw | None) -> str | None:
+    if not isinstance(value, str):
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"[server] advertise_url must start with http:// or https://, got {value!r}"
+        )
+    return value.rstrip("/")
+
+
+def _lease_seconds(value: Raw | None) -> float:
+    if not isinstance(value, int | float):
+        return 20.0
+    if not 1 <= value <= 3600:
+        raise ConfigError(f"[storage] lease_seconds must be between 1 and 3600, got {value!r}")
+    return float(value)
 
 
 def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ModelSettings | None:

@@ -11,6 +11,7 @@
     ├── ApprovalError              a decision about a call that is not waiting, or
     │                              that contradicts one already taken
     ├── OverloadedError            too many turns queued; retry later
+    ├── NotOwnedError              another node owns the conversation (PostgreSQL, several nodes)
     └── ProtocolViolation          a client sent something the wire protocol forbids
 
 Lower-layer errors (apsw, httpx) are mapped at the boundary with ``raise … from``.
@@ -78,6 +79,16 @@ class OverloadedError(AgentikError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class NotOwnedError(AgentikError):
+    """Another live node owns the conversation: its turns run there. The HTTP
+    server answers 307 to ``owner_url`` (docs/scale-out.md)."""
+
+    def __init__(self, message: str, *, owner_url: str) -> None:
+        super().__init__(message)
+        self.owner_url = owner_url
+        """The base URL the owner advertises (``http://host:port``)."""
 
 
 class ProtocolViolation(AgentikError):

@@ -58,10 +58,11 @@ from agentik.storage import (
     writer_stats,
 )
 from agentik.storage._common import Clock
-from agentik.storage.sqlite import _writer
+from agentik.storage._writer import AppendRequest, Outcome
+from agentik.storage.sqlite import _writer as sqlite_writer
 from agentik.storage.sqlite._connect import open_write_connection
 from agentik.storage.sqlite._migrate import migrate
-from agentik.storage.sqlite._queries import _INSERT_ROWS, LARGEST_CHUNK, Session
+from agentik.storage.sqlite._queries import _INSERT_ROWS, LARGEST_CHUNK
 
 CONTENT_CHARS = (2000, 500)
 """Message sizes measured, the first one the headline. 2,000 characters puts
@@ -215,20 +216,19 @@ def writer_rate(
 
 
 def _no_database(
-    connection: object, seqs: object, clock: Clock, batch: list[_writer._AppendRequest]
-) -> _writer._Outcome:
-    """Stands in for the writer's batch function: acknowledges every append
-    without touching SQLite, so what remains is the writer's trio side."""
+    connection: object, seqs: object, clock: Clock, batch: list[AppendRequest]
+) -> Outcome:
+    """Stands in for the SQLite engine's batch function: acknowledges every
+    append without touching SQLite, so what remains is the writer's trio side."""
     now = clock()
-    session = Session(connection=connection, seqs=seqs, now_us=0, now=now)  # type: ignore[arg-type]
     for request in batch:
-        request._stored = request.stored(session.now)
-    return _writer._Outcome()
+        request.stored_message = request.stored(now)
+    return Outcome()
 
 
 def no_database_rate(folder: Path, tasks: int, total: int, chars: int) -> float:
     """Appends per second through the writer with SQLite taken out."""
-    with mock.patch.object(_writer, "_run_batch", _no_database):
+    with mock.patch.object(sqlite_writer, "_run_batch", _no_database):
         rate, _ = writer_rate(folder, "OFF", tasks, total, chars)
     return rate
 

@@ -7,6 +7,8 @@ from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
 from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
 from agentik.agent._context import ContextPolicy as ContextPolicy
+from agentik.agent._elicitation import ElicitationError as ElicitationError
+from agentik.agent._elicitation import ElicitationRequest as ElicitationRequest
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
 from agentik.agent._events import ToolCallStarted as ToolCallStarted
@@ -24,16 +26,20 @@ from agentik.agent._prompt import WorkingMemorySection as WorkingMemorySection
 from agentik.agent._runtime import ToolsetSource as ToolsetSource
 from agentik.agent._stats import AgentStats as AgentStats
 from agentik.agent._stats import Histogram as Histogram
+from agentik.agent._turn_machine import SUPERSEDED_REASON as SUPERSEDED_REASON
 
 __all__ = [
     "BUILTIN_TOOLS",
     "DEFAULT_SYSTEM_PROMPT",
+    "SUPERSEDED_REASON",
     "AgentStats",
     "ApprovalRequest",
     "BasePrompt",
     "ChatAgent",
     "ContextPolicy",
     "ConversationTool",
+    "ElicitationError",
+    "ElicitationRequest",
     "Histogram",
     "PromptContext",
     "ReflectionsSection",

@@ -25,6 +25,12 @@ from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._context import ContextPolicy
 from agentik.agent._conversation import OPTIONAL_WORK_GRACE, Conversation, TurnRequest
+from agentik.agent._elicitation import (
+    ElicitationAction,
+    ElicitationError,
+    ElicitationRequest,
+    ElicitationSource,
+)
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._gc import relaxed_gc
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
@@ -98,6 +104,14 @@ class ChatAgent:
         self._mailboxes: dict[str, trio.MemorySendChannel[TurnRequest]] = {}
         self._closing = False
         self._reaper_scope = trio.CancelScope()
+        # Several nodes on one database: a conversation's turns run on the node
+        # that owns it (docs/scale-out.md); one that loses its lease drops them all.
+        self._ownership = runtime.storage.ownership
+        self._unsubscribe = (
+            None if self._ownership is None else self._ownership.on_lost(self._drop_all)
+        )
+        self._elicitors: tuple[ElicitationSource, ...] = ()
+        """Toolset sources whose tools may ask a person mid-call (MCP servers)."""
         nursery.start_soon(self._reap)
 
     @property
@@ -151,7 +165,13 @@ class ChatAgent:
             yield receiver
 
     async def decide(
-        self, conversation_id: str, call_id: str, *, approve: bool, reason: str = ""
+        self,
+        conversation_id: str,
+        call_id: str,
+        *,
+        approve: bool,
+        reason: str = "",
+        idempotency_key: str | None = None,
     ) -> TurnResult:
         """Record a person's decision about a tool call waiting for approval.
 
@@ -161,10 +181,29 @@ class ChatAgent:
         again the same way changes nothing; the other way raises
         ``ApprovalError`` (``already_decided``), as does a call that does not
         wait (``not_waiting``). Decisions are durable: they survive a restart.
+
+        ``idempotency_key``, the key of the paused turn's user message, ties the
+        decision to that turn (a call of another turn is ``not_waiting``), and
+        the turn it runs on is then that key's: ``turn_in_progress`` sees it and
+        ``cancel(..., idempotency_key=...)`` stops it, as for the turn's first run.
         """
-        request = TurnRequest("", None, Pending(), decision=_decision(call_id, approve, reason))
+        request = TurnRequest(
+            "", idempotency_key, Pending(), decision=_decision(call_id, approve, reason)
+        )
         await self._route(conversation_id, request)
         return await request.reply.wait()
+
+    async def cancel_paused(self, conversation_id: str, *, idempotency_key: str) -> None:
+        """End the conversation's turn that waits for approval, and carries
+        ``idempotency_key``, as cancelled: each waiting call is denied
+        (``denied: the turn was cancelled``) so history stays valid, nothing
+        more runs, and the turn is recorded as cancelled (a restart does not
+        resume it). Raises ``ApprovalError`` (``not_waiting``) when no such
+        turn waits. (``cancel`` stops a turn that runs; a paused one does not.)
+        """
+        request = TurnRequest("", idempotency_key, Pending(), abandon=True)
+        await self._route(conversation_id, request)
+        await request.reply.wait()
 
     @asynccontextmanager
     async def stream_decision(
@@ -193,6 +232,49 @@ class ChatAgent:
         await self._route(conversation_id, request)
         return (await request.reply.wait()).approvals
 
+    async def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
+        """Questions running tools of the conversation ask a person (MCP elicitation)."""
+        return tuple(
+            request
+            for source in self._elicitors
+            for request in source.pending_elicitations(conversation_id)
+        )
+
+    async def answer_elicitation(
+        self,
+        conversation_id: str,
+        elicitation_id: str,
+        *,
+        action: ElicitationAction = "accept",
+        content: JsonObject | None = None,
+    ) -> None:
+        """Answer a question a running tool asks; the tool call (and the turn) goes on.
+
+        Raises ``ElicitationError``: ``not_waiting`` (no such question waits in
+        the conversation), ``invalid`` (content that does not match its schema);
+        nothing changes then."""
+        for source in self._elicitors:
+            if source.answer_elicitation(
+                conversation_id, elicitation_id, action=action, content=content
+            ):
+                return
+        raise ElicitationError(
+            f"no question {elicitation_id!r} waits in conversation {conversation_id!r}",
+            code="not_waiting",
+        )
+
+    async def archive_memory(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
+        """Archive working-memory notes of the conversation, as the model's
+        ``memory_archive`` tool does: they stay stored, archived, and leave its
+        prompt from its next turn on (a live conversation reads its notes
+        again). Returns how many were archived; ids that are not active notes
+        of this conversation are left alone."""
+        count = await self.storage.working_memory_store.archive(conversation_id, entry_ids)
+        conversation = self._conversations.get(conversation_id)
+        if conversation is not None:
+            conversation.memory_stale = True
+        return count
+
     def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
         """Cancel the conversation's running turn; True if there was one.
 
@@ -211,12 +293,12 @@ class ChatAgent:
 
     def turn_in_progress(self, conversation_id: str, idempotency_key: str) -> bool:
         """Whether the turn carrying ``idempotency_key`` is running or queued now
-        (its caller may have left: a turn goes on without it)."""
+        (its caller may have left: a turn goes on without it), also when it runs
+        on after a decision that named no key."""
         conversation = self._conversations.get(conversation_id)
         if conversation is None:
             return False
-        running = conversation.running
-        if running is not None and running.idempotency_key == idempotency_key:
+        if conversation.runs_key(idempotency_key):
             return True
         return idempotency_key in conversation.waiting
 
@@ -230,8 +312,11 @@ class ChatAgent:
         return out
 
     async def _route(self, conversation_id: str, request: TurnRequest) -> None:
-        plain = request.decision is None and not request.status_only
+        plain = request.is_message
         _check_turn(conversation_id, request.text if plain else None, request.idempotency_key)
+        ownership = self._ownership
+        if ownership is not None and not ownership.owns(conversation_id):
+            await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
         settings = self._runtime.settings
         while True:
             if self._closing:
@@ -301,7 +386,18 @@ class ChatAgent:
                     if conversation.idle_for(now) >= idle_timeout:
                         self._retire(conversation)
 
+    def _drop_all(self) -> None:
+        """This node lost every conversation (its lease lapsed): stop their
+        turns and forget what it cached of them, so nothing stale runs on
+        if it owns them again later."""
+        for conversation in list(self._conversations.values()):
+            if conversation.cancel_scope is not None:
+                conversation.cancel_scope.cancel()
+            self._retire(conversation)
+
     def _close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         self._closing = True
         self._reaper_scope.cancel()
         for conversation in self._conversations.values():
@@ -525,6 +621,7 @@ async def open_chat_agent(
         with relaxed_gc(relax_gc):
             async with trio.open_nursery() as nursery:
                 agent = ChatAgent(runtime, nursery)
+                agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
                 try:
                     yield agent
                 finally:

@@ -53,6 +53,7 @@ from agentik.agent._turn_machine import (
 from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import (
     ConversationLoader,
+    IdempotencyKeyIndex,
     Pending,
     StorageBundle,
     Summary,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentik.conversation")
 
 INTERRUPTED = "interrupted: the process stopped before this call finished"
+CANCELLED_REASON = "the turn was cancelled"
 REFLECTION_PROMPT = (
     "You review a finished conversation and state one short, general lesson that"
     " would help in future conversations. Answer with the lesson only, one or two sentences."
@@ -101,6 +103,13 @@ class TurnRequest:
     """For ``ChatAgent.decide``: the decision to take, instead of a new message."""
     status_only: bool = False
     """For ``ChatAgent.pending_approvals``: report, run nothing."""
+    abandon: bool = False
+    """For ``ChatAgent.cancel_paused``: end the paused turn with this key, cancelled."""
+
+    @property
+    def is_message(self) -> bool:
+        """Whether this request brings a new user message (a turn of its own)."""
+        return self.decision is None and not self.status_only and not self.abandon
 
 
 @attrs.define(eq=False)
@@ -124,7 +133,15 @@ class Conversation:
     """The latest summary (with a context policy); ``history`` starts after it."""
     summary_message: Message | None = None
     """The message that carries ``summary`` in a request."""
+    costs: dict[int, int] = attrs.Factory(dict)
+    """Token costs of cached messages, by seq (with a context policy). Every
+    request's window and the check for a summary read the costs of the whole
+    tail: counted once per message, not once per request (they were most of a
+    turn's CPU with a tail of a few hundred messages). Trimmed with the tail."""
     loaded: bool = False
+    memory_stale: bool = False
+    """Notes were changed from outside this task (``ChatAgent.archive_memory``):
+    read them again before the next turn."""
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
@@ -138,6 +155,9 @@ class Conversation:
     """The running turn's scope (None between turns)."""
     running: TurnRequest | None = None
     """The turn ``cancel_scope`` belongs to."""
+    running_on: Turn | None = None
+    """The paused turn a decision runs on now: it counts as its own key's, how
+    ever the decision was addressed (``runs_key``)."""
     waiting: dict[str, list[TurnRequest]] = attrs.Factory(dict)
     """Keyed turns in the inbox, by key, so one can be cancelled by its key
     before it runs (unkeyed turns are not tracked: they cost nothing here)."""
@@ -230,13 +250,21 @@ class Conversation:
             if not waiting:
                 del self.waiting[key]
 
+    def runs_key(self, key: str) -> bool:
+        """Whether the turn running now carries ``key``: a keyed message's, or
+        the paused turn keyed so that a decision runs on."""
+        running = self.running
+        if running is not None and running.idempotency_key == key:
+            return True
+        turn = self.running_on
+        return turn is not None and turn.key == key
+
     def cancel_key(self, key: str) -> bool:
         """Cancel the turns carrying ``key``: the running one, and any still in
         the inbox (each is answered ``cancelled`` when its turn comes, without
         running). True if there was one. Other turns are left alone."""
         found = False
-        running = self.running
-        if self.cancel_scope is not None and running is not None and running.idempotency_key == key:
+        if self.cancel_scope is not None and self.runs_key(key):
             self.cancel_scope.cancel()
             found = True
         for request in self.waiting.get(key, ()):
@@ -254,7 +282,7 @@ class Conversation:
 
     async def _serve_inner(self, request: TurnRequest) -> None:
         stats = self.runtime.stats
-        stats.turns_started += request.decision is None and not request.status_only
+        stats.turns_started += request.is_message
         result: outcome.Outcome[TurnResult]
         with trio.CancelScope() as scope:
             self.cancel_scope = scope
@@ -283,7 +311,7 @@ class Conversation:
         self.running = None
         if scope.cancelled_caught:
             result = outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
-        message = request.decision is None and not request.status_only
+        message = request.is_message
         if isinstance(result, outcome.Value):
             stats.turns_finished += message
         else:
@@ -292,9 +320,13 @@ class Conversation:
                 stats.turns_failed += 1
                 self._log_failure(result.error)
         await self._deliver(request, result)
+        # A query or a cancelled pause has no new answer to learn from.
+        quiet = request.status_only or request.abandon
         settings = self.runtime.settings
-        if isinstance(result, outcome.Value) and (
-            settings.reflection or (settings.context is not None and self.paused is None)
+        if (
+            isinstance(result, outcome.Value)
+            and not quiet
+            and (settings.reflection or (settings.context is not None and self.paused is None))
         ):
             # Off the turn's latency path: its caller has the answer already.
             # Optional work: shutting down cancels it (it then stores nothing).
@@ -371,10 +403,18 @@ class Conversation:
         events.close()
 
     async def _turn(self, request: TurnRequest) -> TurnResult:
-        if self.inflight or self.stale or not self.loaded:
+        if self.inflight or self.stale or not self.loaded or self.memory_stale:
             await self._ready()
         if request.decision is not None:
+            key = request.idempotency_key
+            if not await self._paused_by(key):
+                return await self._decided_earlier(request.decision, key)
+            paused = self.paused
+            if key is not None and paused is not None and paused.key is None:
+                paused.key = key  # resumed after a restart, it did not know its key
             return await self._decide(request.decision, self._emitter(request))
+        if request.abandon:
+            return await self._abandon(request.idempotency_key)
         if request.status_only:
             paused = self.paused
             return TurnResult("", ()) if paused is None else self._paused_result(paused)
@@ -470,8 +510,13 @@ class Conversation:
     async def _decide(self, decision: Decided, emit: EmitFn | None = None) -> TurnResult:
         paused = self.paused
         machine = None if paused is None else paused.machine
-        if paused is None or machine is None or (
-            decision.call_id not in machine.waiting and decision.call_id not in machine.decisions
+        if (
+            paused is None
+            or machine is None
+            or (
+                decision.call_id not in machine.waiting
+                and decision.call_id not in machine.decisions
+            )
         ):
             return await self._decided_earlier(decision)
         try:
@@ -484,17 +529,50 @@ class Conversation:
         paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
         self.paused = None  # running again; _after keeps it if it pauses again
         self.approval_deadline = math.inf
+        self.running_on = paused
         try:
             result = await paused.run(actions)
         finally:
             paused.emit = None  # this caller's stream ends with the result
+            self.running_on = None
         assert result is not None
         return self._after(paused, result)
 
-    async def _decided_earlier(self, decision: Decided) -> TurnResult:
+    async def _paused_by(self, key: str | None) -> bool:
+        """Whether the paused turn is the one carrying ``key`` (any paused turn
+        when ``key`` is None); False when none is paused."""
+        paused = self.paused
+        if paused is None:
+            return False
+        return key is None or await self._find_key(key) == self.first_seq + paused.start
+
+    async def _abandon(self, key: str | None) -> TurnResult:
+        """``ChatAgent.cancel_paused``: deny the waiting calls, run nothing more,
+        record the turn as cancelled."""
+        paused = self.paused
+        if paused is None or not await self._paused_by(key):
+            raise ApprovalError(
+                f"no turn with idempotency key {key!r} waits for approval in conversation"
+                f" {self.conversation_id!r}",
+                code="not_waiting",
+            )
+        self.paused = None
+        self.approval_deadline = math.inf
+        paused.emit = None
+        await paused.run(paused.machine.supersede(CANCELLED_REASON))
+        seq = self.first_seq + paused.start
+        self.runtime.remember_failure(self.conversation_id, seq, "cancelled")
+        await paused.record_failure("cancelled")
+        return TurnResult("", self.history[paused.start :], paused.usage)
+
+    async def _decided_earlier(self, decision: Decided, key: str | None = None) -> TurnResult:
         """A decision about a call of the last turn that no longer waits: the
-        same decision again answers the turn as it stands; another is refused."""
+        same decision again answers the turn as it stands; another is refused.
+        With ``key``, only about the turn carrying it."""
         start = last_turn_start(self.history)
+        named = None if key is None else await self._find_key(key)
+        if key is not None and start is not None and named != self.first_seq + start:
+            start = None  # the key names no turn, or not the last one
         record = TurnRecord() if start is None else await self._turn_record(start)
         for approval in record.approvals:
             if approval.call_id != decision.call_id or approval.approved is None:
@@ -579,8 +657,14 @@ class Conversation:
             # A failed write left the cache unsure: start again from the store.
             self._forget()
         if not self.loaded:
+            # Cleared before the read, so a change while it runs is read next time.
+            self.memory_stale = False
             await self._load()
             await self._recover()
+        elif self.memory_stale:
+            self.memory_stale = False
+            notes = await self.storage.working_memory_store.list(self.conversation_id)
+            self.memory[:] = notes
 
     async def _find_key(self, key: str) -> int | None:
         """The seq of the user message stored with ``key``."""
@@ -621,6 +705,7 @@ class Conversation:
         """Drop the cache; the next turn loads the conversation again."""
         self.history.clear()
         self.keys.clear()
+        self.costs.clear()
         self.first_seq = 1
         self.summary = self.summary_message = None
         self.paused = None
@@ -684,15 +769,25 @@ class Conversation:
         self.summary = summary
         self.summary_message = None if summary is None else summary_message(summary)
         self.keys.clear()  # seqs of an earlier cache may be gone from this one
+        self.costs.clear()
         self.memory[:] = memory
         self.had_history = bool(history) or summary is not None
         self.loaded = True
 
     def cost(self, message: Message) -> int:
-        """Tokens ``message`` takes in a request, under the context policy."""
+        """Tokens ``message`` takes in a request, under the context policy;
+        a stored message's is counted once (its seq names its content)."""
+        seq = message.seq
+        if seq is not None:
+            known = self.costs.get(seq)
+            if known is not None:
+                return known
         policy = self.runtime.settings.context
         assert policy is not None
-        return self.runtime.token_cost(message, policy)
+        tokens = self.runtime.token_cost(message, policy)
+        if seq is not None:
+            self.costs[seq] = tokens
+        return tokens
 
     async def _compact(self) -> None:
         """Fold the oldest turns into the summary once what it does not cover
@@ -742,6 +837,7 @@ class Conversation:
         del history[:fold]
         self.first_seq = through + 1
         self.keys = {k: seq for k, seq in self.keys.items() if seq > through}
+        self.costs = {seq: c for seq, c in self.costs.items() if seq > through}
         self.had_history = True  # older keys are now looked up in the store
 
     async def _settle_inflight(self) -> None:
@@ -767,7 +863,7 @@ class Conversation:
         if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
             return  # finished: the common case, no read
         record = await self._turn_record(start)
-        failed_here = self.runtime.failures.get((self.conversation_id, start + 1))
+        failed_here = self.runtime.failures.get((self.conversation_id, self.first_seq + start))
         if record.failure is None and failed_here is not None:
             record = attrs.evolve(record, failure=failed_here)
         state = status_of(turn, record)
@@ -780,12 +876,25 @@ class Conversation:
                 log.warning(
                     "conversation %r: resuming a turn the process stopped in", self.conversation_id
                 )
+            # A waiting turn learns its key: a decision that names none (another
+            # transport) then still runs it on as that key's turn (``runs_key``).
+            key = await self._key_at(start) if state is StoredState.WAITING else None
             try:
-                await self._resume(start, record, None, None)
+                await self._resume(start, record, None, key)
             except TurnError as exc:
                 self._log_failure(exc)  # recorded as failed: it will not be resumed again
             return
         await self._answer_open_calls(turn)
+
+    async def _key_at(self, start: int) -> str | None:
+        """The idempotency key of the user message at ``start``, from storage:
+        one indexed read, for a turn recovered after a restart."""
+        store = self.storage.message_store
+        seq = self.history[start].seq
+        if seq is None or not isinstance(store, IdempotencyKeyIndex):
+            return None
+        found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
+        return next((key for at, key in found if at == seq), None)
 
     async def _answer_open_calls(self, turn: list[Message]) -> None:
         """Answer the calls a stop left open, without resuming the turn."""

@@ -260,6 +260,7 @@ class AgentRuntime:
             storage.working_memory_store,
             _CachingReflectionStore(storage.reflection_store, cache),
             _CachingSkillStore(storage.skill_store, cache),
+            storage.ownership,
         )
         runtime = cls(
             model=model,

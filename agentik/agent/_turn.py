@@ -34,6 +34,7 @@ from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolErr
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
 from agentik.agent._context import ContextExhausted, ContextPolicy, select_window
+from agentik.agent._elicitation import ToolCallContext, current_tool_call
 from agentik.agent._events import (
     ApprovalRequest,
     ToolCallFinished,
@@ -101,6 +102,8 @@ class Turn:
     """Decisions submitted and maybe not committed yet."""
     index: ToolsetIndex | None = None
     """The toolsets as of the last model answer: its calls dispatch through it."""
+    cleanup_deadline: float | None = None
+    """When a stopped turn's clean-up gives up (``_cleanup_deadline``)."""
 
     async def run(self, actions: list[TurnAction]) -> TurnResult | None:
         """Perform ``actions`` and all that follows, until the turn finishes
@@ -149,7 +152,9 @@ class Turn:
                     return await self._result("", action.calls)
                 else:
                     conv = self.conversation
-                    conv.runtime.remember_failure(conv.conversation_id, self.start + 1, action.code)
+                    conv.runtime.remember_failure(
+                        conv.conversation_id, conv.first_seq + self.start, action.code
+                    )
                     await self._commit_failure(action.code)
                     raise TurnError(action.message, code=action.code)
             if follow is None:
@@ -259,6 +264,11 @@ class Turn:
             approvals=tuple(ApprovalRequest(cid, call) for call in waiting),
         )
 
+    async def record_failure(self, code: str) -> None:
+        """Record that the turn ended with ``code`` although it stopped cleanly
+        (a paused turn cancelled): a restart then leaves it alone."""
+        await self._commit_failure(code)
+
     async def _commit_failure(self, code: str) -> None:
         """Commit what the turn recorded, then record that it failed (so a restart
         does not resume it); a cancelled turn too."""
@@ -278,12 +288,12 @@ class Turn:
         if machine.state is not TurnState.MODEL and machine.state is not TurnState.TOOLS:
             return  # ended, or paused: nothing runs that could be cut short
         conv = self.conversation
-        conv.runtime.remember_failure(conv.conversation_id, self.start + 1, code)
+        conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
         machine.stop(code, message)
         # The machine answers the calls it knows open, but an action cut short
         # (a record the store never accepted) is invisible to it: the calls to
         # answer are those the store holds without a result.
-        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+        with trio.move_on_at(self._cleanup_deadline(), shield=True):
             try:
                 for call in open_calls(conv.history[self.start :]):
                     await self.record(Message(Role.TOOL, STOPPED, tool_call_id=call.id))
@@ -296,13 +306,21 @@ class Turn:
                     message_of(exc),
                 )
 
+    def _cleanup_deadline(self) -> float:
+        """One bound for all of a stopped turn's clean-up (answering its open
+        calls, marking it failed, settling its writes): behind a stuck writer
+        a cancel then waits ``_CLEANUP_SECONDS`` in all, not once per step."""
+        if self.cleanup_deadline is None:
+            self.cleanup_deadline = trio.current_time() + _CLEANUP_SECONDS
+        return self.cleanup_deadline
+
     async def _settle(self) -> None:
         """Cut short (cancelled, failed): wait, shielded and bounded, for what
         the turn submitted, so the outcome is reported once it is committed.
         Writes still not committed then will commit later: the next reload
         must wait for them, or it would miss them."""
         conv = self.conversation
-        with trio.move_on_after(_CLEANUP_SECONDS, shield=True):
+        with trio.move_on_at(self._cleanup_deadline(), shield=True):
             try:
                 await self.commit()
             except AgentikError:
@@ -493,6 +511,10 @@ class Turn:
         timeout = runtime.settings.tool_timeout
         result: object = None
         with trio.move_on_after(timeout) as scope:
+            # Which conversation runs the tool, for a tool that asks a person mid-call.
+            running = current_tool_call.set(
+                ToolCallContext(conversation_id=conv.conversation_id, scope=scope)
+            )
             try:
                 if isinstance(tool, ConversationTool):
                     result = await tool.run(conv, arguments)
@@ -503,6 +525,8 @@ class Turn:
             except Exception as exc:  # a tool's failure is a result, not a crash
                 log.warning("tool %r raised %s", call.name, type(exc).__name__, exc_info=True)
                 return self._error(f"tool '{call.name}' failed: {describe(exc)}")
+            finally:
+                current_tool_call.reset(running)
         if scope.cancelled_caught:
             return self._error(f"tool '{call.name}' timed out after {timeout:g} s")
         if not isinstance(result, str):

@@ -262,7 +262,11 @@ async def _run_http(config: BenchConfig) -> BenchResult:
     )
     headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
     async with httpx.AsyncClient(
-        base_url=url.rstrip("/"), limits=limits, timeout=config.http_timeout, headers=headers
+        base_url=url.rstrip("/"),
+        limits=limits,
+        timeout=config.http_timeout,
+        headers=headers,
+        follow_redirects=True,  # several nodes: a conversation's turns run on its owner
     ) as client:
         await check_server(client, url)
 

@@ -152,12 +152,12 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
     from agentik.server._serve import _model, load_tools, load_toolsets
-    from agentik.storage import open_sqlite_storage
+    from agentik.storage._location import open_storage
 
     overrides = {("storage", "database"): args.database} if args.database else {}
     config = load_config(Path(args.config) if args.config else None, overrides=overrides)
     async with (
-        open_sqlite_storage(config.database) as storage,
+        open_storage(config.database) as storage,
         _model(config) as (model, label),
         open_chat_agent(
             model=model,

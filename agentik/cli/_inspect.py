@@ -2,7 +2,8 @@
 
 A database path that does not exist is an error rather than a new empty
 database, so a typo cannot create files; one that cannot be opened (not a
-database, damaged) is one line on stderr.
+database, damaged, a PostgreSQL server that cannot be reached) is one line on
+stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from agentik._config import load_config
 from agentik._messages import Message
 from agentik.cli._failures import report, run_command
-from agentik.storage import open_sqlite_storage
+from agentik.storage._location import is_postgres_url, open_storage
 
 
 def format_message(message: Message) -> str:
@@ -28,7 +29,7 @@ def format_message(message: Message) -> str:
 
 
 async def _list(database: str, limit: int) -> int:
-    async with open_sqlite_storage(database) as storage:
+    async with open_storage(database) as storage:
         store = storage.message_store
         after: str | None = None
         shown = 0
@@ -45,7 +46,7 @@ async def _list(database: str, limit: int) -> int:
 
 
 async def _show(database: str, conversation_id: str) -> int:
-    async with open_sqlite_storage(database) as storage:
+    async with open_storage(database) as storage:
         found = False
         async for message in storage.message_store.get_messages(conversation_id):
             found = True
@@ -58,7 +59,7 @@ async def _show(database: str, conversation_id: str) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     database = args.database or load_config(None).database
-    if not Path(database).is_file():
+    if not is_postgres_url(database) and not Path(database).is_file():
         return report(args.command, f"database {database!r} does not exist")
     if args.command == "conversations":
         return run_command(args.command, _list, database, args.limit)

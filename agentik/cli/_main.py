@@ -17,7 +17,9 @@ import agentik
 
 def _add_database(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--database", "-d", help="SQLite database path (default: config, then ./agentik.db)"
+        "--database",
+        "-d",
+        help="SQLite database path or postgresql:// URL (default: config, then ./agentik.db)",
     )
 
 
@@ -75,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("demo", help="a short scripted conversation on a temporary database")
 
+    from agentik.cli._mcp import add_mcp_parser
+
+    add_mcp_parser(commands)
+
     from agentik.cli._bench import add_bench_parser
 
     add_bench_parser(commands)
@@ -103,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agentik.cli._bench import run_bench_command
 
             return run_bench_command(args)
+        if args.command == "mcp":
+            from agentik.cli._mcp import run_mcp
+
+            return run_mcp(args)
         if args.command == "demo":
             from agentik.cli._demo import run_demo
 

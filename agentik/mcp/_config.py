@@ -15,6 +15,7 @@ timeout and backoff is a positive number of seconds.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Literal
@@ -55,6 +56,42 @@ class StdioServer:
     cwd: str | None = None
 
 
+Grant = Literal["authorization_code", "client_credentials"]
+TokenEndpointAuth = Literal["client_secret_basic", "client_secret_post", "none"]
+
+
+@attrs.frozen(kw_only=True)
+class OAuthSettings:
+    """How agentik gets an access token for an HTTP server (MCP authorization, OAuth 2.1).
+
+    Discovery (protected-resource and authorization-server metadata), PKCE,
+    registration, scope selection and step-up, and refresh are the mcp SDK's;
+    these settings only choose the grant and the client. The client secret
+    comes from the environment, never from the file, and is not in ``repr``.
+    """
+
+    grant: Grant = "authorization_code"
+    """``authorization_code``: a person logs in once (``agentik mcp login NAME``);
+    ``client_credentials``: machine to machine, no person."""
+    client_id: str | None = None
+    """A pre-registered client; without it the client registers itself (dynamic
+    registration) or uses ``client_metadata_url``."""
+    client_secret: str | None = attrs.field(default=None, repr=False)
+    token_endpoint_auth: TokenEndpointAuth | None = None
+    """How the client authenticates at the token endpoint; default: basic with a
+    secret, none without."""
+    scope: str | None = None
+    """Space-separated scopes; default: the server's challenge or metadata."""
+    issuer: str | None = None
+    """The authorization server that issued ``client_id`` (client credentials)."""
+    client_metadata_url: str | None = None
+    """An HTTPS URL serving this client's metadata document (used as client id
+    when the authorization server supports it)."""
+    redirect_port: int = 0
+    """The 127.0.0.1 port ``agentik mcp login`` receives the redirect on (0: any
+    free port; a pre-registered client needs its registered one)."""
+
+
 @attrs.frozen(kw_only=True)
 class HttpServer:
     """A server reached over Streamable HTTP at ``url``."""
@@ -62,6 +99,8 @@ class HttpServer:
     url: str
     headers: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     """Sent with every request (for instance ``Authorization``)."""
+    oauth: OAuthSettings | None = None
+    """Get a token by OAuth; tokens are kept in the storage bundle, encrypted."""
 
 
 _NAME_RULE = f"1-{MAX_TOOLSET_NAME} letters, digits or '-' (no '_')"
@@ -102,6 +141,9 @@ class McpServerConfig:
     backoff: float = attrs.field(default=0.5, validator=_check_positive)
     """The first restart delay; it doubles per failed attempt up to ``backoff_max``."""
     backoff_max: float = attrs.field(default=30.0, validator=_check_positive)
+    elicitation_timeout: float = attrs.field(default=120.0, validator=_check_positive)
+    """How long a question the server asks mid-call waits for a person; then it is
+    declined. The call's timeouts stand still meanwhile."""
 
 
 _COMMON_KEYS = frozenset(
@@ -114,21 +156,40 @@ _COMMON_KEYS = frozenset(
         "connect_timeout",
         "backoff",
         "backoff_max",
+        "elicitation_timeout",
     }
 )
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "env", "cwd"}
-_HTTP_KEYS = _COMMON_KEYS | {"url", "headers"}
+_HTTP_KEYS = _COMMON_KEYS | {"url", "headers", "oauth"}
+_OAUTH_KEYS = frozenset(
+    {
+        "grant",
+        "client_id",
+        "client_secret_env",
+        "token_endpoint_auth",
+        "scope",
+        "issuer",
+        "client_metadata_url",
+        "redirect_port",
+    }
+)
 
 
-def parse_mcp_servers(value: object, *, where: str = "mcp.servers") -> tuple[McpServerConfig, ...]:
+def parse_mcp_servers(
+    value: object, *, where: str = "mcp.servers", env: Mapping[str, str] | None = None
+) -> tuple[McpServerConfig, ...]:
     """Build configs from the ``[[mcp.servers]]`` array of a parsed TOML document.
+
+    ``env`` (default ``os.environ``) holds the secrets ``client_secret_env`` names.
 
     Raises:
         McpConfigError: naming the offending key, for instance ``mcp.servers[0].command``.
     """
     if not isinstance(value, list):
         raise McpConfigError(f"{where} must be an array of tables, got {_kind(value)}")
-    configs = tuple(parse_mcp_server(item, where=f"{where}[{i}]") for i, item in enumerate(value))
+    configs = tuple(
+        parse_mcp_server(item, where=f"{where}[{i}]", env=env) for i, item in enumerate(value)
+    )
     names = [c.name for c in configs if c.name is not None]
     for i, config in enumerate(configs):
         if config.name is not None and names.count(config.name) > 1:
@@ -136,7 +197,9 @@ def parse_mcp_servers(value: object, *, where: str = "mcp.servers") -> tuple[Mcp
     return configs
 
 
-def parse_mcp_server(table: object, *, where: str) -> McpServerConfig:
+def parse_mcp_server(
+    table: object, *, where: str, env: Mapping[str, str] | None = None
+) -> McpServerConfig:
     """Build one config from one ``[[mcp.servers]]`` table."""
     if not isinstance(table, dict):
         raise McpConfigError(f"{where} must be a table, got {_kind(table)}")
@@ -160,8 +223,18 @@ def parse_mcp_server(table: object, *, where: str) -> McpServerConfig:
         url = _string(table, "url", where)
         if not url.startswith(("http://", "https://")):
             raise McpConfigError(f"{where}.url must start with http:// or https://, got {url!r}")
+        oauth = None
+        if "oauth" in table:
+            if "name" not in table:
+                raise McpConfigError(
+                    f"{where}.name is required with oauth: tokens are stored under it "
+                    "and `agentik mcp login NAME` names it"
+                )
+            oauth = _oauth(table["oauth"], f"{where}.oauth", os.environ if env is None else env)
         transport = HttpServer(
-            url=url, headers=_string_table(table.get("headers", {}), f"{where}.headers")
+            url=url,
+            headers=_string_table(table.get("headers", {}), f"{where}.headers"),
+            oauth=oauth,
         )
     protocol = table.get("protocol", "auto")
     if protocol not in ("auto", "legacy"):
@@ -182,7 +255,58 @@ def parse_mcp_server(table: object, *, where: str) -> McpServerConfig:
     )
 
 
-_TIMES = ("call_timeout", "connect_timeout", "backoff", "backoff_max")
+_TIMES = ("call_timeout", "connect_timeout", "backoff", "backoff_max", "elicitation_timeout")
+_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+
+
+def _oauth(table: object, where: str, env: Mapping[str, str]) -> OAuthSettings:
+    if not isinstance(table, dict):
+        raise McpConfigError(f"{where} must be a table, got {_kind(table)}")
+    for key in table:
+        if key not in _OAUTH_KEYS:
+            raise McpConfigError(
+                f"{where}.{key} is not a known key; expected one of {sorted(_OAUTH_KEYS)}"
+            )
+    grant = table.get("grant", "authorization_code")
+    if grant not in ("authorization_code", "client_credentials"):
+        raise McpConfigError(
+            f"{where}.grant must be 'authorization_code' or 'client_credentials', got {grant!r}"
+        )
+    method = table.get("token_endpoint_auth")
+    if method is not None and method not in _AUTH_METHODS:
+        raise McpConfigError(
+            f"{where}.token_endpoint_auth must be one of {list(_AUTH_METHODS)}, got {method!r}"
+        )
+    secret = None
+    if "client_secret_env" in table:
+        variable = _string(table, "client_secret_env", where)
+        secret = env.get(variable)
+        if not secret:
+            # The variable's name only: its value is a secret.
+            raise McpConfigError(f"{where}.client_secret_env names {variable!r}, which is not set")
+    client_id = _optional_string(table, "client_id", where)
+    if grant == "client_credentials" and (client_id is None or secret is None):
+        raise McpConfigError(
+            f"{where}: grant 'client_credentials' needs client_id and client_secret_env"
+        )
+    metadata_url = _optional_string(table, "client_metadata_url", where)
+    if metadata_url is not None and not metadata_url.startswith("https://"):
+        raise McpConfigError(
+            f"{where}.client_metadata_url must start with https://, got {metadata_url!r}"
+        )
+    port = table.get("redirect_port", 0)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise McpConfigError(f"{where}.redirect_port must be a port 0-65535, got {_kind(port)}")
+    return OAuthSettings(
+        grant=grant,
+        client_id=client_id,
+        client_secret=secret,
+        token_endpoint_auth=method,
+        scope=_optional_string(table, "scope", where),
+        issuer=_optional_string(table, "issuer", where),
+        client_metadata_url=metadata_url,
+        redirect_port=port,
+    )
 
 
 def _kind(value: object) -> str:

@@ -16,13 +16,18 @@ import trio
 
 from agentik.mcp._config import McpServerConfig
 from agentik.mcp._source import McpToolset
+from agentik.mcp._tokens import McpTokenVault
 
 
 @asynccontextmanager
 async def open_mcp_toolsets(
-    configs: Iterable[McpServerConfig],
+    configs: Iterable[McpServerConfig], *, tokens: McpTokenVault | None = None
 ) -> AsyncIterator[tuple[McpToolset, ...]]:
     """Start one manager task per server; yield the sources, in config order.
+
+    ``tokens`` keeps the OAuth tokens of servers configured with ``oauth``
+    (``McpTokenVault(storage.working_memory_store, token_key(database))``);
+    without it they last as long as the process.
 
     Pass the sources as ``toolsets=`` to ``open_chat_agent`` and read their
     ``health`` for ``/health``. A server that cannot start does not stop the
@@ -30,7 +35,7 @@ async def open_mcp_toolsets(
     """
     configs = tuple(configs)
     taken = {config.name for config in configs if config.name is not None}
-    sources = tuple(McpToolset(config, taken=taken) for config in configs)
+    sources = tuple(McpToolset(config, taken=taken, tokens=tokens) for config in configs)
     async with trio.open_nursery() as nursery:
         for source in sources:
             nursery.start_soon(source.run, name=f"mcp server {source.config.name or '?'}")

@@ -25,9 +25,11 @@ import enum
 import json
 import logging
 import math
+import uuid
 from typing import final
 
 import attrs
+import httpx2
 import mcp.types as mt
 import trio
 from mcp import Client
@@ -39,10 +41,20 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentik._errors import ToolError
 from agentik._json import JsonObject
+from agentik.agent._elicitation import (
+    ElicitationAction,
+    ElicitationError,
+    ElicitationRequest,
+    current_tool_call,
+)
+from agentik.mcp._auth import LoginRequired, oauth_provider
 from agentik.mcp._config import HttpServer, McpServerConfig
+from agentik.mcp._elicit import form_answer
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
-from agentik.mcp._transport import StderrTail, open_transport
+from agentik.mcp._tokens import McpTokenVault, token_key
+from agentik.mcp._transport import CLIENT_INFO, HttpTrace, StderrTail, open_transport
+from agentik.storage import in_memory_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
 from agentik.toolsets._arguments import validator_for
 
@@ -84,6 +96,39 @@ class McpHealth:
     cannot be called because their input schema is unusable."""
 
 
+@attrs.frozen
+class _Era:
+    """How the last good connection settled the protocol, to reconnect the same way.
+
+    ``auto`` costs a ``server/discover`` probe, a wasted round trip against a
+    server of the current stable version (2025-11-25), which answers it with
+    an error before the ``initialize`` handshake. The SDK has no other way
+    to learn the era, so the first connection probes and later ones reuse
+    the answer: the handshake (``legacy``), or the modern version with its
+    discover result (``prior_discover``). It is forgotten when a connection
+    made with it fails before its tools are listed (the server changed).
+    """
+
+    mode: str
+    discover: mt.DiscoverResult | None
+
+
+@attrs.define(eq=False)
+class _InFlight:
+    """A tool call waiting on the server: whose it is and the timeouts to stop while a
+    person is asked."""
+
+    conversation_id: str | None
+    scopes: list[trio.CancelScope]
+
+
+@attrs.define(eq=False)
+class _Question:
+    request: ElicitationRequest
+    answered: trio.Event = attrs.field(factory=trio.Event)
+    result: mt.ElicitResult | None = None
+
+
 class _Fault(Exception):
     """A connection fault described in words for the log and ``/health``."""
 
@@ -109,8 +154,15 @@ class McpToolset:
     ``open_mcp_toolsets``, which also waits for the first listing.
     """
 
-    def __init__(self, config: McpServerConfig, *, taken: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        taken: set[str] | None = None,
+        tokens: McpTokenVault | None = None,
+    ) -> None:
         self.config = config
+        self._tokens = tokens
         self._taken = set() if taken is None else taken
         """Toolset names already used by sibling servers; a derived name avoids them."""
         self._name: str | None = config.name
@@ -130,6 +182,9 @@ class McpToolset:
         self._listing: tuple[tuple[str, str | None, str | None, str], ...] = ()
         self._fallback: ToolsetContribution | None = None
         self._launched = False
+        self._era: _Era | None = None
+        self._in_flight: list[_InFlight] = []
+        self._questions: dict[str, _Question] = {}
 
     # -- what the agent and /health read ------------------------------------
 
@@ -219,16 +274,27 @@ class McpToolset:
         (a successful probe returns)."""
         conn = self._conn = _Connection()
         stderr = StderrTail(self.config.name or _config_label(self.config))
+        trace = (
+            HttpTrace(self.config.transport.url)
+            if isinstance(self.config.transport, HttpServer)
+            else None
+        )
         timeout = self.config.connect_timeout
         # The except sits outside the cancel scope: a fault racing the connect
         # deadline arrives grouped with Cancelled, which the scope strips first.
         try:
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                why = await self._connection(conn, stderr, scope, probe=probe)
+                why = await self._connection(conn, stderr, trace, scope, probe=probe)
         # The boundary between a server and the agent: whatever the SDK raises
         # for a broken server (OSError, MCPError, ValidationError, groups of
         # them) ends this connection, never the agent. Cancelled is not caught.
         except Exception as exc:
+            if (login := _find_login_required(exc)) is not None:
+                raise _Fault(str(login)) from exc
+            if trace is not None and trace.refusal is not None:
+                # The status says more than the SDK's generic error; keep both, since
+                # an OAuth flow that started on a 401 can fail for its own reason.
+                raise _Fault(f"{trace.refusal} ({_describe(exc)})") from exc
             raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
         if scope.cancelled_caught:
             why = f"no answer to initialize and tools/list within {timeout:g}s"
@@ -236,13 +302,25 @@ class McpToolset:
             raise _Fault(_with_stderr(why, stderr))
 
     async def _connection(
-        self, conn: _Connection, stderr: StderrTail, scope: trio.CancelScope, *, probe: bool
+        self,
+        conn: _Connection,
+        stderr: StderrTail,
+        trace: HttpTrace | None,
+        scope: trio.CancelScope,
+        *,
+        probe: bool,
     ) -> str | None:
         """Connect, list, and (unless probing) serve; return why the connection ended."""
+        era, self._era = self._era, None  # kept only if this connection gets as far again
         async with Client(
-            open_transport(self.config.transport, lambda: _close(conn), stderr),
-            mode=self.config.protocol,
+            open_transport(
+                self.config.transport, lambda: _close(conn), stderr, trace, self._auth()
+            ),
+            mode=era.mode if era is not None else self.config.protocol,
+            prior_discover=era.discover if era is not None else None,
             message_handler=lambda message: self._on_message(conn, message),
+            elicitation_callback=self._elicit,
+            client_info=CLIENT_INFO,
             cache=None,
         ) as client:
             self._protocol_version = client.protocol_version
@@ -251,6 +329,8 @@ class McpToolset:
                     # Subscribe before listing, so no change can fall in between.
                     await nursery.start(self._listen, client, conn)
                 await self._list(client)
+                if self.config.protocol == "auto":
+                    self._era = _era_of(client)
                 if probe:
                     nursery.cancel_scope.cancel()
                     return None
@@ -263,6 +343,14 @@ class McpToolset:
                     self._client = None
                 nursery.cancel_scope.cancel()
         return why
+
+    def _auth(self) -> httpx2.Auth | None:
+        """A fresh OAuth provider per connection, so tokens a login stored since are read."""
+        if self._tokens is None:
+            # No bundle given: tokens last as long as the process (client credentials
+            # need nothing more; an authorization-code server then needs a login each run).
+            self._tokens = McpTokenVault(in_memory_storage().working_memory_store, token_key(None))
+        return oauth_provider(self.config, self._tokens)
 
     async def _watch(self, client: Client, conn: _Connection) -> str:
         """Serve change events and hang suspicions until the connection ends; say why it did."""
@@ -401,7 +489,13 @@ class McpToolset:
         if client is None or self._state is not McpState.READY:
             raise ToolError(self._unavailable())
         timeout = self.config.call_timeout
-        with trio.move_on_after(timeout):
+        running = current_tool_call.get()
+        with trio.move_on_after(timeout) as scope:
+            call = _InFlight(
+                running.conversation_id if running else None,
+                [scope, running.scope] if running else [scope],
+            )
+            self._in_flight.append(call)
             try:
                 result = await client.call_tool(mcp_name, dict(arguments))
             except MCPError as exc:
@@ -414,15 +508,107 @@ class McpToolset:
                 raise ToolError(f"mcp server {self.name!r} refused {mcp_name!r}: {exc}") from exc
             # A tool's failure becomes an error result here, whatever the SDK raised.
             except Exception as exc:
+                if (login := _find_login_required(exc)) is not None:
+                    raise ToolError(f"{login} (calling {mcp_name!r})") from exc
                 raise ToolError(
                     f"mcp server {self.name!r} failed calling {mcp_name!r}: {_describe(exc)}"
                 ) from exc
+            finally:
+                self._in_flight.remove(call)
             if result.is_error:
                 raise ToolError(render_result(result))
             return render_result(result)
         self._conn.suspect = True
         self._conn.poke()
         raise ToolError(f"mcp tool {mcp_name!r} of {self.name!r} timed out after {timeout:g}s")
+
+    # -- elicitation ---------------------------------------------------------------
+
+    def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
+        """The questions this server's running calls ask in the conversation."""
+        return tuple(
+            q.request
+            for q in self._questions.values()
+            if q.request.conversation_id == conversation_id
+        )
+
+    def answer_elicitation(
+        self,
+        conversation_id: str,
+        elicitation_id: str,
+        *,
+        action: ElicitationAction,
+        content: JsonObject | None,
+    ) -> bool:
+        """Answer one of this server's questions (True), or False if it is not one of them."""
+        question = self._questions.get(elicitation_id)
+        if question is None or question.request.conversation_id != conversation_id:
+            return False
+        if question.answered.is_set():
+            return True  # answered twice: the first answer stands
+        if action == "accept":
+            answer = form_answer(question.request.schema, content)
+            question.result = mt.ElicitResult(action="accept", content=answer)  # type: ignore[arg-type]
+        elif action in ("decline", "cancel"):
+            question.result = mt.ElicitResult(action=action)
+        else:
+            raise ElicitationError(
+                f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
+            )
+        question.answered.set()
+        return True
+
+    async def _elicit(
+        self, context: object, params: mt.ElicitRequestParams
+    ) -> mt.ElicitResult | mt.ErrorData:
+        """The SDK's elicitation callback: ask the person of the conversation whose call
+        this is, and wait (bounded) for the answer; the call's timeouts stand still."""
+        running = current_tool_call.get()  # set when the SDK asks in the call's own task
+        if running is not None:
+            conversation: str | None = running.conversation_id
+            mine = [c for c in self._in_flight if running.scope in c.scopes]
+            scopes = mine[0].scopes if mine else [running.scope]
+        else:
+            # Asked from the session's reader task: only an unambiguous caller will do.
+            owners = {c.conversation_id for c in self._in_flight}
+            conversation = owners.pop() if len(owners) == 1 else None
+            scopes = [s for c in self._in_flight for s in c.scopes]
+        if conversation is None or not isinstance(params, mt.ElicitRequestFormParams):
+            why = "url mode" if conversation else "no single conversation's call is running"
+            logger.info("mcp server %r: an elicitation was declined (%s)", self.name, why)
+            return mt.ElicitResult(action="decline")
+        request = ElicitationRequest(
+            conversation_id=conversation,
+            id=uuid.uuid4().hex,
+            source=self.name,
+            message=params.message,
+            schema=dict(params.requested_schema),
+        )
+        question = self._questions[request.id] = _Question(request)
+        logger.info(
+            "mcp server %r asks conversation %r: %s",
+            self.name,
+            conversation,
+            one_line(request.message),
+        )
+        # The call's timeouts stand still while a person thinks: a person's pause is
+        # not the tool's slowness. (The question's own timeout bounds the pause.)
+        now = trio.current_time()
+        paused = [(scope, scope.deadline - now) for scope in scopes]
+        for scope, _ in paused:
+            scope.deadline = math.inf
+        try:
+            with trio.move_on_after(self.config.elicitation_timeout):
+                await question.answered.wait()
+        finally:
+            del self._questions[request.id]
+            now = trio.current_time()
+            for scope, left in paused:
+                scope.deadline = now + left
+        if question.result is None:
+            logger.info("mcp server %r: no answer in time, declined", self.name)
+            return mt.ElicitResult(action="decline")
+        return question.result
 
     async def _launch_on_demand(self) -> None:
         """Start a lazy server and wait (bounded) for its first real attempt to end."""
@@ -478,6 +664,28 @@ class McpToolset:
 
     def _catalog_description(self) -> str:
         return self._description or f"Tools of the MCP server {self.name!r}."
+
+
+def _find_login_required(exc: BaseException | None) -> LoginRequired | None:
+    """The ``LoginRequired`` behind ``exc``: the SDK wraps it in groups and its own errors."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, LoginRequired):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                if (found := _find_login_required(inner)) is not None:
+                    return found
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _era_of(client: Client) -> _Era:
+    version = client.protocol_version
+    if version in MODERN_PROTOCOL_VERSIONS:
+        return _Era(version, client.session.discover_result)
+    return _Era("legacy", None)
 
 
 def _close(conn: _Connection) -> None:

@@ -13,6 +13,12 @@ server that dies can say why in ``health`` (its traceback's last line) rather
 than just "connection closed". By the time ``open_transport`` exits, the pipe
 has been read to its end (or for at most ``_DRAIN_GRACE`` seconds, when a
 grandchild keeps it open).
+
+An HTTP server that refuses the connection (401, 403) is remembered by
+``HttpTrace``: the SDK turns a non-JSON error response into a generic
+"Server returned an error response", so the status and the server's
+``WWW-Authenticate`` challenge are taken from the HTTP client's response
+hook instead. The challenge names an error and a scope, never a credential.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from types import TracebackType
 from typing import Self
 
 import anyio
+import httpx2
+import mcp.types as mt
 import trio
 from mcp import StdioServerParameters
 from mcp.client._transport import ReadStream, TransportStreams
@@ -34,7 +43,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
+from agentik import __version__
 from agentik.mcp._config import HttpServer, StdioServer
+
+CLIENT_INFO = mt.Implementation(name="agentik", version=__version__)
+"""What servers see in ``clientInfo``: agentik, not the SDK's default ``mcp``."""
 
 _Item = SessionMessage | Exception
 _DRAIN_GRACE = 0.5
@@ -59,6 +72,28 @@ class StderrTail:
     @property
     def last(self) -> str | None:
         return self._lines[-1] if self._lines else None
+
+
+class HttpTrace:
+    """Why the MCP endpoint last refused a request (401/403), until it accepts one again."""
+
+    def __init__(self, url: str) -> None:
+        self._url = httpx2.URL(url)
+        self.refusal: str | None = None
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        """httpx's response hook: note a refusal of the MCP endpoint, forget it on success."""
+        if response.request.url.copy_with(query=None, fragment=None) != self._url:
+            return  # metadata and token endpoints have their own errors
+        if response.status_code in (401, 403):
+            challenge = response.headers.get("www-authenticate", "")
+            why = f"; WWW-Authenticate: {challenge[:200]}" if challenge else ""
+            self.refusal = (
+                f"the server refused the connection: HTTP {response.status_code} "
+                f"{HTTPStatus(response.status_code).phrase}{why}"
+            )
+        elif response.is_success:
+            self.refusal = None
 
 
 async def _drain(stream: trio.lowlevel.FdStream, tail: StderrTail, done: trio.Event) -> None:
@@ -112,9 +147,16 @@ class _WatchedRead:
 
 @asynccontextmanager
 async def open_transport(
-    transport: StdioServer | HttpServer, on_closed: Callable[[], None], stderr: StderrTail
+    transport: StdioServer | HttpServer,
+    on_closed: Callable[[], None],
+    stderr: StderrTail,
+    trace: HttpTrace | None = None,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[TransportStreams]:
-    """The SDK transport for ``transport``; ``on_closed`` runs when the server's side ends."""
+    """The SDK transport for ``transport``; ``on_closed`` runs when the server's side ends.
+
+    Over HTTP, ``trace`` sees every response and ``auth`` (an OAuth provider)
+    signs every request."""
     if isinstance(transport, StdioServer):
         params = StdioServerParameters(
             command=transport.command,
@@ -134,8 +176,11 @@ async def open_transport(
                 await drained.wait()
             nursery.cancel_scope.cancel()
     else:
+        http = create_mcp_http_client(headers=dict(transport.headers), auth=auth)
+        if trace is not None:
+            http.event_hooks = {"request": [], "response": [trace.on_response]}
         async with (
-            create_mcp_http_client(headers=dict(transport.headers)) as http,
+            http,
             streamable_http_client(transport.url, http_client=http) as (read, write),
         ):
             yield _WatchedRead(read, on_closed), write

@@ -5,16 +5,22 @@ contextId is the conversation id, in the caller's owner scope (``_owners``):
 tasks are found only through the caller's own conversations, and the ledger
 keys them by the stored (owner-scoped) context id. A task is one turn: its id is the
 idempotency key of the turn's user message (see ``_a2a_wire``), so GetTask
-rebuilds status and answer from stored history, also after a restart; the
-ledger in ``ServerContext`` only adds what history cannot show (running now,
-cancelled here) and the ids ListTasks lists. Protocol errors are JSON-RPC
-errors with HTTP 200; an overloaded conversation is HTTP 429 like every
-other transport.
+rebuilds status and answer from stored history and the turn's record, also
+after a restart; the ledger in ``ServerContext`` only adds what history
+cannot show (running now, cancelled here) and the ids ListTasks lists.
+
+A task whose turn waits for a person's approval is INPUT_REQUIRED; the
+client's next message on it (``message.taskId``) decides, through
+``agent.decide`` tied to the task's key, and the task goes on. Turns run in
+the server's nursery (``_a2a_tasks``): a blocking SendMessage waits for its
+run, a streamed one and SubscribeToTask relay what the run publishes.
+Protocol errors are JSON-RPC errors with HTTP 200; an overloaded
+conversation is HTTP 429 like every other transport.
 """
 
 from __future__ import annotations
 
-import datetime
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -23,10 +29,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 import agentik
-from agentik._errors import AgentikError, TurnError
+from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
-from agentik.agent import TurnFailed, TurnFinished
+from agentik.agent import TurnResult
 from agentik.server._a2a_list import (
     MAX_TURN_MESSAGES,
     context_page,
@@ -34,191 +40,249 @@ from agentik.server._a2a_list import (
     page_json,
     parse_query,
 )
+from agentik.server._a2a_tasks import (
+    Recheck,
+    Run,
+    consume,
+    launch,
+    now,
+    outcome_view,
+    relay,
+    status_update,
+    working,
+)
 from agentik.server._a2a_wire import (
+    INPUT_REQUIRED,
     TERMINAL,
     A2AError,
+    Decision,
     RpcCall,
     SendParams,
     TaskView,
     agent_card,
-    agent_message,
-    artifact,
     context_of,
     history_length,
+    invalid_params,
+    is_finished,
     is_notification,
     parse_call,
+    parse_decisions,
     parse_send,
     request_id_of,
     rpc_error,
     rpc_result,
-    status,
     task_id_param,
     task_not_found,
     valid_context_id,
     view_from_turn,
 )
 from agentik.server._app import json_response
-from agentik.server._context import ServerContext
+from agentik.server._context import ServerContext, TaskKey
+from agentik.server._decisions import log_decision
 from agentik.server._errors import HttpError
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, log_turn, open_stream, refuse
-from agentik.storage import IdempotencyKeyIndex
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+from agentik.server._turns import EventStream, open_stream, to_http_error
+from agentik.storage import IdempotencyKeyIndex, TurnLedger
 
 
 def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     agent = ctx.agent
     store = agent.storage.message_store
+    ledger = ctx.tasks
+
+    ledger.turn_runs = lambda key: agent.turn_in_progress(*key)
+
+    def in_progress(key: TaskKey) -> bool:
+        """Whether a run of this process has the task's turn (see ``_a2a_tasks``:
+        a run always ends, with its turn, so its entry never outlives it; a
+        decision's run counts from its start, before the agent has it), or the
+        agent runs it on after a decision made over another transport."""
+        return ledger.runs(key)
 
     async def find_task(caller: Caller, task_id: str) -> TaskView:
         context_id = context_of(task_id)
         if context_id is None or not valid_context_id(context_id):
             raise task_not_found(task_id)
         stored = caller.internal(context_id)
-        # The ledger says which tasks this process took; the agent says whether
-        # the turn still runs (a handler cut short by a client that left never
-        # cleared its ledger entry, and the turn may have ended since).
-        running = (stored, task_id) in ctx.tasks.running and agent.turn_in_progress(
-            stored, task_id
-        )
+        key = (stored, task_id)
+        running = in_progress(key)
         seq = await store.find_idempotency_key(stored, task_id)
         if seq is None:
             if running:  # accepted, its user message not stored yet
-                return TaskView(task_id, context_id, "TASK_STATE_SUBMITTED", _now())
+                return TaskView(task_id, context_id, "TASK_STATE_SUBMITTED", now())
             raise task_not_found(task_id)
         turn: list[Message] = []
         async for message in store.get_messages(stored, after_seq=seq - 1):
             if (turn and message.role.value == "user") or len(turn) >= MAX_TURN_MESSAGES:
                 break
             turn.append(message)
+        record = None
+        if not running and not is_finished(turn) and isinstance(store, TurnLedger):
+            record = await store.turn_record(stored, seq)  # waiting, cancelled, failed
+            # Started while we read (a decision over another transport): what
+            # we read may be the turn mid-run, not a turn that stopped.
+            running = in_progress(key)
         return view_from_turn(
             task_id,
             context_id,
             turn,
             running=running,
-            cancelled=(stored, task_id) in ctx.tasks.cancelled,
+            cancelled=key in ledger.cancelled,
+            record=record,
         )
 
-    async def send_message(caller: Caller, call: RpcCall) -> JsonObject:
-        send = parse_send(call.params)
-        limit = history_length(call.params)  # bad params refuse before anything runs
-        if send.return_immediately and ctx.background is not None:
-            return await submit_message(caller, send, limit)
-        began = time.perf_counter()
-        key = (caller.internal(send.context_id), send.task_id)
-        ctx.tasks.start(key)
-        try:
-            result = await agent.send(key[0], send.text, idempotency_key=send.task_id)
-        except TurnError as exc:
-            log_turn("a2a", caller, send.context_id, f"failed:{exc.code}", began)
-            ctx.tasks.finish(key)
-            view = await find_task(caller, send.task_id)
-            return {"task": view.to_json(history_length=limit)}
-        except (AgentikError, ValueError) as exc:
-            ctx.tasks.finish(key)
-            raise refuse("a2a", caller, send.context_id, exc, began) from exc
-        ctx.tasks.finish(key)
-        log_turn("a2a", caller, send.context_id, "finished", began)
-        last = result.messages[-1].created_at or _now()
-        view = TaskView(
-            send.task_id,
-            send.context_id,
-            "TASK_STATE_COMPLETED",
-            last,
-            answer=result.text,
-            history=tuple(
-                m for m in result.messages if m.role.value in ("user", "assistant") and m.content
-            ),
+    async def start_message(caller: Caller, send: SendParams) -> Run:
+        """Admit a new message's turn (or refuse it now: 429, 503, 422) and run it."""
+        run = Run(
+            caller, (caller.internal(send.context_id), send.task_id), send.task_id, send.context_id
         )
-        return {"task": view.to_json(history_length=limit)}
-
-    async def submit_message(caller: Caller, send: SendParams, limit: int | None) -> JsonObject:
-        """``returnImmediately``: admit the turn (or refuse it now, 429), answer
-        SUBMITTED, and let the turn run on in the server's nursery; GetTask and
-        ListTasks follow it, and shutdown drains it like any in-flight turn."""
-        key = (caller.internal(send.context_id), send.task_id)
-        ctx.tasks.start(key)
+        ledger.start(run.key)
         try:
             events, stack = await open_stream(
                 agent, "a2a", caller, send.context_id, send.text, send.task_id
             )
         except HttpError:
-            ctx.tasks.finish(key)
+            ledger.finish(run.key)
             raise
 
-        async def follow() -> None:
-            try:
-                async with stack:
-                    async for _ in events:
-                        pass
-            finally:
-                ctx.tasks.finish(key)
+        async def turn() -> TurnResult:
+            async with stack:
+                return await consume(events)
 
-        assert ctx.background is not None
-        ctx.background.start_soon(follow)
-        view = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", _now())
+        await launch(ctx, find_task, run, turn)
+        return run
+
+    async def waiting_task(caller: Caller, send: SendParams) -> tuple[TaskView, list[Decision]]:
+        """The task a follow-up names, which must wait for input, and the
+        decisions the message gives for its waiting calls."""
+        view = await find_task(caller, send.task_id)
+        if view.state in TERMINAL:
+            raise A2AError(
+                -32004,
+                f"This operation is not supported: task {send.task_id!r} is {view.state};"
+                " a finished task takes no more messages (send a new message in its contextId)",
+            )
+        if view.state != INPUT_REQUIRED:
+            raise A2AError(
+                -32004,
+                f"This operation is not supported: task {send.task_id!r} is {view.state};"
+                f" a task takes a message only while it waits for input ({INPUT_REQUIRED})",
+            )
+        return view, parse_decisions(send, view.waiting)
+
+    async def start_decisions(caller: Caller, send: SendParams, decisions: list[Decision]) -> Run:
+        """Run the paused task on with ``decisions``, each tied to the task's turn."""
+        stored = caller.internal(send.context_id)
+        run = Run(caller, (stored, send.task_id), send.task_id, send.context_id)
+        ledger.start(run.key)
+
+        async def turn() -> TurnResult:
+            # One ``decision`` line, as the native API logs one: ``finished`` or
+            # ``awaiting_approval`` (the turn went on, or calls still wait),
+            # ``failed:<code>`` when it ran on and failed, ``refused:<code>``
+            # when nothing was decided.
+            began = time.perf_counter()
+            result: TurnResult | None = None
+            outcome = "failed:internal_error"  # replaced unless something unforeseen
+            try:
+                for decision in decisions:
+                    result = await agent.decide(
+                        stored,
+                        decision.call_id,
+                        approve=decision.approve,
+                        reason=decision.reason,
+                        idempotency_key=send.task_id,
+                    )
+            except TurnError as exc:
+                outcome = f"failed:{exc.code}"
+                raise
+            except (AgentikError, ValueError) as exc:
+                code = (
+                    getattr(exc, "code", None) or to_http_error(exc, caller, send.context_id).code
+                )
+                outcome = f"refused:{code}"
+                raise
+            else:
+                assert result is not None, "parse_decisions gives at least one decision"
+                outcome = result.status
+            finally:
+                log_decision("a2a", caller, send.context_id, outcome, began)
+            return result
+
+        await launch(ctx, find_task, run, turn)
+        return run
+
+    async def answer(run: Run, limit: int | None) -> JsonObject:
+        """A blocking SendMessage's answer once its run is done (the run has
+        logged the turn)."""
+        await run.done.wait()
+        try:
+            view = await outcome_view(find_task, run)
+        except ApprovalError as exc:  # decided meanwhile by someone else
+            raise invalid_params(str(exc)) from exc
+        except (AgentikError, ValueError) as exc:  # overloaded, closing: as everywhere
+            raise to_http_error(exc, run.caller, run.context_id) from exc
         return {"task": view.to_json(history_length=limit)}
+
+    async def send_message(caller: Caller, call: RpcCall) -> JsonObject:
+        send = parse_send(call.params)
+        limit = history_length(call.params)  # bad params refuse before anything runs
+        if send.follow_up:
+            _, decisions = await waiting_task(caller, send)
+            run = await start_decisions(caller, send, decisions)
+            if send.return_immediately:
+                shown = working(send.task_id, send.context_id)
+                return {"task": shown.to_json(history_length=limit)}
+            return await answer(run, limit)
+        run = await start_message(caller, send)
+        if send.return_immediately:
+            # Admitted; the turn runs on in the server, GetTask and ListTasks
+            # follow it, and shutdown drains it like any in-flight turn.
+            submitted = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", now())
+            return {"task": submitted.to_json(history_length=limit)}
+        return await answer(run, limit)
 
     async def stream_message(caller: Caller, call: RpcCall) -> EventStream:
         send = parse_send(call.params)
-        task_id, context_id = send.task_id, send.context_id
-        key = (caller.internal(context_id), task_id)
-        ctx.tasks.start(key)
-        try:
-            events, stack = await open_stream(agent, "a2a", caller, context_id, send.text, task_id)
-        except HttpError:
-            ctx.tasks.finish(key)
-            raise
+        key = (caller.internal(send.context_id), send.task_id)
+        with contextlib.ExitStack() as watching:
+            updates = watching.enter_context(ledger.watch(key))  # before the run starts
+            if send.follow_up:
+                view, decisions = await waiting_task(caller, send)
+                first: JsonObject = {"task": view.to_json()}
+                await start_decisions(caller, send, decisions)
+            else:
+                submitted = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", now())
+                first = {"task": submitted.to_json()}
+                await start_message(caller, send)
+            return sse_stream(call, relay(first, updates), watching.pop_all())
 
-        def frame(result: JsonObject) -> bytes:
-            return sse_frame(rpc_result(call.id, result))
-
-        def update(state: str, message: JsonObject | None = None) -> bytes:
-            return frame(
-                {
-                    "statusUpdate": {
-                        "taskId": task_id,
-                        "contextId": context_id,
-                        "status": status(state, _now(), message),
-                    }
-                }
+    async def subscribe(caller: Caller, call: RpcCall) -> EventStream:
+        task_id = task_id_param(call.params)
+        view = await find_task(caller, task_id)
+        if view.state in TERMINAL:
+            raise A2AError(
+                -32004,
+                f"This operation is not supported: task {task_id!r} is {view.state};"
+                " a finished task has no updates to subscribe to (GetTask reads it)",
             )
-
-        async def frames() -> AsyncIterator[bytes]:
-            submitted: JsonObject = {
-                "id": task_id,
-                "contextId": context_id,
-                "status": status("TASK_STATE_SUBMITTED", _now()),
-            }
-            yield frame({"task": submitted})
-            yield update("TASK_STATE_WORKING")
-            async for event in events:
-                if isinstance(event, TurnFinished):
-                    ctx.tasks.finish(key)
-                    yield frame(
-                        {
-                            "artifactUpdate": {
-                                "taskId": task_id,
-                                "contextId": context_id,
-                                "artifact": artifact(task_id, event.result.text),
-                                "lastChunk": True,
-                            }
-                        }
-                    )
-                    yield update("TASK_STATE_COMPLETED")
-                elif isinstance(event, TurnFailed):
-                    ctx.tasks.finish(key)
-                    state = (
-                        "TASK_STATE_CANCELED" if event.code == "cancelled" else "TASK_STATE_FAILED"
-                    )
-                    yield update(state, agent_message(event.message, context_id, task_id))
-
-        return EventStream(frames(), stack.aclose)
+        key = (caller.internal(view.context_id), task_id)
+        with contextlib.ExitStack() as watching:
+            updates = watching.enter_context(ledger.watch(key))
+            view = await find_task(caller, task_id)  # now: no update can be missed
+            current: JsonObject = {"task": view.to_json()}
+            # Ended meanwhile: the task as it ended is all there is to send.
+            follow = None if view.state in TERMINAL else updates
+            # A task no run has may still change (see IDLE_RECHECK_SECONDS).
+            recheck = Recheck(
+                read=lambda: find_task(caller, task_id),
+                idle=lambda: key not in ledger.running and not ledger.draining,
+                state=view.state,
+                waiting=tuple(call.id for call in view.waiting),
+            )
+            return sse_stream(call, relay(current, follow, recheck), watching.pop_all())
 
     async def get_task(caller: Caller, call: RpcCall) -> JsonObject:
         view = await find_task(caller, task_id_param(call.params))
@@ -230,21 +294,32 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         if view.state in TERMINAL:
             raise A2AError(-32002, f"Task cannot be canceled: {task_id!r} is {view.state}")
         stored = caller.internal(view.context_id)
-        ctx.tasks.mark_cancelled((stored, task_id))
-        # This task's turn only (its id is the turn's key), running or queued:
-        # the conversation's running turn may be another task's.
-        agent.cancel(stored, idempotency_key=task_id)
+        key = (stored, task_id)
+        ledger.mark_cancelled(key)
         canceled = TaskView(
-            task_id, view.context_id, "TASK_STATE_CANCELED", _now(), error="the task was canceled"
+            task_id, view.context_id, "TASK_STATE_CANCELED", now(), error="the task was canceled"
         )
+        if view.state == INPUT_REQUIRED:
+            try:
+                await agent.cancel_paused(stored, idempotency_key=task_id)
+            except ApprovalError:  # no longer waits: a decision runs it on now
+                agent.cancel(stored, idempotency_key=task_id)
+            except (AgentikError, ValueError) as exc:
+                raise to_http_error(exc, caller, view.context_id) from exc
+            else:
+                ledger.publish(key, status_update(canceled))  # no run tells the watchers
+        else:
+            # This task's turn only (its id is the turn's key), running or queued:
+            # the conversation's running turn may be another task's.
+            agent.cancel(stored, idempotency_key=task_id)
         return canceled.to_json()
 
     async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:
         query = parse_query(call.params)
         if query.context is not None and isinstance(store, IdempotencyKeyIndex):
-            page = await context_page(store, store, ctx.tasks, caller, query)
+            page = await context_page(store, store, ledger, caller, query)
         else:
-            page = await ledger_page(ctx.tasks, find_task, caller, query)
+            page = await ledger_page(ledger, find_task, caller, query)
         return page_json(query, page)
 
     handlers = {
@@ -253,6 +328,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         "CancelTask": cancel_task,
         "ListTasks": list_tasks,
     }
+    streams = {"SendStreamingMessage": stream_message, "SubscribeToTask": subscribe}
 
     async def rpc(request: Request) -> Response | EventStream:
         caller = caller_of(request)
@@ -268,8 +344,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             call = parse_call(payload, request.headers.get("a2a-version"))
             if notification:
                 return Response(status_code=204)  # JSON-RPC 2.0 §4.1: nothing runs, no reply
-            if call.method == "SendStreamingMessage":
-                return await stream_message(caller, call)
+            if call.method in streams:
+                return await streams[call.method](caller, call)
             result = await handlers[call.method](caller, call)
         except A2AError as exc:
             if notification and exc.code != -32600:
@@ -295,3 +371,19 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         Route("/.well-known/agent-card.json", card, methods=["GET"]),
         Route("/a2a", rpc, methods=["POST"]),
     ]
+
+
+def sse_stream(
+    call: RpcCall, results: AsyncIterator[JsonObject], watching: contextlib.ExitStack
+) -> EventStream:
+    """The SSE response of a task stream: each result a JSON-RPC response frame;
+    the watch ends with the stream, however it ends."""
+
+    async def frames() -> AsyncIterator[bytes]:
+        async for result in results:
+            yield sse_frame(rpc_result(call.id, result))
+
+    async def close() -> None:
+        watching.close()
+
+    return EventStream(frames(), close)

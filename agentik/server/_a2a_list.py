@@ -14,12 +14,18 @@ those the in-process ledger remembers, newest first: walking the bounded
 ledger costs no reads, and only the page's tasks are read from the store. The
 token carries the last task id listed.
 
-A status filter is not an index lookup (a task's state is in its last message
-and in the ledger), so a filtered call examines at most ``SCAN_LIMIT`` tasks
-and returns the matches among them with a token to go on, which can make a
-page shorter than ``pageSize``, even empty, before the end. With a filter,
-``totalSize`` still counts every task of the listing (an upper bound of the
-matches): counting exactly would read every task.
+A status filter is not an index lookup (a task's state is in its last message,
+its turn's record and the ledger), so a filtered call examines at most
+``SCAN_LIMIT`` tasks and returns the matches among them with a token to go
+on, which can make a page shorter than ``pageSize``, even empty, before the
+end. With a filter, ``totalSize`` still counts every task of the listing (an
+upper bound of the matches): counting exactly would read every task.
+
+``statusTimestampAfter`` keeps the tasks whose status timestamp (their last
+stored message; now, for one not stored yet) is at or after it. A context's
+turns run one after another, so its tasks newest first are also latest
+update first: the listing ends at the first older task, and costs no more
+than the page. Without a contextId it filters like a status filter.
 
 Page tokens are opaque to clients (URL-safe base64 of a small JSON object);
 anything that is not one this code made is ``-32602`` invalid params.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime
 import json
 import re
@@ -44,12 +51,13 @@ from agentik.server._a2a_wire import (
     context_of,
     history_length,
     invalid_params,
+    is_finished,
     valid_context_id,
     view_from_turn,
 )
 from agentik.server._context import TaskLedger
 from agentik.server._owners import Caller
-from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore
+from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger
 
 SCAN_LIMIT = 200
 """Tasks one ListTasks call examines at most under a status filter."""
@@ -76,6 +84,7 @@ _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]+")
 _BAD_TOKEN = "field 'pageToken' must be a token from a previous ListTasks"
 
 FindTask = Callable[[Caller, str], Awaitable[TaskView]]
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 
 
 @attrs.frozen
@@ -89,6 +98,11 @@ class Query:
     state: str | None
     history: int | None
     artifacts: bool
+    since: datetime.datetime | None = None
+    """``statusTimestampAfter``: only tasks whose status timestamp is at or after it."""
+
+    def keeps(self, view: TaskView) -> bool:
+        return self.state in (None, view.state) and (self.since is None or view.at >= self.since)
 
 
 @attrs.frozen
@@ -138,13 +152,38 @@ def parse_query(params: JsonObject) -> Query:
         shown_state = shown(state) if isinstance(state, str) else "a non-string"
         raise invalid_params(f"field 'status' must be a TaskState, got {shown_state}")
     assert state is None or isinstance(state, str)
+    artifacts = params.get("includeArtifacts", False)
+    if not isinstance(artifacts, bool):
+        raise invalid_params("field 'includeArtifacts' must be true or false")
     return Query(
         context=context,
         size=size,
         after=decode_token(params.get("pageToken")),
         state=state,
         history=history_length(params),
-        artifacts=params.get("includeArtifacts") is True,
+        artifacts=artifacts,
+        since=parse_timestamp(params.get("statusTimestampAfter")),
+    )
+
+
+def parse_timestamp(value: JsonValue) -> datetime.datetime | None:
+    """``statusTimestampAfter``: a google.protobuf.Timestamp in ProtoJSON, an
+    RFC 3339 date and time with a zone (``2026-10-27T10:00:00Z``)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and _RFC3339.fullmatch(value):
+        text = value.upper()
+        seconds, dot, rest = text.partition(".")
+        if dot:  # Python reads at most microseconds: drop the nanoseconds
+            digits = re.match(r"\d+", rest)
+            assert digits is not None
+            text = f"{seconds}.{digits.group()[:6]}{rest[digits.end() :]}"
+        with contextlib.suppress(ValueError):  # a month 13, a day 32 ...
+            return datetime.datetime.fromisoformat(text)
+    got = shown(value) if isinstance(value, str) else repr(value)
+    raise invalid_params(
+        "field 'statusTimestampAfter' must be an RFC 3339 timestamp with a zone,"
+        f" such as '2026-10-27T10:00:00Z', got {got}"
     )
 
 
@@ -184,17 +223,19 @@ async def context_page(
     views: list[TaskView] = []
     waiting = 0
     if query.after is None:  # accepted, the user message not stored yet: newest of all
-        running = [task_id for where, task_id in reversed(ledger.running) if where == stored]
-        for task_id in running[:SCAN_LIMIT]:  # a handful, unless streams were left early
+        accepted = [task_id for where, task_id in reversed(ledger.running) if where == stored]
+        for task_id in accepted[:SCAN_LIMIT]:  # a handful, unless streams were left early
             if await store.find_idempotency_key(stored, task_id) is None:
                 waiting += 1
                 view = TaskView(task_id, context, "TASK_STATE_SUBMITTED", _now())
-                if query.state in (None, view.state) and len(views) < query.size:
+                if query.keeps(view) and len(views) < query.size:
                     views.append(view)
     total = waiting + await index.count_idempotency_keys(stored, key_suffix=suffix)
     before, examined = _TOP if query.after is None else query.after, 0
     while True:
-        batch = query.size - len(views) + 1 if query.state is None else _FILTER_BATCH
+        # A timestamp bound needs no bigger reads: it keeps every task down to
+        # the first older one, and stops there.
+        batch = _FILTER_BATCH if query.state is not None else query.size - len(views) + 1
         turns = await index.list_keyed_turns(
             stored,
             before_seq=before,
@@ -207,23 +248,35 @@ async def context_page(
                 return Page(views, before, total)  # this turn, at least, is left
             examined += 1
             before = turn.seq
-            found = _view(ledger, stored, context, turn)
-            if found is not None and query.state in (None, found.state):
+            found = await _view(store, ledger, stored, context, turn)
+            if found is None:
+                continue
+            if query.since is not None and found.at < query.since:
+                return Page(views, None, total)  # every older task is older still
+            if query.keeps(found):
                 views.append(found)
         if len(turns) < batch:
             return Page(views, None, total)
 
 
-def _view(ledger: TaskLedger, stored: str, context: str, turn: KeyedTurn) -> TaskView | None:
+async def _view(
+    store: MessageStore, ledger: TaskLedger, stored: str, context: str, turn: KeyedTurn
+) -> TaskView | None:
     if context_of(turn.key) != context:
         return None  # a key that merely ends like a task id of this context
     key = (stored, turn.key)
+    messages = list(turn.messages)
+    in_progress = ledger.runs(key)
+    record = None
+    if not in_progress and not is_finished(messages) and isinstance(store, TurnLedger):
+        record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed
     return view_from_turn(
         turn.key,
         context,
-        list(turn.messages),
-        running=key in ledger.running,
+        messages,
+        running=in_progress,
         cancelled=key in ledger.cancelled,
+        record=record,
     )
 
 
@@ -254,6 +307,6 @@ async def ledger_page(
             view = await find_task(caller, candidates[position])
         except A2AError:
             continue
-        if query.state in (None, view.state):
+        if query.keeps(view):
             views.append(view)
     return Page(views, None, len(candidates))

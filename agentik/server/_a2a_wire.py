@@ -9,26 +9,48 @@ Tasks need no storage of their own. A task id is
 ``<32 hex digits>.<contextId>``: the hex digits hash the context and the
 client's messageId (so a retried SendMessage is the same task), and the id is
 the idempotency key of the turn's user message. The context part lets
-GetTask find the conversation; the stored turn gives the status and answer.
+GetTask find the conversation; the stored turn gives the status and answer,
+and the turn's record (``TurnRecord``) which calls wait for a person
+(``TASK_STATE_INPUT_REQUIRED``) or that it was cancelled.
+
+A task waiting for input lists its waiting calls in its status message: a
+text line, and a data part ``{"approvals": [{"callId", "name",
+"arguments"}]}`` (``arguments`` the JSON text the model sent). The client's
+next message on the task decides (``parse_decisions``): a data part
+``{"approve": bool, "reason"?: str, "callId"?: str}`` (without ``callId``,
+every waiting call), or ``{"decisions": [{"callId", "approve", "reason"?}]}``,
+or the text ``approve`` / ``deny``, optionally followed by a reason.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 import attrs
 
 from agentik._errors import AgentikError
 from agentik._json import JsonObject, JsonValue
-from agentik._messages import Message, Role
+from agentik._messages import Message, Role, ToolCall
+from agentik.agent import SUPERSEDED_REASON
+from agentik.storage import TurnRecord
 
 A2A_VERSION = "1.0"
-METHODS = frozenset({"SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask"})
+METHODS = frozenset(
+    {
+        "SendMessage",
+        "SendStreamingMessage",
+        "GetTask",
+        "ListTasks",
+        "CancelTask",
+        "SubscribeToTask",
+    }
+)
 UNSUPPORTED_METHODS = frozenset(
     {
-        "SubscribeToTask",
         "CreateTaskPushNotificationConfig",
         "GetTaskPushNotificationConfig",
         "ListTaskPushNotificationConfigs",
@@ -38,7 +60,12 @@ UNSUPPORTED_METHODS = frozenset(
 )
 MAX_CONTEXT_ID = 200
 """As long as any conversation id a client may send (``_native.MAX_ID_LENGTH``)."""
-TERMINAL = frozenset({"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"})
+TERMINAL = frozenset(
+    {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
+)
+INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+ENDS_A_STREAM = TERMINAL | {INPUT_REQUIRED}
+"""A stream of a task's updates ends at these: done, or waiting for the client."""
 
 _REASONS = {
     -32001: "TASK_NOT_FOUND",
@@ -145,13 +172,19 @@ def parse_call(body: JsonValue, version: str | None) -> RpcCall:
 
 @attrs.frozen
 class SendParams:
-    """What agentik takes from SendMessage: the text, the conversation, the task id."""
+    """What agentik takes from SendMessage: the text, the conversation, the task id.
+
+    ``follow_up``: the message named an existing task (``message.taskId``), whose
+    id is then ``task_id``; its parts decide (``parse_decisions``)."""
 
     text: str
     context_id: str
     task_id: str
     message_id: str
     return_immediately: bool = False
+    follow_up: bool = False
+    data: tuple[JsonValue, ...] = ()
+    """The data parts' values, in order (only a follow-up may carry them)."""
 
 
 def _string(obj: JsonObject, key: str, where: str) -> str:
@@ -172,39 +205,61 @@ def parse_send(params: JsonObject) -> SendParams:
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         raise invalid_params("field 'message.parts' must be a non-empty array")
-    texts = []
+    task_ref = message.get("taskId")
+    if task_ref is not None and (not isinstance(task_ref, str) or not task_ref):
+        raise invalid_params("field 'message.taskId' must be a non-empty string")
+    texts: list[str] = []
+    data: list[JsonValue] = []
     for i, part in enumerate(parts):
         if not isinstance(part, dict):
             raise invalid_params(f"field 'message.parts[{i}]' must be an object")
-        if "text" not in part:
+        if "text" in part:
+            text = part["text"]
+            if not isinstance(text, str):
+                raise invalid_params(f"field 'message.parts[{i}].text' must be a string")
+            texts.append(text)
+        elif "data" in part and task_ref is not None:
+            data.append(part["data"])
+        else:
             kinds: list[str] = sorted(k for k in ("raw", "url", "data") if k in part) or ["empty"]
             raise A2AError(
                 -32005,
                 f"Incompatible content types: message.parts[{i}] is {kinds[0]},"
-                " only text parts are supported",
+                " only text parts are supported (and data parts deciding a task"
+                " that waits for input)",
             )
-        text = part["text"]
-        if not isinstance(text, str):
-            raise invalid_params(f"field 'message.parts[{i}].text' must be a string")
-        texts.append(text)
     text = "\n".join(texts)
-    if not text.strip():
-        raise invalid_params("field 'message.parts' must contain text")
     context_id = message.get("contextId")
-    if context_id is None:
-        context_id = f"ctx-{uuid.uuid4().hex}"
-    elif not isinstance(context_id, str) or not valid_context_id(context_id):
+    if context_id is not None and (
+        not isinstance(context_id, str) or not valid_context_id(context_id)
+    ):
         raise invalid_params(
             f"field 'message.contextId' must be 1..{MAX_CONTEXT_ID} printable characters"
         )
-    if message.get("taskId") is not None:
-        raise A2AError(
-            -32004,
-            "This operation is not supported: continuing a task (message.taskId);"
-            " send a new message in the same contextId instead",
-        )
     configuration = params.get("configuration")
     immediately = isinstance(configuration, dict) and configuration.get("returnImmediately") is True
+    if task_ref is not None:
+        task_context = context_of(task_ref)
+        if task_context is None:
+            raise task_not_found(task_ref)
+        if context_id is not None and context_id != task_context:
+            raise invalid_params(
+                f"field 'message.contextId' is {context_id!r} but task {task_ref!r}"
+                f" belongs to context {task_context!r}"
+            )
+        return SendParams(
+            text=text,
+            context_id=task_context,
+            task_id=task_ref,
+            message_id=message_id,
+            return_immediately=immediately,
+            follow_up=True,
+            data=tuple(data),
+        )
+    if not text.strip():
+        raise invalid_params("field 'message.parts' must contain text")
+    if context_id is None:
+        context_id = f"ctx-{uuid.uuid4().hex}"
     return SendParams(
         text=text,
         context_id=context_id,
@@ -212,6 +267,87 @@ def parse_send(params: JsonObject) -> SendParams:
         message_id=message_id,
         return_immediately=immediately,
     )
+
+
+@attrs.frozen
+class Decision:
+    """A person's decision about one waiting call, as a follow-up message says it."""
+
+    call_id: str
+    approve: bool
+    reason: str = ""
+
+
+_TEXT_DECISION = re.compile(r"(approve|deny)\b[\s:,.-]*(.*)", re.IGNORECASE | re.DOTALL)
+_HOW = (
+    "answer 'approve' or 'deny' (a reason may follow), or send one data part"
+    ' {"approve": true|false, "reason": "..."} (for one call of several, add "callId",'
+    ' or send {"decisions": [{"callId": "...", "approve": ..., "reason": "..."}]})'
+)
+
+
+def parse_decisions(send: SendParams, waiting: Sequence[ToolCall]) -> list[Decision]:
+    """The decisions a follow-up message gives for ``waiting`` (the task's
+    waiting calls), in order; -32602 naming the fault otherwise."""
+    ids = [call.id for call in waiting]
+    if len(send.data) > 1:
+        raise invalid_params(f"a decision is one data part, got {len(send.data)}")
+    if not send.data:
+        found = _TEXT_DECISION.fullmatch(send.text.strip())
+        if found is None:
+            raise invalid_params(
+                f"task {send.task_id!r} waits for approval of call(s)"
+                f" {', '.join(map(repr, ids))}: {_HOW}"
+            )
+        approve = found.group(1).lower() == "approve"
+        return [Decision(call_id, approve, found.group(2).strip()) for call_id in ids]
+    data = send.data[0]
+    if not isinstance(data, dict) or not ({"approve", "decisions"} & data.keys()):
+        raise invalid_params(f"the data part must be a decision: {_HOW}")
+    if "decisions" in data:
+        _only(data, {"decisions"}, "")
+        entries = data["decisions"]
+        if not isinstance(entries, list) or not entries:
+            raise invalid_params("field 'decisions' must be a non-empty array")
+        decisions = [_decision(entry, f"decisions[{i}].", ids) for i, entry in enumerate(entries)]
+        seen = [d.call_id for d in decisions]
+        if len(set(seen)) != len(seen):
+            raise invalid_params("field 'decisions' names a call more than once")
+        return decisions
+    if "callId" in data:
+        return [_decision(data, "", ids)]
+    _only(data, {"approve", "reason"}, "")
+    one = _decision({**data, "callId": ids[0]}, "", ids) if ids else None
+    if one is None:
+        raise invalid_params(f"task {send.task_id!r} has no call waiting for approval")
+    return [Decision(call_id, one.approve, one.reason) for call_id in ids]
+
+
+def _only(obj: JsonObject, allowed: set[str], where: str) -> None:
+    extra = sorted(obj.keys() - allowed)
+    if extra:
+        raise invalid_params(f"field '{where}{extra[0]}' is not part of a decision")
+
+
+def _decision(entry: JsonValue, where: str, waiting: list[str]) -> Decision:
+    if not isinstance(entry, dict):
+        raise invalid_params(f"field '{where.rstrip('.')}' must be an object")
+    _only(entry, {"callId", "approve", "reason"}, where)
+    call_id = entry.get("callId")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid_params(f"field '{where}callId' must be a non-empty string")
+    if call_id not in waiting:
+        shown_ids = ", ".join(map(repr, waiting)) or "none"
+        raise invalid_params(
+            f"call {call_id!r} does not wait for approval in this task (waiting: {shown_ids})"
+        )
+    approve = entry.get("approve")
+    if not isinstance(approve, bool):
+        raise invalid_params(f"field '{where}approve' must be true or false")
+    reason = entry.get("reason", "")
+    if not isinstance(reason, str):
+        raise invalid_params(f"field '{where}reason' must be a string")
+    return Decision(call_id, approve, reason)
 
 
 def valid_context_id(context_id: str) -> bool:
@@ -281,6 +417,25 @@ def artifact(task_id: str, text: str) -> JsonObject:
     return {"artifactId": f"{task_id}.answer", "name": "answer", "parts": [{"text": text}]}
 
 
+def approval_message(task_id: str, context_id: str, waiting: Sequence[ToolCall]) -> JsonObject:
+    """The status message of a task waiting for input: a line a person reads,
+    and the waiting calls as data a program reads."""
+    listed = "; ".join(f"{c.name} {c.arguments} (call {c.id})" for c in waiting)
+    calls: list[JsonValue] = [
+        {"callId": c.id, "name": c.name, "arguments": c.arguments} for c in waiting
+    ]
+    return {
+        "messageId": f"{task_id}.input",
+        "role": "ROLE_AGENT",
+        "parts": [
+            {"text": f"Waiting for approval: {listed}. To decide, {_HOW}."},
+            {"data": {"approvals": calls}, "mediaType": "application/json"},
+        ],
+        "contextId": context_id,
+        "taskId": task_id,
+    }
+
+
 @attrs.frozen
 class TaskView:
     """A task as stored history shows it."""
@@ -292,13 +447,20 @@ class TaskView:
     answer: str | None = None
     error: str | None = None
     history: tuple[Message, ...] = ()
+    waiting: tuple[ToolCall, ...] = ()
+    """The calls waiting for a decision (``TASK_STATE_INPUT_REQUIRED``)."""
+
+    def status_json(self) -> JsonObject:
+        note = None
+        if self.waiting:
+            note = approval_message(self.task_id, self.context_id, self.waiting)
+        elif self.error is not None:
+            note = agent_message(self.error, self.context_id, self.task_id)
+        return status(self.state, self.at, note)
 
     def to_json(self, *, history_length: int | None = None) -> JsonObject:
         task: JsonObject = {"id": self.task_id, "contextId": self.context_id}
-        note = None
-        if self.error is not None:
-            note = agent_message(self.error, self.context_id, self.task_id)
-        task["status"] = status(self.state, self.at, note)
+        task["status"] = self.status_json()
         if self.answer is not None:
             task["artifacts"] = [artifact(self.task_id, self.answer)]
         if history_length is not None and history_length > 0 and self.history:
@@ -320,45 +482,68 @@ def _history_message(message: Message, context_id: str, task_id: str, i: int) ->
     }
 
 
-def view_from_turn(
-    task_id: str, context_id: str, turn: list[Message], *, running: bool, cancelled: bool
-) -> TaskView:
-    """A task's state from its stored turn: the user message and what followed it.
+def conversational(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """What a task's history shows: the user's and the agent's words."""
+    return tuple(m for m in messages if m.role in (Role.USER, Role.ASSISTANT) and m.content)
 
-    The turn is complete when it ends with an assistant message without tool
-    calls; otherwise it is still running, was cancelled, or failed."""
+
+def is_finished(turn: Sequence[Message]) -> bool:
+    """Whether a stored turn ended with an answer (an assistant message without calls)."""
+    last = turn[-1]
+    return len(turn) > 1 and last.role is Role.ASSISTANT and not last.tool_calls
+
+
+def view_from_turn(
+    task_id: str,
+    context_id: str,
+    turn: list[Message],
+    *,
+    running: bool,
+    cancelled: bool,
+    record: TurnRecord | None = None,
+) -> TaskView:
+    """A task's state from its stored turn (the user message and what followed
+    it) and the turn's record: COMPLETED when it ended with an answer; else
+    WORKING while it runs; INPUT_REQUIRED while calls of it wait for a
+    decision; CANCELED when it was cancelled (recorded, or here) or a new
+    message in its context replaced it while it waited; else FAILED
+    (failed, or stopped by a crash: it is resumed on the conversation's next
+    turn, but a new turn then follows it)."""
     last = turn[-1]
     at = last.created_at or turn[0].created_at
     assert at is not None, "stored messages carry created_at"
-    conversational = tuple(m for m in turn if m.role in (Role.USER, Role.ASSISTANT) and m.content)
-    if last.role is Role.ASSISTANT and not last.tool_calls and len(turn) > 1:
+    history = conversational(turn)
+    if is_finished(turn):
         return TaskView(
-            task_id,
-            context_id,
-            "TASK_STATE_COMPLETED",
-            at,
-            answer=last.content,
-            history=conversational,
+            task_id, context_id, "TASK_STATE_COMPLETED", at, answer=last.content, history=history
         )
     if running:
-        return TaskView(task_id, context_id, "TASK_STATE_WORKING", at, history=conversational)
-    if cancelled:
-        return TaskView(
-            task_id,
-            context_id,
-            "TASK_STATE_CANCELED",
-            at,
-            error="the task was canceled",
-            history=conversational,
-        )
+        return TaskView(task_id, context_id, "TASK_STATE_WORKING", at, history=history)
+    record = record or TurnRecord()
+    waiting = _waiting(turn, record)
+    if waiting:
+        return TaskView(task_id, context_id, INPUT_REQUIRED, at, history=history, waiting=waiting)
+    replaced = any(a.approved is False and a.reason == SUPERSEDED_REASON for a in record.approvals)
+    if cancelled or replaced or record.failure == "cancelled":
+        why = "a new message in its context replaced it" if replaced else "the task was canceled"
+        return TaskView(task_id, context_id, "TASK_STATE_CANCELED", at, error=why, history=history)
     return TaskView(
         task_id,
         context_id,
         "TASK_STATE_FAILED",
         at,
         error="the turn ended without an answer",
-        history=conversational,
+        history=history,
     )
+
+
+def _waiting(turn: Sequence[Message], record: TurnRecord) -> tuple[ToolCall, ...]:
+    """The turn's calls without a result that its record says wait for a person."""
+    pending = {a.call_id for a in record.approvals if a.approved is None}
+    if not pending:
+        return ()
+    answered = {m.tool_call_id for m in turn if m.tool_call_id is not None}
+    return tuple(c for m in turn for c in m.tool_calls if c.id in pending and c.id not in answered)
 
 
 def agent_card(
@@ -378,9 +563,14 @@ def agent_card(
         "supportedInterfaces": [
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": A2A_VERSION}
         ],
-        "capabilities": {"streaming": True, "pushNotifications": False},
+        # What is implemented, no more: streaming (SendStreamingMessage and
+        # SubscribeToTask), no push notifications, no extended card. A message is
+        # text (a data part is only a decision on a waiting task, which the text
+        # "approve"/"deny" also makes: not an input mode); answers are text, and
+        # a waiting task's status message carries its calls as JSON data.
+        "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
         "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [
             {"id": skill_id, "name": skill_id, "description": text, "tags": ["toolset", skill_id]}
             for skill_id, text in skills

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import agentik
 from agentik._json import JsonObject, JsonValue
 from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError
+from agentik.server._errors import HttpError, Redirect
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._request import undecodable_url
@@ -49,9 +49,15 @@ def error_body(code: str, message: str) -> JsonObject:
     return {"error": {"code": code, "message": message}}
 
 
-async def _http_error(_: Request, exc: Exception) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
-    return json_response(error_body(exc.code, exc.message), exc.status, exc.headers)
+    headers = exc.headers
+    if isinstance(exc, Redirect):
+        raw = request.scope.get("raw_path")  # as the client encoded it
+        path = raw.decode("latin-1") if raw else request.url.path
+        query = request.url.query
+        headers = {**headers, "Location": exc.base_url + path + ("?" + query if query else "")}
+    return json_response(error_body(exc.code, exc.message), exc.status, headers)
 
 
 _CLOSE = (b"connection", b"close")

@@ -28,3 +28,14 @@ class HttpError(ProtocolViolation):
         self.message = message
         self.code = code
         self.headers = dict(headers or {})
+
+
+class Redirect(HttpError):
+    """307 to the node that owns the conversation (several nodes on one
+    database): the client repeats the same request, method and body, there.
+    The app makes ``Location`` from the owner's base URL and this request's
+    path and query."""
+
+    def __init__(self, message: str, *, base_url: str) -> None:
+        super().__init__(307, message, code="owned_elsewhere")
+        self.base_url = base_url.rstrip("/")

@@ -28,9 +28,12 @@ from agentik.agent._events import (
 )
 from agentik.models import TextDelta, ToolCallDelta
 from agentik.server._errors import HttpError
-from agentik.server._request import as_object, field_bool, field_str, optional_str
+from agentik.server._request import as_list, as_object, field_bool, field_str, optional_str
 
 MAX_ID_LENGTH = 200
+MAX_ARCHIVE_IDS = 1000
+"""Notes one ``POST …/memory/archive`` may name."""
+_MAX_ENTRY_ID = 2**63 - 1  # what SQLite's INTEGER holds
 
 
 @attrs.frozen
@@ -47,6 +50,13 @@ class DecisionRequest:
 
     approve: bool
     reason: str = ""
+
+
+@attrs.frozen
+class ArchiveRequest:
+    """A validated ``POST …/memory/archive`` body: distinct note ids, in the order sent."""
+
+    entry_ids: tuple[int, ...]
 
 
 def check_id(value: str, what: str = "conversation id") -> str:
@@ -81,6 +91,33 @@ def parse_decision(body: JsonValue) -> DecisionRequest:
     approve = field_bool(obj, "approve")
     reason = "" if obj.get("reason") is None else field_str(obj, "reason", non_empty=False)
     return DecisionRequest(approve, reason)
+
+
+def parse_archive(body: JsonValue) -> ArchiveRequest:
+    """``{"entry_ids": [int, ...]}``: 1..``MAX_ARCHIVE_IDS`` note ids (repeats
+    count once); not ``1.0``, ``"1"``, ``true`` or a negative number."""
+    obj = as_object(body)
+    unknown = sorted(set(obj) - {"entry_ids"})
+    if unknown:
+        raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
+    if "entry_ids" not in obj:
+        raise HttpError(422, "field 'entry_ids' is required", code="invalid_field")
+    raw = as_list(obj["entry_ids"], "field 'entry_ids'")
+    if not 1 <= len(raw) <= MAX_ARCHIVE_IDS:
+        raise HttpError(
+            422,
+            f"field 'entry_ids' must hold 1..{MAX_ARCHIVE_IDS} note ids, got {len(raw)}",
+            code="invalid_field",
+        )
+    for value in raw:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_ENTRY_ID:
+            raise HttpError(
+                422,
+                f"field 'entry_ids' must hold positive integer note ids, got {value!r:.40}",
+                code="invalid_field",
+            )
+    ids = [value for value in raw if isinstance(value, int)]
+    return ArchiveRequest(tuple(dict.fromkeys(ids)))
 
 
 def approval_json(request: ApprovalRequest) -> JsonObject:

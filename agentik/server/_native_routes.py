@@ -1,5 +1,6 @@
 """The native API under ``/agentik``: turns (JSON or SSE), decisions about calls
-waiting for approval, history, memory, toolsets, reflections and skills.
+waiting for approval, history, memory (its notes, archiving them, the latest
+summary of the history), toolsets, reflections and skills.
 
 Handlers validate, call the agent or its stores, and translate with
 ``_native``; they keep nothing between requests. Every conversation id a
@@ -32,6 +33,7 @@ from agentik.server._native import (
     check_id,
     message_json,
     native_event,
+    parse_archive,
     parse_decision,
     parse_turn_request,
     turn_result_json,
@@ -53,6 +55,7 @@ from agentik.server._request import (
 )
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, open_stream, send_json, send_turn
+from agentik.storage import SummaryStore
 
 MAX_PAGE = 1000
 
@@ -174,6 +177,35 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             {"conversation_id": conversation_id, "entries": converter.unstructure(entries)}
         )
 
+    async def archive_memory(request: Request) -> Response:
+        """Archive notes, as the model's ``memory_archive`` does: they leave
+        the prompt and stay stored. Every id must be an active note of this
+        conversation, or nothing is archived (404)."""
+        conversation_id = _path_id(request)
+        stored_id = caller_of(request).internal(conversation_id)
+        wanted = parse_archive(await read_json(request, limit)).entry_ids
+        await require_conversation(ctx, stored_id, conversation_id)
+        active = {entry.id for entry in await agent.storage.working_memory_store.list(stored_id)}
+        unknown = [i for i in wanted if i not in active]
+        if unknown:
+            raise HttpError(
+                404,
+                f"no active notes with ids {unknown[:20]} in conversation {conversation_id!r}",
+                code="not_found",
+            )
+        archived = await agent.archive_memory(stored_id, wanted)
+        return json_response({"conversation_id": conversation_id, "archived": archived})
+
+    async def get_summary(request: Request) -> Response:
+        """The latest summary of the history (a context policy's), or null."""
+        conversation_id = _path_id(request)
+        stored_id = caller_of(request).internal(conversation_id)
+        await require_conversation(ctx, stored_id, conversation_id)
+        store = agent.storage.message_store
+        summary = await store.latest_summary(stored_id) if isinstance(store, SummaryStore) else None
+        data: JsonValue = None if summary is None else converter.unstructure(summary)
+        return json_response({"conversation_id": conversation_id, "summary": data})
+
     async def get_toolsets(request: Request) -> Response:
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
@@ -260,6 +292,12 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         Route(f"{base}/conversations", list_conversations, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/messages", get_messages, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/memory", get_memory, methods=["GET"]),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/memory/archive",
+            archive_memory,
+            methods=["POST"],
+        ),
+        Route(f"{base}/conversations/{{conversation_id}}/summary", get_summary, methods=["GET"]),
         Route(f"{base}/conversations/{{conversation_id}}/toolsets", get_toolsets, methods=["GET"]),
         Route(
             f"{base}/conversations/{{conversation_id}}/approvals", list_approvals, methods=["GET"]

@@ -29,7 +29,8 @@ from agentik.server._context import ServerContext
 from agentik.server._hypercorn import CachedHeadersConfig
 from agentik.server._hypercorn import serve as hypercorn_serve
 from agentik.server._timer import ConnectionLimits
-from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
+from agentik.storage import StorageBundle, writer_stats
+from agentik.storage._location import describe_location, is_postgres_url, open_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
 
 if TYPE_CHECKING:
@@ -139,17 +140,27 @@ async def serve_agentik(
     toolsets: list[ToolsetContribution | ToolsetSource] = list(load_toolsets(config.toolsets))
     tools = load_tools(config.tools)
     async with AsyncExitStack() as stack:
-        mcp: tuple[McpToolset, ...] = ()
-        if config.mcp_servers:
-            from agentik.mcp import open_mcp_toolsets
-
-            mcp = await stack.enter_async_context(open_mcp_toolsets(config.mcp_servers))
-            toolsets.extend(mcp)
+        database: str | None = None
         if storage is None:
-            storage = await stack.enter_async_context(open_sqlite_storage(config.database))
-            storage_label = f"sqlite:{config.database}"
+            storage = await stack.enter_async_context(
+                open_storage(config.database, lease_seconds=config.lease_seconds)
+            )
+            storage_label = describe_location(config.database)
+            # A SQLite file keeps the MCP token key beside it; on PostgreSQL the
+            # nodes share AGENTIK_MCP_TOKEN_KEY (docs/mcp.md), no file.
+            database = None if is_postgres_url(config.database) else config.database
         else:
             storage_label = type(storage.message_store).__name__
+        mcp: tuple[McpToolset, ...] = ()
+        if config.mcp_servers:
+            from agentik.mcp import McpTokenVault, open_mcp_toolsets, token_key
+
+            # OAuth tokens (from `agentik mcp login`, or refreshed) live in the bundle.
+            tokens = McpTokenVault(storage.working_memory_store, token_key(database))
+            mcp = await stack.enter_async_context(
+                open_mcp_toolsets(config.mcp_servers, tokens=tokens)
+            )
+            toolsets.extend(mcp)
         chat_model: ChatModel
         if model is None:
             chat_model, model_label = await stack.enter_async_context(_model(config))
@@ -190,6 +201,13 @@ async def serve_agentik(
         hyper.backlog = 2048  # a burst of clients connecting at once must not hit SYN retries
         hyper.accesslog = None
         hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
+
+        async def shutdown() -> None:
+            await (shutdown_trigger or trio.sleep_forever)()
+            # Streams watching a task that nothing runs (a subscription to a task
+            # waiting for input) would hold the drain for graceful_timeout.
+            ctx.tasks.stop_idle_watchers()
+
         async with trio.open_nursery() as nursery:
             ctx.background = nursery
             binds: list[str] = await nursery.start(
@@ -203,10 +221,12 @@ async def serve_agentik(
                         body_min_rate=limits.body_min_rate,
                         max_connections=limits.max_connections,
                     ),
-                    shutdown_trigger=shutdown_trigger,
+                    shutdown_trigger=shutdown,
                 )
             )
             ctx.base_url = binds[0]
+            if bundle.ownership is not None:  # other nodes redirect its conversations here
+                await bundle.ownership.advertise(config.advertise_url or binds[0])
             log.info(
                 "serving url=%s storage=%s model=%r auth=%s",
                 binds[0],

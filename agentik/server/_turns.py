@@ -26,10 +26,16 @@ from contextlib import AsyncExitStack
 import trio
 from starlette.types import Receive, Scope, Send
 
-from agentik._errors import AgentikError, ApprovalError, OverloadedError, TurnError
+from agentik._errors import (
+    AgentikError,
+    ApprovalError,
+    NotOwnedError,
+    OverloadedError,
+    TurnError,
+)
 from agentik._json import JsonObject
 from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
-from agentik.server._errors import HttpError
+from agentik.server._errors import HttpError, Redirect
 from agentik.server._owners import SEPARATOR, Caller
 from agentik.server._sse import dumps
 
@@ -56,6 +62,8 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         return HttpError(_APPROVAL_STATUS.get(exc.code, 409), message, code=exc.code)
     if isinstance(exc, ValueError):
         return HttpError(422, message, code="invalid_field")
+    if isinstance(exc, NotOwnedError) and exc.owner_url:
+        return Redirect(message, base_url=exc.owner_url)
     return HttpError(503, f"the agent is not accepting turns: {message}", code="unavailable")
 
 

@@ -10,6 +10,9 @@ from agentik.storage._protocols import (
     ConversationLoader as ConversationLoader,
 )
 from agentik.storage._protocols import (
+    ConversationOwnership as ConversationOwnership,
+)
+from agentik.storage._protocols import (
     ConversationSnapshot as ConversationSnapshot,
 )
 from agentik.storage._protocols import (
@@ -48,14 +51,16 @@ from agentik.storage._protocols import (
 from agentik.storage._protocols import (
     WorkingMemoryStore as WorkingMemoryStore,
 )
+from agentik.storage._writer import WriterStats as WriterStats
+from agentik.storage.postgres._open import open_postgres_storage as open_postgres_storage
 from agentik.storage.sqlite._connect import Synchronous as Synchronous
 from agentik.storage.sqlite._open import open_sqlite_storage as open_sqlite_storage
 from agentik.storage.sqlite._open import writer_stats as writer_stats
-from agentik.storage.sqlite._writer import WriterStats as WriterStats
 
 __all__ = [
     "Approval",
     "ConversationLoader",
+    "ConversationOwnership",
     "ConversationSnapshot",
     "IdempotencyKeyIndex",
     "KeyedTurn",
@@ -74,6 +79,7 @@ __all__ = [
     "WorkingMemoryStore",
     "WriterStats",
     "in_memory_storage",
+    "open_postgres_storage",
     "open_sqlite_storage",
     "writer_stats",
 ]

@@ -20,10 +20,15 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def to_micros(value: datetime) -> int:
-    """Microseconds since the epoch of an aware datetime."""
+def check_aware(value: datetime) -> None:
+    """Refuse a naive datetime before it reaches a backend."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"datetime {value!r} must be timezone-aware")
+
+
+def to_micros(value: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime."""
+    check_aware(value)
     return (value - EPOCH) // _MICROSECOND
 
 

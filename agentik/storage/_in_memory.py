@@ -203,7 +203,6 @@ class InMemoryMessageStore:
             return 0
         return sum(key.endswith(key_suffix) for key in conversation.keys)
 
-
     # --- TurnLedger -------------------------------------------------------------
 
     async def submit_awaiting(
@@ -259,11 +258,8 @@ class InMemoryMessageStore:
             (m.seq for m in conversation.messages[seq:] if m.role is Role.USER and m.seq),
             len(conversation.messages) + 1,
         )
-        approvals = tuple(
-            a for (at, _), a in conversation.approvals.items() if seq < at < end
-        )
+        approvals = tuple(a for (at, _), a in conversation.approvals.items() if seq < at < end)
         return TurnRecord(approvals=approvals, failure=conversation.failures.get(seq))
-
 
     # --- SummaryStore -------------------------------------------------------------
 
@@ -271,6 +267,7 @@ class InMemoryMessageStore:
         self, conversation_id: str, through_seq: int, text: str
     ) -> Pending[Summary]:
         await trio.lowlevel.checkpoint()
+        now = self._clock()  # every write reads the clock once, refused or not, as a writer's batch
         conversation = self._conversations.get(conversation_id)
         if conversation is None or not 1 <= through_seq <= len(conversation.messages):
             return Pending.failed(
@@ -288,7 +285,7 @@ class InMemoryMessageStore:
                     f" latest (through seq {covered}), got through seq {through_seq}"
                 )
             )
-        summary = Summary(through_seq=through_seq, text=text, created_at=self._clock())
+        summary = Summary(through_seq=through_seq, text=text, created_at=now)
         summaries.append(summary)
         return Pending.completed(summary)
 

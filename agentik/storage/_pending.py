@@ -11,7 +11,7 @@ resolved and awaited only from trio tasks of one run (the writer resolves it
 after its thread returns), never from another thread.
 
 It is agentik's one waiting primitive for a result that comes later: every
-store's writes, the SQLite writer's ``append`` (which once parked its caller
+store's writes, the shared writer's ``append`` (which once parked its caller
 on the request itself) and each turn's reply to its caller. It keeps trio's
 rules: ``wait()`` is a checkpoint on every call, a cancelled ``wait()`` leaves
 the write and the other waiters alone, and ``statistics()`` says who waits.

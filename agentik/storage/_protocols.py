@@ -12,7 +12,7 @@ Invariants every backend keeps (checked by ``agentik.testing``):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -289,6 +289,36 @@ class TurnLedger(Protocol):
         ...
 
 
+@runtime_checkable
+class ConversationOwnership(Protocol):
+    """Optional: which node of several sharing one database runs a
+    conversation's turns (PostgreSQL with ``lease_seconds``; docs/scale-out.md).
+
+    A node owns a conversation from a successful ``claim`` for as long as its
+    node lease lives; the agent claims before it routes a turn, and the
+    storage refuses message writes to conversations the node does not own, so
+    two nodes never write one history at once."""
+
+    def owns(self, conversation_id: str) -> bool:
+        """Whether this node owns it now, without asking the database."""
+        ...
+
+    async def claim(self, conversation_id: str) -> None:
+        """Own it (it was free, or its owner's lease expired), or raise
+        ``NotOwnedError`` naming the live owner's URL; ``StoreError`` if this
+        node cannot own anything now (its own lease lapsed)."""
+        ...
+
+    def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from a trio task) when this node loses every
+        conversation at once (its lease lapsed); returns the unsubscribe."""
+        ...
+
+    async def advertise(self, url: str) -> None:
+        """Where other nodes send this node's conversations' requests."""
+        ...
+
+
 @attrs.frozen(kw_only=True)
 class Summary:
     """What the model wrote to stand for a conversation's history up to a seq."""
@@ -324,3 +354,5 @@ class StorageBundle:
     working_memory_store: WorkingMemoryStore
     reflection_store: ReflectionStore
     skill_store: SkillStore
+    ownership: ConversationOwnership | None = None
+    """Set when several nodes share the backend; None on a single node."""

@@ -10,10 +10,16 @@ its length.
 
 from __future__ import annotations
 
+import collections
+import gc
 import json
+import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import apsw
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +27,7 @@ from hypothesis import strategies as st
 
 from agentik import (
     ContextPolicy,
+    Message,
     ModelBackendError,
     ModelRequest,
     ModelResponse,
@@ -32,6 +39,7 @@ from agentik import (
     open_sqlite_storage,
     tool,
 )
+from agentik.agent import _runtime
 from agentik.agent._context import estimate_tokens, message_tokens
 from agentik.models import ScriptedModel
 from tests.agent.helpers import assert_valid_history, stored
@@ -256,18 +264,42 @@ async def test_a_summary_that_fails_changes_nothing(
     assert_valid_history(await stored(storage, "c"))
 
 
-async def test_loading_costs_the_tail_not_the_history(tmp_path: Path) -> None:
-    """Time to load a conversation after a restart: at 100 and at 2,000 turns
-    the same within 2x (the load reads the summary and what follows it)."""
-    path = tmp_path / "db"
-    policy = ContextPolicy(max_tokens=600)
-    model = ScriptedModel(summarizer_and(lambda r: ModelResponse(text="fine")))
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-    async def grow(turns: int) -> None:
-        async with open_sqlite_storage(path) as storage:
+
+async def test_a_5000_turn_conversation_stays_bounded(tmp_path: Path) -> None:
+    """5,000 turns of one conversation on SQLite (issue 16): every request
+    within the budget, the process's resident memory flat from turn 1,000 on
+    beyond SQLite's own page caches, Python's allocated blocks flat, and loading the
+    conversation after a restart as fast at turn 5,000 as at turn 100 (within
+    2x: the load reads the summary and what follows)."""
+    path = tmp_path / "db"
+    budget = 600
+    policy = ContextPolicy(max_tokens=budget)
+    largest = 0
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        nonlocal largest
+        largest = max(largest, request_tokens(request))
+        return summarizer_and(lambda r: ModelResponse(text="fine"))(request)
+
+    model = ScriptedModel(respond)
+    rss: dict[int, int] = {}
+    sqlite: dict[int, int] = {}
+    blocks: dict[int, int] = {}
+
+    async def grow(first: int, last: int) -> None:
+        async with open_sqlite_storage(path, synchronous="NORMAL") as storage:
             async with open_chat_agent(model=model, storage=storage, context=policy) as agent:
-                for i in range(turns):
+                for i in range(first, last):
                     await agent.send("long", f"message number {i}")
+                    if i + 1 in (1000, 5000):
+                        gc.collect()
+                        rss[i + 1] = rss_bytes()
+                        sqlite[i + 1] = apsw.memory_used()
+                        blocks[i + 1] = sys.getallocatedblocks()
 
     async def load_time() -> float:
         async with open_sqlite_storage(path) as storage:
@@ -276,8 +308,86 @@ async def test_loading_costs_the_tail_not_the_history(tmp_path: Path) -> None:
                 await agent.pending_approvals("long")  # loads, runs no turn
                 return time.perf_counter() - began
 
-    await grow(100)
+    await grow(0, 100)
     short = min([await load_time() for _ in range(5)])
-    await grow(1900)
+    await grow(100, 5000)
     long = min([await load_time() for _ in range(5)])
+    assert largest <= budget
+    # SQLite's page caches fill as the database grows (up to their size);
+    # beyond them nothing may grow. The whole history cached would add some
+    # 40,000 Python blocks and several MiB by turn 5,000.
+    growth = (rss[5000] - rss[1000]) - (sqlite[5000] - sqlite[1000])
+    assert growth < 2**20, f"RSS beyond SQLite grew {growth / 2**20:.1f} MiB, turn 1,000 to 5,000"
+    assert blocks[5000] - blocks[1000] < 5000, (blocks[1000], blocks[5000])
     assert long < 2 * short + 0.005, (short, long)
+
+
+async def test_a_failed_turn_is_not_resumed_when_its_record_is_lost_after_summaries() -> None:
+    """A turn fails and its failure record cannot be written: the process
+    remembers the failure by the user message's seq, so the reload that
+    follows does not take the turn for interrupted and resume it. Under a
+    context policy the cache starts after the summary, so that seq is not
+    the message's place in the cache (it was taken for it)."""
+    from agentik import ModelBackendError, StoreError, in_memory_storage
+
+    asked: list[str] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        user = [m for m in request.messages if m.role is Role.USER][-1].content
+        asked.append(user)
+        if user == "fail now":
+            raise ModelBackendError("down")
+        return ModelResponse(text="ok")
+
+    storage = in_memory_storage()
+    store = storage.message_store
+
+    async def lost(*args: object, **kwargs: object) -> object:
+        raise StoreError("the failure record is lost")
+
+    async with open_chat_agent(
+        model=ScriptedModel(summarizer_and(respond)),
+        storage=storage,
+        context=ContextPolicy(max_tokens=300),
+    ) as agent:
+        for i in range(30):
+            await agent.send("c", f"question {i} " * 5)
+        assert agent._conversations["c"].first_seq > 1, "summaries folded the cache"
+        store.submit_turn_failure = lost  # type: ignore[method-assign]
+        with pytest.raises(TurnError):
+            await agent.send("c", "fail now")
+        seq = [m.seq for m in await stored(storage, "c") if m.content == "fail now"][0]
+        assert agent._runtime.failures.get(("c", seq)) == "model_error"
+        asked.clear()
+        assert (await agent.send("c", "next")).text == "ok"
+        assert "fail now" not in asked, "the failed turn was resumed"
+    assert_valid_history(await stored(storage, "c"))
+
+
+async def test_each_stored_message_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request's window and the check for a summary read the costs of
+    the whole tail: each stored message is counted once (kept by seq), not
+    once per request, and the kept costs are trimmed with the tail."""
+    counted: collections.Counter[int | None] = collections.Counter()
+
+    def counting(message: Message, count: Callable[[str], int]) -> int:
+        counted[message.seq] += 1
+        return message_tokens(message, count)
+
+    monkeypatch.setattr(_runtime, "message_tokens", counting)
+    model = ScriptedModel(summarizer_and(lambda r: ModelResponse(text="fine")))
+    policy = ContextPolicy(max_tokens=1000)
+    async with open_chat_agent(model=model, storage=in_memory_storage(), context=policy) as agent:
+        for i in range(100):
+            await agent.send("c", f"question {i}")
+        assert agent.stats.summaries >= 1
+        stored = {seq: n for seq, n in counted.items() if seq is not None}
+        assert len(stored) == 200
+        assert max(stored.values()) == 1, sorted(stored.items(), key=lambda kv: -kv[1])[:3]
+        conversation = agent._conversations["c"]
+        costs = dict(conversation.costs)
+        seqs = {m.seq for m in conversation.history}
+    assert set(costs) <= seqs, "costs kept for messages the tail no longer holds"
+    by_seq = {m.seq: m for m in conversation.history}
+    for seq, tokens in costs.items():
+        assert tokens == message_tokens(by_seq[seq], estimate_tokens)

@@ -7,17 +7,42 @@ store has one and room (no schedule point per message); otherwise it awaits
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
 import trio
 
-from agentik import Role
+from agentik import Role, TurnError
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
-from agentik.storage import NowaitSubmitter, in_memory_storage, open_sqlite_storage
+from agentik.storage import (
+    NowaitSubmitter,
+    StorageBundle,
+    in_memory_storage,
+    open_postgres_storage,
+    open_sqlite_storage,
+)
 from tests.agent.helpers import assert_valid_history, stored
 from tests.agent.test_many_conversations import ADD, respond
+from tests.postgres import fresh_schema
+
+BACKENDS = ["sqlite", "postgres"]
+"""The writer's backends: ``submit_nowait`` is the shared writer's, so both
+have it."""
+
+
+def opener(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str, queue_size: int = 1000
+) -> Callable[[], AbstractAsyncContextManager[StorageBundle]]:
+    """Opens the same store again each call (to read back what was written)."""
+    if backend == "sqlite":
+        path = tmp_path / "agent.db"
+        return lambda: open_sqlite_storage(path, queue_size=queue_size)
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema = fresh_schema()
+    return lambda: open_postgres_storage(dsn, schema=schema, readers=1, queue_size=queue_size)
 
 
 class _Steps(trio.abc.Instrument):
@@ -51,13 +76,17 @@ async def test_a_turn_with_a_tool_call_takes_three_task_steps() -> None:
     assert_valid_history(history)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("queue_size", [0, 1, 3])
-async def test_a_full_writer_queue_falls_back_to_waiting(tmp_path: Path, queue_size: int) -> None:
+async def test_a_full_writer_queue_falls_back_to_waiting(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str, queue_size: int
+) -> None:
     """With a writer queue too small for the burst, ``submit_nowait`` finds no
     room and the turn awaits ``submit``: every history is still complete,
     in order and gapless."""
-    path = tmp_path / "agent.db"
-    async with open_sqlite_storage(path, queue_size=queue_size) as storage:
+    open_store = opener(request, tmp_path, backend, queue_size)
+    async with open_store() as storage:
+        assert isinstance(storage.message_store, NowaitSubmitter)
         async with open_chat_agent(
             model=ScriptedModel(respond), storage=storage, tools=[ADD], builtin_tools=False
         ) as agent:
@@ -70,7 +99,7 @@ async def test_a_full_writer_queue_falls_back_to_waiting(tmp_path: Path, queue_s
             async with trio.open_nursery() as nursery:
                 for i in range(40):
                     nursery.start_soon(conversation, i)
-    async with open_sqlite_storage(path) as storage:
+    async with open_store() as storage:
         for i in range(40):
             history = await stored(storage, f"c{i}")
             assert [m.role for m in history] == [
@@ -82,12 +111,13 @@ async def test_a_full_writer_queue_falls_back_to_waiting(tmp_path: Path, queue_s
             assert_valid_history(history)
 
 
-async def test_a_refused_nowait_submit_fails_the_turn_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_refused_nowait_submit_fails_the_turn_cleanly(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
     """A closed store refuses ``submit_nowait`` as it refuses ``submit``: the
     turn fails with a store error and nothing is half-written."""
-    from agentik import TurnError
-
-    async with open_sqlite_storage(tmp_path / "agent.db") as storage:
+    async with opener(request, tmp_path, backend)() as storage:
         async with open_chat_agent(
             model=ScriptedModel(respond), storage=storage, tools=[ADD], builtin_tools=False
         ) as agent:

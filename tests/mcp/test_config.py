@@ -5,11 +5,14 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentik.mcp import (
     HttpServer,
     McpConfigError,
     McpServerConfig,
+    OAuthSettings,
     StdioServer,
     parse_mcp_servers,
 )
@@ -146,3 +149,79 @@ def test_the_python_api_validates_too() -> None:
         McpConfigError, match=r"^mcp server call_timeout must be > 0 seconds, got -1$"
     ):
         McpServerConfig(transport=StdioServer(command="x"), call_timeout=-1)
+
+
+OAUTH = """
+[[mcp.servers]]
+name = "crm"
+url = "https://crm.example/mcp"
+[mcp.servers.oauth]
+grant = "client_credentials"
+client_id = "agentik-prod"
+client_secret_env = "CRM_SECRET"
+scope = "tools:read"
+issuer = "https://auth.crm.example"
+"""
+
+
+class TestOAuth:
+    def test_the_oauth_table_parses_with_the_secret_from_the_environment(self) -> None:
+        """The secret is read from the variable named, and kept out of repr."""
+        table = tomllib.loads(OAUTH)["mcp"]["servers"]
+        (config,) = parse_mcp_servers(table, env={"CRM_SECRET": "s3cr3t-value"})
+        assert isinstance(config.transport, HttpServer)
+        assert config.transport.oauth == OAuthSettings(
+            grant="client_credentials",
+            client_id="agentik-prod",
+            client_secret="s3cr3t-value",
+            scope="tools:read",
+            issuer="https://auth.crm.example",
+        )
+        assert "s3cr3t-value" not in repr(config)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            (
+                {"client_secret_env": "NOPE"},
+                r"^mcp.servers\[0\].oauth.client_secret_env names 'NOPE', which is not set$",
+            ),
+            (
+                {"grant": "password"},
+                r"^mcp.servers\[0\].oauth.grant must be 'authorization_code' or "
+                r"'client_credentials', got 'password'$",
+            ),
+            ({"colour": "red"}, r"^mcp.servers\[0\].oauth.colour is not a known key"),
+            (
+                {"client_metadata_url": "http://x/y"},
+                r"^mcp.servers\[0\].oauth.client_metadata_url must start with https://",
+            ),
+            ({"redirect_port": 70000}, r"^mcp.servers\[0\].oauth.redirect_port must be a port"),
+        ],
+    )
+    def test_a_bad_oauth_table_names_the_key(self, change: dict[str, object], message: str) -> None:
+        table = tomllib.loads(OAUTH)["mcp"]["servers"]
+        table[0]["oauth"].update(change)
+        with pytest.raises(McpConfigError, match=message):
+            parse_mcp_servers(table, env={"CRM_SECRET": "x"})
+
+    def test_oauth_needs_a_name(self) -> None:
+        """Tokens are stored under the name, and `agentik mcp login NAME` names it."""
+        table = tomllib.loads(OAUTH)["mcp"]["servers"]
+        del table[0]["name"]
+        with pytest.raises(McpConfigError, match=r"^mcp.servers\[0\].name is required with oauth"):
+            parse_mcp_servers(table, env={"CRM_SECRET": "x"})
+
+    @settings(max_examples=50, deadline=None)
+    @given(secret=st.text(alphabet="ABCDEFGHJKMNPQRSTUVWXYZ23456789-_", min_size=12, max_size=40))
+    def test_no_error_or_repr_shows_the_secret(self, secret: str) -> None:
+        """Whatever else is wrong with the table, the secret's value is never in the message."""
+        table = tomllib.loads(OAUTH)["mcp"]["servers"]
+        (config,) = parse_mcp_servers(table, env={"CRM_SECRET": secret})
+        assert secret not in repr(config)
+        for change in ({"grant": 1}, {"scope": 3}, {"redirect_port": "x"}, {"extra": secret[::-1]}):
+            bad = tomllib.loads(OAUTH)["mcp"]["servers"]
+            bad[0]["oauth"].update(change)
+            with pytest.raises(McpConfigError) as error:
+                parse_mcp_servers(bad, env={"CRM_SECRET": secret})
+            assert secret not in str(error.value)

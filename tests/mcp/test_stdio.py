@@ -49,7 +49,7 @@ class TestListAndCall:
                     f"tiny-test-server_{verb}"
                     for verb in sorted(
                         [
-                            *("add", "crash", "fail", "freeze", "garbage"),
+                            *("add", "book", "crash", "fail", "freeze", "garbage"),
                             *("grow", "hang", "shrink", "where"),
                         ]
                     )
@@ -62,7 +62,7 @@ class TestListAndCall:
                     "b": {"title": "B", "type": "integer"},
                 }
                 health = source.health
-                assert (health.state, health.restarts, health.tools) == (McpState.READY, 0, 9)
+                assert (health.state, health.restarts, health.tools) == (McpState.READY, 0, 10)
                 where = tool(source, "tiny-test-server_where")
                 assert await where.handler({"variable": "GREETING"}) == (
                     f"cwd={tmp_path} GREETING=hello there x-test=None"

@@ -1,9 +1,10 @@
 """A tiny MCP server for the tests, over stdio (run as a script) or HTTP (``build()``).
 
-Tools: ``add``; ``where`` (its cwd, an environment variable, the X-Test
-header); ``fail`` (raises: an isError result); ``hang`` (never
-answers); ``grow``/``shrink`` (add or remove a tool, then announce the change
-both ways: ``subscriptions/listen`` for 2026-07-28 sessions, the
+Tools: ``add``; ``book`` (asks the person: elicitation); ``where`` (its
+cwd, an environment variable, the X-Test header); ``fail`` (raises: an
+isError result); ``hang`` (never answers); ``grow``/``shrink`` (add or
+remove a tool, then announce the change both ways:
+``subscriptions/listen`` for 2026-07-28 sessions, the
 ``tools/list_changed`` notification for handshake ones); stdio only:
 ``crash`` (the process exits), ``freeze`` (the whole process stops:
 SIGSTOP), ``garbage`` (writes a non-JSON line to stdout).
@@ -18,18 +19,35 @@ import contextlib
 import os
 import pathlib
 import signal
+from typing import Annotated, Any
 
 import anyio
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from pydantic import BaseModel
 
 _PROTOCOL_OUT = -1
 """The protocol pipe itself (set when run as a script): the SDK diverts ``sys.stdout``
 (and fd 1) to stderr while serving."""
 
 
-def build() -> MCPServer:
-    server = MCPServer("tiny test server", instructions="A tiny MCP server\nfor the tests.")
+class Booking(BaseModel):
+    name: str
+    guests: int = 2
+
+
+def _ask_booking() -> Elicit[Booking]:
+    # A resolver: mid-call on handshake sessions, input-required rounds on 2026-07-28 ones.
+    return Elicit("Who is the booking for?", Booking)
+
+
+def build(**options: Any) -> MCPServer:
+    """The server; ``options`` go to ``MCPServer`` (``auth=`` for the OAuth tests)."""
+    server = MCPServer(
+        "tiny test server", instructions="A tiny MCP server\nfor the tests.", **options
+    )
 
     @server.tool()
     def add(a: int, b: int) -> int:
@@ -70,6 +88,13 @@ def build() -> MCPServer:
         """Report the working directory, an environment variable and the X-Test header."""
         header = (ctx.headers or {}).get("x-test")
         return f"cwd={os.getcwd()} {variable}={os.environ.get(variable)} x-test={header}"
+
+    @server.tool()
+    def book(answer: Annotated[ElicitationResult[Booking], Resolve(_ask_booking)]) -> str:
+        """Ask the person who the booking is for (elicitation), then confirm it."""
+        if isinstance(answer, AcceptedElicitation):
+            return f"booked for {answer.data.name}, {answer.data.guests} guests"
+        return f"not booked: {answer.action}"
 
     @server.tool()
     def crash() -> str:

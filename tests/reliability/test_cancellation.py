@@ -59,8 +59,9 @@ class Boom(Exception):
 class Script:
     """The model and the tool of the matrix, holding at the gate's points."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, *, idempotent: bool = False) -> None:
         self.gate = gate
+        self.idempotent = idempotent
         self.ids = itertools.count()
         self.requests: list[ModelRequest] = []
         self.tool_runs = 0
@@ -92,7 +93,11 @@ class Script:
         return open_chat_agent(
             model=ScriptedModel(self.respond),
             storage=storage,
-            tools=[NamedTool("probe", "Probe.", {"type": "object"}, self.probe)],
+            tools=[
+                NamedTool(
+                    "probe", "Probe.", {"type": "object"}, self.probe, idempotent=self.idempotent
+                )
+            ],
             reflection=reflection,
             builtin_tools=False,
         )
@@ -258,9 +263,11 @@ async def test_cancel_while_waiting_for_a_real_commit(tmp_path: Path) -> None:
     """SQLite, no gate: every message of the turn is queued behind a stuck
     writer and the turn waits for the commit. Cancelled there, the turn
     reports ``cancelled`` only after its writes settled; they all commit, so a
-    keyed retry replays the finished turn and adds nothing."""
+    keyed retry replays the finished turn and adds nothing. The tool is
+    idempotent, so it runs without waiting for its call's commit (a tool that
+    is not waits: ``test_cancel_while_a_call_waits_for_its_commit``)."""
     path = tmp_path / "db"
-    script = Script(Gate())
+    script = Script(Gate(), idempotent=True)
     with trio.fail_after(GUARD_SECONDS):
         async with open_sqlite_storage(path, busy_timeout=GUARD_SECONDS) as bundle:
             async with script.agent(bundle, reflection=False) as agent:
@@ -289,6 +296,49 @@ async def test_cancel_while_waiting_for_a_real_commit(tmp_path: Path) -> None:
                 assert retry.text == ANSWER
                 assert agent.stats.turns_replayed == 1
                 assert len(await history(bundle, "c")) == count
+        async with open_sqlite_storage(path) as reopened:
+            final = await history(reopened, "c")
+    check_history(final, once=("warmup", "go"))
+    assert [m.role for m in final[2:]] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+
+
+async def test_cancel_while_a_call_waits_for_its_commit(tmp_path: Path) -> None:
+    """SQLite, no gate, a tool that is not idempotent: its call must be
+    committed before it runs (write-ahead), so behind a stuck writer the tool
+    has not run when the turn is cancelled. It never runs: the turn settles
+    its writes, answers the open call as cancelled, and a keyed retry replays
+    that turn instead of running the tool late."""
+    path = tmp_path / "db"
+    script = Script(Gate())
+    with trio.fail_after(GUARD_SECONDS):
+        async with open_sqlite_storage(path, busy_timeout=GUARD_SECONDS) as bundle:
+            async with script.agent(bundle, reflection=False) as agent:
+                await agent.send("c", "warmup")
+                lock = WriteLock(path)
+                failures: list[TurnError] = []
+
+                async def caller() -> None:
+                    with pytest.raises(TurnError) as info:
+                        await agent.send("c", "go", idempotency_key="k-go")
+                    failures.append(info.value)
+
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(caller)
+                        await trio.testing.wait_all_tasks_blocked()
+                        assert script.tool_runs == 0
+                        assert agent.cancel("c")
+                        await trio.testing.wait_all_tasks_blocked()
+                        lock.release()
+                finally:
+                    lock.release()
+                assert failures[0].code == "cancelled"
+                stored = await history(bundle, "c")
+                assert [m.role for m in stored[2:]] == [Role.USER, Role.ASSISTANT, Role.TOOL]
+                assert stored[-1].content.startswith("error: the turn was stopped")
+                retry = await agent.send("c", "go", idempotency_key="k-go")
+                assert retry.text == ANSWER  # the retry finishes the turn...
+                assert script.tool_runs == 0  # ...without running the call late
         async with open_sqlite_storage(path) as reopened:
             final = await history(reopened, "c")
     check_history(final, once=("warmup", "go"))

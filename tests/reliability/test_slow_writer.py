@@ -29,11 +29,13 @@ async def test_cancelled_turn_whose_writes_outlast_the_cleanup(
     tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
     """After the writer catches up, the next turns see exactly the store, and
-    a keyed retry of the cancelled turn returns that turn, not another."""
+    a keyed retry of the cancelled turn returns that turn, not another. The
+    tool is idempotent, so it runs while its call's commit is still held
+    (a tool that is not waits for it: tests/agent/test_write_ahead.py)."""
     mock_clock.autojump_threshold = 30.0
     path = tmp_path / "db"
     gate = Gate()
-    script = Script(gate)
+    script = Script(gate, idempotent=True)
     async with open_sqlite_storage(path, busy_timeout=60) as storage:
         async with script.agent(storage, reflection=False) as agent:
             await agent.send("c", "warmup")
@@ -41,18 +43,23 @@ async def test_cancelled_turn_whose_writes_outlast_the_cleanup(
             lock.execute("BEGIN IMMEDIATE")
             try:
                 gate.arm("tool")
+                reported: list[float] = []
                 async with trio.open_nursery() as nursery:
 
                     async def go() -> None:
                         with pytest.raises(TurnError) as info:
                             await agent.send("c", "go", idempotency_key="k-go")
                         assert info.value.code == "cancelled"
+                        reported.append(trio.current_time())
 
                     nursery.start_soon(go)
                     await gate.reached.wait()
+                    cancelled_at = trio.current_time()
                     assert agent.cancel("c")
                     await trio.testing.wait_all_tasks_blocked()
                     mock_clock.jump(CLEANUP_SECONDS + 1)  # the settle gives up
+                # One bound for all of the clean-up, not one per step of it.
+                assert reported[0] - cancelled_at <= CLEANUP_SECONDS + 1
                 async with trio.open_nursery() as nursery:
                     started = agent.stats.turns_started
                     nursery.start_soon(agent.send, "c", "next")

@@ -261,7 +261,8 @@ class TestA2a:
     async def test_continuing_a_task_is_refused(
         self, server: Server, client: httpx.AsyncClient
     ) -> None:
-        """taskId (adding to an existing task) is -32004: a message is always a new turn."""
+        """taskId naming no task is -32001 (A2A 1.0 §3.4.2), and stores nothing: a
+        follow-up only decides a task waiting for approval, it never adds text."""
         message = {
             "messageId": "1",
             "role": "ROLE_USER",
@@ -269,7 +270,7 @@ class TestA2a:
             "taskId": "some-task",
             "parts": [{"text": INJECTED}],
         }
-        assert (await a2a_call(client, message))["error"]["code"] == -32004
+        assert (await a2a_call(client, message))["error"]["code"] == -32001
         assert await stored(server, "a3") == []
 
     async def test_metadata_claiming_a_role_is_ignored(

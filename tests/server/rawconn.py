@@ -28,6 +28,7 @@ from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
 from agentik._config import Limits, ServerConfig
 from agentik.models import ScriptedModel
 from agentik.server import serve_agentik
+from agentik.server._a2a_tasks import RUN_TASK_NAME
 from agentik.storage import StorageBundle, in_memory_storage
 
 TOOLSETS = ("tests.server.sample_toolsets:clock",)
@@ -93,13 +94,19 @@ def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+TURN_TASKS = ("agentik.agent.", RUN_TASK_NAME)
+"""Tasks that belong to a turn, not to a connection: the agent's conversation
+actors, and the run that follows an A2A task's turn (it ends with the turn:
+``back_to_baseline`` after the turn's end checks that)."""
+
+
 def server_tasks() -> collections.Counter[str]:
-    """Names of every task in this trio run but the agent's (its conversation
-    actors rightly live on after a turn): what connections would leave behind."""
+    """Names of every task in this trio run but the turns' (they rightly live on
+    after their client left): what connections would leave behind."""
     found: collections.Counter[str] = collections.Counter()
 
     def walk(task: trio.lowlevel.Task) -> None:
-        if task.name.startswith("agentik.agent."):
+        if task.name.startswith(TURN_TASKS):
             return
         found[task.name] += 1
         for nursery in task.child_nurseries:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,26 @@ async def test_a_status_filter_examines_a_bounded_number(three_thousand: Served)
     assert page["tasks"] == []
     assert page["nextPageToken"]
     assert store.messages_read <= 2 * (SCAN_LIMIT + 101), store.messages_read
+
+
+async def test_a_timestamp_filter_stops_at_the_first_older_task(three_thousand: Served) -> None:
+    """statusTimestampAfter in a context: tasks newest first are latest update
+    first, so a bound after every task reads no more than a page's turns and
+    ends the listing (no token to follow through 3,000 tasks, no 6,000
+    messages read); a bound before them all pages as usual."""
+    store = three_thousand.store
+    store.reset()
+    future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    page = await three_thousand.call({"contextId": "big", "statusTimestampAfter": future})
+    assert page["tasks"] == []
+    assert page["nextPageToken"] == ""
+    assert store.messages_read <= 2 * 51, store.messages_read  # a default page (50) and one
+    past = "2000-01-01T00:00:00Z"
+    page = await three_thousand.call(
+        {"contextId": "big", "pageSize": 2, "statusTimestampAfter": past}
+    )
+    assert [t["id"] for t in page["tasks"]] == three_thousand.task_ids[:-3:-1]
+    assert page["nextPageToken"]
 
 
 # --- paging, as a property -----------------------------------------------------------

@@ -31,6 +31,8 @@ def test_every_endpoint_has_an_example() -> None:
         "/agentik/conversations?",
         "/messages?",
         "/memory",
+        "/memory/archive",
+        "/summary",
         "/toolsets",
         "/approvals",
         "/agentik/reflections",
@@ -43,6 +45,7 @@ def test_every_endpoint_has_an_example() -> None:
         "GetTask",
         "ListTasks",
         "CancelTask",
+        "SubscribeToTask",
     ]:
         assert path in text, path
 
@@ -74,5 +77,8 @@ async def test_examples_run(plain_server: Running) -> None:
     assert '"type":"RUN_FINISHED"' in joined
     assert '"state":"TASK_STATE_COMPLETED"' in joined
     assert '"code":-32002' in joined  # cancelling a finished task
+    assert '"code":-32004' in joined  # subscribing to a finished task
     assert "agentik_turns_total" in joined
     assert '{"conversation_id":"demo","approvals":[]}' in joined
+    assert '{"conversation_id":"demo","archived":1}' in joined
+    assert '{"conversation_id":"demo","summary":null}' in joined

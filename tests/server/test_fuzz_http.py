@@ -51,6 +51,8 @@ ROUTES = [
     ("GET", "/agentik/conversations"),
     ("GET", "/agentik/conversations/{conversation_id}/messages"),
     ("GET", "/agentik/conversations/{conversation_id}/memory"),
+    ("POST", "/agentik/conversations/{conversation_id}/memory/archive"),
+    ("GET", "/agentik/conversations/{conversation_id}/summary"),
     ("GET", "/agentik/conversations/{conversation_id}/toolsets"),
     ("GET", "/agentik/conversations/{conversation_id}/approvals"),
     ("POST", "/agentik/conversations/{conversation_id}/approvals/{call_id:path}"),

@@ -1,5 +1,6 @@
-"""A Hypothesis state machine drives the in-memory and the SQLite backends with
-the same random operations and asserts every answer is the same.
+"""A Hypothesis state machine drives the in-memory backend and a SQL backend
+(SQLite, and PostgreSQL) with the same random operations and asserts every
+answer is the same.
 
 Both backends get equal fake clocks that tick once per write, so even the
 timestamps must agree. Hypothesis' stateful runner is synchronous, so the two
@@ -13,6 +14,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -21,10 +23,19 @@ import outcome
 import trio
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from agentik import Message, Role, Skill, StoreError, TokenUsage, ToolCall
-from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
+from agentik.storage import (
+    ConversationLoader,
+    ConversationSnapshot,
+    StorageBundle,
+    SummaryStore,
+    in_memory_storage,
+    open_postgres_storage,
+    open_sqlite_storage,
+)
+from tests.postgres import fresh_schema
 
 T = TypeVar("T")
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,10 +52,18 @@ class TickingClock:
         return START + timedelta(milliseconds=self._ticks)
 
 
+OpenSql = Callable[[Path, TickingClock], AbstractAsyncContextManager[StorageBundle]]
+
+
+def sqlite_in(folder: Path, clock: TickingClock) -> AbstractAsyncContextManager[StorageBundle]:
+    return open_sqlite_storage(folder / "db", clock=clock)
+
+
 class Portal:
     """Both bundles, open in a trio run on a helper thread."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, open_sql: OpenSql = sqlite_in) -> None:
+        self._open_sql = open_sql
         self.bundles: tuple[StorageBundle, StorageBundle] | None = None
         self._ready = threading.Event()
         self._result: outcome.Outcome[None] | None = None
@@ -61,8 +80,8 @@ class Portal:
         async def main() -> None:
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
-            async with open_sqlite_storage(folder / "db", clock=TickingClock()) as sqlite:
-                self.bundles = (in_memory_storage(clock=TickingClock()), sqlite)
+            async with self._open_sql(folder, TickingClock()) as sql:
+                self.bundles = (in_memory_storage(clock=TickingClock()), sql)
                 self._ready.set()
                 await self._stop.wait()
 
@@ -102,10 +121,12 @@ skill_names = st.sampled_from(["alpha", "beta", "gamma"])
 
 
 class BackendsAgree(RuleBasedStateMachine):
+    open_sql: OpenSql = staticmethod(sqlite_in)  # type: ignore[assignment]
+
     def __init__(self) -> None:
         super().__init__()
         self._folder = Path(tempfile.mkdtemp(prefix="agentik-agree-"))
-        self._portal = Portal(self._folder)
+        self._portal = Portal(self._folder, type(self).open_sql)
 
     def teardown(self) -> None:
         try:
@@ -165,6 +186,46 @@ class BackendsAgree(RuleBasedStateMachine):
     @rule(after=st.none() | conversations | st.just(""), limit=st.integers(0, 4))
     def list_conversations(self, after: str | None, limit: int) -> None:
         self.agree(lambda b: b.message_store.list_conversations(after=after, limit=limit))
+
+    # --- summaries and snapshots ---
+
+    @rule(conversation=conversations, through=st.integers(-1, 10), text=small_texts)
+    def summary_submit(self, conversation: str, through: int, text: str) -> None:
+        async def submit_and_wait(b: StorageBundle) -> object:
+            store = b.message_store
+            assert isinstance(store, SummaryStore)
+            return await (await store.submit_summary(conversation, through, text)).wait()
+
+        self.agree(submit_and_wait)
+
+    @rule(conversation=conversations)
+    def summary_latest(self, conversation: str) -> None:
+        async def latest(b: StorageBundle) -> object:
+            store = b.message_store
+            assert isinstance(store, SummaryStore)
+            return await store.latest_summary(conversation)
+
+        self.agree(latest)
+
+    @rule(conversation=conversations, after=st.integers(-1, 8), page_size=st.integers(1, 4))
+    def snapshot(self, conversation: str, after: int, page_size: int) -> None:
+        """A SQL backend's one-read snapshot equals its parts as the in-memory
+        store answers them one by one (it has no ``load_conversation``)."""
+
+        async def load(b: StorageBundle) -> ConversationSnapshot:
+            store = b.message_store
+            if isinstance(store, ConversationLoader):
+                return await store.load_conversation(
+                    conversation, page_size=page_size, after_seq=after
+                )
+            assert isinstance(store, SummaryStore)
+            pages = store.get_messages(conversation, after_seq=after, page_size=page_size)
+            messages = [m async for m in pages][:page_size]
+            memory = await b.working_memory_store.list(conversation)
+            summary = await store.latest_summary(conversation)
+            return ConversationSnapshot(tuple(messages), tuple(memory), summary)
+
+        self.agree(load)
 
     # --- working memory ---
 
@@ -231,3 +292,20 @@ class BackendsAgree(RuleBasedStateMachine):
 
 BackendsAgree.TestCase.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
 test_backends_agree = BackendsAgree.TestCase
+
+
+def test_postgres_agrees_with_memory(postgres_dsn: str) -> None:
+    """The same machine with PostgreSQL (a fresh schema per example) as the SQL backend."""
+
+    def postgres_in(
+        folder: Path, clock: TickingClock
+    ) -> AbstractAsyncContextManager[StorageBundle]:
+        return open_postgres_storage(postgres_dsn, schema=fresh_schema(), readers=2, clock=clock)
+
+    class PostgresAgrees(BackendsAgree):
+        open_sql = staticmethod(postgres_in)
+
+    run_state_machine_as_test(
+        PostgresAgrees,
+        settings=settings(max_examples=15, stateful_step_count=30, deadline=None),
+    )

@@ -24,6 +24,7 @@ from agentik.testing import (
     check_skill_store,
     check_working_memory_store,
 )
+from tests.postgres import bundles
 from tests.storage.conftest import memory_bundle
 
 CHECKS = [
@@ -46,6 +47,14 @@ async def test_sqlite_backend(
 ) -> None:
     """The SQLite backend keeps the whole contract, each case in a fresh file."""
     await check(sqlite_bundles)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+async def test_postgres_backend(
+    check: Callable[[MakeBundle], Awaitable[None]], postgres_dsn: str
+) -> None:
+    """The PostgreSQL backend keeps the whole contract, each case in a fresh schema."""
+    await check(bundles(postgres_dsn))
 
 
 class _UnsortedSkillStore:

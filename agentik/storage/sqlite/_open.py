@@ -24,6 +24,15 @@ import trio
 from agentik._errors import StoreError
 from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import StorageBundle
+from agentik.storage._readers import ReaderPool
+from agentik.storage._sql_stores import (
+    SqlMessageStore,
+    SqlReflectionStore,
+    SqlSkillStore,
+    SqlWorkingMemoryStore,
+)
+from agentik.storage._writer import Writer, WriterStats
+from agentik.storage.sqlite import _namespace
 from agentik.storage.sqlite._connect import (
     Synchronous,
     check_synchronous,
@@ -31,14 +40,7 @@ from agentik.storage.sqlite._connect import (
     open_write_connection,
 )
 from agentik.storage.sqlite._migrate import migrate
-from agentik.storage.sqlite._readers import ReaderPool
-from agentik.storage.sqlite._stores import (
-    SqliteMessageStore,
-    SqliteReflectionStore,
-    SqliteSkillStore,
-    SqliteWorkingMemoryStore,
-)
-from agentik.storage.sqlite._writer import Writer, WriterStats
+from agentik.storage.sqlite._writer import SqliteEngine
 
 log = logging.getLogger("agentik.storage")
 
@@ -120,12 +122,18 @@ async def open_sqlite_storage(
                 await trio.to_thread.run_sync(open_read_connection, path, busy_timeout, vfs)
             )
         pool = ReaderPool(read_connections)
-        writer = Writer(write_connection, clock=clock, max_batch=max_batch, queue_size=queue_size)
+        writer = Writer(
+            SqliteEngine(write_connection, clock),
+            clock=clock,
+            max_batch=max_batch,
+            queue_size=queue_size,
+            read_only=write_connection.readonly("main"),
+        )
         bundle = StorageBundle(
-            message_store=SqliteMessageStore(writer, pool),
-            working_memory_store=SqliteWorkingMemoryStore(writer, pool),
-            reflection_store=SqliteReflectionStore(writer, pool),
-            skill_store=SqliteSkillStore(writer, pool),
+            message_store=SqlMessageStore(writer, pool, _namespace),
+            working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
+            reflection_store=SqlReflectionStore(writer, pool, _namespace),
+            skill_store=SqlSkillStore(writer, pool, _namespace),
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -166,7 +174,7 @@ def _close_writer(connection: apsw.Connection) -> None:
 
 
 def writer_stats(bundle: StorageBundle) -> WriterStats | None:
-    """The writer's counters (batches, sizes, queue depth) of a SQLite bundle,
-    or None for a backend without a writer (the in-memory one)."""
+    """The writer's counters (batches, sizes, queue depth) of a SQLite or
+    PostgreSQL bundle, or None for a backend without a writer (the in-memory one)."""
     store = bundle.message_store
-    return store.writer_stats() if isinstance(store, SqliteMessageStore) else None
+    return store.writer_stats() if isinstance(store, SqlMessageStore) else None

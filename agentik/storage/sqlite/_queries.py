@@ -23,8 +23,10 @@ from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
-from agentik.storage._common import from_micros
+from agentik.storage._common import from_micros, to_micros
 from agentik.storage._protocols import KeyedTurn
+from agentik.storage._rows import MessageRow
+from agentik.storage._rows import tool_calls_json as tool_calls_json
 
 _TOOL_CALLS = tuple[ToolCall, ...]
 _SEQ_CACHE_SIZE = 10_000
@@ -95,6 +97,10 @@ class Session:
     now: datetime
     """The same instant as an aware UTC datetime."""
 
+    def insert_message(self, row: MessageRow) -> Message:
+        """Insert one row (what an append request runs when it is alone)."""
+        return insert_message(self, row)
+
 
 # --- messages -------------------------------------------------------------------
 
@@ -112,108 +118,49 @@ _MESSAGE_COLUMNS = (
 _Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
 
 
-_unstructure_tool_calls = converter.get_unstructure_hook(tuple[ToolCall, ...])
-"""The converter's own hook, looked up once: as fast as a hand-written
-encoding was (docs/performance.md), and the converter stays the one source."""
-
-
-def tool_calls_json(tool_calls: Sequence[ToolCall]) -> str:
-    """The ``tool_calls`` column: the converter's unstructured calls, as JSON."""
-    return json.dumps(_unstructure_tool_calls(tuple(tool_calls)))
-
-
-class InsertMessage:
-    """Append a message with its conversation's next seq. A value, not a
-    closure, so the writer can insert a run of them with a few multi-row
-    statements (``insert_messages``); the writer's append request extends it.
-
-    What could fail in Python (a role that is not a ``Role``, tool calls to
-    encode) is done here, in the caller's task; the writer's thread only adds
-    the seq and the batch's timestamp.
-    """
-
-    __slots__ = (
-        "completion_tokens",
-        "conversation_id",
-        "idempotency_key",
-        "message",
-        "prompt_tokens",
-        "role",
-        "seq",
-        "tool_calls",
+def _row(session: Session, row: MessageRow) -> _Row:
+    """The ``message`` row to insert, with its conversation's next seq
+    (recorded in ``row.seq``): the one place that builds it, for the single
+    and the multi-row insert."""
+    conversation_id = row.conversation_id
+    row.seq = seq = session.seqs.next_seq(session.connection, conversation_id)
+    message = row.message
+    return (
+        conversation_id,
+        seq,
+        row.role,
+        message.content,
+        row.tool_calls,
+        message.tool_call_id,
+        row.prompt_tokens,
+        row.completion_tokens,
+        session.now_us,
+        row.idempotency_key,
     )
 
-    def __init__(self, conversation_id: str, message: Message, idempotency_key: str | None) -> None:
-        self.conversation_id = conversation_id
-        self.message = message
-        self.idempotency_key = idempotency_key
-        role = message.role
-        if type(role) is not Role:
-            raise StoreError(f"message role must be a Role, got {role!r}")
-        self.role: str = role._value_
-        usage = message.usage
-        if usage is None:
-            self.prompt_tokens: int | None = None
-            self.completion_tokens: int | None = None
-        else:
-            self.prompt_tokens = usage.prompt_tokens
-            self.completion_tokens = usage.completion_tokens
-        tool_calls = message.tool_calls
-        self.tool_calls = tool_calls_json(tool_calls) if tool_calls else None
-        """The ``tool_calls`` column (JSON), None when there are none."""
-        self.seq = 0
-        """Set when the row is built, inside the writer's transaction."""
 
-    def __call__(self, session: Session) -> Message:
-        """Insert this one message; a reused idempotency key is a ``DuplicateKeyError``."""
-        try:
-            session.connection.execute(_INSERT_MESSAGE, self.row(session))
-        except apsw.ConstraintError:
-            self._raise_if_duplicate(session.connection)
-            raise
-        return self.stored(session.now)
+def insert_message(session: Session, row: MessageRow) -> Message:
+    """Insert one message with its conversation's next seq (recorded in
+    ``row.seq``); a reused idempotency key is a ``DuplicateKeyError``."""
+    connection = session.connection
+    try:
+        connection.execute(_INSERT_MESSAGE, _row(session, row))
+    except apsw.ConstraintError:
+        _raise_if_duplicate(connection, row)
+        raise
+    return row.stored(session.now)
 
-    def row(self, session: Session) -> _Row:
-        """The row to insert, with the conversation's next seq (recorded in ``seq``)."""
-        self.seq = seq = session.seqs.next_seq(session.connection, self.conversation_id)
-        message = self.message
-        return (
-            self.conversation_id,
-            seq,
-            self.role,
-            message.content,
-            self.tool_calls,
-            message.tool_call_id,
-            self.prompt_tokens,
-            self.completion_tokens,
-            session.now_us,
-            self.idempotency_key,
+
+def _raise_if_duplicate(connection: apsw.Connection, row: MessageRow) -> None:
+    key = row.idempotency_key
+    if key is None:
+        return
+    used = find_idempotency_key(connection, row.conversation_id, key)
+    if used is not None:
+        raise DuplicateKeyError(
+            f"idempotency key {key!r} was already used in conversation"
+            f" {row.conversation_id!r} (message seq {used})"
         )
-
-    def stored(self, now: datetime) -> Message:
-        """The message as stored: with its seq and the batch's timestamp."""
-        message = self.message
-        # Positional (a third cheaper than keywords): a test pins Message's field order.
-        return Message(
-            message.role,
-            message.content,
-            message.tool_calls,
-            message.tool_call_id,
-            message.usage,
-            self.seq,
-            now,
-        )
-
-    def _raise_if_duplicate(self, connection: apsw.Connection) -> None:
-        key = self.idempotency_key
-        if key is None:
-            return
-        used = find_idempotency_key(connection, self.conversation_id, key)
-        if used is not None:
-            raise DuplicateKeyError(
-                f"idempotency key {key!r} was already used in conversation"
-                f" {self.conversation_id!r} (message seq {used})"
-            )
 
 
 _ROW_PLACEHOLDERS = "(?,?,?,?,?,?,?,?,?,?)"
@@ -228,7 +175,7 @@ _INSERT_ROWS = {
 }
 
 
-def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> None:
+def insert_messages(session: Session, inserts: Sequence[MessageRow]) -> None:
     """Insert several messages, all or none (the caller's savepoint), each
     ``insert.seq`` set to its seq.
 
@@ -239,7 +186,7 @@ def insert_messages(session: Session, inserts: Sequence[InsertMessage]) -> None:
     back to Python (and takes the GIL) for every row.
     """
     connection = session.connection
-    rows = [insert.row(session) for insert in inserts]
+    rows = [_row(session, insert) for insert in inserts]
     position, total = 0, len(rows)
     while position < total:
         left = total - position
@@ -497,8 +444,8 @@ def insert_reflection(session: Session, conversation_id: str, text: str) -> Refl
     )
 
 
-def delete_reflections_before(session: Session, cutoff_us: int) -> int:
-    session.connection.execute("DELETE FROM reflection WHERE created_us < ?", (cutoff_us,))
+def delete_reflections_before(session: Session, cutoff: datetime) -> int:
+    session.connection.execute("DELETE FROM reflection WHERE created_us < ?", (to_micros(cutoff),))
     return session.connection.changes()
 
 

@@ -18,13 +18,15 @@ import apsw
 from agentik._errors import StoreError
 from agentik._messages import Message
 from agentik.storage._common import from_micros
-from agentik.storage._protocols import Approval, Summary, TurnRecord
-from agentik.storage.sqlite._queries import InsertMessage, Session
+from agentik.storage._protocols import Approval, ConversationSnapshot, Summary, TurnRecord
+from agentik.storage._rows import MessageRow
+from agentik.storage.sqlite import _queries
+from agentik.storage.sqlite._queries import Session
 
 _NO_END = 2**62
 
 
-def insert_awaiting(session: Session, insert: InsertMessage, call_ids: Sequence[str]) -> Message:
+def insert_awaiting(session: Session, insert: MessageRow, call_ids: Sequence[str]) -> Message:
     """Insert the message, then one waiting approval per call id."""
     calls = {call.id for call in insert.message.tool_calls}
     unknown = [c for c in call_ids if c not in calls]
@@ -32,7 +34,7 @@ def insert_awaiting(session: Session, insert: InsertMessage, call_ids: Sequence[
         raise StoreError(f"calls {list(unknown)!r} are not tool calls of the message")
     if len(set(call_ids)) != len(call_ids):
         raise StoreError(f"call ids must be unique, got {list(call_ids)!r}")
-    stored = insert(session)
+    stored = session.insert_message(insert)
     session.connection.executemany(
         "INSERT INTO approval (conversation_id, seq, call_id, ordinal, created_us)"
         " VALUES (?, ?, ?, ?, ?)",
@@ -51,7 +53,7 @@ def decide(
     call_id: str,
     approve: bool,
     reason: str,
-    result: InsertMessage | None,
+    result: MessageRow | None,
 ) -> Message | None:
     """Decide a waiting call; insert ``result`` with it."""
     connection = session.connection
@@ -65,7 +67,7 @@ def decide(
             f"call {call_id!r} of message {seq} in conversation {conversation_id!r}"
             " is not waiting for a decision"
         )
-    return None if result is None else result(session)
+    return None if result is None else session.insert_message(result)
 
 
 def insert_turn_failure(session: Session, conversation_id: str, seq: int, code: str) -> None:
@@ -155,3 +157,16 @@ def latest_summary(connection: apsw.Connection, conversation_id: str) -> Summary
         return None
     through_seq, text, created_us = cast("tuple[int, str, int]", rows[0])
     return Summary(through_seq=through_seq, text=text, created_at=from_micros(created_us))
+
+
+def conversation_snapshot(
+    connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int
+) -> ConversationSnapshot:
+    """A page of history after ``after_seq``, the active notes and the latest
+    summary, in one read transaction."""
+    with connection:
+        messages, memory = _queries.conversation_snapshot(
+            connection, conversation_id, limit, after_seq
+        )
+        summary = latest_summary(connection, conversation_id)
+    return ConversationSnapshot(tuple(messages), tuple(memory), summary)

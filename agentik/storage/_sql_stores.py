@@ -1,8 +1,9 @@
-"""The four store protocols over the writer and the reader pool.
+"""The four store protocols over a writer and a reader pool, for any SQL backend.
 
-Writes become closures over ``_queries`` functions sent to the writer; reads
-run ``_queries`` functions on the reader pool. Arguments are checked here,
-before they are queued, so a misuse fails in the caller's task.
+Writes become closures over the backend's SQL functions (``Queries``) sent to
+the writer; reads run them on the reader pool. Arguments are checked here,
+before they are queued, so a misuse fails in the caller's task. SQLite and
+PostgreSQL differ only in the ``Queries`` and the writer's engine they bring.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ import builtins
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import datetime
 from functools import partial
-from typing import final
-
-import apsw
+from typing import Generic, TypeVar, final
 
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
-from agentik.storage._common import check_at_least, to_micros
+from agentik.storage._common import check_at_least, check_aware
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
     DEFAULT_PAGE_SIZE,
@@ -26,27 +25,21 @@ from agentik.storage._protocols import (
     Summary,
     TurnRecord,
 )
-from agentik.storage.sqlite import _queries as q
-from agentik.storage.sqlite import _turn_queries as tq
-from agentik.storage.sqlite._queries import InsertMessage
-from agentik.storage.sqlite._readers import ReaderPool
-from agentik.storage.sqlite._writer import Writer, WriterStats
+from agentik.storage._readers import ReaderPool
+from agentik.storage._rows import MessageRow
+from agentik.storage._sql_queries import Queries
+from agentik.storage._writer import MessageSession, Writer, WriterStats
 
-
-def _snapshot(
-    connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int
-) -> ConversationSnapshot:
-    with connection:
-        messages, memory = q.conversation_snapshot(connection, conversation_id, limit, after_seq)
-        summary = tq.latest_summary(connection, conversation_id)
-    return ConversationSnapshot(tuple(messages), tuple(memory), summary)
+C = TypeVar("C")
+S = TypeVar("S", bound=MessageSession)
 
 
 @final
-class SqliteMessageStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+class SqlMessageStore(Generic[C, S]):
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
         self._writer = writer
         self._readers = readers
+        self._q = queries
 
     def writer_stats(self) -> WriterStats:
         """Counters of the bundle's writer (batch sizes, queue depth) for metrics."""
@@ -70,9 +63,9 @@ class SqliteMessageStore:
     async def submit_awaiting(
         self, conversation_id: str, message: Message, call_ids: Sequence[str]
     ) -> Pending[Message]:
-        insert = InsertMessage(conversation_id, message, None)
+        insert = MessageRow(conversation_id, message, None)
         return await self._writer.submit(
-            partial(tq.insert_awaiting, insert=insert, call_ids=tuple(call_ids))
+            partial(self._q.insert_awaiting, insert=insert, call_ids=tuple(call_ids))
         )
 
     async def submit_decision(
@@ -85,10 +78,10 @@ class SqliteMessageStore:
         reason: str = "",
         result: Message | None = None,
     ) -> Pending[Message | None]:
-        insert = None if result is None else InsertMessage(conversation_id, result, None)
+        insert = None if result is None else MessageRow(conversation_id, result, None)
         return await self._writer.submit(
             partial(
-                tq.decide,
+                self._q.decide,
                 conversation_id=conversation_id,
                 seq=seq,
                 call_id=call_id,
@@ -100,12 +93,14 @@ class SqliteMessageStore:
 
     async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
         return await self._writer.submit(
-            partial(tq.insert_turn_failure, conversation_id=conversation_id, seq=seq, code=code)
+            partial(
+                self._q.insert_turn_failure, conversation_id=conversation_id, seq=seq, code=code
+            )
         )
 
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
         return await self._readers.read(
-            partial(tq.turn_record, conversation_id=conversation_id, seq=seq)
+            partial(self._q.turn_record, conversation_id=conversation_id, seq=seq)
         )
 
     async def get_messages(
@@ -116,7 +111,7 @@ class SqliteMessageStore:
         while True:
             page = await self._readers.read(
                 partial(
-                    q.message_page,
+                    self._q.message_page,
                     conversation_id=conversation_id,
                     after_seq=position,
                     limit=page_size,
@@ -137,7 +132,7 @@ class SqliteMessageStore:
         check_at_least("page_size", page_size, 1)
         return await self._readers.read(
             partial(
-                _snapshot,
+                self._q.conversation_snapshot,
                 conversation_id=conversation_id,
                 limit=page_size,
                 after_seq=after_seq,
@@ -149,7 +144,7 @@ class SqliteMessageStore:
     ) -> Pending[Summary]:
         return await self._writer.submit(
             partial(
-                tq.insert_summary,
+                self._q.insert_summary,
                 conversation_id=conversation_id,
                 through_seq=through_seq,
                 text=text,
@@ -158,22 +153,26 @@ class SqliteMessageStore:
 
     async def latest_summary(self, conversation_id: str) -> Summary | None:
         return await self._readers.read(
-            partial(tq.latest_summary, conversation_id=conversation_id)
+            partial(self._q.latest_summary, conversation_id=conversation_id)
         )
 
     async def token_stats(self, conversation_id: str) -> TokenStats:
-        return await self._readers.read(partial(q.token_stats, conversation_id=conversation_id))
+        return await self._readers.read(
+            partial(self._q.token_stats, conversation_id=conversation_id)
+        )
 
     async def find_idempotency_key(self, conversation_id: str, key: str) -> int | None:
         return await self._readers.read(
-            partial(q.find_idempotency_key, conversation_id=conversation_id, key=key)
+            partial(self._q.find_idempotency_key, conversation_id=conversation_id, key=key)
         )
 
     async def list_conversations(
         self, *, after: str | None = None, limit: int = 100
     ) -> builtins.list[str]:
         check_at_least("limit", limit, 0)
-        return await self._readers.read(partial(q.list_conversations, after=after, limit=limit))
+        return await self._readers.read(
+            partial(self._q.list_conversations, after=after, limit=limit)
+        )
 
     async def list_idempotency_keys(
         self, conversation_id: str, *, before_seq: int | None = None, limit: int = 100
@@ -181,7 +180,7 @@ class SqliteMessageStore:
         check_at_least("limit", limit, 0)
         return await self._readers.read(
             partial(
-                q.list_idempotency_keys,
+                self._q.list_idempotency_keys,
                 conversation_id=conversation_id,
                 before_seq=before_seq,
                 limit=limit,
@@ -201,7 +200,7 @@ class SqliteMessageStore:
         check_at_least("max_messages", max_messages, 1)
         return await self._readers.read(
             partial(
-                q.list_keyed_turns,
+                self._q.list_keyed_turns,
                 conversation_id=conversation_id,
                 before_seq=before_seq,
                 limit=limit,
@@ -213,31 +212,36 @@ class SqliteMessageStore:
     async def count_idempotency_keys(self, conversation_id: str, *, key_suffix: str = "") -> int:
         return await self._readers.read(
             partial(
-                q.count_idempotency_keys, conversation_id=conversation_id, key_suffix=key_suffix
+                self._q.count_idempotency_keys,
+                conversation_id=conversation_id,
+                key_suffix=key_suffix,
             )
         )
 
 
 @final
-class SqliteWorkingMemoryStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+class SqlWorkingMemoryStore(Generic[C, S]):
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
         self._writer = writer
         self._readers = readers
+        self._q = queries
 
     async def append(self, conversation_id: str, text: str) -> MemoryEntry:
         return await self._writer.write(
-            partial(q.append_memory, conversation_id=conversation_id, text=text)
+            partial(self._q.append_memory, conversation_id=conversation_id, text=text)
         )
 
     async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
-        return await self._readers.read(partial(q.list_memory, conversation_id=conversation_id))
+        return await self._readers.read(
+            partial(self._q.list_memory, conversation_id=conversation_id)
+        )
 
     async def compact(
         self, conversation_id: str, entry_ids: Sequence[int], summary: str
     ) -> MemoryEntry:
         return await self._writer.write(
             partial(
-                q.compact_memory,
+                self._q.compact_memory,
                 conversation_id=conversation_id,
                 entry_ids=tuple(entry_ids),
                 summary=summary,
@@ -246,57 +250,62 @@ class SqliteWorkingMemoryStore:
 
     async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
         return await self._writer.write(
-            partial(q.archive_memory, conversation_id=conversation_id, entry_ids=tuple(entry_ids))
+            partial(
+                self._q.archive_memory, conversation_id=conversation_id, entry_ids=tuple(entry_ids)
+            )
         )
 
 
 @final
-class SqliteReflectionStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+class SqlReflectionStore(Generic[C, S]):
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
         self._writer = writer
         self._readers = readers
+        self._q = queries
 
     async def insert(self, conversation_id: str, text: str) -> Reflection:
         return await self._writer.write(
-            partial(q.insert_reflection, conversation_id=conversation_id, text=text)
+            partial(self._q.insert_reflection, conversation_id=conversation_id, text=text)
         )
 
     async def list_recent(self, limit: int) -> builtins.list[Reflection]:
         check_at_least("limit", limit, 0)
-        return await self._readers.read(partial(q.recent_reflections, limit=limit))
+        return await self._readers.read(partial(self._q.recent_reflections, limit=limit))
 
     async def count(self) -> int:
-        return await self._readers.read(q.count_reflections)
+        return await self._readers.read(self._q.count_reflections)
 
     async def list_for_conversation(self, conversation_id: str) -> builtins.list[Reflection]:
-        return await self._readers.read(partial(q.reflections_of, conversation_id=conversation_id))
+        return await self._readers.read(
+            partial(self._q.reflections_of, conversation_id=conversation_id)
+        )
 
     async def delete_older_than(self, cutoff: datetime) -> int:
-        return await self._writer.write(
-            partial(q.delete_reflections_before, cutoff_us=to_micros(cutoff))
-        )
+        check_aware(cutoff)
+        return await self._writer.write(partial(self._q.delete_reflections_before, cutoff=cutoff))
 
 
 @final
-class SqliteSkillStore:
-    def __init__(self, writer: Writer, readers: ReaderPool) -> None:
+class SqlSkillStore(Generic[C, S]):
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
         self._writer = writer
         self._readers = readers
+        self._q = queries
 
     async def catalog(self) -> builtins.list[SkillSummary]:
-        return await self._readers.read(q.skill_catalog)
+        return await self._readers.read(self._q.skill_catalog)
 
     async def upsert(self, skill: Skill) -> Skill:
-        return await self._writer.write(partial(q.upsert_skill, skill=skill))
+        return await self._writer.write(partial(self._q.upsert_skill, skill=skill))
 
     async def remove(self, name: str) -> bool:
-        return await self._writer.write(partial(q.remove_skill, name=name))
+        return await self._writer.write(partial(self._q.remove_skill, name=name))
 
     async def exists(self, name: str) -> bool:
-        return await self._readers.read(partial(q.skill_exists, name=name))
+        return await self._readers.read(partial(self._q.skill_exists, name=name))
 
     async def all(self) -> builtins.list[Skill]:
-        return await self._readers.read(q.all_skills)
+        return await self._readers.read(self._q.all_skills)
 
     async def get(self, name: str) -> Skill | None:
-        return await self._readers.read(partial(q.get_skill, name=name))
+        return await self._readers.read(partial(self._q.get_skill, name=name))

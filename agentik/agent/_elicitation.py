@@ -1,0 +1,91 @@
+"""Questions a tool asks a person mid-call (MCP elicitation), as the agent sees them.
+
+A tool that needs input while it runs (an MCP server's ``elicitation/create``)
+holds its call open; the conversation's turn waits in that call, so nothing
+else in the conversation runs until a person answers, and other
+conversations go on. ``ChatAgent.pending_elicitations`` lists what waits;
+``ChatAgent.answer_elicitation`` answers (accept with content, decline,
+cancel). The source of the question (``ElicitationSource``: an MCP toolset)
+owns the wait, its timeout (which declines) and the validation of answers.
+
+``current_tool_call`` is how a tool learns which conversation runs it: the
+turn sets it around each tool call, with the call's timeout scope, which the
+source extends by the time a person took (a person's pause is not the
+tool's slowness).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Literal, Protocol, final, runtime_checkable
+
+import attrs
+import trio
+
+from agentik._errors import AgentikError
+from agentik._json import JsonObject
+
+ElicitationAction = Literal["accept", "decline", "cancel"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolCallContext:
+    """The tool call running in this task: whose it is and its timeout scope."""
+
+    conversation_id: str
+    scope: trio.CancelScope
+
+
+current_tool_call: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar(
+    "agentik_tool_call", default=None
+)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ElicitationRequest:
+    """A question a running tool asks the person behind a conversation (form mode)."""
+
+    conversation_id: str
+    id: str
+    """Unique while it waits; answer with it."""
+    source: str
+    """Who asks: the toolset name of the MCP server."""
+    message: str
+    schema: JsonObject
+    """A flat JSON Schema object of the fields asked for; ``default`` values are
+    filled in for fields an accepting answer leaves out."""
+
+
+@final
+class ElicitationError(AgentikError):
+    """An answer the agent cannot take.
+
+    ``code``: ``not_waiting`` (no such question waits in the conversation),
+    ``invalid`` (the content does not match the question's schema, or the
+    action is unknown); nothing changes.
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@runtime_checkable
+class ElicitationSource(Protocol):
+    """A toolset source whose tools may ask a person mid-call."""
+
+    def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]: ...
+
+    def answer_elicitation(
+        self,
+        conversation_id: str,
+        elicitation_id: str,
+        *,
+        action: ElicitationAction,
+        content: JsonObject | None,
+    ) -> bool:
+        """Answer the question if it is this source's (True); raises
+        ``ElicitationError`` (``invalid``) for an answer that does not fit."""
+        ...

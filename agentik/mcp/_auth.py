@@ -1,0 +1,232 @@
+"""OAuth for MCP servers over HTTP: the SDK's providers, built from agentik's settings.
+
+The mcp SDK does the MCP authorization spec (2025-11-25): protected-resource
+metadata from ``WWW-Authenticate`` with the well-known fallbacks,
+authorization-server metadata, client ID metadata documents, dynamic or
+pre-registered clients, PKCE, scope selection and step-up, refresh, and the
+client-credentials grant. agentik adds the two things a daemon needs: where
+tokens live (``McpTokenVault``) and how a person completes the
+authorization-code flow (``login``: the URL is shown, the redirect comes back
+to a one-shot listener on 127.0.0.1).
+
+A daemon never waits for a person: when a server needs a login, the flow
+stops at once with ``LoginRequired``, and ``/health`` says to run
+``agentik mcp login NAME``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+import trio
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
+from pydantic import AnyUrl
+
+from agentik._errors import AgentikError
+from agentik.mcp._config import HttpServer, McpServerConfig, OAuthSettings
+from agentik.mcp._tokens import McpTokenVault
+from agentik.mcp._transport import CLIENT_INFO, StderrTail, open_transport
+
+logger = logging.getLogger("agentik.mcp")
+
+_MAX_REQUEST = 16384
+"""The redirect is one GET; a longer head is not a browser coming back."""
+
+
+class LoginRequired(AgentikError):
+    """The server needs a person to authorize agentik; the message says how."""
+
+
+class LoginError(AgentikError):
+    """The interactive authorization did not complete; the message says why."""
+
+
+def _client(settings: OAuthSettings, redirect_uri: str | None) -> OAuthClientInformationFull | None:
+    """The pre-registered client, if ``client_id`` is configured."""
+    if settings.client_id is None:
+        return None
+    return OAuthClientInformationFull(
+        client_id=settings.client_id,
+        client_secret=settings.client_secret,
+        redirect_uris=[AnyUrl(redirect_uri)] if redirect_uri else None,
+        token_endpoint_auth_method=_auth_method(settings),
+        grant_types=["authorization_code", "refresh_token"],
+        scope=settings.scope,
+    )
+
+
+def _auth_method(settings: OAuthSettings) -> str:
+    if settings.token_endpoint_auth is not None:
+        return settings.token_endpoint_auth
+    return "client_secret_basic" if settings.client_secret else "none"
+
+
+def oauth_provider(
+    config: McpServerConfig,
+    vault: McpTokenVault,
+    *,
+    redirect_uri: str | None = None,
+    show_url: Callable[[str], Awaitable[None]] | None = None,
+    receive_code: Callable[[], Awaitable[AuthorizationCodeResult]] | None = None,
+) -> httpx2.Auth | None:
+    """The SDK's OAuth provider for ``config`` (None without ``oauth``).
+
+    Without ``show_url``/``receive_code`` (a daemon) an authorization-code
+    server that needs a person raises ``LoginRequired`` instead of waiting.
+    """
+    transport = config.transport
+    if not isinstance(transport, HttpServer) or transport.oauth is None:
+        return None
+    settings, name = transport.oauth, config.name or transport.url
+    if settings.grant == "client_credentials":
+        # Checked when the config was parsed.
+        assert settings.client_id is not None
+        assert settings.client_secret is not None
+        method = _auth_method(settings)
+        return ClientCredentialsOAuthProvider(
+            server_url=transport.url,
+            storage=vault.storage(name),
+            client_id=settings.client_id,
+            client_secret=settings.client_secret,
+            token_endpoint_auth_method="client_secret_post"
+            if method == "client_secret_post"
+            else "client_secret_basic",
+            scope=settings.scope,
+            issuer=settings.issuer,
+        )
+
+    async def needs_login(url: str) -> None:
+        raise LoginRequired(
+            f"mcp server {name!r} needs an authorization: run `agentik mcp login {name}`"
+        )
+
+    async def no_code() -> AuthorizationCodeResult:
+        raise LoginRequired(f"mcp server {name!r} needs an authorization")
+
+    # Any loopback URI will do for a daemon: it never completes a redirect.
+    uri = redirect_uri or f"http://127.0.0.1:{settings.redirect_port or 8976}/callback"
+    metadata = OAuthClientMetadata(
+        client_name="agentik",
+        redirect_uris=[AnyUrl(uri)],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method=_auth_method(settings),  # type: ignore[arg-type]
+        scope=settings.scope,
+    )
+    return OAuthClientProvider(
+        server_url=transport.url,
+        client_metadata=metadata,
+        storage=vault.storage(
+            name,
+            client=_client(settings, uri),
+            redirect_uri=redirect_uri,
+            keep_client=show_url is not None,
+        ),
+        redirect_handler=show_url or needs_login,
+        callback_handler=receive_code or no_code,
+        client_metadata_url=settings.client_metadata_url,
+    )
+
+
+async def login(
+    config: McpServerConfig,
+    vault: McpTokenVault,
+    show_url: Callable[[str], Awaitable[None]],
+) -> int:
+    """Authorize agentik at ``config``'s server with a person; return how many tools it lists.
+
+    ``show_url`` hands the authorization URL to the person (the CLI prints
+    it); the browser's redirect comes back to a listener on 127.0.0.1 at
+    ``redirect_port`` (any free port by default), which takes exactly one
+    request. The tokens go to ``vault``, where the daemon finds them.
+
+    Raises:
+        LoginError: the server refused, the person declined, or the redirect
+            was not a valid answer.
+    """
+    transport = config.transport
+    if not isinstance(transport, HttpServer) or transport.oauth is None:
+        raise LoginError(f"mcp server {config.name!r} has no [mcp.servers.oauth] settings")
+    if transport.oauth.grant != "authorization_code":
+        raise LoginError(
+            f"mcp server {config.name!r} uses grant {transport.oauth.grant!r}, which needs no login"
+        )
+    listeners = await trio.open_tcp_listeners(transport.oauth.redirect_port, host="127.0.0.1")
+    async with listeners[0] as listener:
+        port = listener.socket.getsockname()[1]
+        redirect_uri = f"http://127.0.0.1:{port}/callback"
+
+        async def receive_code() -> AuthorizationCodeResult:
+            return await _one_redirect(listener)
+
+        provider = oauth_provider(
+            config, vault, redirect_uri=redirect_uri, show_url=show_url, receive_code=receive_code
+        )
+        try:
+            async with Client(
+                open_transport(transport, lambda: None, StderrTail("login"), auth=provider),
+                mode=config.protocol,
+                client_info=CLIENT_INFO,
+                cache=None,
+            ) as client:
+                listing = await client.list_tools()
+        except LoginError:
+            raise
+        # The boundary of the login command: whatever the SDK raised becomes one line.
+        except Exception as error:
+            why = _cause(error)
+            raise LoginError(f"mcp server {config.name!r}: the login failed: {why}") from error
+    return len(listing.tools)
+
+
+def _cause(error: BaseException) -> str:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return str(error) or type(error).__name__
+
+
+async def _one_redirect(listener: trio.SocketListener) -> AuthorizationCodeResult:
+    """Answer the browser's redirect to ``/callback`` and return what it carried."""
+    while True:
+        async with await listener.accept() as stream:
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < _MAX_REQUEST:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                head += chunk
+            target = head.split(b"\r\n", 1)[0].split(b" ")
+            url = urlsplit(target[1].decode("latin-1") if len(target) == 3 else "")
+            if url.path != "/callback":
+                await _answer(stream, 404, "not the agentik login callback")
+                continue  # a favicon or a stray request: keep waiting
+            query = {key: values[0] for key, values in parse_qs(url.query).items()}
+            if "error" in query:
+                await _answer(stream, 400, "agentik: the authorization was declined")
+                described = query.get("error_description", "")
+                raise LoginError(
+                    f"the authorization server answered {query['error']!r} {described}".strip()
+                )
+            if "code" not in query:
+                await _answer(stream, 400, "agentik: no authorization code in the redirect")
+                raise LoginError("the redirect carried no authorization code")
+            await _answer(stream, 200, "agentik: logged in. You can close this tab.")
+            return AuthorizationCodeResult(
+                code=query["code"], state=query.get("state"), iss=query.get("iss")
+            )
+
+
+async def _answer(stream: trio.SocketStream, status: int, text: str) -> None:
+    body = text.encode()
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
+    await stream.send_all(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )

@@ -1,0 +1,102 @@
+"""``Queries``: the synchronous SQL functions a backend hands the shared stores.
+
+Each SQL backend keeps its SQL in plain functions (``sqlite._queries``,
+``postgres._queries`` and their ``_turn_queries``) and gathers them in one
+namespace module that satisfies this protocol, so the store classes
+(``_sql_stores``), their argument checks and their paging, exist once.
+
+Writes take the writer's session (its connection inside the open transaction,
+inside the request's own savepoint) and reads a reader's connection; nothing
+here touches trio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
+    from agentik._messages import Message, TokenStats
+    from agentik.storage._protocols import ConversationSnapshot, KeyedTurn, Summary, TurnRecord
+    from agentik.storage._rows import MessageRow
+
+C = TypeVar("C", contravariant=True)
+S = TypeVar("S", contravariant=True)
+
+
+class Queries(Protocol[C, S]):
+    # --- messages (reads) ---
+    def message_page(
+        self, connection: C, conversation_id: str, after_seq: int, limit: int
+    ) -> list[Message]: ...
+    def conversation_snapshot(
+        self, connection: C, conversation_id: str, limit: int, after_seq: int
+    ) -> ConversationSnapshot: ...
+    def token_stats(self, connection: C, conversation_id: str) -> TokenStats: ...
+    def find_idempotency_key(self, connection: C, conversation_id: str, key: str) -> int | None: ...
+    def list_conversations(self, connection: C, after: str | None, limit: int) -> list[str]: ...
+    def list_idempotency_keys(
+        self, connection: C, conversation_id: str, before_seq: int | None, limit: int
+    ) -> list[tuple[int, str]]: ...
+    def list_keyed_turns(
+        self,
+        connection: C,
+        conversation_id: str,
+        before_seq: int | None,
+        limit: int,
+        key_suffix: str,
+        max_messages: int,
+    ) -> list[KeyedTurn]: ...
+    def count_idempotency_keys(
+        self, connection: C, conversation_id: str, key_suffix: str
+    ) -> int: ...
+
+    # --- the turn ledger ---
+    def insert_awaiting(
+        self, session: S, insert: MessageRow, call_ids: Sequence[str]
+    ) -> Message: ...
+    def decide(
+        self,
+        session: S,
+        conversation_id: str,
+        seq: int,
+        call_id: str,
+        approve: bool,
+        reason: str,
+        result: MessageRow | None,
+    ) -> Message | None: ...
+    def insert_turn_failure(
+        self, session: S, conversation_id: str, seq: int, code: str
+    ) -> None: ...
+    def turn_record(self, connection: C, conversation_id: str, seq: int) -> TurnRecord: ...
+
+    # --- summaries ---
+    def insert_summary(
+        self, session: S, conversation_id: str, through_seq: int, text: str
+    ) -> Summary: ...
+    def latest_summary(self, connection: C, conversation_id: str) -> Summary | None: ...
+
+    # --- working memory ---
+    def append_memory(self, session: S, conversation_id: str, text: str) -> MemoryEntry: ...
+    def archive_memory(self, session: S, conversation_id: str, entry_ids: Sequence[int]) -> int: ...
+    def compact_memory(
+        self, session: S, conversation_id: str, entry_ids: Sequence[int], summary: str
+    ) -> MemoryEntry: ...
+    def list_memory(self, connection: C, conversation_id: str) -> list[MemoryEntry]: ...
+
+    # --- reflections ---
+    def insert_reflection(self, session: S, conversation_id: str, text: str) -> Reflection: ...
+    def delete_reflections_before(self, session: S, cutoff: datetime) -> int: ...
+    def recent_reflections(self, connection: C, limit: int) -> list[Reflection]: ...
+    def count_reflections(self, connection: C) -> int: ...
+    def reflections_of(self, connection: C, conversation_id: str) -> list[Reflection]: ...
+
+    # --- skills ---
+    def upsert_skill(self, session: S, skill: Skill) -> Skill: ...
+    def remove_skill(self, session: S, name: str) -> bool: ...
+    def all_skills(self, connection: C) -> list[Skill]: ...
+    def get_skill(self, connection: C, name: str) -> Skill | None: ...
+    def skill_catalog(self, connection: C) -> list[SkillSummary]: ...
+    def skill_exists(self, connection: C, name: str) -> bool: ...

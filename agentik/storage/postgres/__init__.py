@@ -1,0 +1,9 @@
+"""The PostgreSQL backend (synchronous psycopg 3 in worker threads): one writer
+task with group commit, pooled readers, as SQLite's.
+
+``open_postgres_storage`` in ``_open.py`` wires the pieces: ``_connect``
+(session settings), ``_migrate`` (the version ladder), ``_queries`` and
+``_turn_queries`` (synchronous SQL, run in worker threads), ``_writer`` (the
+engine the shared writer task drives) and the shared stores
+(``agentik.storage._sql_stores``).
+"""

@@ -1,0 +1,145 @@
+"""``open_postgres_storage``: connections, migrations, the writer task, the bundle.
+
+Opening connects the writer, migrates the schema and connects the readers,
+all off the event loop; any failure to open is a ``StoreError`` naming the
+server (never its password). Closing refuses new writes, lets the writer drain
+what it accepted, then closes the connections. The writer runs in a nursery
+hidden inside the context manager; an error from the body comes out as
+itself, not wrapped in an exception group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+
+from agentik.storage._common import Clock, check_at_least, utc_now
+from agentik.storage._protocols import StorageBundle
+from agentik.storage._readers import ReaderPool
+from agentik.storage._sql_stores import (
+    SqlMessageStore,
+    SqlReflectionStore,
+    SqlSkillStore,
+    SqlWorkingMemoryStore,
+)
+from agentik.storage._writer import Writer
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from agentik.storage.postgres._leases import NodeLease
+
+DEFAULT_SCHEMA = "agentik"
+
+
+async def _renew(lease: NodeLease, scope: trio.CancelScope) -> None:
+    with scope:
+        await lease.run()
+
+
+@asynccontextmanager
+async def open_postgres_storage(
+    dsn: str,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    readers: int = 4,
+    max_batch: int = 1000,
+    queue_size: int = 1000,
+    connect_timeout: float = 10.0,
+    clock: Clock = utc_now,
+    lease_seconds: float | None = None,
+    advertise_url: str | None = None,
+) -> AsyncIterator[StorageBundle]:
+    """Open (creating and migrating if needed) agentik's tables in PostgreSQL.
+
+    Args:
+        dsn: a libpq connection string or URL (``postgresql://user@host/db``).
+        schema: the PostgreSQL schema that holds agentik's tables, created if
+            missing; several bundles (or tests) can share one database in
+            different schemas.
+        readers: read connections, i.e. reads that can run at once.
+        max_batch: the most requests one transaction commits.
+        queue_size: requests the writer's queue holds before callers wait.
+        connect_timeout: seconds to wait for the server when connecting (and
+            reconnecting after a lost connection).
+        clock: where timestamps come from (aware UTC); read once per batch, in
+            the writer's thread, so it must be thread-safe.
+        lease_seconds: turn on conversation ownership, for several nodes
+            sharing the database (docs/scale-out.md): the bundle joins as a
+            node with this lease, ``bundle.ownership`` claims conversations,
+            and the writer refuses messages for conversations this node does
+            not own. A node that dies loses its conversations this long after
+            its last renewal. None (the default): one node, no ownership.
+        advertise_url: where other nodes redirect requests for this node's
+            conversations (``bundle.ownership.advertise`` can set it later,
+            once the server knows its port).
+    """
+    check_at_least("readers", readers, 1)
+    check_at_least("max_batch", max_batch, 1)
+    check_at_least("queue_size", queue_size, 0)
+    try:  # psycopg is the optional extra agentik[postgres]: imported when asked for
+        from agentik.storage.postgres import _namespace
+        from agentik.storage.postgres._connect import Reconnecting, connect, open_writer
+        from agentik.storage.postgres._leases import NodeLease
+        from agentik.storage.postgres._writer import PostgresEngine
+    except ImportError as error:
+        raise ImportError(
+            f"open_postgres_storage needs psycopg 3 ({error}); install agentik[postgres]"
+        ) from error
+    make_writer = partial(connect, dsn, schema=schema, role="writer", timeout=connect_timeout)
+    make_reader = partial(connect, dsn, schema=schema, role="reader", timeout=connect_timeout)
+    lease = None
+    if lease_seconds is not None:
+        lease = NodeLease(
+            partial(connect, dsn, schema=schema, role="lease", timeout=connect_timeout),
+            lease_seconds,
+            advertise_url or "",
+        )
+    write_connection = await trio.to_thread.run_sync(open_writer, make_writer, schema, dsn)
+    engine = PostgresEngine(write_connection, make_writer, clock, lease)
+    read_connections: list[psycopg.Connection] = []
+    lease_scope = trio.CancelScope()
+    try:
+        if lease is not None:
+            await lease.join()
+        for _ in range(readers):
+            read_connections.append(await trio.to_thread.run_sync(make_reader))
+        pool = ReaderPool(read_connections, Reconnecting(make_reader))
+        writer = Writer(engine, clock=clock, max_batch=max_batch, queue_size=queue_size)
+        bundle = StorageBundle(
+            message_store=SqlMessageStore(writer, pool, _namespace),
+            working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
+            reflection_store=SqlReflectionStore(writer, pool, _namespace),
+            skill_store=SqlSkillStore(writer, pool, _namespace),
+            ownership=lease,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writer.run)
+                if lease is not None:
+                    nursery.start_soon(_renew, lease, lease_scope)
+                try:
+                    yield bundle
+                finally:
+                    writer.close()
+                    pool.refuse()
+                    lease_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The writer never raises, so a group holds the body's error alone:
+            # hand it out as itself, as if there were no nursery in here.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        finally:
+            read_connections = pool.connections
+    finally:
+        for connection in read_connections:
+            connection.close()
+        with trio.CancelScope(shield=True):
+            if lease is not None:  # after the writer drained: nothing of ours is in flight
+                await lease.leave()
+            await trio.to_thread.run_sync(engine.close)

@@ -1,0 +1,22 @@
+"""Fixtures every test package may use: the PostgreSQL server (see tests/postgres.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.postgres import UNAVAILABLE, postgres_server
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """The DSN of a PostgreSQL server for this test session (skips loudly, or
+    fails under CI, when there is none)."""
+    with postgres_server() as dsn:
+        yield dsn
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for reason in dict.fromkeys(UNAVAILABLE):
+        terminalreporter.write_line(f"POSTGRESQL TESTS SKIPPED: {reason}", red=True, bold=True)

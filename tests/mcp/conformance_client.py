@@ -1,0 +1,155 @@
+"""The client under test for the MCP conformance suite (``@modelcontextprotocol/conformance``).
+
+Run by the suite as ``python conformance_client.py <server-url>`` with
+``MCP_CONFORMANCE_SCENARIO`` (and, for some, ``MCP_CONFORMANCE_CONTEXT``)
+set. It uses agentik's public API only, the way an application would:
+the server becomes a toolset (``open_mcp_toolsets``); for the auth
+scenarios it is configured with ``OAuthSettings`` and an operator's
+``login`` comes first (this script plays the browser: it opens the
+authorization URL and follows its redirect to the 127.0.0.1 callback);
+then a real agent turn runs (``open_chat_agent`` with a scripted model that
+calls every tool of the toolset once, with arguments made from its schema),
+while this script, as the person, accepts every question a tool asks
+(elicitation) with no content of its own, so the schema's defaults apply.
+
+Exit code 0 when the turn finished, 1 (with the reason on stderr) when the
+server could not be used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import httpx
+import trio
+
+from agentik import (
+    ModelRequest,
+    ModelResponse,
+    ScriptedModel,
+    ToolCall,
+    TurnResult,
+    in_memory_storage,
+    open_chat_agent,
+)
+from agentik.mcp import (
+    HttpServer,
+    McpServerConfig,
+    McpState,
+    McpTokenVault,
+    OAuthSettings,
+    login,
+    open_mcp_toolsets,
+    token_key,
+)
+
+_EXAMPLES: dict[str, object] = {
+    "integer": 1,
+    "number": 1,
+    "string": "x",
+    "boolean": True,
+    "array": [],
+    "object": {},
+}
+
+
+def _oauth(scenario: str, context: dict[str, object]) -> OAuthSettings | None:
+    if not scenario.startswith("auth/"):
+        return None
+    client_id = context.get("client_id")
+    secret = context.get("client_secret")
+    if scenario.startswith("auth/client-credentials"):
+        return OAuthSettings(
+            grant="client_credentials",
+            client_id=str(client_id),
+            client_secret=str(secret),
+        )
+    return OAuthSettings(
+        client_id=str(client_id) if client_id else None,
+        client_secret=str(secret) if secret else None,
+        client_metadata_url="https://conformance-test.local/client-metadata.json"
+        if "cimd" in scenario
+        else None,
+    )
+
+
+def _arguments(schema: dict[str, object]) -> str:
+    properties = schema.get("properties")
+    required = schema.get("required")
+    arguments: dict[str, object] = {}
+    if isinstance(properties, dict) and isinstance(required, list):
+        for name in required:
+            prop = properties.get(name)
+            kind = prop.get("type") if isinstance(prop, dict) else None
+            arguments[name] = _EXAMPLES.get(kind if isinstance(kind, str) else "string", "x")
+    return json.dumps(arguments)
+
+
+async def _browse(url: str) -> None:
+    """The operator's browser: open the authorization URL, follow its redirect back."""
+    async with httpx.AsyncClient() as browser:
+        answer = await browser.get(url)
+        if "location" in answer.headers:
+            await browser.get(answer.headers["location"])
+
+
+async def main(url: str) -> int:
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    oauth = _oauth(scenario, context)
+    config = McpServerConfig(
+        transport=HttpServer(url=url, oauth=oauth), name="conformance", connect_timeout=20.0
+    )
+    storage = in_memory_storage()
+    vault = McpTokenVault(storage.working_memory_store, token_key(None))
+    if oauth is not None and oauth.grant == "authorization_code":
+        async with trio.open_nursery() as nursery:
+
+            async def show(authorization_url: str) -> None:
+                nursery.start_soon(_browse, authorization_url)
+
+            await login(config, vault, show)
+    async with open_mcp_toolsets([config], tokens=vault) as (source,):
+        if source.state is not McpState.READY:
+            print(f"not ready: {source.health.last_error}", file=sys.stderr)
+            return 1
+        tools = source.contribution.tools
+
+        def respond(request: ModelRequest) -> ModelResponse:
+            if request.messages[-1].role.value == "user":
+                calls = tuple(
+                    ToolCall(id=f"call-{i}", name=tool.name, arguments=_arguments(tool.parameters))
+                    for i, tool in enumerate(tools)
+                )
+                return ModelResponse(tool_calls=calls)
+            return ModelResponse(text="done")
+
+        async with open_chat_agent(
+            model=ScriptedModel(respond), storage=storage, toolsets=[source]
+        ) as agent:
+            results: list[TurnResult] = []
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    text = f"scenario {scenario}: use the tools"
+                    results.append(await agent.send("conformance", text))
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(turn)
+                while True:  # the person: accept every question with its defaults
+                    for question in await agent.pending_elicitations("conformance"):
+                        print(f"asked: {question.message}")
+                        await agent.answer_elicitation("conformance", question.id, content={})
+                    await trio.sleep(0.05)
+            (result,) = results
+        for message in result.messages:
+            if message.role.value == "tool":
+                print(f"tool result: {message.content}")
+        print(f"turn {result.status}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(trio.run(main, sys.argv[1]))

@@ -1,0 +1,129 @@
+"""The documented HAProxy configuration (deploy/haproxy.cfg, Debian's
+haproxy) in front of several ``agentik serve`` nodes on one PostgreSQL:
+consistent hashing on the conversation id in the path sends every request of
+a conversation to the node that owns it, so no request needs a redirect, and
+the turns still run once each, gapless, never two at once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from tests.cluster import (
+    CONFIG,
+    RecordingModel,
+    haproxy_config,
+    start_haproxy,
+    start_node,
+    stop_nodes,
+)
+from tests.postgres import fresh_database
+from tests.server.test_cluster import LEASE, check_histories
+
+HAPROXY = shutil.which("haproxy") or (
+    "/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None
+)
+
+
+def need_haproxy() -> str:
+    if HAPROXY is None:
+        reason = "haproxy is not installed (apt-get install haproxy; .ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return HAPROXY
+
+
+def test_the_documented_config_is_valid(tmp_path: Path) -> None:
+    """``haproxy -c`` accepts deploy/haproxy.cfg as shipped and as the tests
+    render it, and the rendering changes only the bind and server lines."""
+    binary = need_haproxy()
+    rendered = tmp_path / "rendered.cfg"
+    rendered.write_text(haproxy_config(8999, ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]))
+    for path in (CONFIG, rendered):
+        result = subprocess.run([binary, "-c", "-f", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+    kept = [
+        line
+        for line in CONFIG.read_text().splitlines()
+        if not line.strip().startswith(("bind ", "server "))
+    ]
+    assert [
+        line
+        for line in rendered.read_text().splitlines()
+        if not line.strip().startswith(("bind ", "server "))
+    ] == kept
+    assert "hash-type consistent" in kept[kept.index("backend nodes") + 2]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+async def test_turns_through_the_balancer_land_on_their_owner(
+    postgres_dsn: str, tmp_path: Path, count: int
+) -> None:
+    """Consistent hashing: no request needs a redirect."""
+    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, count, None)
+    assert redirected == 0, "consistent hashing sent a conversation to a node that did not own it"
+
+
+async def test_a_balancer_that_routes_wrongly_costs_redirects_only(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Round robin instead of the hash sends most requests to a node that
+    does not own their conversation: they are redirected (307) to the owner
+    and still run once each, gapless, never two turns of one at once."""
+    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, 3, "roundrobin")
+    assert redirected > 0, "round robin over three nodes never needed a redirect"
+
+
+async def _turns_through_the_balancer(
+    postgres_dsn: str, tmp_path: Path, count: int, balance: str | None
+) -> int:
+    """12 conversations, 4 turns each, through HAProxy to ``count`` nodes;
+    checks the histories and the model's calls, returns how many turns were
+    redirected."""
+    need_haproxy()
+    database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
+    model = RecordingModel(delay=0.01)
+    sent: dict[str, set[int]] = defaultdict(set)
+    redirected = 0
+    async with trio.open_nursery() as nursery:
+        model_url = await model.start(nursery)
+        nodes = [
+            await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
+            for _ in range(count)
+        ]
+        balancer, url = await start_haproxy(
+            nursery, [n.url for n in nodes], tmp_path, balance=balance
+        )
+        try:
+            async with httpx.AsyncClient(base_url=url, follow_redirects=True, timeout=30) as client:
+
+                async def sender(conversation: str) -> None:
+                    nonlocal redirected
+                    for turn in range(4):
+                        response = await client.post(
+                            f"/agentik/conversations/{conversation}/turns",
+                            json={"text": f"{conversation} {turn}"},
+                        )
+                        assert response.status_code == 200, response.text
+                        redirected += bool(response.history)
+                        sent[conversation].add(turn)
+
+                async with trio.open_nursery() as senders:
+                    for c in range(12):
+                        senders.start_soon(sender, f"h{c}")
+        finally:
+            balancer.kill()
+            await balancer.wait()
+            await stop_nodes(nodes)
+        nursery.cancel_scope.cancel()
+    assert model.overlaps() == []
+    await check_histories(database, sent)
+    return redirected
