@@ -1,7 +1,9 @@
 """Storage benchmark: message appends per second through the SQLite writer.
 
-Measures, in one process and one run, ``MessageStore.append`` from 1, 100 and
-1,000 concurrent trio tasks (each task its own conversation) with
+Measures, in one process and one run, the path a turn takes through
+``MessageStore`` (``submit`` four messages, then wait once for the last;
+``--path append`` waits for every message instead) from 1, 100 and 1,000
+concurrent trio tasks (each task its own conversation) with
 synchronous=FULL and NORMAL, for messages of 2,000 and 500 characters,
 against the raw ceiling: the same rows inserted with apsw ``executemany`` in
 batches of 1,000, one transaction per batch, in one thread, on the same
@@ -10,7 +12,7 @@ ratio writer/raw, and (with ``--write-docs``) puts the table into the
 "## Storage" section of docs/performance.md.
 
     python -m bench.storage [--runs 3] [--messages 20000] [--content-chars 2000 500]
-                            [--write-docs]
+                            [--path submit|append] [--write-docs]
 
 (Run it as a module from the repository root: as a script, bench/ would come
 first on sys.path, where a script named after a standard module would shadow it.)
@@ -19,10 +21,10 @@ Fair both ways: the raw baseline's rows (conversation, seq, content, the
 timestamp) are built before its clock starts, so each writer task's
 ``Message`` values are built before the writer's clock starts too. Everything
 else is timed on the writer's side, spawning the tasks included (~10 ms for
-1,000): every message is one ``append`` call
-from one of the concurrent tasks (no batching inside the tasks), which waits
-for its commit; the writer assigns the seqs, builds the rows and the stored
-``Message`` it returns, and wakes each caller.
+1,000): every message is one ``submit`` from one of the concurrent tasks,
+which waits for the commit of every fourth (``--path append``: of each);
+the writer assigns the seqs, builds the rows and the stored ``Message`` it
+returns, and wakes each caller.
 
 Also measured in the same run: raw apsw with the writer's own statements
 (multi-row ``INSERT … VALUES``, chunks of at most 512 rows, one transaction
@@ -163,11 +165,31 @@ def messages(tasks: int, total: int, chars: int) -> list[list[Message]]:
     ]
 
 
+TURN_MESSAGES = 4
+"""Messages a turn with one tool call stores (user, call, result, answer)."""
+
+PATH = "submit"
+"""``submit``: the path turns take (``main`` sets it from ``--path``)."""
+
+
 async def _append_all(store: MessageStore, rows: list[list[Message]]) -> float:
     async def writer(task: int) -> None:
         conversation = f"conversation-{task}"
-        for message in rows[task]:
-            await store.append(conversation, message)
+        if PATH == "append":
+            for message in rows[task]:
+                await store.append(conversation, message)
+            return
+        # What a turn does: submit each message as it happens, then wait once
+        # for the last (writes commit in order), then read every result.
+        messages = rows[task]
+        for start in range(0, len(messages), TURN_MESSAGES):
+            pending = [
+                await store.submit(conversation, message)
+                for message in messages[start : start + TURN_MESSAGES]
+            ]
+            await pending[-1].wait()
+            for each in pending:
+                each.result()
 
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -276,7 +298,16 @@ def main() -> None:
     )
     parser.add_argument("--folder", type=Path, default=None, help="where the databases go")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--path",
+        choices=["submit", "append"],
+        default="submit",
+        help="submit: what a turn does, 4 submits then one wait (default);"
+        " append: submit and wait for every message",
+    )
     args = parser.parse_args()
+    global PATH
+    PATH = args.path
     folder = Path(tempfile.mkdtemp(prefix="agentik-bench-", dir=args.folder))
     figures: dict[tuple[int, str, int], Figures] = {}
     args.load = [os.getloadavg()[0]]
@@ -326,7 +357,7 @@ def write_docs(
     )
     load = " → ".join(f"{value:.1f}" for value in args.load)
     command = (
-        f"python -m bench.storage --runs {args.runs} --messages {args.messages}"
+        f"python -m bench.storage --runs {args.runs} --messages {args.messages} --path {args.path}"
         f" --content-chars {' '.join(map(str, sizes))} --write-docs"
     )
     generated = (
@@ -345,8 +376,9 @@ def write_docs(
         " in one thread, rows built beforehand: the ceiling for SQLite the goal is set"
         " against. *raw multi-row* is the same with the writer's own statements (multi-row"
         " `INSERT … VALUES`, chunks of at most 512 rows). The writer's `Message` values are"
-        " built before its clock starts too; every message is one `append` from one of the"
-        " tasks, which waits for its commit. *writer without SQLite* is the same writer with"
+        " built before its clock starts too; every message is one `submit` from one of the"
+        " tasks, which waits for the commit of every fourth, as a turn with one tool call"
+        f" does (`--path {args.path}`). *writer without SQLite* is the same writer with"
         " its batch function replaced by one that acknowledges every request at once: the"
         " writer's trio side alone (queue, thread hop, waking each caller). *in-memory* runs"
         " the same tasks against `in_memory_storage()`.\n\n"

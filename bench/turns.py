@@ -13,6 +13,12 @@ subprocess so earlier runs do not pollute it.
     python -m bench.turns -n 1000 --synchronous FULL NORMAL   # the cost of FULL
     python -m bench.turns -n 1000 --turns 5 --repeat 3
     python -m bench.turns --gc-freeze           # gc.freeze() + higher thresholds
+    python -m bench.turns -n 1000 10000 --sketch ../shared/bench/sketch_trio.py
+
+``--sketch`` runs the bare trio+apsw sketch of agentik's shape (PERFORMANCE.md)
+as the baseline, in a fresh interpreter, alternating with agentik's runs in the
+same invocation, and prints agentik SQLite / sketch: the machine's speed drifts,
+so only ratios taken side by side mean anything.
 """
 
 from __future__ import annotations
@@ -129,6 +135,27 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
+def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> dict[str, float]:
+    """One run of the sketch in a fresh interpreter (its own database in ``folder``)."""
+    done = subprocess.run(
+        [sys.executable, path, str(n), "--turns", str(turns), "--sync", synchronous],
+        env=os.environ | {"BENCH_DIR": folder},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line.removeprefix("RESULT "))
+    if result["errors"]:
+        raise RuntimeError(f"the sketch lost rows: {result}")
+    return {
+        "turns_per_s": float(result["turns_per_s"]),
+        "p50_ms": float(result["p50_ms"]),
+        "p99_ms": float(result["p99_ms"]),
+        "seconds": float(result["wall_s"]),
+    }
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     report: dict[str, object] = {"turns": args.turns, "runs": []}
     runs: list[dict[str, object]] = report["runs"]  # type: ignore[assignment]
@@ -152,6 +179,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
                         f" {figures[name][-1]['turns_per_s']:.0f} turns/s",
                         file=sys.stderr,
                     )
+                if args.sketch:
+                    sync = args.synchronous[0]
+                    run = await trio.to_thread.run_sync(
+                        run_sketch, args.sketch, n, args.turns, sync, tmp
+                    )
+                    figures.setdefault("sketch", []).append(run)
+                    print(
+                        f"  N={n} sketch run {repeat + 1}: {run['turns_per_s']:.0f} turns/s",
+                        file=sys.stderr,
+                    )
         row: dict[str, object] = {"conversations": n}
         for name, results in figures.items():
             row[name] = {key: statistics.median(r[key] for r in results) for key in results[0]} | {
@@ -160,6 +197,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         sqlite_tps = row[f"sqlite-{args.synchronous[0]}"]["turns_per_s"]  # type: ignore[index]
         memory_tps = row["memory"]["turns_per_s"]  # type: ignore[index]
         row["sqlite_over_memory"] = sqlite_tps / memory_tps
+        if "sketch" in row:
+            row["sqlite_over_sketch"] = sqlite_tps / row["sketch"]["turns_per_s"]  # type: ignore[index]
         if "FULL" in args.synchronous and "NORMAL" in args.synchronous:
             full_tps = row["sqlite-FULL"]["turns_per_s"]  # type: ignore[index]
             row["full_over_normal"] = full_tps / row["sqlite-NORMAL"]["turns_per_s"]  # type: ignore[index]
@@ -182,6 +221,11 @@ def main() -> None:
         help="one or both; with both, each N also reports FULL / NORMAL from the same run",
     )
     parser.add_argument("--gc-freeze", action="store_true")
+    parser.add_argument(
+        "--sketch",
+        metavar="PATH",
+        help="the bare trio+apsw sketch (sketch_trio.py): run it as the baseline, alternating",
+    )
     parser.add_argument("--rss-conversations", type=int, default=10_000)
     parser.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
@@ -230,6 +274,15 @@ def main() -> None:
             f" {row['sqlite_over_memory']:>5.2f} | {s['p50_ms']:>8.1f} / {s['p99_ms']:<7.1f} |"
             f" {m['p50_ms']:>8.1f} / {m['p99_ms']:<7.1f}"
         )
+    for row in report["runs"]:  # type: ignore[union-attr]
+        if "sqlite_over_sketch" in row:
+            sketch = row["sketch"]
+            print(
+                f"N={row['conversations']}: sketch {sketch['turns_per_s']:.0f} turns/s"
+                f" (runs {sketch['spread_turns_per_s']}), agentik {sync}"
+                f" {row[sync]['turns_per_s']:.0f} (runs {row[sync]['spread_turns_per_s']}):"
+                f" agentik / sketch {row['sqlite_over_sketch']:.2f}"
+            )
     for row in report["runs"]:  # type: ignore[union-attr]
         if "full_over_normal" in row:
             full, normal = row["sqlite-FULL"], row["sqlite-NORMAL"]

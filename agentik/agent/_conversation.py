@@ -363,9 +363,16 @@ class Conversation:
         await self._deliver(request, result)
         # A query or a cancelled pause has no new answer to learn from.
         quiet = request.status_only or request.abandon
-        if isinstance(result, outcome.Value) and not quiet:
+        settings = self.runtime.settings
+        if (
+            isinstance(result, outcome.Value)
+            and not quiet
+            and (settings.reflection or (settings.context is not None and self.paused is None))
+        ):
             # Off the turn's latency path: its caller has the answer already.
             # Optional work: shutting down cancels it (it then stores nothing).
+            # No scope when there is nothing to do: entering and leaving one
+            # was a third of the cancel-scope cost of a turn (profiled).
             with trio.CancelScope() as self.optional_work:
                 if self.closing:
                     self.optional_work.deadline = trio.current_time() + OPTIONAL_WORK_GRACE

@@ -33,7 +33,13 @@ from agentik.agent._prompt import (
 )
 from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
-from agentik.storage import ReflectionStore, SkillStore, StorageBundle
+from agentik.storage import (
+    NowaitSubmitter,
+    Pending,
+    ReflectionStore,
+    SkillStore,
+    StorageBundle,
+)
 from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
 
 if TYPE_CHECKING:
@@ -226,6 +232,9 @@ class AgentRuntime:
     approvals_possible: bool = False
     """Some call may need approval: a policy, or a tool or toolset requiring it.
     False spares every turn the per-call look-up."""
+    submit_nowait: Callable[[str, Message], Pending[Message] | None] | None = None
+    """The message store's ``submit_nowait`` (``NowaitSubmitter``), if it has
+    one: a turn records through it without a schedule point per message."""
     failures: collections.OrderedDict[tuple[str, int], str] = attrs.field(
         factory=collections.OrderedDict
     )
@@ -274,6 +283,8 @@ class AgentRuntime:
             tracing=tracing,
         )
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
+        if isinstance(storage.message_store, NowaitSubmitter):
+            runtime.submit_nowait = storage.message_store.submit_nowait
         runtime._refresh(force=True)
         return runtime
 

@@ -240,11 +240,19 @@ class Turn:
     # --- effects ------------------------------------------------------------------
 
     async def record(self, message: Message) -> None:
-        """Submit ``message`` for commit and add it to the cached history."""
+        """Submit ``message`` for commit and add it to the cached history.
+
+        Through ``submit_nowait`` when the store has it and has room: no
+        schedule point per message (the turn checkpoints when it waits for
+        its commit, and at every model and tool call)."""
         conv = self.conversation
-        self.pending.append(
-            await conv.runtime.storage.message_store.submit(conv.conversation_id, message)
-        )
+        runtime = conv.runtime
+        nowait = runtime.submit_nowait
+        pending = None if nowait is None else nowait(conv.conversation_id, message)
+        if pending is None:
+            store = runtime.storage.message_store
+            pending = await store.submit(conv.conversation_id, message)
+        self.pending.append(pending)
         conv.history.append(message)
 
     async def _record(self, action: Record) -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import apsw
 
 from agentik._config import load_config
 from agentik._messages import Message
-from agentik.cli._failures import report, run_command
+from agentik.cli._failures import CommandError, report, run_command
 from agentik.storage._location import is_postgres_url, open_storage
 
 
@@ -57,10 +60,23 @@ async def _show(database: str, conversation_id: str) -> int:
     return 0
 
 
+async def _reading(database: str, read: Callable[[], Awaitable[int]]) -> int:
+    """``read()``; a SQLite file that opened but fails while it is read (a
+    damaged page: ``CorruptError``) is one line naming the database."""
+    try:
+        return await read()
+    except apsw.Error as error:
+        raise CommandError(
+            f"cannot read the database {database!r}: {type(error).__name__}: {error}"
+        ) from error
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     database = args.database or load_config(None).database
     if not is_postgres_url(database) and not Path(database).is_file():
         return report(args.command, f"database {database!r} does not exist")
     if args.command == "conversations":
-        return run_command(args.command, _list, database, args.limit)
-    return run_command(args.command, _show, database, args.conversation_id)
+        return run_command(args.command, _reading, database, lambda: _list(database, args.limit))
+    return run_command(
+        args.command, _reading, database, lambda: _show(database, args.conversation_id)
+    )

@@ -9,6 +9,7 @@ from agentik.storage._archive import ArchivedSummary as ArchivedSummary
 from agentik.storage._archive import ArchiveRecord as ArchiveRecord
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
 from agentik.storage._pending import Pending as Pending
+from agentik.storage._pending import PendingStatistics as PendingStatistics
 from agentik.storage._protocols import (
     Approval as Approval,
 )
@@ -35,6 +36,9 @@ from agentik.storage._protocols import (
 )
 from agentik.storage._protocols import (
     MessageStore as MessageStore,
+)
+from agentik.storage._protocols import (
+    NowaitSubmitter as NowaitSubmitter,
 )
 from agentik.storage._protocols import (
     ReflectionStore as ReflectionStore,
@@ -83,7 +87,9 @@ __all__ = [
     "IdempotencyKeyIndex",
     "KeyedTurn",
     "MessageStore",
+    "NowaitSubmitter",
     "Pending",
+    "PendingStatistics",
     "ReflectionStore",
     "SkillStore",
     "StorageBundle",

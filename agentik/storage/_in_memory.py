@@ -91,6 +91,10 @@ class InMemoryMessageStore:
         await trio.lowlevel.checkpoint()
         return self._add(conversation_id, message, idempotency_key)
 
+    def submit_nowait(self, conversation_id: str, message: Message) -> Pending[Message] | None:
+        """``submit`` without the checkpoint (``NowaitSubmitter``): always room."""
+        return self._add(conversation_id, message, None)
+
     def _add(
         self, conversation_id: str, message: Message, idempotency_key: str | None
     ) -> Pending[Message]:

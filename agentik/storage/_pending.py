@@ -9,18 +9,36 @@ waiting task (the usual case; several are kept in a list) is parked directly
 and rescheduled with the result itself, so it wakes holding its value. It is
 resolved and awaited only from trio tasks of one run (the writer resolves it
 after its thread returns), never from another thread.
+
+It is agentik's one waiting primitive for a result that comes later: every
+store's writes, the shared writer's ``append`` (which once parked its caller
+on the request itself) and each turn's reply to its caller. It keeps trio's
+rules: ``wait()`` is a checkpoint on every call, a cancelled ``wait()`` leaves
+the write and the other waiters alone, and ``statistics()`` says who waits.
 """
 
 from __future__ import annotations
 
 from typing import Generic, TypeVar, cast, final
 
+import attrs
 import outcome
 import trio
 
 T = TypeVar("T")
 
 _Waiters = trio.lowlevel.Task | list[trio.lowlevel.Task] | None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PendingStatistics:
+    """What ``Pending.statistics()`` reports (as trio's ``statistics()`` do)."""
+
+    done: bool
+    """The write is resolved (committed, or failed)."""
+    tasks_waiting: int
+    """Tasks blocked in ``wait()``."""
 
 
 @final
@@ -94,6 +112,12 @@ class Pending(Generic[T]):
     def done(self) -> bool:
         return self._done
 
+    def statistics(self) -> PendingStatistics:
+        """Whether the write is resolved, and how many tasks wait for it."""
+        waiters = self._waiters
+        waiting = 0 if waiters is None else len(waiters) if isinstance(waiters, list) else 1
+        return PendingStatistics(done=self._done, tasks_waiting=waiting)
+
     def result(self) -> T:
         """The result of a finished write (raises its error); the write must be done."""
         if not self._done:
@@ -105,7 +129,9 @@ class Pending(Generic[T]):
     async def wait(self) -> T:
         """Wait until the write is committed; return its result or raise its error.
 
-        A result may be read by several waiters, or again after a failure.
+        A checkpoint on every call, as trio's own waits are: a wait on a
+        finished write still yields and raises ``Cancelled`` in a cancelled
+        scope. A result may be read by several waiters, or again after a failure.
         """
         if self._done:
             await trio.lowlevel.checkpoint()

@@ -141,6 +141,25 @@ class ConversationSnapshot:
 
 
 @runtime_checkable
+class NowaitSubmitter(Protocol):
+    """A ``MessageStore`` that can accept a write without awaiting (optional).
+
+    A turn submits each of its messages as it happens; through ``submit`` each
+    is a schedule point, four task switches a turn that buy nothing when the
+    queue has room. ``submit_nowait`` is the synchronous form (as trio's
+    ``send_nowait`` is of ``send``): a turn tries it first and awaits
+    ``submit`` only when it returns None. The turn still checkpoints when it
+    waits for its commit.
+    """
+
+    def submit_nowait(self, conversation_id: str, message: Message) -> Pending[Message] | None:
+        """``submit`` (no idempotency key) if the write is accepted at once; None
+        if the caller must ``await submit`` (no room), having queued nothing.
+        Raises what ``submit`` raises for a write refused outright."""
+        ...
+
+
+@runtime_checkable
 class ConversationLoader(Protocol):
     """Optional: a message store that can read what a conversation needs to
     start (history and working memory) in one go. The agent uses it when

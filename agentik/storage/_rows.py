@@ -15,15 +15,16 @@ from datetime import datetime
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, ToolCall
+from agentik._serde import converter
+
+_unstructure_tool_calls = converter.get_unstructure_hook(tuple[ToolCall, ...])
+"""The converter's own hook, looked up once: as fast as a hand-written
+encoding was (docs/performance.md), and the converter stays the one source."""
 
 
 def tool_calls_json(tool_calls: Sequence[ToolCall]) -> str:
-    """The ``tool_calls`` column: what ``json.dumps(converter.unstructure(
-    tool_calls, tuple[ToolCall, ...]))`` gives (a test keeps the two equal),
-    written out because it runs for every stored tool call."""
-    return json.dumps(
-        [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in tool_calls]
-    )
+    """The ``tool_calls`` column: the converter's unstructured calls, as JSON."""
+    return json.dumps(_unstructure_tool_calls(tuple(tool_calls)))
 
 
 class MessageRow:
@@ -64,7 +65,9 @@ class MessageRow:
         """Set when the row is built, inside the writer's transaction."""
 
     def stored(self, now: datetime) -> Message:
-        """The message as stored: with its seq and the batch's timestamp."""
+        """The message as stored: with its seq and the batch's timestamp. The
+        one place that builds it: every backend's single and multi-row
+        inserts call it."""
         message = self.message
         # Positional (a third cheaper than keywords): a test pins Message's field order.
         return Message(

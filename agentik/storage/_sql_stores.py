@@ -35,7 +35,6 @@ C = TypeVar("C")
 S = TypeVar("S", bound=MessageSession)
 
 
-
 class SqlMessageStore(Generic[C, S]):
     def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
         self._writer = writer
@@ -57,6 +56,9 @@ class SqlMessageStore(Generic[C, S]):
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
     ) -> Pending[Message]:
         return await self._writer.submit_append(conversation_id, message, idempotency_key)
+
+    def submit_nowait(self, conversation_id: str, message: Message) -> Pending[Message] | None:
+        return self._writer.submit_append_nowait(conversation_id, message)
 
     async def submit_awaiting(
         self, conversation_id: str, message: Message, call_ids: Sequence[str]

@@ -5,7 +5,7 @@ Backend-neutral: SQLite (``sqlite/_writer.py``) and PostgreSQL
 transaction in a worker thread; everything around it is here, once.
 
 Callers put requests on a bounded queue (``RequestQueue``: a trio memory
-channel's semantics, minus its per-item costs; waiting for room is the
+channel that hands out a batch at once; waiting for room is the
 backpressure). The writer takes what is queued, up to ``max_batch``, and hops
 to a worker thread once for the whole batch: one transaction, one COMMIT
 (group commit). Back on the event loop it resolves each request's ``Pending``.
@@ -42,7 +42,6 @@ from datetime import datetime
 from typing import Generic, Protocol, TypeVar, cast, final
 
 import attrs
-import outcome
 import trio
 
 from agentik._errors import StoreClosedError, StoreError
@@ -132,27 +131,15 @@ class Request(Generic[S, T]):
 @final
 class AppendRequest(MessageRow):
     """A message append: the common write, which engines insert in runs
-    (setting ``stored_message`` themselves) or one at a time (``run``).
+    (setting ``stored_message`` themselves) or one at a time (``run``)."""
 
-    ``submit_append`` hands out a ``Pending``; ``append`` (submit and wait,
-    the hot path) does without one: its caller waits on the request itself.
-    """
+    __slots__ = ("_error", "pending", "stored_message")
 
-    __slots__ = ("_error", "done", "pending", "stored_message", "waiter")
-
-    def __init__(
-        self,
-        conversation_id: str,
-        message: Message,
-        idempotency_key: str | None,
-        pending: Pending[Message] | None = None,
-    ) -> None:
+    def __init__(self, conversation_id: str, message: Message, idempotency_key: str | None) -> None:
         MessageRow.__init__(self, conversation_id, message, idempotency_key)
         self.stored_message: Message | None = None
         self._error: BaseException | None = None
-        self.done = False
-        self.waiter: trio.lowlevel.Task | None = None
-        self.pending = pending
+        self.pending: Pending[Message] = Pending()
 
     def run(self, session: MessageSession) -> None:
         self.stored_message = session.insert_message(self)
@@ -161,33 +148,11 @@ class AppendRequest(MessageRow):
         self._error = error
 
     def resolve(self) -> None:
-        error, stored = self._error, self.stored_message
-        if self.pending is not None:
-            if error is not None:
-                self.pending.set_error(error)
-            else:
-                assert stored is not None
-                self.pending.set_value(stored)
-            return
-        self.done = True
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            trio.lowlevel.reschedule(
-                waiter, outcome.Value(stored) if error is None else outcome.Error(error)
-            )
-
-    def abort(self, _: object) -> trio.lowlevel.Abort:
-        """Its waiter was cancelled: the append still commits; nobody waits for it."""
-        self.waiter = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    def result(self) -> Message:
-        """The committed message, or the request's error raised (once resolved)."""
         if self._error is not None:
-            raise self._error
-        assert self.stored_message is not None
-        return self.stored_message
+            self.pending.set_error(self._error)
+        else:
+            assert self.stored_message is not None
+            self.pending.set_value(self.stored_message)
 
 
 class BatchFailed(Exception):
@@ -282,30 +247,28 @@ class Writer(Generic[S]):
     async def submit_append(
         self, conversation_id: str, message: Message, idempotency_key: str | None
     ) -> Pending[Message]:
-        pending: Pending[Message] = Pending()
-        request = AppendRequest(conversation_id, message, idempotency_key, pending)
+        request = AppendRequest(conversation_id, message, idempotency_key)
         await self._enqueue(request, schedule=True)
-        return pending
+        return request.pending
+
+    def submit_append_nowait(
+        self, conversation_id: str, message: Message
+    ) -> Pending[Message] | None:
+        """``submit_append`` if there is room now (no checkpoint: it is not
+        async); None if the caller must await it, having queued nothing."""
+        self._check_open()
+        request = AppendRequest(conversation_id, message, None)
+        if not self._queue.put_nowait(request):
+            return None
+        return request.pending
 
     async def append(
         self, conversation_id: str, message: Message, idempotency_key: str | None
     ) -> Message:
-        """Submit an append and wait for the commit. The hot path (one call per
-        stored message), so it is written out: no task switch to enqueue when
-        there is room, and the caller waits on the request itself (no
-        ``Pending``); the writer reschedules it with the stored message."""
+        """Submit an append and wait for the commit (the wait is its checkpoint)."""
         request = AppendRequest(conversation_id, message, idempotency_key)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closed or self._failure is not None:
-            self._check_open()
-        if not self._queue.put_nowait(request):
-            await self._wait_for_room(request)
-        if request.done:  # resolved while this task waited for room
-            await trio.lowlevel.checkpoint()
-            return request.result()
-        request.waiter = trio.lowlevel.current_task()
-        stored: Message = await trio.lowlevel.wait_task_rescheduled(request.abort)
-        return stored
+        await self._enqueue(request, schedule=False)
+        return await request.pending.wait()
 
     async def _enqueue(self, request: Work[S], *, schedule: bool) -> None:
         """Put ``request`` on the queue, waiting only if it is full.

@@ -200,3 +200,18 @@ def test_the_first_reportable_error_is_found_at_any_depth(error: BaseException) 
 
     expected = next((e for e in flat(error) if isinstance(e, StoreError | OSError)), None)
     assert first_reportable(error, (StoreError, OSError)) is expected
+
+
+def test_a_damaged_page_found_while_reading_is_one_line(
+    tmp_path: Path, valid_database: bytes
+) -> None:
+    """The database opens, but a page it reads is damaged (two zero bytes in
+    the header of page 2, the message table's root; found by the property
+    above): ``show`` fails with one line naming the database, no traceback."""
+    offset, patch = 4099, b"\x00\x00"
+    path = tmp_path / "damaged.db"
+    path.write_bytes(valid_database[:offset] + patch + valid_database[offset + len(patch) :])
+    code, stderr = run_main("show", "demo", "--database", str(path))
+    assert code == 1
+    line = the_error_line(stderr)
+    assert line.startswith(f"agentik show: cannot read the database {str(path)!r}: "), line

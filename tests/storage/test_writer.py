@@ -6,14 +6,17 @@
   boundary, stores exactly what one-by-one appends would, and a failure in
   any chunk rolls the run back and fails only the culprit;
 - an error that ends the transaction early fails the whole batch;
-- the hand-written ``tool_calls`` encoding equals cattrs' and the stored
-  ``Message`` is built with ``Message``'s fields in their declared order.
+- the ``tool_calls`` encoding equals cattrs' and the stored ``Message`` is
+  built with ``Message``'s fields in their declared order;
+- the shared writer's appends, cancelled at any step, lose no acknowledged
+  write and store none twice (SQLite and PostgreSQL).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import apsw
@@ -21,12 +24,18 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import DuplicateKeyError, Message, Role, StoreError, TokenUsage, ToolCall
 from agentik._serde import converter
-from agentik.storage import Pending, StorageBundle, open_sqlite_storage, writer_stats
+from agentik.storage import (
+    Pending,
+    StorageBundle,
+    open_postgres_storage,
+    open_sqlite_storage,
+    writer_stats,
+)
 from agentik.storage._queue import RequestQueue
 from agentik.storage._sql_stores import SqlMessageStore
 from agentik.storage.sqlite._queries import (
@@ -35,6 +44,7 @@ from agentik.storage.sqlite._queries import (
     Session,
     tool_calls_json,
 )
+from tests.postgres import fresh_schema
 from tests.storage.test_sqlite import history, write_lock, writer_is_stuck
 from tests.strategies import tool_calls
 
@@ -334,8 +344,7 @@ def test_tool_calls_json_is_what_cattrs_gives(calls: list[ToolCall]) -> None:
 
 def test_message_fields_are_in_the_order_the_writer_builds_them() -> None:
     """The writer builds stored messages positionally (it is a third cheaper):
-    adding a field to ``Message`` means updating ``InsertMessage.stored`` and
-    ``_try_appends_at_once``."""
+    adding a field to ``Message`` means updating ``MessageRow.stored``."""
     names = [field.name for field in attrs.fields(Message)]
     assert names == [
         "role",
@@ -354,3 +363,83 @@ def test_the_largest_chunk_fits_sqlite_and_the_statement_cache() -> None:
     assert connection.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, -1) >= LARGEST_CHUNK * 10
     largest = len(_INSERT_ROWS[LARGEST_CHUNK].encode())
     assert largest <= connection.cache_stats()["max_cacheable_bytes"]
+
+
+_PLANS = st.lists(
+    st.tuples(st.sampled_from(["append", "submit"]), st.none() | st.integers(0, 5)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=20, deadline=None)
+@given(plan=_PLANS, queue_size=st.integers(0, 3))
+def test_appends_cancelled_at_any_point(
+    tmp_path_factory: pytest.TempPathFactory,
+    plan: list[tuple[str, int | None]],
+    queue_size: int,
+) -> None:
+    """SQLite: see ``_appends_cancelled_at_any_point``."""
+    path = tmp_path_factory.mktemp("cancel") / "db"
+    trio.run(
+        _appends_cancelled_at_any_point, open_sqlite_storage(path, queue_size=queue_size), plan
+    )
+
+
+@settings(max_examples=10, deadline=None)
+@given(plan=_PLANS, queue_size=st.integers(0, 3))
+def test_appends_cancelled_at_any_point_postgres(
+    postgres_dsn: str, plan: list[tuple[str, int | None]], queue_size: int
+) -> None:
+    """PostgreSQL (the same shared writer, another engine): see
+    ``_appends_cancelled_at_any_point``."""
+    opened = open_postgres_storage(
+        postgres_dsn, schema=fresh_schema(), readers=1, queue_size=queue_size
+    )
+    trio.run(_appends_cancelled_at_any_point, opened, plan)
+
+
+async def _appends_cancelled_at_any_point(
+    opened: AbstractAsyncContextManager[StorageBundle], plan: list[tuple[str, int | None]]
+) -> None:
+    """Tasks append (``append``: submit and wait; ``submit`` then ``wait``) to
+    one conversation through a small queue, and some are cancelled at a step
+    of the main task: before they call, while they wait for room, while they
+    wait for the commit. Whatever the step: every acknowledged message is
+    stored with the seq it was given, nothing is stored twice, seqs stay
+    gapless, and a cancelled write is stored at most once (it may commit:
+    accepted writes are not taken back)."""
+    async with opened as bundle:
+        store = bundle.message_store
+        acknowledged: dict[str, int] = {}
+        scopes = [trio.CancelScope() for _ in plan]
+
+        async def writer(i: int, how: str) -> None:
+            text = f"m{i}"
+            with scopes[i]:
+                message = Message(Role.USER, text)
+                if how == "append":
+                    stored = await store.append("c", message)
+                else:
+                    stored = await (await store.submit("c", message)).wait()
+                assert stored.seq is not None
+                acknowledged[text] = stored.seq
+
+        async with trio.open_nursery() as nursery:
+            for i, (how, _) in enumerate(plan):
+                nursery.start_soon(writer, i, how)
+            for step in range(6):
+                for i, (_, cancel_at) in enumerate(plan):
+                    if cancel_at == step:
+                        scopes[i].cancel()
+                await trio.lowlevel.checkpoint()
+        stored = await history(bundle, "c")
+    texts = [m.content for m in stored]
+    assert len(texts) == len(set(texts)), "a write was stored twice"
+    assert [m.seq for m in stored] == list(range(1, len(stored) + 1))
+    by_text = {m.content: m.seq for m in stored}
+    for text, seq in acknowledged.items():
+        assert by_text.get(text) == seq, f"acknowledged {text!r} is not stored as seq {seq}"
+    for i, (_, cancel_at) in enumerate(plan):
+        if cancel_at is None:
+            assert f"m{i}" in acknowledged

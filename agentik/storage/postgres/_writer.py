@@ -28,7 +28,6 @@ from typing import cast, final
 import psycopg
 
 from agentik._errors import StoreError
-from agentik._messages import Message
 from agentik.storage._common import Clock
 from agentik.storage._writer import AppendRequest, BatchFailed, Outcome, Work, as_store_error
 from agentik.storage.postgres._leases import NodeLease
@@ -88,17 +87,8 @@ def _run_appends(session: Session, run: list[AppendRequest], outcome: Outcome) -
             _run_one(session, request, outcome)
         return
     now = session.now
-    for request in run:  # MessageRow.stored, written out: it runs for every message
-        message = request.message
-        request.stored_message = Message(
-            message.role,
-            message.content,
-            message.tool_calls,
-            message.tool_call_id,
-            message.usage,
-            request.seq,
-            now,
-        )
+    for request in run:
+        request.stored_message = request.stored(now)
 
 
 def _run_requests(session: Session, batch: list[Work[Session]]) -> Outcome:

@@ -123,28 +123,33 @@ _MESSAGE_COLUMNS = (
 _Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
 
 
+def _row(session: Session, row: MessageRow) -> _Row:
+    """The ``message`` row to insert, with its conversation's next seq
+    (recorded in ``row.seq``): the one place that builds it, for the single
+    and the multi-row insert."""
+    conversation_id = row.conversation_id
+    row.seq = seq = session.seqs.next_seq(session.connection, conversation_id)
+    message = row.message
+    return (
+        conversation_id,
+        seq,
+        row.role,
+        message.content,
+        row.tool_calls,
+        message.tool_call_id,
+        row.prompt_tokens,
+        row.completion_tokens,
+        session.now_us,
+        row.idempotency_key,
+    )
+
+
 def insert_message(session: Session, row: MessageRow) -> Message:
     """Insert one message with its conversation's next seq (recorded in
     ``row.seq``); a reused idempotency key is a ``DuplicateKeyError``."""
     connection = session.connection
-    row.seq = seq = session.seqs.next_seq(connection, row.conversation_id)
-    message = row.message
     try:
-        connection.execute(
-            _INSERT_MESSAGE,
-            (
-                row.conversation_id,
-                seq,
-                row.role,
-                message.content,
-                row.tool_calls,
-                message.tool_call_id,
-                row.prompt_tokens,
-                row.completion_tokens,
-                session.now_us,
-                row.idempotency_key,
-            ),
-        )
+        connection.execute(_INSERT_MESSAGE, _row(session, row))
     except apsw.ConstraintError:
         _raise_if_duplicate(connection, row)
         raise
@@ -186,28 +191,7 @@ def insert_messages(session: Session, inserts: Sequence[MessageRow]) -> None:
     back to Python (and takes the GIL) for every row.
     """
     connection = session.connection
-    next_seq = session.seqs.next_seq
-    now_us = session.now_us
-    rows: list[_Row] = []
-    add = rows.append
-    for insert in inserts:  # insert_message's row, written out: it runs for every message
-        conversation_id = insert.conversation_id
-        insert.seq = seq = next_seq(connection, conversation_id)
-        message = insert.message
-        add(
-            (
-                conversation_id,
-                seq,
-                insert.role,
-                message.content,
-                insert.tool_calls,
-                message.tool_call_id,
-                insert.prompt_tokens,
-                insert.completion_tokens,
-                now_us,
-                insert.idempotency_key,
-            )
-        )
+    rows = [_row(session, insert) for insert in inserts]
     position, total = 0, len(rows)
     while position < total:
         left = total - position

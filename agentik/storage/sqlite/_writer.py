@@ -19,7 +19,6 @@ from typing import cast, final
 import apsw
 
 from agentik._errors import StoreError
-from agentik._messages import Message
 from agentik.storage._common import Clock, to_micros
 from agentik.storage._writer import (
     AppendRequest,
@@ -74,17 +73,8 @@ def _try_appends_at_once(session: Session, run: list[AppendRequest]) -> bool:
         return False
     session.seqs.keep()
     now = session.now
-    for request in run:  # MessageRow.stored, written out: it runs for every message
-        message = request.message
-        request.stored_message = Message(
-            message.role,
-            message.content,
-            message.tool_calls,
-            message.tool_call_id,
-            message.usage,
-            request.seq,
-            now,
-        )
+    for request in run:
+        request.stored_message = request.stored(now)
     return True
 
 
