@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
+import psycopg
 import pytest
+import trio
 
-from agentik.storage import open_sqlite_storage
+from agentik.storage import open_postgres_storage, open_sqlite_storage
 from agentik.storage.sqlite import _lifecycle_queries as lq
 from agentik.testing import MakeBundle, check_message_store
+from tests.postgres import bundles, fresh_schema
 
 
 @pytest.mark.parametrize("forgotten", lq.CONVERSATION_TABLES)
@@ -91,4 +94,76 @@ async def test_agentiks_backends_offer_every_optional_protocol(
         async with sqlite_bundles() as bundle:
             store = bundle.message_store
             missing = [p.__name__ for p in protocols if not isinstance(store, p)]
+    assert missing == [], f"{type(store).__name__} lacks {missing}"
+
+
+# --- PostgreSQL: the same contract, the same whole-table check ---------------
+
+_PG_TABLES = ("message", "memory_entry", "reflection", "approval", "turn_failure", "summary")
+
+
+@pytest.mark.parametrize("forgotten", _PG_TABLES)
+async def test_a_postgres_delete_that_forgets_a_table_fails_the_contract(
+    forgotten: str, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for SQLite: each table the delete leaves behind fails the contract."""
+    from agentik.storage.postgres import _lifecycle_queries as pq
+
+    assert set(pq.CONVERSATION_TABLES) == set(_PG_TABLES)
+    kept = tuple(t for t in pq.CONVERSATION_TABLES if t != forgotten)
+    monkeypatch.setattr(pq, "CONVERSATION_TABLES", kept)
+    with pytest.raises(
+        AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
+    ):
+        await check_message_store(bundles(postgres_dsn))
+
+
+async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_purpose(
+    postgres_dsn: str,
+) -> None:
+    """The migrated PostgreSQL schema's tables with a conversation_id column
+    are the ones a delete empties, plus those it keeps on purpose
+    (``conversation_owner``: ownership outlives the data, docs/scale-out.md)."""
+    from agentik.storage.postgres import _lifecycle_queries as pq
+
+    schema = fresh_schema()
+    async with open_postgres_storage(postgres_dsn, schema=schema, readers=1):
+        pass
+
+    def keyed_tables() -> set[str]:
+        with psycopg.connect(postgres_dsn) as connection:
+            rows = connection.execute(
+                "SELECT table_name FROM information_schema.columns"
+                " WHERE table_schema = %s AND column_name = 'conversation_id'",
+                (schema,),
+            ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    keyed = await trio.to_thread.run_sync(keyed_tables)
+    assert not set(pq.CONVERSATION_TABLES) & set(pq.KEPT_TABLES)
+    assert keyed == set(pq.CONVERSATION_TABLES) | set(pq.KEPT_TABLES)
+    assert pq.KEPT_TABLES == ("conversation_owner",)
+
+
+async def test_postgres_offers_every_optional_protocol(postgres_dsn: str) -> None:
+    from agentik.storage import (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+    )
+
+    protocols = (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+    )
+    async with bundles(postgres_dsn)() as bundle:
+        store = bundle.message_store
+        missing = [p.__name__ for p in protocols if not isinstance(store, p)]
     assert missing == [], f"{type(store).__name__} lacks {missing}"

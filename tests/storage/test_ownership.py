@@ -15,7 +15,12 @@ import trio
 from agentik import Message, ModelRequest, ModelResponse, NotOwnedError, Role, StoreError
 from agentik.agent import ChatAgent, open_chat_agent
 from agentik.models import ScriptedModel
-from agentik.storage import StorageBundle, open_postgres_storage
+from agentik.storage import (
+    ConversationArchiver,
+    ConversationDeleter,
+    StorageBundle,
+    open_postgres_storage,
+)
 from agentik.storage.postgres._leases import NodeLease
 from tests.postgres import fresh_schema
 
@@ -140,3 +145,27 @@ async def test_a_hanging_renewal_still_gives_everything_up_in_time(postgres_dsn:
             assert agent_a.live_conversations == 0
             with pytest.raises(StoreError, match=r"lease has lapsed"):
                 await agent_a.send("x", "two")
+
+
+async def test_a_deleted_conversation_stays_with_its_owner(postgres_dsn: str) -> None:
+    """Deleting empties the conversation but keeps its ownership row: the
+    owner goes on writing it from seq 1 (its claim is still valid for the
+    writer's fence), and another node can neither run it nor delete or import
+    it behind the owner's back (refused, nothing changed)."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a", lease=60) as (a, agent_a):
+        async with node(postgres_dsn, schema, "http://b", lease=60) as (b, agent_b):
+            await agent_a.send("x", "one")
+            assert await agent_a.delete_conversation("x")
+            assert (await agent_a.send("x", "two")).messages[0].seq == 1
+            with pytest.raises(NotOwnedError):
+                await agent_b.send("x", "sneak")
+            store_b = b.message_store
+            assert isinstance(store_b, ConversationDeleter)
+            assert isinstance(store_b, ConversationArchiver)
+            with pytest.raises(StoreError, match=r"^conversation 'x' is not owned by this node"):
+                await store_b.delete_conversation("x")
+            with pytest.raises(StoreError, match=r"^conversation 'y' is not owned by this node"):
+                await store_b.import_conversation("y", [])
+            history = [m.content async for m in a.message_store.get_messages("x")]
+            assert history == ["two", "echo two"]
