@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -169,3 +170,20 @@ async def test_a_deleted_conversation_stays_with_its_owner(postgres_dsn: str) ->
                 await store_b.import_conversation("y", [])
             history = [m.content async for m in a.message_store.get_messages("x")]
             assert history == ["two", "echo two"]
+
+
+async def test_retention_on_one_node_leaves_other_nodes_conversations_alone(
+    postgres_dsn: str,
+) -> None:
+    """Every node runs retention over the shared database: node B's pass
+    deletes the idle conversations it can claim and skips those a live node
+    A owns (A's own pass deletes them), instead of failing on them."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a", lease=60) as (_, agent_a):
+        async with node(postgres_dsn, schema, "http://b", lease=60) as (_, agent_b):
+            await agent_a.send("on-a", "hi")
+            await agent_b.send("on-b", "hi")
+            await agent_a.send("free", "hi")
+            future = datetime.now(UTC) + timedelta(days=1)
+            assert await agent_b.delete_idle_conversations(future) == ["on-b"]
+            assert await agent_a.delete_idle_conversations(future) == ["free", "on-a"]
