@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from agentik._errors import AgentikError, OverloadedError
+from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._context import ContextPolicy
@@ -256,7 +256,9 @@ class ChatAgent:
         ``delete_conversation`` and all at once (the store commits them
         together, each still its own all-or-nothing request); return the ids
         deleted, sorted. A conversation that a turn used meanwhile is left
-        alone: the store checks its age again in the delete's own transaction."""
+        alone: the store checks its age again in the delete's own transaction.
+        One another live node owns (several nodes on PostgreSQL) is skipped:
+        that node's retention deletes it."""
         store = self._runtime.storage.message_store
         if not isinstance(store, ConversationDeleter):
             raise TypeError(
@@ -266,8 +268,11 @@ class ChatAgent:
         deleted: list[str] = []
 
         async def delete(conversation_id: str) -> None:
-            if await self._delete(conversation_id, idle_before):
-                deleted.append(conversation_id)
+            try:
+                if await self._delete(conversation_id, idle_before):
+                    deleted.append(conversation_id)
+            except NotOwnedError:
+                pass  # another live node owns it: its own retention deletes it
 
         async with trio.open_nursery() as nursery:
             for conversation_id in await store.idle_conversations(idle_before, limit=limit):

@@ -1,5 +1,5 @@
 """``agentik export ID``, ``agentik delete ID`` and ``agentik import FILE``: a
-conversation as a whole, on a SQLite file.
+conversation as a whole, on a SQLite file or a ``postgresql://`` URL.
 
 Run them on a database no server has open: a server keeps conversations in
 memory and would not see a delete or an import made beside it (over HTTP,
@@ -16,14 +16,17 @@ from pathlib import Path
 
 from agentik._config import load_config
 from agentik.cli._failures import CommandError, report, run_command
-from agentik.storage import ConversationArchiver, ConversationDeleter, open_sqlite_storage
+from agentik.storage import ConversationArchiver, ConversationDeleter
 from agentik.storage._jsonl import ArchiveFormatError, header_line, read_archive, record_line
+from agentik.storage._location import is_postgres_url, open_storage
 
 
 def add_archive_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def database(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--database", "-d", help="SQLite database path (default: config, then ./agentik.db)"
+            "--database",
+            "-d",
+            help="SQLite database path or postgresql:// URL (default: config, then ./agentik.db)",
         )
 
     export = commands.add_parser("export", help="write one conversation as JSON Lines to stdout")
@@ -39,7 +42,7 @@ def add_archive_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 async def _export(database: str, conversation_id: str) -> int:
-    async with open_sqlite_storage(database) as storage:
+    async with open_storage(database) as storage:
         store = storage.message_store
         assert isinstance(store, ConversationArchiver)
         out = sys.stdout
@@ -55,7 +58,7 @@ async def _export(database: str, conversation_id: str) -> int:
 
 
 async def _delete(database: str, conversation_id: str) -> int:
-    async with open_sqlite_storage(database) as storage:
+    async with open_storage(database) as storage:
         store = storage.message_store
         assert isinstance(store, ConversationDeleter)
         if not await store.delete_conversation(conversation_id):
@@ -70,7 +73,7 @@ async def _import(database: str, text: str, as_id: str | None) -> int:
     except ArchiveFormatError as error:
         raise CommandError(f"cannot read the archive: {error}") from None
     target = as_id or conversation_id
-    async with open_sqlite_storage(database) as storage:
+    async with open_storage(database) as storage:
         store = storage.message_store
         assert isinstance(store, ConversationArchiver)
         messages = await store.import_conversation(target, records)
@@ -81,7 +84,7 @@ async def _import(database: str, text: str, as_id: str | None) -> int:
 def run_archive(args: argparse.Namespace) -> int:
     database = args.database or load_config(None).database
     command = args.command
-    if command != "import" and not Path(database).is_file():
+    if command != "import" and not is_postgres_url(database) and not Path(database).is_file():
         return report(command, f"database {database!r} does not exist")
     if command == "export":
         return run_command(command, _export, database, args.conversation_id)

@@ -105,9 +105,10 @@ class Queries(Protocol[C, S]):
 
 class LifecycleQueries(Protocol[C, S]):
     """A conversation as a whole (``ConversationDeleter``,
-    ``ConversationArchiver``): SQLite's is ``sqlite._lifecycle_queries``; a
-    PostgreSQL one is the same five functions over its tables (one ``DELETE``
-    per table keyed by conversation, in the request's transaction)."""
+    ``ConversationArchiver``): ``sqlite._lifecycle_queries`` and
+    ``postgres._lifecycle_queries``, the same five functions over each
+    backend's tables (one ``DELETE`` per table keyed by conversation, in the
+    request's transaction)."""
 
     def delete_conversation(
         self, session: S, conversation_id: str, idle_before_us: int | None

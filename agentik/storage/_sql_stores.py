@@ -223,7 +223,7 @@ class SqlMessageStore(Generic[C, S]):
 class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
     """A message store that is also a ``ConversationDeleter`` and a
     ``ConversationArchiver``, for a backend that brings their SQL
-    (``LifecycleQueries``; SQLite's is ``sqlite._lifecycle_queries``)."""
+    (``LifecycleQueries``: ``sqlite._lifecycle_queries``, ``postgres._lifecycle_queries``)."""
 
     def __init__(
         self,

@@ -89,3 +89,83 @@ def test_storage_url_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^\[storage\] url must start with postgresql://") as e:
         load_config(config, env={})
     assert "pw" not in str(e.value)
+
+
+async def test_export_delete_import_on_postgres(
+    postgres_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentik export``, ``delete`` and ``import`` take a postgresql:// URL
+    as ``--database``: the round trip gives the conversation back."""
+    url = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
+    async with open_postgres_storage(url) as storage:
+        await storage.message_store.append("chat", Message(Role.USER, "hello postgres"))
+        await storage.message_store.append("chat", Message(Role.ASSISTANT, "hi there"))
+    archive = tmp_path / "chat.jsonl"
+
+    def export() -> int:
+        return main(["export", "chat", "--database", url])
+
+    assert await trio.to_thread.run_sync(export) == 0
+    archive.write_text(capsys.readouterr().out, encoding="utf-8")
+
+    def delete_then_import() -> tuple[int, int, int, int]:
+        return (
+            main(["delete", "chat", "--database", url]),
+            main(["delete", "chat", "--database", url]),
+            main(["import", str(archive), "--database", url]),
+            main(["import", str(archive), "--as", "copy", "--database", url]),
+        )
+
+    assert await trio.to_thread.run_sync(delete_then_import) == (0, 1, 0, 0)
+    out, err = capsys.readouterr()
+    assert "deleted conversation 'chat'" in out
+    assert "conversation 'chat' not found" in err
+    async with open_postgres_storage(url) as storage:
+        for conversation_id in ("chat", "copy"):
+            history = [m async for m in storage.message_store.get_messages(conversation_id)]
+            assert [(m.seq, m.role, m.content) for m in history] == [
+                (1, Role.USER, "hello postgres"),
+                (2, Role.ASSISTANT, "hi there"),
+            ]
+
+
+async def test_delete_over_http_on_postgres(postgres_dsn: str) -> None:
+    """``DELETE /agentik/conversations/{id}`` on a server whose database is a
+    postgresql:// URL: 204, the conversation is gone, a second DELETE is 404,
+    and the export of a live one is served."""
+    import attrs
+
+    from agentik import ModelResponse, ScriptedModel
+    from agentik._config import ServerConfig
+    from agentik.server import serve_agentik
+
+    url = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
+    config = ServerConfig(port=0, database=url)
+    config = attrs.evolve(config)
+    stop = trio.Event()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            base = await nursery.start(
+                lambda task_status: serve_agentik(
+                    config,
+                    model=ScriptedModel(lambda r: ModelResponse(text="ok")),
+                    shutdown_trigger=stop.wait,
+                    task_status=task_status,
+                )
+            )
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                for name in ("gone", "kept"):
+                    turn = await client.post(
+                        f"/agentik/conversations/{name}/turns", json={"text": "hi"}
+                    )
+                    assert turn.status_code == 200, turn.text
+                deleted = await client.delete("/agentik/conversations/gone")
+                again = await client.delete("/agentik/conversations/gone")
+                exported = await client.get("/agentik/conversations/kept/export")
+            stop.set()
+    assert deleted.status_code == 204, deleted.text
+    assert again.status_code == 404, again.text
+    assert exported.status_code == 200, exported.text
+    assert len(exported.text.splitlines()) == 3  # the header and two messages
+    async with open_postgres_storage(url) as storage:
+        assert await storage.message_store.list_conversations() == ["kept"]

@@ -100,8 +100,8 @@ async def test_the_server_runs_retention_and_stops_it(tmp_path: Path) -> None:
 
 
 class _CannotDelete:
-    """A message store without the lifecycle protocols (as PostgreSQL's is for
-    now): every other attribute is the in-memory store's."""
+    """A message store without the lifecycle protocols (a third-party one):
+    every other attribute is the in-memory store's."""
 
     _HIDDEN = frozenset(
         {"delete_conversation", "idle_conversations", "export_conversation", "import_conversation"}
@@ -144,3 +144,36 @@ async def test_storage_that_cannot_delete_is_refused_clearly(tmp_path: Path) -> 
             stop.set()
     assert (deleted.status_code, deleted.json()["error"]["code"]) == (501, "not_supported")
     assert exported.status_code == 501
+
+
+async def test_the_server_runs_retention_on_postgres(postgres_dsn: str) -> None:
+    """The same on a PostgreSQL bundle (it is a ConversationDeleter): what was
+    idle at start-up is deleted, what is recent stays. Real time, as above."""
+    from agentik.storage import open_postgres_storage
+    from tests.postgres import fresh_schema
+
+    calendar = Calendar()
+    calendar.now = datetime.now(UTC) - timedelta(days=10)  # the server's cutoff is wall time
+    config = attrs.evolve(ServerConfig(port=0, database="unused.db"), retention_days=2.0)
+    stop = trio.Event()
+    async with open_postgres_storage(
+        postgres_dsn, schema=fresh_schema(), readers=1, clock=calendar
+    ) as storage:
+        await storage.message_store.append("stale", Message(Role.USER, "old"))
+        calendar.now = datetime.now(UTC)
+        await storage.message_store.append("fresh", Message(Role.USER, "new"))
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: serve_agentik(
+                        config,
+                        storage=storage,
+                        model=ScriptedModel(lambda r: ModelResponse(text="ok")),
+                        shutdown_trigger=stop.wait,
+                        task_status=task_status,
+                    )
+                )
+                # Polled: the store has no event to wait on (bounded above).
+                while await storage.message_store.list_conversations() != ["fresh"]:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                stop.set()

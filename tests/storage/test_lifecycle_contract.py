@@ -7,11 +7,29 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
+import attrs
+import psycopg
 import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
 
-from agentik.storage import open_sqlite_storage
+from agentik.storage import (
+    ArchivedApproval,
+    ArchivedFailure,
+    ArchivedMessage,
+    ArchivedNote,
+    ArchivedReflection,
+    ArchivedSummary,
+    ArchiveRecord,
+    ConversationArchiver,
+    ConversationDeleter,
+    open_postgres_storage,
+    open_sqlite_storage,
+)
 from agentik.storage.sqlite import _lifecycle_queries as lq
 from agentik.testing import MakeBundle, check_message_store
+from tests.postgres import bundles, fresh_schema
+from tests.storage.test_archive_jsonl import RECORDS, TEXT
 
 
 @pytest.mark.parametrize("forgotten", lq.CONVERSATION_TABLES)
@@ -92,3 +110,158 @@ async def test_agentiks_backends_offer_every_optional_protocol(
             store = bundle.message_store
             missing = [p.__name__ for p in protocols if not isinstance(store, p)]
     assert missing == [], f"{type(store).__name__} lacks {missing}"
+
+
+# --- PostgreSQL: the same contract, the same whole-table check ---------------
+
+_PG_TABLES = ("message", "memory_entry", "reflection", "approval", "turn_failure", "summary")
+
+
+@pytest.mark.parametrize("forgotten", _PG_TABLES)
+async def test_a_postgres_delete_that_forgets_a_table_fails_the_contract(
+    forgotten: str, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for SQLite: each table the delete leaves behind fails the contract."""
+    from agentik.storage.postgres import _lifecycle_queries as pq
+
+    assert set(pq.CONVERSATION_TABLES) == set(_PG_TABLES)
+    kept = tuple(t for t in pq.CONVERSATION_TABLES if t != forgotten)
+    monkeypatch.setattr(pq, "CONVERSATION_TABLES", kept)
+    with pytest.raises(
+        AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
+    ):
+        await check_message_store(bundles(postgres_dsn))
+
+
+async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_purpose(
+    postgres_dsn: str,
+) -> None:
+    """The migrated PostgreSQL schema's tables with a conversation_id column
+    are the ones a delete empties, plus those it keeps on purpose
+    (``conversation_owner``: ownership outlives the data, docs/scale-out.md)."""
+    from agentik.storage.postgres import _lifecycle_queries as pq
+
+    schema = fresh_schema()
+    async with open_postgres_storage(postgres_dsn, schema=schema, readers=1):
+        pass
+
+    def keyed_tables() -> set[str]:
+        with psycopg.connect(postgres_dsn) as connection:
+            rows = connection.execute(
+                "SELECT table_name FROM information_schema.columns"
+                " WHERE table_schema = %s AND column_name = 'conversation_id'",
+                (schema,),
+            ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    keyed = await trio.to_thread.run_sync(keyed_tables)
+    assert not set(pq.CONVERSATION_TABLES) & set(pq.KEPT_TABLES)
+    assert keyed == set(pq.CONVERSATION_TABLES) | set(pq.KEPT_TABLES)
+    assert pq.KEPT_TABLES == ("conversation_owner",)
+
+
+async def test_postgres_offers_every_optional_protocol(postgres_dsn: str) -> None:
+    from agentik.storage import (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+    )
+
+    protocols = (
+        ConversationArchiver,
+        ConversationDeleter,
+        ConversationLoader,
+        IdempotencyKeyIndex,
+        SummaryStore,
+        TurnLedger,
+    )
+    async with bundles(postgres_dsn)() as bundle:
+        store = bundle.message_store
+        missing = [p.__name__ for p in protocols if not isinstance(store, p)]
+    assert missing == [], f"{type(store).__name__} lacks {missing}"
+
+
+def _well_formed(records: list[ArchiveRecord]) -> list[ArchiveRecord]:
+    """What an export can hold: messages 1, 2, 3 …, each idempotency key
+    once, one approval per (seq, call), one failure per seq, summaries with
+    growing through_seq within the messages."""
+    out: list[ArchiveRecord] = []
+    keys: set[str] = set()
+    calls: set[tuple[int, str]] = set()
+    failed: set[int] = set()
+    messages = sum(isinstance(r, ArchivedMessage) for r in records)
+    covered = 0
+    seq = 0
+    for record in records:
+        if isinstance(record, ArchivedMessage):
+            seq += 1
+            key = record.idempotency_key
+            key = None if key is None or key in keys else key
+            keys.add(key or "")
+            message = attrs.evolve(record.message, seq=seq)
+            out.append(ArchivedMessage(message=message, idempotency_key=key))
+        elif isinstance(record, ArchivedApproval):
+            call = (record.approval.seq, record.approval.call_id)
+            if call not in calls:
+                calls.add(call)
+                out.append(record)
+        elif isinstance(record, ArchivedFailure):
+            if record.seq not in failed:
+                failed.add(record.seq)
+                out.append(record)
+        elif isinstance(record, ArchivedSummary):
+            through = record.summary.through_seq
+            if covered < through <= messages:
+                covered = through
+                out.append(record)
+        else:
+            out.append(record)
+    return out
+
+
+def _no_ids(records: list[ArchiveRecord]) -> list[ArchiveRecord]:
+    """Note and reflection ids are the store's own (an import makes new ones)."""
+    out: list[ArchiveRecord] = []
+    for record in records:
+        if isinstance(record, ArchivedNote):
+            record = attrs.evolve(record, entry=attrs.evolve(record.entry, id=0))
+        elif isinstance(record, ArchivedReflection):
+            reflection = attrs.evolve(record.reflection, id=0)
+            record = attrs.evolve(record, reflection=reflection)
+        out.append(record)
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=RECORDS.map(_well_formed), conversation_id=TEXT.filter(bool))
+async def test_postgres_exports_what_sqlite_exports(
+    records: list[ArchiveRecord],
+    conversation_id: str,
+    postgres_dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Any importable records (any text, U+0000 included; any times; usage,
+    tool calls, keys, decided and waiting approvals, chained summaries):
+    PostgreSQL and SQLite export the same records after the import, and on
+    PostgreSQL export, delete, import, export gives them back unchanged."""
+    path = tmp_path_factory.mktemp("agree") / "store.db"
+    async with bundles(postgres_dsn)() as pg, open_sqlite_storage(path) as lite:
+        exports = []
+        for bundle in (pg, lite):
+            store = bundle.message_store
+            assert isinstance(store, ConversationArchiver)
+            assert await store.import_conversation(conversation_id, records) == sum(
+                isinstance(r, ArchivedMessage) for r in records
+            )
+            exports.append([r async for r in store.export_conversation(conversation_id)])
+        assert _no_ids(exports[0]) == _no_ids(exports[1])
+        store = pg.message_store
+        assert isinstance(store, ConversationArchiver)
+        assert isinstance(store, ConversationDeleter)
+        assert await store.delete_conversation(conversation_id) == bool(records)
+        await store.import_conversation(conversation_id, exports[0])
+        again = [r async for r in store.export_conversation(conversation_id)]
+        assert _no_ids(again) == _no_ids(exports[0])

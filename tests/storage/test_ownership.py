@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -15,7 +16,12 @@ import trio
 from agentik import Message, ModelRequest, ModelResponse, NotOwnedError, Role, StoreError
 from agentik.agent import ChatAgent, open_chat_agent
 from agentik.models import ScriptedModel
-from agentik.storage import StorageBundle, open_postgres_storage
+from agentik.storage import (
+    ConversationArchiver,
+    ConversationDeleter,
+    StorageBundle,
+    open_postgres_storage,
+)
 from agentik.storage.postgres._leases import NodeLease
 from tests.postgres import fresh_schema
 
@@ -140,3 +146,44 @@ async def test_a_hanging_renewal_still_gives_everything_up_in_time(postgres_dsn:
             assert agent_a.live_conversations == 0
             with pytest.raises(StoreError, match=r"lease has lapsed"):
                 await agent_a.send("x", "two")
+
+
+async def test_a_deleted_conversation_stays_with_its_owner(postgres_dsn: str) -> None:
+    """Deleting empties the conversation but keeps its ownership row: the
+    owner goes on writing it from seq 1 (its claim is still valid for the
+    writer's fence), and another node can neither run it nor delete or import
+    it behind the owner's back (refused, nothing changed)."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a", lease=60) as (a, agent_a):
+        async with node(postgres_dsn, schema, "http://b", lease=60) as (b, agent_b):
+            await agent_a.send("x", "one")
+            assert await agent_a.delete_conversation("x")
+            assert (await agent_a.send("x", "two")).messages[0].seq == 1
+            with pytest.raises(NotOwnedError):
+                await agent_b.send("x", "sneak")
+            store_b = b.message_store
+            assert isinstance(store_b, ConversationDeleter)
+            assert isinstance(store_b, ConversationArchiver)
+            with pytest.raises(StoreError, match=r"^conversation 'x' is not owned by this node"):
+                await store_b.delete_conversation("x")
+            with pytest.raises(StoreError, match=r"^conversation 'y' is not owned by this node"):
+                await store_b.import_conversation("y", [])
+            history = [m.content async for m in a.message_store.get_messages("x")]
+            assert history == ["two", "echo two"]
+
+
+async def test_retention_on_one_node_leaves_other_nodes_conversations_alone(
+    postgres_dsn: str,
+) -> None:
+    """Every node runs retention over the shared database: node B's pass
+    deletes the idle conversations it can claim and skips those a live node
+    A owns (A's own pass deletes them), instead of failing on them."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a", lease=60) as (_, agent_a):
+        async with node(postgres_dsn, schema, "http://b", lease=60) as (_, agent_b):
+            await agent_a.send("on-a", "hi")
+            await agent_b.send("on-b", "hi")
+            await agent_a.send("free", "hi")
+            future = datetime.now(UTC) + timedelta(days=1)
+            assert await agent_b.delete_idle_conversations(future) == ["on-b"]
+            assert await agent_a.delete_idle_conversations(future) == ["free", "on-a"]

@@ -21,7 +21,7 @@ from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import StorageBundle
 from agentik.storage._readers import ReaderPool
 from agentik.storage._sql_stores import (
-    SqlMessageStore,
+    SqlLifecycleMessageStore,
     SqlReflectionStore,
     SqlSkillStore,
     SqlWorkingMemoryStore,
@@ -82,7 +82,7 @@ async def open_postgres_storage(
     check_at_least("max_batch", max_batch, 1)
     check_at_least("queue_size", queue_size, 0)
     try:  # psycopg is the optional extra agentik[postgres]: imported when asked for
-        from agentik.storage.postgres import _namespace
+        from agentik.storage.postgres import _lifecycle_queries, _namespace
         from agentik.storage.postgres._connect import Reconnecting, connect, open_writer
         from agentik.storage.postgres._leases import NodeLease
         from agentik.storage.postgres._writer import PostgresEngine
@@ -111,7 +111,7 @@ async def open_postgres_storage(
         pool = ReaderPool(read_connections, Reconnecting(make_reader))
         writer = Writer(engine, clock=clock, max_batch=max_batch, queue_size=queue_size)
         bundle = StorageBundle(
-            message_store=SqlMessageStore(writer, pool, _namespace),
+            message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
             working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
             reflection_store=SqlReflectionStore(writer, pool, _namespace),
             skill_store=SqlSkillStore(writer, pool, _namespace),

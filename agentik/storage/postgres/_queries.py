@@ -114,7 +114,9 @@ class SeqCache:
         for conversation, last in rows:
             self._last[bytes(conversation).decode()] = last or 0
 
-    def next_seq(self, conversation_id: str) -> int:
+    def fence(self, conversation_id: str) -> None:
+        """Refuse (``StoreError``) a write to a conversation another node owns,
+        and lock its ownership row for the batch; with one node, nothing."""
         if self._node is not None and conversation_id not in self._owned:
             self._check_owned([conversation_id])
             if conversation_id not in self._owned:
@@ -123,6 +125,14 @@ class SeqCache:
                     " its messages are written by its owner"
                 )
             self._touched.add(conversation_id)  # its lock goes if the savepoint does
+
+    def forget(self, conversation_id: str) -> None:
+        """The conversation's rows were deleted or replaced (``_lifecycle_queries``):
+        its next append reads the last seq from the table again."""
+        self._last.pop(conversation_id, None)
+
+    def next_seq(self, conversation_id: str) -> int:
+        self.fence(conversation_id)
         last = self._last.get(conversation_id)
         if last is None:
             self._look_up([conversation_id])
