@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import trio
+from a2a.client import Client as A2AClient
+from a2a.client import ClientConfig, create_client
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
@@ -89,3 +91,16 @@ async def asked(http: httpx.AsyncClient, cid: str) -> list[dict[str, object]]:
         if response.status_code == 200 and (waiting := response.json()["elicitations"]):
             return list(waiting)
         await trio.sleep(0.02)
+
+
+@asynccontextmanager
+async def a2a_client(url: str, *, streaming: bool = False) -> AsyncIterator[A2AClient]:
+    """An a2a-sdk client of the server at ``url``."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        sdk = await create_client(
+            url, client_config=ClientConfig(streaming=streaming, httpx_client=http)
+        )
+        try:
+            yield sdk
+        finally:
+            await sdk.close()
