@@ -33,6 +33,7 @@ def test_every_endpoint_has_an_example() -> None:
         "/memory",
         "/toolsets",
         "/approvals",
+        "/elicitations",
         "/agentik/reflections",
         "-X PUT http://127.0.0.1:8080/agentik/skills/",
         "-X DELETE",
@@ -78,3 +79,4 @@ async def test_examples_run(plain_server: Running) -> None:
     assert '"code":-32004' in joined  # subscribing to a finished task
     assert "agentik_turns_total" in joined
     assert '{"conversation_id":"demo","approvals":[]}' in joined
+    assert '{"conversation_id":"demo","elicitations":[]}' in joined
