@@ -363,7 +363,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         canceled = TaskView(
             task_id, view.context_id, "TASK_STATE_CANCELED", now(), error="the task was canceled"
         )
-        if view.state == INPUT_REQUIRED:
+        if view.state == INPUT_REQUIRED and view.question is None:  # paused for approval
             try:
                 await agent.cancel_paused(stored, idempotency_key=task_id)
             except ApprovalError:  # no longer waits: a decision runs it on now
@@ -374,7 +374,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 ledger.publish(key, status_update(canceled))  # no run tells the watchers
         else:
             # This task's turn only (its id is the turn's key), running or queued:
-            # the conversation's running turn may be another task's.
+            # the conversation's running turn may be another task's. A turn a
+            # tool's question holds runs (in the call): cancelled like any.
             agent.cancel(stored, idempotency_key=task_id)
         return canceled.to_json()
 

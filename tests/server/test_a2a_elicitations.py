@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import trio
 from a2a.client import Client as A2AClient
-from a2a.types import GetTaskRequest, StreamResponse, Task, TaskState
+from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from tests.mcp.test_stdio import LIMIT
@@ -139,3 +139,25 @@ async def test_streaming_asks_then_a_streamed_answer_goes_on(mcp_url: str, tmp_p
             assert frames[1].status_update.status.state == WORKING
             assert frames[2].artifact_update.artifact.parts[0].text == "booked for Bo, 3 guests"
             assert frames[-1].status_update.status.state == COMPLETED
+
+
+async def test_cancelling_a_task_that_asks_cancels_its_turn(mcp_url: str, tmp_path: Path) -> None:
+    """CancelTask while a question holds the turn: CANCELED at once (the turn runs,
+    so it is cancelled, not treated as one paused for approval), and the question
+    no longer waits."""
+    with trio.fail_after(LIMIT):
+        async with serve_web(mcp_url, tmp_path) as url, a2a_client(url) as sdk:
+            task = await _send(sdk, user_message("please book", "m1", "ctx"))
+            assert task.status.state == INPUT_REQUIRED
+            with trio.fail_after(5):  # far below the question's own 120 s timeout
+                canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))
+            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+            async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+                while True:
+                    got = await sdk.get_task(GetTaskRequest(id=task.id))
+                    if got.status.state not in (INPUT_REQUIRED, WORKING):
+                        break
+                    await trio.sleep(0.02)
+                assert got.status.state == TaskState.TASK_STATE_CANCELED
+                listed = await raw.get("/agentik/conversations/ctx/elicitations")
+                assert listed.json()["elicitations"] == []
