@@ -39,6 +39,7 @@ from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import ContextPolicy as ContextPolicy
+from agentik.agent import ElicitationAsked as ElicitationAsked
 from agentik.agent import ElicitationError as ElicitationError
 from agentik.agent import ElicitationRequest as ElicitationRequest
 from agentik.agent import SystemPromptContributor as SystemPromptContributor
@@ -168,6 +169,7 @@ __all__ = [
     "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",
+    "ElicitationAsked",
     "ElicitationError",
     "ElicitationRequest",
     "Error",

@@ -10,6 +10,7 @@ from agentik.agent._context import ContextPolicy as ContextPolicy
 from agentik.agent._elicitation import ElicitationError as ElicitationError
 from agentik.agent._elicitation import ElicitationRequest as ElicitationRequest
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
+from agentik.agent._events import ElicitationAsked as ElicitationAsked
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
 from agentik.agent._events import ToolCallStarted as ToolCallStarted
 from agentik.agent._events import TurnEvent as TurnEvent
@@ -38,6 +39,7 @@ __all__ = [
     "ChatAgent",
     "ContextPolicy",
     "ConversationTool",
+    "ElicitationAsked",
     "ElicitationError",
     "ElicitationRequest",
     "Histogram",

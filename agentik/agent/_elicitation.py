@@ -17,6 +17,7 @@ tool's slowness).
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol, final, runtime_checkable
 
 import attrs
@@ -35,6 +36,9 @@ class ToolCallContext:
 
     conversation_id: str
     scope: trio.CancelScope
+    announce: Callable[[ElicitationRequest], Awaitable[None]] | None = None
+    """Tells the turn's stream (if it streams) that a question waits, so a
+    transport can put it to the person (``ElicitationAsked``)."""
 
 
 current_tool_call: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar(

@@ -2,7 +2,8 @@
 
 A streamed turn yields, in order: text and tool-call deltas as the model
 streams them (or one ``TextDelta`` with the whole text when the model does
-not stream), ``ToolCallStarted`` before a tool runs, ``ToolCallFinished`` after,
+not stream), ``ToolCallStarted`` before a tool runs, ``ToolCallFinished`` after
+(between them, ``ElicitationAsked`` when the tool asks the person a question),
 and finally exactly one ``TurnFinished`` or ``TurnFailed``. Transports (native
 SSE, AG-UI, A2A) only translate these; they hold no conversation state.
 """
@@ -15,6 +16,7 @@ from typing import Literal, TypeAlias
 import attrs
 
 from agentik._messages import Message, TokenUsage, ToolCall
+from agentik.agent._elicitation import ElicitationRequest
 from agentik.models._protocol import TextDelta, ToolCallDelta
 
 
@@ -70,6 +72,14 @@ class ToolCallFinished:
 
 
 @attrs.frozen
+class ElicitationAsked:
+    """A running tool call asks the person a question (MCP elicitation); the turn
+    waits in the call until ``ChatAgent.answer_elicitation`` (or the timeout)."""
+
+    request: ElicitationRequest
+
+
+@attrs.frozen
 class TurnFinished:
     """The turn ended with an answer; every message of it is committed."""
 
@@ -90,5 +100,11 @@ class TurnFailed:
 
 
 TurnEvent: TypeAlias = (
-    TextDelta | ToolCallDelta | ToolCallStarted | ToolCallFinished | TurnFinished | TurnFailed
+    TextDelta
+    | ToolCallDelta
+    | ToolCallStarted
+    | ToolCallFinished
+    | ElicitationAsked
+    | TurnFinished
+    | TurnFailed
 )

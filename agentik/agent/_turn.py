@@ -34,9 +34,10 @@ from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolErr
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
 from agentik.agent._context import ContextExhausted, ContextPolicy, select_window
-from agentik.agent._elicitation import ToolCallContext, current_tool_call
+from agentik.agent._elicitation import ElicitationRequest, ToolCallContext, current_tool_call
 from agentik.agent._events import (
     ApprovalRequest,
+    ElicitationAsked,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
@@ -633,7 +634,9 @@ class Turn:
         with trio.move_on_after(timeout) as scope:
             # Which conversation runs the tool, for a tool that asks a person mid-call.
             running = current_tool_call.set(
-                ToolCallContext(conversation_id=conv.conversation_id, scope=scope)
+                ToolCallContext(
+                    conversation_id=conv.conversation_id, scope=scope, announce=self._announce
+                )
             )
             try:
                 if isinstance(tool, ConversationTool):
@@ -652,6 +655,11 @@ class Turn:
         if not isinstance(result, str):
             return self._error(f"tool '{call.name}' returned {type(result).__name__}, expected str")
         return _cap(result, runtime.settings.max_tool_output), False
+
+    async def _announce(self, request: ElicitationRequest) -> None:
+        """Put a tool's question into the turn's stream, if it streams."""
+        if self.emit is not None:
+            await self.emit(ElicitationAsked(request))
 
     def _error(self, message: str) -> tuple[str, bool]:
         self.conversation.runtime.stats.tool_errors += 1

@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import final
 
 import attrs
@@ -120,6 +121,7 @@ class _InFlight:
 
     conversation_id: str | None
     scopes: list[trio.CancelScope]
+    announce: Callable[[ElicitationRequest], Awaitable[None]] | None = None
 
 
 @attrs.define(eq=False)
@@ -494,6 +496,7 @@ class McpToolset:
             call = _InFlight(
                 running.conversation_id if running else None,
                 [scope, running.scope] if running else [scope],
+                running.announce if running else None,
             )
             self._in_flight.append(call)
             try:
@@ -568,11 +571,14 @@ class McpToolset:
             conversation: str | None = running.conversation_id
             mine = [c for c in self._in_flight if running.scope in c.scopes]
             scopes = mine[0].scopes if mine else [running.scope]
+            announcers = [running.announce]
         else:
             # Asked from the session's reader task: only an unambiguous caller will do.
             owners = {c.conversation_id for c in self._in_flight}
             conversation = owners.pop() if len(owners) == 1 else None
             scopes = [s for c in self._in_flight for s in c.scopes]
+            # One conversation runs one turn at a time: its calls share one stream.
+            announcers = [c.announce for c in self._in_flight][:1]
         if conversation is None or not isinstance(params, mt.ElicitRequestFormParams):
             why = "url mode" if conversation else "no single conversation's call is running"
             logger.info("mcp server %r: an elicitation was declined (%s)", self.name, why)
@@ -599,6 +605,9 @@ class McpToolset:
             scope.deadline = math.inf
         try:
             with trio.move_on_after(self.config.elicitation_timeout):
+                for announce in announcers:
+                    if announce is not None:  # the turn streams: tell its client
+                        await announce(request)
                 await question.answered.wait()
         finally:
             del self._questions[request.id]

@@ -11,7 +11,10 @@ cannot show (running now, cancelled here) and the ids ListTasks lists.
 
 A task whose turn waits for a person's approval is INPUT_REQUIRED; the
 client's next message on it (``message.taskId``) decides, through
-``agent.decide`` tied to the task's key, and the task goes on. Turns run in
+``agent.decide`` tied to the task's key, and the task goes on. A task whose
+running turn a tool's question holds (MCP elicitation) is INPUT_REQUIRED too,
+with the question; the next message answers it (``agent.answer_elicitation``)
+and the same run goes on. Turns run in
 the server's nursery (``_a2a_tasks``): a blocking SendMessage waits for its
 run, a streamed one and SubscribeToTask relay what the run publishes.
 Protocol errors are JSON-RPC errors with HTTP 200; an overloaded
@@ -24,6 +27,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+import attrs
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -32,7 +37,7 @@ import agentik
 from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
-from agentik.agent import TurnResult
+from agentik.agent import ElicitationError, ElicitationRequest, TurnResult
 from agentik.server._a2a_list import (
     MAX_TURN_MESSAGES,
     context_page,
@@ -49,6 +54,7 @@ from agentik.server._a2a_tasks import (
     outcome_view,
     relay,
     status_update,
+    view_of_question,
     working,
 )
 from agentik.server._a2a_wire import (
@@ -67,6 +73,7 @@ from agentik.server._a2a_wire import (
     is_notification,
     parse_call,
     parse_decisions,
+    parse_elicitation_answer,
     parse_send,
     request_id_of,
     rpc_error,
@@ -93,6 +100,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     ledger = ctx.tasks
 
     ledger.turn_runs = lambda key: agent.turn_in_progress(*key)
+    active: dict[TaskKey, Run] = {}
+    """The runs of new messages while they run: where a tool's question is told."""
 
     def in_progress(key: TaskKey) -> bool:
         """Whether a run of this process has the task's turn (see ``_a2a_tasks``:
@@ -124,7 +133,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             # Started while we read (a decision over another transport): what
             # we read may be the turn mid-run, not a turn that stopped.
             running = in_progress(key)
-        return view_from_turn(
+        view = view_from_turn(
             task_id,
             context_id,
             turn,
@@ -132,6 +141,17 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             cancelled=key in ledger.cancelled,
             record=record,
         )
+        if running and (question := await asked_now(key)) is not None:
+            view = attrs.evolve(view, state=INPUT_REQUIRED, question=question)
+        return view
+
+    async def asked_now(key: TaskKey) -> ElicitationRequest | None:
+        """The question the task's run was told of, if it still waits."""
+        run = active.get(key)
+        if run is None or run.question is None:
+            return None
+        waiting = await agent.pending_elicitations(key[0])
+        return run.question if run.question in waiting else None
 
     async def start_message(caller: Caller, send: SendParams) -> Run:
         """Admit a new message's turn (or refuse it now: 429, 503, 422) and run it."""
@@ -147,16 +167,47 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             ledger.finish(run.key)
             raise
 
+        def asked(question: ElicitationRequest) -> None:
+            run.question = question
+            ledger.publish(
+                run.key, status_update(view_of_question(run.task_id, run.context_id, question))
+            )
+            run.asked.set()
+
         async def turn() -> TurnResult:
-            async with stack:
-                return await consume(events)
+            active[run.key] = run
+            try:
+                async with stack:
+                    return await consume(events, asked)
+            finally:
+                del active[run.key]
 
         await launch(ctx, find_task, run, turn)
         return run
 
-    async def waiting_task(caller: Caller, send: SendParams) -> tuple[TaskView, list[Decision]]:
-        """The task a follow-up names, which must wait for input, and the
-        decisions the message gives for its waiting calls."""
+    async def answer_question(
+        caller: Caller, send: SendParams, question: ElicitationRequest
+    ) -> Run | None:
+        """Answer the question holding the task's turn; its run (if this process
+        has it) goes on and is returned."""
+        reply = parse_elicitation_answer(send, question)
+        key = (caller.internal(send.context_id), send.task_id)
+        run = active.get(key)
+        if run is not None:
+            run.asked = trio.Event()  # the next question sets a new one
+        try:
+            await agent.answer_elicitation(
+                key[0], reply.elicitation_id, action=reply.action, content=reply.content
+            )
+        except ElicitationError as exc:
+            if run is not None:
+                run.asked.set()  # still asked
+            raise invalid_params(str(exc)) from exc
+        ledger.publish(key, status_update(working(send.task_id, send.context_id)))
+        return run
+
+    async def waiting_task(caller: Caller, send: SendParams) -> TaskView:
+        """The task a follow-up names, which must wait for input."""
         view = await find_task(caller, send.task_id)
         if view.state in TERMINAL:
             raise A2AError(
@@ -170,7 +221,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 f"This operation is not supported: task {send.task_id!r} is {view.state};"
                 f" a task takes a message only while it waits for input ({INPUT_REQUIRED})",
             )
-        return view, parse_decisions(send, view.waiting)
+        return view
 
     async def start_decisions(caller: Caller, send: SendParams, decisions: list[Decision]) -> Run:
         """Run the paused task on with ``decisions``, each tied to the task's turn."""
@@ -216,8 +267,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def answer(run: Run, limit: int | None) -> JsonObject:
         """A blocking SendMessage's answer once its run is done (the run has
-        logged the turn)."""
-        await run.done.wait()
+        logged the turn), or once a tool of its turn asks a question."""
+        await run.settled()
+        if not run.done.is_set():
+            return {
+                "task": (await find_task(run.caller, run.task_id)).to_json(history_length=limit)
+            }
         try:
             view = await outcome_view(find_task, run)
         except ApprovalError as exc:  # decided meanwhile by someone else
@@ -230,8 +285,14 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         send = parse_send(call.params)
         limit = history_length(call.params)  # bad params refuse before anything runs
         if send.follow_up:
-            _, decisions = await waiting_task(caller, send)
-            run = await start_decisions(caller, send, decisions)
+            view = await waiting_task(caller, send)
+            if view.question is not None:
+                asked = await answer_question(caller, send, view.question)
+                if asked is None or send.return_immediately:
+                    shown = await find_task(caller, send.task_id)
+                    return {"task": shown.to_json(history_length=limit)}
+                return await answer(asked, limit)
+            run = await start_decisions(caller, send, parse_decisions(send, view.waiting))
             if send.return_immediately:
                 shown = working(send.task_id, send.context_id)
                 return {"task": shown.to_json(history_length=limit)}
@@ -250,9 +311,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         with contextlib.ExitStack() as watching:
             updates = watching.enter_context(ledger.watch(key))  # before the run starts
             if send.follow_up:
-                view, decisions = await waiting_task(caller, send)
+                view = await waiting_task(caller, send)
                 first: JsonObject = {"task": view.to_json()}
-                await start_decisions(caller, send, decisions)
+                if view.question is not None:
+                    await answer_question(caller, send, view.question)
+                else:
+                    await start_decisions(caller, send, parse_decisions(send, view.waiting))
             else:
                 submitted = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", now())
                 first = {"task": submitted.to_json()}
@@ -299,7 +363,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         canceled = TaskView(
             task_id, view.context_id, "TASK_STATE_CANCELED", now(), error="the task was canceled"
         )
-        if view.state == INPUT_REQUIRED:
+        if view.state == INPUT_REQUIRED and view.question is None:  # paused for approval
             try:
                 await agent.cancel_paused(stored, idempotency_key=task_id)
             except ApprovalError:  # no longer waits: a decision runs it on now
@@ -310,7 +374,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 ledger.publish(key, status_update(canceled))  # no run tells the watchers
         else:
             # This task's turn only (its id is the turn's key), running or queued:
-            # the conversation's running turn may be another task's.
+            # the conversation's running turn may be another task's. A turn a
+            # tool's question holds runs (in the call): cancelled like any.
             agent.cancel(stored, idempotency_key=task_id)
         return canceled.to_json()
 

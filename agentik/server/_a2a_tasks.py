@@ -14,7 +14,9 @@ What a run publishes (``TaskLedger.publish``), as ``(state, result)`` where
 announces (None for an artifact): WORKING when it starts; then the answer
 artifact and COMPLETED, or INPUT_REQUIRED with the waiting calls, or the
 task's state as stored when the run failed or was refused (FAILED, CANCELED,
-or INPUT_REQUIRED again when a decision was not taken).
+or INPUT_REQUIRED again when a decision was not taken). While it runs, a
+tool's question (MCP elicitation) publishes INPUT_REQUIRED with the question;
+the follow-up that answers it publishes WORKING, and the same run goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ import trio
 
 from agentik._errors import AgentikError, TurnError
 from agentik._json import JsonObject
-from agentik.agent import TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik.agent import (
+    ElicitationAsked,
+    ElicitationRequest,
+    TurnEvent,
+    TurnFailed,
+    TurnFinished,
+    TurnResult,
+)
 from agentik.server._a2a_wire import (
     ENDS_A_STREAM,
     INPUT_REQUIRED,
@@ -64,6 +73,11 @@ def working(task_id: str, context_id: str) -> TaskView:
     return TaskView(task_id, context_id, "TASK_STATE_WORKING", now())
 
 
+def view_of_question(task_id: str, context_id: str, question: ElicitationRequest) -> TaskView:
+    """The task a tool's question holds: INPUT_REQUIRED with the question."""
+    return TaskView(task_id, context_id, INPUT_REQUIRED, now(), question=question)
+
+
 def view_of_result(task_id: str, context_id: str, result: TurnResult) -> TaskView:
     """The task a turn's result shows: COMPLETED with its answer, or
     INPUT_REQUIRED with the calls that wait."""
@@ -88,12 +102,32 @@ class Run:
     done: trio.Event = attrs.Factory(trio.Event)
     result: TurnResult | None = None
     error: Exception | None = None
+    question: ElicitationRequest | None = None
+    """The last question a tool of the turn asked (it may be answered by now)."""
+    asked: trio.Event = attrs.Factory(trio.Event)
+    """Set when a question is asked; a fresh one once it is answered."""
+
+    async def settled(self) -> None:
+        """Until the run is done or its turn asks the person a question: what a
+        blocking SendMessage waits for (A2A returns at an interrupted state)."""
+        async with trio.open_nursery() as nursery:
+
+            async def until(event: trio.Event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until, self.done)
+            nursery.start_soon(until, self.asked)
+
     """Why the run ended without a result: a ``TurnError`` (the turn failed or
     was cancelled), or a refusal (``ApprovalError``, ``OverloadedError`` ...)."""
 
 
-async def consume(events: AsyncIterator[TurnEvent]) -> TurnResult:
-    """Read a streamed turn to its end; its result, or its failure raised."""
+async def consume(
+    events: AsyncIterator[TurnEvent], asked: Callable[[ElicitationRequest], None] | None = None
+) -> TurnResult:
+    """Read a streamed turn to its end; its result, or its failure raised.
+    ``asked`` hears each question a tool of the turn asks on the way."""
     result: TurnResult | None = None
     failure: TurnFailed | None = None
     async for event in events:  # to the end, so the stream's own log line is written
@@ -101,6 +135,8 @@ async def consume(events: AsyncIterator[TurnEvent]) -> TurnResult:
             result = event.result
         elif isinstance(event, TurnFailed):
             failure = event
+        elif isinstance(event, ElicitationAsked) and asked is not None:
+            asked(event.request)
     if result is not None:
         return result
     if failure is not None:

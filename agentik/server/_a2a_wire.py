@@ -20,6 +20,12 @@ next message on the task decides (``parse_decisions``): a data part
 ``{"approve": bool, "reason"?: str, "callId"?: str}`` (without ``callId``,
 every waiting call), or ``{"decisions": [{"callId", "approve", "reason"?}]}``,
 or the text ``approve`` / ``deny``, optionally followed by a reason.
+
+A task whose running turn a tool's question holds (MCP elicitation) waits for
+input too: its status message is the question, a text line and a data part
+``{"elicitation": {"id", "source", "message", "requestedSchema"}}``; the
+client's next message answers it (``parse_elicitation_answer``): a data part
+``{"elicitation": id, "action"?: "accept"|"decline"|"cancel", "content"?: {...}}``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ import attrs
 from agentik._errors import AgentikError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, ToolCall
-from agentik.agent import SUPERSEDED_REASON
+from agentik.agent import SUPERSEDED_REASON, ElicitationRequest
+from agentik.agent._elicitation import ElicitationAction
 from agentik.storage import TurnRecord
 
 A2A_VERSION = "1.0"
@@ -436,6 +443,81 @@ def approval_message(task_id: str, context_id: str, waiting: Sequence[ToolCall])
     }
 
 
+def elicitation_json(question: ElicitationRequest) -> JsonObject:
+    return {
+        "id": question.id,
+        "source": question.source,
+        "message": question.message,
+        "requestedSchema": question.schema,
+    }
+
+
+_HOW_TO_ANSWER = (
+    'send one data part {"elicitation": "<id>", "action": "accept", "content": {...}}'
+    ' (fields left out take the schema\'s defaults), or "action": "decline" or "cancel"'
+)
+
+
+def question_message(task_id: str, context_id: str, question: ElicitationRequest) -> JsonObject:
+    """The status message of a task a tool's question holds: the question as a
+    person reads it, and as data a program reads."""
+    return {
+        "messageId": f"{task_id}.input",
+        "role": "ROLE_AGENT",
+        "parts": [
+            {
+                "text": f"{question.source} asks: {question.message}"
+                f" (question {question.id}). To answer, {_HOW_TO_ANSWER}."
+            },
+            {"data": {"elicitation": elicitation_json(question)}, "mediaType": "application/json"},
+        ],
+        "contextId": context_id,
+        "taskId": task_id,
+    }
+
+
+_ACTIONS: dict[str, ElicitationAction] = {
+    "accept": "accept",
+    "decline": "decline",
+    "cancel": "cancel",
+}
+
+
+@attrs.frozen
+class ElicitationAnswer:
+    """A person's answer to a tool's question, as a follow-up message says it."""
+
+    elicitation_id: str
+    action: ElicitationAction
+    content: JsonObject | None
+
+
+def parse_elicitation_answer(send: SendParams, question: ElicitationRequest) -> ElicitationAnswer:
+    """The answer a follow-up message gives to ``question``; -32602 naming the fault."""
+    data = send.data[0] if len(send.data) == 1 else None
+    if not isinstance(data, dict) or "elicitation" not in data:
+        raise invalid_params(
+            f"task {send.task_id!r} asks a question ({question.id}): {_HOW_TO_ANSWER}"
+        )
+    extra = sorted(data.keys() - {"elicitation", "action", "content"})
+    if extra:
+        raise invalid_params(f"field {extra[0]!r} is not part of an answer")
+    eid = data["elicitation"]
+    if eid != question.id:
+        raise invalid_params(
+            f"question {eid!r} does not wait in task {send.task_id!r} (waiting: {question.id!r})"
+        )
+    action = _ACTIONS.get(str(data.get("action", "accept")))
+    if action is None:
+        raise invalid_params(
+            f"field 'action' must be 'accept', 'decline' or 'cancel', got {data.get('action')!r}"
+        )
+    content = data.get("content")
+    if content is not None and not isinstance(content, dict):
+        raise invalid_params("field 'content' must be an object")
+    return ElicitationAnswer(question.id, action, content)
+
+
 @attrs.frozen
 class TaskView:
     """A task as stored history shows it."""
@@ -449,10 +531,14 @@ class TaskView:
     history: tuple[Message, ...] = ()
     waiting: tuple[ToolCall, ...] = ()
     """The calls waiting for a decision (``TASK_STATE_INPUT_REQUIRED``)."""
+    question: ElicitationRequest | None = None
+    """The question a tool of the running turn asks (``TASK_STATE_INPUT_REQUIRED``)."""
 
     def status_json(self) -> JsonObject:
         note = None
-        if self.waiting:
+        if self.question is not None:
+            note = question_message(self.task_id, self.context_id, self.question)
+        elif self.waiting:
             note = approval_message(self.task_id, self.context_id, self.waiting)
         elif self.error is not None:
             note = agent_message(self.error, self.context_id, self.task_id)

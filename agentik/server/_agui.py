@@ -15,6 +15,12 @@ Approvals use AG-UI's interrupts: a turn that pauses ends its run with
 call (its id is the call's id, so nothing maps ids between runs), and the
 next run answers them in ``resume``. A run may carry several turns (the
 decided turn going on, then a new message's turn): ``finish`` ends it once.
+
+A question a running tool asks (MCP elicitation) does not end the run: the
+call waits inside it. It becomes a ``CUSTOM`` event named
+``agentik.elicitation`` (``value``: ``id``, ``source``, ``message``,
+``requestedSchema``), answered through the native route ``POST
+/agentik/conversations/{threadId}/elicitations/{id}``; the run then goes on.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import attrs
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._events import (
+    ElicitationAsked,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
@@ -99,6 +106,10 @@ class AguiRunError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+ELICITATION_EVENT = "agentik.elicitation"
+"""The CUSTOM event's name for a question a running tool asks the person."""
 
 
 def _invalid(message: str) -> HttpError:
@@ -361,6 +372,21 @@ class AguiRun:
             }
             self._after_results = True
             return [*self._close_all(), result]
+        if isinstance(event, ElicitationAsked):
+            # The run stays open (the call waits in it): not an interrupt, which
+            # ends a run, but a CUSTOM event; the answer goes to the native route.
+            question = event.request
+            custom: JsonObject = {
+                "type": "CUSTOM",
+                "name": ELICITATION_EVENT,
+                "value": {
+                    "id": question.id,
+                    "source": question.source,
+                    "message": question.message,
+                    "requestedSchema": question.schema,
+                },
+            }
+            return [custom]
         if isinstance(event, TurnFinished):
             # The run may go on with another turn (a new message after the
             # decided one): the next text is a new assistant message.

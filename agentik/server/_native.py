@@ -9,6 +9,8 @@ A turn's JSON carries ``status`` (``finished`` | ``awaiting_approval``) and
 ``approvals``, the calls waiting for a decision as ``{call_id, name,
 arguments}``: never the ``ApprovalRequest`` itself, whose conversation id is
 the stored, owner-scoped one (``_owners``), not the id the client sent.
+Questions a running tool asks (``elicitation_asked`` frames, ``GET
+…/elicitations``) are ``{id, source, message, requested_schema}`` likewise.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import attrs
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message
 from agentik._serde import converter
+from agentik.agent._elicitation import ElicitationAction, ElicitationRequest
 from agentik.agent._events import (
     ApprovalRequest,
+    ElicitationAsked,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
@@ -57,6 +61,17 @@ class ArchiveRequest:
     """A validated ``POST …/memory/archive`` body: distinct note ids, in the order sent."""
 
     entry_ids: tuple[int, ...]
+
+
+@attrs.frozen
+class ElicitationAnswer:
+    """A validated ``POST …/elicitations/{id}`` body."""
+
+    action: ElicitationAction = "accept"
+    content: JsonObject | None = None
+
+
+ACTIONS: tuple[ElicitationAction, ...] = ("accept", "decline", "cancel")
 
 
 def check_id(value: str, what: str = "conversation id") -> str:
@@ -120,6 +135,36 @@ def parse_archive(body: JsonValue) -> ArchiveRequest:
     return ArchiveRequest(tuple(dict.fromkeys(ids)))
 
 
+def parse_elicitation_answer(body: JsonValue) -> ElicitationAnswer:
+    """``{"action": "accept"|"decline"|"cancel", "content": {...}}``; ``action``
+    defaults to ``accept``, ``content`` may be left out (the schema's defaults)."""
+    obj = as_object(body)
+    unknown = sorted(set(obj) - {"action", "content"})
+    if unknown:
+        raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
+    action = optional_str(obj, "action") or "accept"
+    if action not in ACTIONS:
+        raise HttpError(
+            422,
+            f"field 'action' must be 'accept', 'decline' or 'cancel', got {action[:40]!r}",
+            code="invalid_field",
+        )
+    content = obj.get("content")
+    if content is not None:
+        content = as_object(content, "field 'content'")
+    return ElicitationAnswer(action, content)
+
+
+def elicitation_json(request: ElicitationRequest) -> JsonObject:
+    """A question as a client sees it (never its stored, owner-scoped conversation id)."""
+    return {
+        "id": request.id,
+        "source": request.source,
+        "message": request.message,
+        "requested_schema": request.schema,
+    }
+
+
 def approval_json(request: ApprovalRequest) -> JsonObject:
     call = request.call
     return {"call_id": call.id, "name": call.name, "arguments": call.arguments}
@@ -152,6 +197,8 @@ def native_event(event: TurnEvent) -> tuple[str, JsonObject]:
             "content": event.content,
             "is_error": event.is_error,
         }
+    elif isinstance(event, ElicitationAsked):
+        name, data = "elicitation_asked", {"elicitation": elicitation_json(event.request)}
     elif isinstance(event, TurnFinished):
         name = "turn_finished"
         data = {

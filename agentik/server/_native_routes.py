@@ -24,6 +24,7 @@ from agentik._json import JsonObject, JsonValue
 from agentik._memory import Skill
 from agentik._messages import Message
 from agentik._serde import converter
+from agentik.agent import ElicitationError
 from agentik.server._app import json_response
 from agentik.server._context import ServerContext
 from agentik.server._decisions import decide_call, pending_calls
@@ -31,10 +32,12 @@ from agentik.server._errors import HttpError
 from agentik.server._native import (
     approval_json,
     check_id,
+    elicitation_json,
     message_json,
     native_event,
     parse_archive,
     parse_decision,
+    parse_elicitation_answer,
     parse_turn_request,
     turn_result_json,
 )
@@ -54,7 +57,13 @@ from agentik.server._request import (
     receive_body,
 )
 from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, open_stream, send_json, send_turn
+from agentik.server._turns import (
+    EventStream,
+    open_stream,
+    send_json,
+    send_turn,
+    to_http_error,
+)
 from agentik.storage import SummaryStore
 
 MAX_PAGE = 1000
@@ -245,6 +254,34 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
         return json_response(turn_result_json(result))
 
+    async def list_elicitations(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        caller = caller_of(request)
+        stored = caller.internal(conversation_id)
+        await require_conversation(ctx, stored, conversation_id)
+        waiting = await agent.pending_elicitations(stored)
+        return json_response(
+            {
+                "conversation_id": conversation_id,
+                "elicitations": [elicitation_json(q) for q in waiting],
+            }
+        )
+
+    async def answer_elicitation(request: Request) -> Response:
+        conversation_id = _path_id(request)
+        elicitation_id = _path_id(request, "elicitation_id", "elicitation id")
+        answer = parse_elicitation_answer(await read_json(request, limit))
+        caller = caller_of(request)
+        stored = caller.internal(conversation_id)
+        await require_conversation(ctx, stored, conversation_id)
+        try:
+            await agent.answer_elicitation(
+                stored, elicitation_id, action=answer.action, content=answer.content
+            )
+        except ElicitationError as exc:
+            raise to_http_error(exc, caller, conversation_id) from exc
+        return json_response({"conversation_id": conversation_id, "id": elicitation_id})
+
     async def get_reflections(request: Request) -> Response:
         page = query_int(request, "limit", default=20, minimum=1, maximum=MAX_PAGE)
         recent, total = await recent_reflections(
@@ -306,6 +343,16 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             # ``:path``: a call id is the model's choice and may hold a ``/``
             f"{base}/conversations/{{conversation_id}}/approvals/{{call_id:path}}",
             decide,
+            methods=["POST"],
+        ),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/elicitations",
+            list_elicitations,
+            methods=["GET"],
+        ),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/elicitations/{{elicitation_id}}",
+            answer_elicitation,
             methods=["POST"],
         ),
         Route(f"{base}/reflections", get_reflections, methods=["GET"]),

@@ -34,7 +34,14 @@ from agentik._errors import (
     TurnError,
 )
 from agentik._json import JsonObject
-from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
+from agentik.agent import (
+    ChatAgent,
+    ElicitationError,
+    TurnEvent,
+    TurnFailed,
+    TurnFinished,
+    TurnResult,
+)
 from agentik.server._errors import HttpError, Redirect
 from agentik.server._owners import SEPARATOR, Caller
 from agentik.server._sse import dumps
@@ -43,6 +50,7 @@ log = logging.getLogger("agentik.server")
 
 _TURN_STATUS = {"model_error": 502, "cancelled": 409, "step_limit": 500, "turn_failed": 500}
 _APPROVAL_STATUS = {"not_waiting": 404, "already_decided": 409, "unsupported": 501}
+_ELICITATION_STATUS = {"not_waiting": 404, "invalid": 400}
 
 
 def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpError:
@@ -60,6 +68,8 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         return HttpError(_TURN_STATUS.get(code, 500), message, code=code)
     if isinstance(exc, ApprovalError):
         return HttpError(_APPROVAL_STATUS.get(exc.code, 409), message, code=exc.code)
+    if isinstance(exc, ElicitationError):
+        return HttpError(_ELICITATION_STATUS.get(exc.code, 400), message, code=exc.code)
     if isinstance(exc, ValueError):
         return HttpError(422, message, code="invalid_field")
     if isinstance(exc, NotOwnedError) and exc.owner_url:

@@ -17,12 +17,14 @@ import trio
 
 from agentik import (
     ChatAgent,
+    ElicitationAsked,
     ElicitationError,
     ElicitationRequest,
     ModelRequest,
     ModelResponse,
     ScriptedModel,
     ToolCall,
+    TurnFinished,
     TurnResult,
     in_memory_storage,
     open_chat_agent,
@@ -161,3 +163,25 @@ class TestTimeouts:
 
                 result = await _turn(agent, "c", person)
                 assert _tool_result(result) == "booked for Cy, 2 guests"
+
+
+class TestStreamed:
+    async def test_a_streamed_turn_yields_the_question(self, http_url: str) -> None:
+        """``agent.stream`` yields ``ElicitationAsked`` (what the HTTP transports put to
+        the person) between the call's start and its result."""
+        with trio.fail_after(LIMIT):
+            async with _agent(http_url) as (agent, _):
+                kinds: list[str] = []
+                async with agent.stream("c", "please book") as events:
+                    async for event in events:
+                        kinds.append(type(event).__name__)
+                        if isinstance(event, ElicitationAsked):
+                            assert event.request == (await agent.pending_elicitations("c"))[0]
+                            await agent.answer_elicitation(
+                                "c", event.request.id, content={"name": "Ed"}
+                            )
+                        elif isinstance(event, TurnFinished):
+                            assert _tool_result(event.result) == "booked for Ed, 2 guests"
+                assert kinds.index("ToolCallStarted") < kinds.index("ElicitationAsked")
+                assert kinds.index("ElicitationAsked") < kinds.index("ToolCallFinished")
+                assert kinds[-1] == "TurnFinished"

@@ -61,3 +61,12 @@ async def secured(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Runnin
         nursery, tmp_path, auth_token="s3cret", limits=Limits(max_body_bytes=4096)
     ):
         yield running
+
+
+@pytest.fixture
+async def mcp_url() -> AsyncIterator[str]:
+    """The tiny MCP server (it elicits) over HTTP, for the elicitation tests."""
+    from tests.server.elicit_support import tiny_mcp
+
+    async with tiny_mcp() as url:
+        yield url

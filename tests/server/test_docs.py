@@ -35,6 +35,7 @@ def test_every_endpoint_has_an_example() -> None:
         "/summary",
         "/toolsets",
         "/approvals",
+        "/elicitations",
         "/agentik/reflections",
         "-X PUT http://127.0.0.1:8080/agentik/skills/",
         "-X DELETE",
@@ -87,3 +88,4 @@ async def test_examples_run(plain_server: Running, tmp_path: Path) -> None:
     assert '{"conversation_id":"demo","approvals":[]}' in joined
     assert '{"conversation_id":"demo","archived":1}' in joined
     assert '{"conversation_id":"demo","summary":null}' in joined
+    assert '{"conversation_id":"demo","elicitations":[]}' in joined

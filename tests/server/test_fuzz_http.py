@@ -59,6 +59,8 @@ ROUTES = [
     ("DELETE", "/agentik/conversations/{conversation_id}"),
     ("GET", "/agentik/conversations/{conversation_id}/approvals"),
     ("POST", "/agentik/conversations/{conversation_id}/approvals/{call_id:path}"),
+    ("GET", "/agentik/conversations/{conversation_id}/elicitations"),
+    ("POST", "/agentik/conversations/{conversation_id}/elicitations/{elicitation_id}"),
     ("GET", "/agentik/reflections"),
     ("GET", "/agentik/skills"),
     ("GET", "/agentik/skills/{name}"),
@@ -382,7 +384,7 @@ a2a_headers = st.sampled_from(
 
 
 def fill(path: str, draw_id: str) -> str:
-    for name in ("{conversation_id}", "{name}", "{call_id:path}"):
+    for name in ("{conversation_id}", "{name}", "{call_id:path}", "{elicitation_id}"):
         path = path.replace(name, draw_id)
     return path
 
