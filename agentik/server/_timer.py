@@ -138,13 +138,20 @@ class ConnectionTimer:
     async def stop(self) -> None:
         """A request head is complete: no deadline until ``handled`` says its
         body is still coming, or the connection goes idle again."""
-        if self._phase is not ENDED:
+        phase = self._phase
+        if phase is IDLE and trio.current_time() >= self._deadline:
+            return  # due to close (``arrived``): the watcher cuts it
+        if phase is not ENDED:
             self._phase = BUSY
             self._deadline = math.inf
 
     def arrived(self, size: int) -> None:
         """``size`` bytes were read and are about to be handled."""
         phase = self._phase
+        if phase is IDLE and trio.current_time() >= self._deadline:
+            # Due to close (shutting down, or keep-alive over) and the watcher
+            # has not run yet: these bytes start no request; it cuts at once.
+            return
         if phase is IDLE:
             # The first bytes of a request. Its deadline is set by ``handled``,
             # only if they are not the whole head (which they usually are).
