@@ -259,6 +259,33 @@ async def test_cancel_while_the_writer_channel_is_full(tmp_path: Path) -> None:
             check_history(await history(reopened, "c"), once=("warmup", "go", "next"))
 
 
+async def cancel_behind_a_stuck_writer(
+    agent: ChatAgent, path: Path, script: Script, runs: int
+) -> None:
+    """Send the keyed turn "go" while another connection holds the write lock,
+    check the tool ran ``runs`` times by then, cancel the turn, release the
+    lock: the caller is told ``cancelled``."""
+    lock = WriteLock(path)
+    failures: list[TurnError] = []
+
+    async def caller() -> None:
+        with pytest.raises(TurnError) as info:
+            await agent.send("c", "go", idempotency_key="k-go")
+        failures.append(info.value)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(caller)
+            await trio.testing.wait_all_tasks_blocked()
+            assert script.tool_runs == runs
+            assert agent.cancel("c")
+            await trio.testing.wait_all_tasks_blocked()
+            lock.release()
+    finally:
+        lock.release()
+    assert failures[0].code == "cancelled"
+
+
 async def test_cancel_while_waiting_for_a_real_commit(tmp_path: Path) -> None:
     """SQLite, no gate: every message of the turn is queued behind a stuck
     writer and the turn waits for the commit. Cancelled there, the turn
@@ -272,25 +299,7 @@ async def test_cancel_while_waiting_for_a_real_commit(tmp_path: Path) -> None:
         async with open_sqlite_storage(path, busy_timeout=GUARD_SECONDS) as bundle:
             async with script.agent(bundle, reflection=False) as agent:
                 await agent.send("c", "warmup")
-                lock = WriteLock(path)
-                failures: list[TurnError] = []
-
-                async def caller() -> None:
-                    with pytest.raises(TurnError) as info:
-                        await agent.send("c", "go", idempotency_key="k-go")
-                    failures.append(info.value)
-
-                try:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(caller)
-                        await trio.testing.wait_all_tasks_blocked()
-                        assert script.tool_runs == 1
-                        assert agent.cancel("c")
-                        await trio.testing.wait_all_tasks_blocked()
-                        lock.release()
-                finally:
-                    lock.release()
-                assert failures[0].code == "cancelled"
+                await cancel_behind_a_stuck_writer(agent, path, script, runs=1)
                 count = len(await history(bundle, "c"))
                 retry = await agent.send("c", "go", idempotency_key="k-go")
                 assert retry.text == ANSWER
@@ -314,25 +323,7 @@ async def test_cancel_while_a_call_waits_for_its_commit(tmp_path: Path) -> None:
         async with open_sqlite_storage(path, busy_timeout=GUARD_SECONDS) as bundle:
             async with script.agent(bundle, reflection=False) as agent:
                 await agent.send("c", "warmup")
-                lock = WriteLock(path)
-                failures: list[TurnError] = []
-
-                async def caller() -> None:
-                    with pytest.raises(TurnError) as info:
-                        await agent.send("c", "go", idempotency_key="k-go")
-                    failures.append(info.value)
-
-                try:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(caller)
-                        await trio.testing.wait_all_tasks_blocked()
-                        assert script.tool_runs == 0
-                        assert agent.cancel("c")
-                        await trio.testing.wait_all_tasks_blocked()
-                        lock.release()
-                finally:
-                    lock.release()
-                assert failures[0].code == "cancelled"
+                await cancel_behind_a_stuck_writer(agent, path, script, runs=0)
                 stored = await history(bundle, "c")
                 assert [m.role for m in stored[2:]] == [Role.USER, Role.ASSISTANT, Role.TOOL]
                 assert stored[-1].content.startswith("error: the turn was stopped")
