@@ -65,6 +65,7 @@ from agentik.models import ToolCallDelta as ToolCallDelta
 from agentik.storage import Approval as Approval
 from agentik.storage import ArchivedApproval as ArchivedApproval
 from agentik.storage import ArchivedFailure as ArchivedFailure
+from agentik.storage import ArchivedMemory as ArchivedMemory
 from agentik.storage import ArchivedMessage as ArchivedMessage
 from agentik.storage import ArchivedNote as ArchivedNote
 from agentik.storage import ArchivedReflection as ArchivedReflection
@@ -81,6 +82,9 @@ from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
 from agentik.storage import SkillStore as SkillStore
 from agentik.storage import StorageBundle as StorageBundle
+from agentik.storage import Summary as Summary
+from agentik.storage import SummaryHistory as SummaryHistory
+from agentik.storage import SummaryStore as SummaryStore
 from agentik.storage import TurnLedger as TurnLedger
 from agentik.storage import TurnRecord as TurnRecord
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
@@ -155,6 +159,7 @@ __all__ = [
     "ArchiveRecord",
     "ArchivedApproval",
     "ArchivedFailure",
+    "ArchivedMemory",
     "ArchivedMessage",
     "ArchivedNote",
     "ArchivedReflection",
@@ -212,6 +217,9 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StreamingChatModel",
+    "Summary",
+    "SummaryHistory",
+    "SummaryStore",
     "SystemPromptContributor",
     "TextDelta",
     "TokenStats",

@@ -14,6 +14,9 @@ from agentik.storage._protocols import (
     Approval as Approval,
 )
 from agentik.storage._protocols import (
+    ArchivedMemory as ArchivedMemory,
+)
+from agentik.storage._protocols import (
     ConversationArchiver as ConversationArchiver,
 )
 from agentik.storage._protocols import (
@@ -53,6 +56,9 @@ from agentik.storage._protocols import (
     Summary as Summary,
 )
 from agentik.storage._protocols import (
+    SummaryHistory as SummaryHistory,
+)
+from agentik.storage._protocols import (
     SummaryStore as SummaryStore,
 )
 from agentik.storage._protocols import (
@@ -75,6 +81,7 @@ __all__ = [
     "ArchiveRecord",
     "ArchivedApproval",
     "ArchivedFailure",
+    "ArchivedMemory",
     "ArchivedMessage",
     "ArchivedNote",
     "ArchivedReflection",
@@ -94,6 +101,7 @@ __all__ = [
     "SkillStore",
     "StorageBundle",
     "Summary",
+    "SummaryHistory",
     "SummaryStore",
     "Synchronous",
     "TurnLedger",

@@ -441,6 +441,16 @@ class InMemoryMessageStore:
             return None
         return conversation.summaries[-1]
 
+    async def list_summaries(
+        self, conversation_id: str, *, after_seq: int = 0, limit: int = 100
+    ) -> builtins.list[Summary]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return []
+        later = [s for s in conversation.summaries if s.through_seq > after_seq]
+        return later[:limit]
+
 
 def _seq_of(item: tuple[tuple[int, str], Approval]) -> int:
     return item[0][0]
@@ -510,6 +520,19 @@ class InMemoryWorkingMemoryStore:
             for note in self._notes.values()
             if not note.archived and note.entry.conversation_id == conversation_id
         ]
+
+    async def list_archived(
+        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
+    ) -> builtins.list[MemoryEntry]:
+        await trio.lowlevel.checkpoint()
+        archived = [
+            note.entry
+            for note in self._notes.values()
+            if note.archived
+            and note.entry.conversation_id == conversation_id
+            and note.entry.id > after_id
+        ]
+        return archived[:limit]
 
     async def compact(
         self, conversation_id: str, entry_ids: Sequence[int], summary: str

@@ -357,6 +357,8 @@ class ConversationArchiver(Protocol):
         ``StoreError``, nothing written), the messages must have seqs
         1, 2, 3 … in order, and summaries must chain over those messages
         (else ``StoreError``)."""
+
+
 class ConversationOwnership(Protocol):
     """Optional: which node of several sharing one database runs a
     conversation's turns (PostgreSQL with ``lease_seconds``; docs/scale-out.md).
@@ -411,6 +413,32 @@ class SummaryStore(Protocol):
         ...
 
     async def latest_summary(self, conversation_id: str) -> Summary | None: ...
+
+
+@runtime_checkable
+class SummaryHistory(Protocol):
+    """Optional: a ``SummaryStore`` that lists every summary it kept, not only
+    the latest. Compaction never deletes: the chain of summaries (and the
+    history under it) stays readable, one page at a time."""
+
+    async def list_summaries(
+        self, conversation_id: str, *, after_seq: int = 0, limit: int = 100
+    ) -> list[Summary]:
+        """Summaries with ``through_seq > after_seq``, oldest first, at most ``limit``."""
+        ...
+
+
+@runtime_checkable
+class ArchivedMemory(Protocol):
+    """Optional: a ``WorkingMemoryStore`` that lists the notes it archived
+    (by ``archive``, ``compact`` or the model's ``memory_archive``): they left
+    the prompt, not the store."""
+
+    async def list_archived(
+        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
+    ) -> list[MemoryEntry]:
+        """Archived entries with ``id > after_id``, oldest first, at most ``limit``."""
+        ...
 
 
 @attrs.frozen

@@ -156,6 +156,18 @@ class SqlMessageStore(Generic[C, S]):
             partial(self._q.latest_summary, conversation_id=conversation_id)
         )
 
+    async def list_summaries(
+        self, conversation_id: str, *, after_seq: int = 0, limit: int = 100
+    ) -> builtins.list[Summary]:
+        return await self._readers.read(
+            partial(
+                self._q.list_summaries,
+                conversation_id=conversation_id,
+                after_seq=after_seq,
+                limit=limit,
+            )
+        )
+
     async def token_stats(self, conversation_id: str) -> TokenStats:
         return await self._readers.read(
             partial(self._q.token_stats, conversation_id=conversation_id)
@@ -305,6 +317,18 @@ class SqlWorkingMemoryStore(Generic[C, S]):
     async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
         return await self._readers.read(
             partial(self._q.list_memory, conversation_id=conversation_id)
+        )
+
+    async def list_archived(
+        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
+    ) -> builtins.list[MemoryEntry]:
+        return await self._readers.read(
+            partial(
+                self._q.list_archived_memory,
+                conversation_id=conversation_id,
+                after_id=after_id,
+                limit=limit,
+            )
         )
 
     async def compact(

@@ -18,7 +18,7 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
-from agentik.storage._protocols import IdempotencyKeyIndex, StorageBundle
+from agentik.storage._protocols import ArchivedMemory, IdempotencyKeyIndex, StorageBundle
 from agentik.testing._ledger_contract import LEDGER_CASES
 from agentik.testing._lifecycle_contract import LIFECYCLE_CASES
 from agentik.testing._summary_contract import SUMMARY_CASES
@@ -381,9 +381,32 @@ async def _memory_compact_refuses_foreign_ids(bundle: StorageBundle) -> None:
     assert await store.list("d") == [theirs], "a refused compact changed conversation d"
 
 
+async def _memory_archived_listed(bundle: StorageBundle) -> None:
+    store = bundle.working_memory_store
+    if not isinstance(store, ArchivedMemory):
+        assert not hasattr(store, "list_archived"), (
+            "the working memory store has list_archived but it does not match ArchivedMemory"
+        )
+        return  # optional
+    assert await store.list_archived("c") == []
+    a, b, c, d = [await store.append("c", t) for t in ("a", UNICODE, "c", "d")]
+    theirs = await store.append("other", "theirs")
+    await store.archive("c", [a.id, c.id])
+    await store.archive("other", [theirs.id])
+    summary = await store.compact("c", [b.id], "b, compacted")
+    assert await store.list_archived("c") == [a, b, c], "archived notes, oldest first"
+    assert await store.list("c") == [d, summary], "listing archived notes changed the active ones"
+    assert await store.list_archived("c", limit=2) == [a, b]
+    assert await store.list_archived("c", after_id=b.id) == [c], "after_id pages by id"
+    assert await store.list_archived("c", after_id=c.id) == []
+    assert await store.list_archived("other") == [theirs]
+    assert await store.list_archived("nobody") == []
+
+
 WORKING_MEMORY_CASES: tuple[Case, ...] = (
     _memory_append_and_list,
     _memory_archive,
+    _memory_archived_listed,
     _memory_compact,
     _memory_compact_refuses_foreign_ids,
 )

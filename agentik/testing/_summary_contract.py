@@ -9,7 +9,12 @@ from datetime import timedelta
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role
-from agentik.storage._protocols import ConversationLoader, StorageBundle, SummaryStore
+from agentik.storage._protocols import (
+    ConversationLoader,
+    StorageBundle,
+    SummaryHistory,
+    SummaryStore,
+)
 
 Case = Callable[[StorageBundle], Awaitable[None]]
 
@@ -86,4 +91,32 @@ async def _snapshot_after_a_seq(bundle: StorageBundle) -> None:
         assert [m.seq for m in later.messages] == [4, 5]
 
 
-SUMMARY_CASES: tuple[Case, ...] = (_summaries_chain, _snapshot_after_a_seq)
+async def _summaries_listed(bundle: StorageBundle) -> None:
+    store = bundle.message_store
+    if not isinstance(store, SummaryHistory):
+        assert not hasattr(store, "list_summaries"), (
+            "the message store has list_summaries but it does not match SummaryHistory"
+        )
+        return  # optional
+    summaries = _summaries(bundle)
+    assert summaries is not None, "a SummaryHistory must also be a SummaryStore"
+    assert await store.list_summaries("c") == []
+    for i in range(1, 9):
+        await store.append("c", Message(Role.USER, f"m{i}"))
+    await store.append("other", Message(Role.USER, "elsewhere"))
+    chain = [
+        await (await summaries.submit_summary("c", seq, f"through {seq} \u00e9\U0001f600")).wait()
+        for seq in (2, 5, 7)
+    ]
+    await (await summaries.submit_summary("other", 1, "theirs")).wait()
+    assert await store.list_summaries("c") == chain, "every summary, oldest first"
+    assert await store.list_summaries("c", limit=2) == chain[:2]
+    assert await store.list_summaries("c", after_seq=2) == chain[1:], "after_seq pages by seq"
+    assert await store.list_summaries("c", after_seq=3) == chain[1:]
+    assert await store.list_summaries("c", after_seq=7) == []
+    assert [s.text for s in await store.list_summaries("other")] == ["theirs"]
+    assert await store.list_summaries("nobody") == []
+    assert await summaries.latest_summary("c") == chain[-1]
+
+
+SUMMARY_CASES: tuple[Case, ...] = (_summaries_chain, _snapshot_after_a_seq, _summaries_listed)

@@ -27,9 +27,11 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from agentik import Message, Role, Skill, StoreError, TokenUsage, ToolCall
 from agentik.storage import (
+    ArchivedMemory,
     ConversationLoader,
     ConversationSnapshot,
     StorageBundle,
+    SummaryHistory,
     SummaryStore,
     in_memory_storage,
     open_postgres_storage,
@@ -207,6 +209,15 @@ class BackendsAgree(RuleBasedStateMachine):
 
         self.agree(latest)
 
+    @rule(conversation=conversations, after=st.integers(0, 8), limit=st.integers(1, 4))
+    def summary_list(self, conversation: str, after: int, limit: int) -> None:
+        async def listed(b: StorageBundle) -> object:
+            store = b.message_store
+            assert isinstance(store, SummaryHistory)
+            return await store.list_summaries(conversation, after_seq=after, limit=limit)
+
+        self.agree(listed)
+
     @rule(conversation=conversations, after=st.integers(-1, 8), page_size=st.integers(1, 4))
     def snapshot(self, conversation: str, after: int, page_size: int) -> None:
         """A SQL backend's one-read snapshot equals its parts as the in-memory
@@ -236,6 +247,15 @@ class BackendsAgree(RuleBasedStateMachine):
     @rule(conversation=conversations)
     def memory_list(self, conversation: str) -> None:
         self.agree(lambda b: b.working_memory_store.list(conversation))
+
+    @rule(conversation=conversations, after=st.integers(0, 12), limit=st.integers(1, 4))
+    def memory_list_archived(self, conversation: str, after: int, limit: int) -> None:
+        async def listed(b: StorageBundle) -> object:
+            store = b.working_memory_store
+            assert isinstance(store, ArchivedMemory)
+            return await store.list_archived(conversation, after_id=after, limit=limit)
+
+        self.agree(listed)
 
     @rule(conversation=conversations, entry_ids=ids, summary=small_texts)
     def memory_compact(self, conversation: str, entry_ids: list[int], summary: str) -> None:

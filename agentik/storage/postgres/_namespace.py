@@ -11,6 +11,7 @@ from agentik.storage.postgres._queries import delete_reflections_before as delet
 from agentik.storage.postgres._queries import find_idempotency_key as find_idempotency_key
 from agentik.storage.postgres._queries import get_skill as get_skill
 from agentik.storage.postgres._queries import insert_reflection as insert_reflection
+from agentik.storage.postgres._queries import list_archived_memory as list_archived_memory
 from agentik.storage.postgres._queries import list_conversations as list_conversations
 from agentik.storage.postgres._queries import list_idempotency_keys as list_idempotency_keys
 from agentik.storage.postgres._queries import list_keyed_turns as list_keyed_turns
@@ -29,4 +30,5 @@ from agentik.storage.postgres._turn_queries import insert_awaiting as insert_awa
 from agentik.storage.postgres._turn_queries import insert_summary as insert_summary
 from agentik.storage.postgres._turn_queries import insert_turn_failure as insert_turn_failure
 from agentik.storage.postgres._turn_queries import latest_summary as latest_summary
+from agentik.storage.postgres._turn_queries import list_summaries as list_summaries
 from agentik.storage.postgres._turn_queries import turn_record as turn_record

@@ -471,6 +471,17 @@ def list_memory(connection: psycopg.Connection, conversation_id: str) -> list[Me
     return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
 
 
+def list_archived_memory(
+    connection: psycopg.Connection, conversation_id: str, after_id: int, limit: int
+) -> list[MemoryEntry]:
+    rows = connection.execute(
+        "SELECT id, conversation_id, text, created_at FROM memory_entry"
+        " WHERE conversation_id = %s AND archived AND id > %s ORDER BY id LIMIT %s",
+        (conversation_id.encode(), after_id, limit),
+    ).fetchall()
+    return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
+
+
 # --- reflections ----------------------------------------------------------------
 
 _REFLECTION_COLUMNS = "id, conversation_id, text, created_at"

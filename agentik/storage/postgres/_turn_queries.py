@@ -169,6 +169,20 @@ def latest_summary(connection: psycopg.Connection, conversation_id: str) -> Summ
     return Summary(through_seq=through_seq, text=bytes(text).decode(), created_at=created_at)
 
 
+def list_summaries(
+    connection: psycopg.Connection, conversation_id: str, after_seq: int, limit: int
+) -> list[Summary]:
+    rows = connection.execute(
+        "SELECT through_seq, text, created_at FROM summary"
+        " WHERE conversation_id = %s AND through_seq > %s ORDER BY through_seq LIMIT %s",
+        (conversation_id.encode(), after_seq, limit),
+    ).fetchall()
+    return [
+        Summary(through_seq=through_seq, text=bytes(text).decode(), created_at=created_at)
+        for through_seq, text, created_at in cast("list[tuple[int, bytes, datetime]]", rows)
+    ]
+
+
 def conversation_snapshot(
     connection: psycopg.Connection, conversation_id: str, limit: int, after_seq: int
 ) -> ConversationSnapshot:

@@ -409,6 +409,17 @@ def list_memory(connection: apsw.Connection, conversation_id: str) -> list[Memor
     return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
 
 
+def list_archived_memory(
+    connection: apsw.Connection, conversation_id: str, after_id: int, limit: int
+) -> list[MemoryEntry]:
+    rows = connection.execute(
+        "SELECT id, conversation_id, text, created_us FROM memory_entry"
+        " WHERE conversation_id = ? AND archived = 1 AND id > ? ORDER BY id LIMIT ?",
+        (conversation_id, after_id, limit),
+    ).fetchall()
+    return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
+
+
 def conversation_snapshot(
     connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int = 0
 ) -> tuple[list[Message], list[MemoryEntry]]:

@@ -159,6 +159,20 @@ def latest_summary(connection: apsw.Connection, conversation_id: str) -> Summary
     return Summary(through_seq=through_seq, text=text, created_at=from_micros(created_us))
 
 
+def list_summaries(
+    connection: apsw.Connection, conversation_id: str, after_seq: int, limit: int
+) -> list[Summary]:
+    rows = connection.execute(
+        "SELECT through_seq, text, created_us FROM summary"
+        " WHERE conversation_id = ? AND through_seq > ? ORDER BY through_seq LIMIT ?",
+        (conversation_id, after_seq, limit),
+    ).fetchall()
+    return [
+        Summary(through_seq=through_seq, text=text, created_at=from_micros(created_us))
+        for through_seq, text, created_us in cast("list[tuple[int, str, int]]", rows)
+    ]
+
+
 def conversation_snapshot(
     connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int
 ) -> ConversationSnapshot:
