@@ -1,6 +1,7 @@
 """The native API under ``/agentik``: turns (JSON or SSE), decisions about calls
-waiting for approval, history, memory (its notes, archiving them, the latest
-summary of the history), toolsets, reflections and skills.
+waiting for approval, history, memory (its notes, archiving them, the notes it
+archived, the latest summary of the history and every earlier one), toolsets,
+reflections and skills.
 
 Handlers validate, call the agent or its stores, and translate with
 ``_native``; they keep nothing between requests. Every conversation id a
@@ -64,7 +65,7 @@ from agentik.server._turns import (
     send_turn,
     to_http_error,
 )
-from agentik.storage import SummaryStore
+from agentik.storage import ArchivedMemory, SummaryHistory, SummaryStore
 
 MAX_PAGE = 1000
 
@@ -215,6 +216,51 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         data: JsonValue = None if summary is None else converter.unstructure(summary)
         return json_response({"conversation_id": conversation_id, "summary": data})
 
+    async def list_summaries(request: Request) -> Response:
+        """Every summary of the history, oldest first, a page at a time: the
+        chain compaction left (it never deletes one, nor the messages under it)."""
+        conversation_id = _path_id(request)
+        stored_id = caller_of(request).internal(conversation_id)
+        after = query_int(request, "after_seq", default=0, minimum=0, maximum=2**62)
+        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
+        await require_conversation(ctx, stored_id, conversation_id)
+        store = agent.storage.message_store
+        if not isinstance(store, SummaryHistory):
+            raise HttpError(
+                501, "this storage backend does not list summaries", code="not_implemented"
+            )
+        summaries = await store.list_summaries(stored_id, after_seq=after, limit=page)
+        body: JsonObject = {
+            "conversation_id": conversation_id,
+            "summaries": converter.unstructure(summaries),
+            "next_after_seq": summaries[-1].through_seq if len(summaries) == page else None,
+        }
+        return json_response(body)
+
+    async def get_archived_memory(request: Request) -> Response:
+        """Notes that left the prompt (archived by the model, a client or a
+        compaction), oldest first, a page at a time: archiving never deletes."""
+        conversation_id = _path_id(request)
+        stored_id = caller_of(request).internal(conversation_id)
+        after = query_int(request, "after_id", default=0, minimum=0, maximum=2**62)
+        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
+        await require_conversation(ctx, stored_id, conversation_id)
+        store = agent.storage.working_memory_store
+        if not isinstance(store, ArchivedMemory):
+            raise HttpError(
+                501, "this storage backend does not list archived notes", code="not_implemented"
+            )
+        entries = [
+            attrs.evolve(entry, conversation_id=conversation_id)
+            for entry in await store.list_archived(stored_id, after_id=after, limit=page)
+        ]
+        body: JsonObject = {
+            "conversation_id": conversation_id,
+            "entries": converter.unstructure(entries),
+            "next_after_id": entries[-1].id if len(entries) == page else None,
+        }
+        return json_response(body)
+
     async def get_toolsets(request: Request) -> Response:
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
@@ -334,7 +380,15 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             archive_memory,
             methods=["POST"],
         ),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/memory/archived",
+            get_archived_memory,
+            methods=["GET"],
+        ),
         Route(f"{base}/conversations/{{conversation_id}}/summary", get_summary, methods=["GET"]),
+        Route(
+            f"{base}/conversations/{{conversation_id}}/summaries", list_summaries, methods=["GET"]
+        ),
         Route(f"{base}/conversations/{{conversation_id}}/toolsets", get_toolsets, methods=["GET"]),
         Route(
             f"{base}/conversations/{{conversation_id}}/approvals", list_approvals, methods=["GET"]

@@ -35,9 +35,15 @@ class Recorder:
     """The demo model (echo; calls a tool when named), recording each request."""
 
     requests: list[ModelRequest] = attrs.field(factory=list)
+    short_summaries: bool = False
+    """Answer summary requests with a short text of their own, as a real model
+    would, instead of echoing the whole request (which leaves the next summary
+    no room in a small budget)."""
 
     def respond(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
+        if self.short_summaries and request.purpose == "summary":
+            return ModelResponse(text=f"summary number {len(self.requests)}")
         return demo_responder(request)
 
     def seen(self) -> list[tuple[Role, str]]:

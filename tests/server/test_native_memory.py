@@ -257,3 +257,111 @@ class TestSummary:
             assert mine == {"conversation_id": "s", "summary": None}
         async with served.client(LEGACY) as legacy:
             assert (await legacy.get("/agentik/conversations/s/summary")).status_code == 404
+
+
+class TestArchivedNotes:
+    async def test_archived_notes_are_listed_however_they_were_archived(
+        self, served: Server
+    ) -> None:
+        """By a client, by the model's ``memory_archive``: either way the note
+        leaves ``/memory`` and appears in ``/memory/archived``, oldest first,
+        with its text as written."""
+        async with served.client(TOKENS["alice"]) as alice:
+            tea, walks, cats = await add_notes(alice, "c", "likes tea", "walks daily", "has cats")
+            empty = (await alice.get("/agentik/conversations/c/memory/archived")).json()
+            assert empty == {"conversation_id": "c", "entries": [], "next_after_id": None}
+            await alice.post("/agentik/conversations/c/memory/archive", json={"entry_ids": [cats]})
+            by_model = f'call memory_archive {{"entry_ids": [{tea}]}}'
+            response = await alice.post("/agentik/conversations/c/turns", json={"text": by_model})
+            assert response.status_code == 200, response.text
+            body = (await alice.get("/agentik/conversations/c/memory/archived")).json()
+            assert [(e["id"], e["text"]) for e in body["entries"]] == [
+                (tea, "likes tea"),
+                (cats, "has cats"),
+            ]
+            assert {e["conversation_id"] for e in body["entries"]} == {"c"}
+            memory = (await alice.get("/agentik/conversations/c/memory")).json()
+            assert [e["id"] for e in memory["entries"]] == [walks]
+
+    async def test_pages_by_id(self, served: Server) -> None:
+        async with served.client(TOKENS["alice"]) as alice:
+            ids = await add_notes(alice, "c", "a", "b", "c", "d", "e")
+            await alice.post("/agentik/conversations/c/memory/archive", json={"entry_ids": ids})
+            seen: list[int] = []
+            after = 0
+            while True:
+                page = (
+                    await alice.get(
+                        "/agentik/conversations/c/memory/archived",
+                        params={"after_id": after, "limit": 2},
+                    )
+                ).json()
+                seen += [e["id"] for e in page["entries"]]
+                if page["next_after_id"] is None:
+                    break
+                after = page["next_after_id"]
+            assert seen == ids
+
+    async def test_another_owners_archive_is_not_found(self, served: Server) -> None:
+        async with served.client(TOKENS["alice"]) as alice, served.client(TOKENS["bob"]) as bob:
+            [tea] = await add_notes(alice, "shared", "likes tea")
+            await alice.post(
+                "/agentik/conversations/shared/memory/archive", json={"entry_ids": [tea]}
+            )
+            missing = await bob.get("/agentik/conversations/shared/memory/archived")
+            assert missing.status_code == 404
+            await bob.post("/agentik/conversations/shared/turns", json={"text": "hi"})
+            mine = (await bob.get("/agentik/conversations/shared/memory/archived")).json()
+            assert mine["entries"] == []
+
+    async def test_bad_paging_is_refused(self, served: Server) -> None:
+        async with served.client(TOKENS["alice"]) as alice:
+            await add_notes(alice, "c", "likes tea")
+            for params in ({"limit": "0"}, {"limit": "١"}, {"after_id": "-1"}, {"after_id": "x"}):
+                response = await alice.get(
+                    "/agentik/conversations/c/memory/archived", params=params
+                )
+                assert response.status_code == 422, (params, response.text)
+            unknown = await alice.get("/agentik/conversations/nobody/memory/archived")
+            assert unknown.status_code == 404
+
+
+class TestSummaryChain:
+    async def test_every_summary_is_listed_oldest_first(self, served: Server) -> None:
+        """Compaction chains summaries; all of them stay readable, each covering
+        more than the one before, the last one the latest (``/summary``)."""
+        served.model.short_summaries = True
+        async with served.client(TOKENS["alice"]) as alice:
+            for i in range(30):
+                response = await alice.post(
+                    "/agentik/conversations/long/turns", json={"text": f"question {i} " * 10}
+                )
+                assert response.status_code == 200, response.text
+            body = (await alice.get("/agentik/conversations/long/summaries")).json()
+            chain = body["summaries"]
+            assert len(chain) >= 2, "30 turns over a 400-token budget chain no summaries"
+            seqs = [s["through_seq"] for s in chain]
+            assert seqs == sorted(set(seqs)), "summaries are not oldest first, each further"
+            latest = (await alice.get("/agentik/conversations/long/summary")).json()["summary"]
+            assert chain[-1] == latest
+            written = [i + 1 for i, r in enumerate(served.model.requests) if r.purpose == "summary"]
+            assert [s["text"] for s in chain] == [f"summary number {i}" for i in written], (
+                "the listed summaries are not every summary the model wrote, in order"
+            )
+            after = seqs[0]
+            rest = await alice.get(
+                "/agentik/conversations/long/summaries", params={"after_seq": after, "limit": 1}
+            )
+            page = rest.json()
+            assert page["summaries"] == chain[1:2]
+            assert page["next_after_seq"] == seqs[1]
+
+    async def test_another_owners_summaries_are_not_found(self, served: Server) -> None:
+        async with served.client(TOKENS["alice"]) as alice, served.client(TOKENS["bob"]) as bob:
+            for i in range(12):
+                await alice.post("/agentik/conversations/s/turns", json={"text": f"q {i} " * 10})
+            assert (await alice.get("/agentik/conversations/s/summaries")).json()["summaries"]
+            assert (await bob.get("/agentik/conversations/s/summaries")).status_code == 404
+            await bob.post("/agentik/conversations/s/turns", json={"text": "hi"})
+            mine = (await bob.get("/agentik/conversations/s/summaries")).json()
+            assert mine == {"conversation_id": "s", "summaries": [], "next_after_seq": None}
