@@ -69,10 +69,24 @@ def summary_request(
     """The request that folds the first messages of ``messages`` (as many as
     fit in ``budget``, at least one, cut if it alone is too large) into
     ``previous``, and how many it folds; None when not even a cut message fits
-    beside the prompt and the previous summary. The caller sends it, takes the
-    answer as the summary so far, and asks again for the rest."""
-    fixed = 3 * MESSAGE_OVERHEAD + count(SUMMARY_PROMPT) + count(_FOLLOWED) + count(_ASK) + 8
-    room = budget - fixed - (count(previous) + count(_SO_FAR) if previous else 0)
+    beside the prompt. The caller sends it, takes the answer as the summary so
+    far, and asks again for the rest.
+
+    A previous summary that would take more than half the room left for the
+    transcript is cut to that half (marked): otherwise one long answer would
+    leave every later summary no room, and compaction would stop for good.
+    The request asks for at most ``summary_limit(budget)`` tokens."""
+    ask = f"{_ASK} Keep it under {summary_limit(budget)} tokens."
+    fixed = 3 * MESSAGE_OVERHEAD + count(SUMMARY_PROMPT) + count(_FOLLOWED) + count(ask) + 8
+    room = budget - fixed
+    parts: list[str] = []
+    if previous:
+        so_far = count(_SO_FAR) + 1
+        if count(previous) + so_far > room // 2:
+            previous = _cut(previous, room // 2 - so_far, count)
+        if previous:
+            parts.append(f"{_SO_FAR}\n{previous}")
+            room -= count(previous) + so_far
     lines: list[str] = []
     for message in messages:
         line = transcript_line(message)
@@ -86,12 +100,27 @@ def summary_request(
             line, tokens = cut, room
         lines.append(line)
         room -= tokens
-    parts = [f"{_SO_FAR}\n{previous}"] if previous else []
     parts.append(f"{_FOLLOWED}\n" + "\n".join(lines))
-    parts.append(_ASK)
+    parts.append(ask)
     system = Message(Role.SYSTEM, SUMMARY_PROMPT)
     request = ModelRequest((system, Message(Role.USER, "\n\n".join(parts))), purpose="summary")
     return request, len(lines)
+
+
+def summary_limit(budget: int) -> int:
+    """The most tokens a summary may take: a quarter of the budget, so the
+    summary, the system prompt and the current turn fit in a turn's window."""
+    return max(1, budget // 4)
+
+
+def fit_summary(text: str, budget: int, count: Callable[[str], int]) -> str:
+    """The model's summary, cut (marked) to twice ``summary_limit`` if it wrote
+    more than that: a summary the window cannot carry would be dropped from
+    every turn's request whole, which loses more than its end."""
+    limit = 2 * summary_limit(budget)
+    if count(text) <= limit:
+        return text
+    return _cut(text, limit, count) or text[:1]
 
 
 _SO_FAR = "The summary so far:"

@@ -31,7 +31,7 @@ from agentik._errors import (
 )
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role, ToolCall
-from agentik.agent._compaction import fold_point, summary_message, summary_request
+from agentik.agent._compaction import fit_summary, fold_point, summary_message, summary_request
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
 from agentik.agent._recovery import (
@@ -876,7 +876,7 @@ class Conversation:
                     text, history[position:fold], policy.max_tokens, policy.count_tokens
                 )
                 if built is None:
-                    raise ModelBackendError("the summary so far leaves no room in the budget")
+                    raise ModelBackendError("the budget leaves no room for a summary request")
                 request, taken = built
                 self.runtime.stats.model_calls += 1
                 # A chat span of purpose summary in the turn's trace, as reflections.
@@ -886,7 +886,9 @@ class Conversation:
                 if response.usage is not None:  # agentik_tokens_total counts it
                     self.runtime.stats.input_tokens += response.usage.prompt_tokens
                     self.runtime.stats.output_tokens += response.usage.completion_tokens
-                text = (response.text or "").strip()
+                text = fit_summary(
+                    (response.text or "").strip(), policy.max_tokens, policy.count_tokens
+                )
                 position += taken
             assert text is not None
             stored = await (await store.submit_summary(self.conversation_id, through, text)).wait()

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import Message, Role, ToolCall
-from agentik.agent._compaction import SUMMARY_PROMPT, fold_point, summary_request
+from agentik.agent._compaction import fit_summary, fold_point, summary_limit, summary_request
 from agentik.agent._context import (
     MESSAGE_OVERHEAD,
     ContextExhausted,
@@ -174,23 +174,41 @@ def test_the_fold_point_keeps_the_last_turn_and_at_most_keep(
 @given(
     conversation=conversations(),
     budget=st.integers(200, 8000),
-    previous=st.none() | st.text(max_size=600),
+    previous=st.none() | st.text(max_size=600) | st.text(min_size=3000, max_size=40_000),
+    answer=st.sampled_from(["short", "long"]),
 )
 def test_summary_requests_fit_the_budget_and_fold_everything(
-    conversation: tuple[list[Message], int], budget: int, previous: str | None
+    conversation: tuple[list[Message], int], budget: int, previous: str | None, answer: str
 ) -> None:
+    """Every summary request fits, folds at least one message, and the chain
+    reaches the end of the history however long the summary so far is (a
+    summary longer than half the room is cut, not a reason to stop)."""
     history, _ = conversation
     position, text = 0, previous
     while position < len(history):
         built = summary_request(text, history[position:], budget, estimate_tokens)
-        if built is None:
-            fixed = estimate_tokens(SUMMARY_PROMPT) + (estimate_tokens(text) if text else 0)
-            assert fixed + 3 * MESSAGE_OVERHEAD > budget // 2, "refused with room to spare"
-            return
+        assert built is not None, "a summary request refused with a budget of 200 or more"
         request, taken = built
         assert taken >= 1
         assert request.purpose == "summary"
         tokens = sum(message_tokens(m, estimate_tokens) for m in request.messages)
         assert tokens <= budget, (tokens, budget)
+        content = request.messages[1].content
+        assert f"under {summary_limit(budget)} tokens" in content
+        if text and estimate_tokens(text) < budget // 8:
+            assert text in content, "a short summary so far is carried whole"
         position += taken
-        text = "a short summary so far"
+        text = "a short summary so far" if answer == "short" else "many words " * budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=20_000), budget=st.integers(100, 8000))
+def test_a_summary_is_cut_to_what_a_window_can_carry(text: str, budget: int) -> None:
+    fitted = fit_summary(text, budget, estimate_tokens)
+    limit = 2 * summary_limit(budget)
+    if estimate_tokens(text) <= limit:
+        assert fitted == text, "a summary within the limit is kept whole"
+    else:
+        assert estimate_tokens(fitted) <= limit
+        assert fitted.endswith("[cut]")
+        assert text.startswith(fitted.removesuffix(" … [cut]").removesuffix("… [cut]"))

@@ -226,6 +226,42 @@ async def test_older_turns_are_summarized_and_the_cache_stays_small(
             assert request.messages[1].content.startswith("[Summary"), "the summary comes first"
 
 
+async def test_a_verbose_summarizer_does_not_stop_compaction() -> None:
+    """A model whose summaries are far longer than the budget (here: it
+    repeats its whole request three times): each stored summary is cut to what
+    a window carries, the next request cuts the summary so far rather than
+    giving up, so summaries keep advancing and every request fits."""
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        if request.purpose == "summary":
+            return ModelResponse(text=request.messages[1].content * 3)
+        return ModelResponse(text=f"answer {len(requests)}")
+
+    storage = in_memory_storage()
+    policy = ContextPolicy(max_tokens=400)
+    async with open_chat_agent(
+        model=ScriptedModel(respond), storage=storage, context=policy
+    ) as agent:
+        covered = []
+        for i in range(60):
+            await agent.send("c", f"question {i} " * 5)
+            summary = agent._conversations["c"].summary
+            covered.append(0 if summary is None else summary.through_seq)
+        assert agent.stats.summaries_failed == 0
+        assert agent.stats.summaries >= 5
+        assert covered[-1] > 100, "compaction stopped advancing"
+        summary = agent._conversations["c"].summary
+        assert summary is not None
+        assert estimate_tokens(summary.text) <= 2 * (400 // 4)
+    for request in requests:
+        check_request(request, 400)
+    turns = [r for r in requests if r.purpose == "turn"]
+    assert turns[-1].messages[1].content.startswith("[Summary"), "the window carries the summary"
+    assert_valid_history(await stored(storage, "c"))
+
+
 @pytest.mark.parametrize("failure", ["raises", "answers nothing", "cancelled"])
 async def test_a_summary_that_fails_changes_nothing(
     failure: str, autojump_clock: trio.testing.MockClock
