@@ -237,7 +237,11 @@ class TestSummary:
             assert summary["text"].strip()
             assert summary["through_seq"] >= 2
             requests = [r for r in served.model.requests if r.purpose == "summary"]
-            assert any(summary["text"] == f"You said: {r.messages[-1].content}" for r in requests)
+            echoes = [f"You said: {r.messages[-1].content}" for r in requests]
+            # The demo model echoes its request: longer than half the budget, so cut.
+            text = summary["text"]
+            kept = text.removesuffix(" … [cut]")
+            assert text in echoes or (kept != text and any(e.startswith(kept) for e in echoes))
             # History stays whole: compaction never deletes.
             messages = await alice.get(
                 "/agentik/conversations/long/messages", params={"limit": 1000}
