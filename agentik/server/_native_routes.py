@@ -145,6 +145,10 @@ class TurnEndpoint:
         await EventStream(frames(), stack.aclose)(scope, receive, send)
 
 
+def _not_implemented(what: str) -> HttpError:
+    return HttpError(501, f"this storage backend does not list {what}", code="not_implemented")
+
+
 def native_routes(ctx: ServerContext) -> list[BaseRoute]:
     agent = ctx.agent
     limit = ctx.config.limits.max_body_bytes
@@ -216,19 +220,23 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         data: JsonValue = None if summary is None else converter.unstructure(summary)
         return json_response({"conversation_id": conversation_id, "summary": data})
 
+    async def paged(request: Request, after_key: str) -> tuple[str, str, int, int]:
+        """The conversation (sent, stored), checked to exist, and the page asked
+        for: ``after_key`` (a seq or note id) and ``limit``."""
+        conversation_id = _path_id(request)
+        stored_id = caller_of(request).internal(conversation_id)
+        after = query_int(request, after_key, default=0, minimum=0, maximum=2**62)
+        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
+        await require_conversation(ctx, stored_id, conversation_id)
+        return conversation_id, stored_id, after, page
+
     async def list_summaries(request: Request) -> Response:
         """Every summary of the history, oldest first, a page at a time: the
         chain compaction left (it never deletes one, nor the messages under it)."""
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
-        after = query_int(request, "after_seq", default=0, minimum=0, maximum=2**62)
-        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        await require_conversation(ctx, stored_id, conversation_id)
+        conversation_id, stored_id, after, page = await paged(request, "after_seq")
         store = agent.storage.message_store
         if not isinstance(store, SummaryHistory):
-            raise HttpError(
-                501, "this storage backend does not list summaries", code="not_implemented"
-            )
+            raise _not_implemented("summaries")
         summaries = await store.list_summaries(stored_id, after_seq=after, limit=page)
         body: JsonObject = {
             "conversation_id": conversation_id,
@@ -240,16 +248,10 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
     async def get_archived_memory(request: Request) -> Response:
         """Notes that left the prompt (archived by the model, a client or a
         compaction), oldest first, a page at a time: archiving never deletes."""
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
-        after = query_int(request, "after_id", default=0, minimum=0, maximum=2**62)
-        page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        await require_conversation(ctx, stored_id, conversation_id)
+        conversation_id, stored_id, after, page = await paged(request, "after_id")
         store = agent.storage.working_memory_store
         if not isinstance(store, ArchivedMemory):
-            raise HttpError(
-                501, "this storage backend does not list archived notes", code="not_implemented"
-            )
+            raise _not_implemented("archived notes")
         entries = [
             attrs.evolve(entry, conversation_id=conversation_id)
             for entry in await store.list_archived(stored_id, after_id=after, limit=page)
