@@ -87,6 +87,14 @@ class OAuthSettings:
     client_metadata_url: str | None = None
     """An HTTPS URL serving this client's metadata document (used as client id
     when the authorization server supports it)."""
+    private_key_file: str | None = None
+    """Client credentials with ``private_key_jwt`` (RFC 7523): the PEM private key
+    that signs the client assertion, instead of a client secret. Read when a token
+    is requested (so a rotated key is picked up); never logged."""
+    key_id: str | None = None
+    """The ``kid`` header of the client assertion, naming the key to the server."""
+    signing_alg: str = "RS256"
+    """The assertion's signature algorithm (``RS256``, ``ES256``, ``EdDSA``...)."""
     redirect_port: int = 0
     """The 127.0.0.1 port ``agentik mcp login`` receives the redirect on (0: any
     free port; a pre-registered client needs its registered one)."""
@@ -171,7 +179,22 @@ _OAUTH_KEYS = frozenset(
         "issuer",
         "client_metadata_url",
         "redirect_port",
+        "private_key_file",
+        "key_id",
+        "signing_alg",
     }
+)
+_SIGNING_ALGS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
 )
 
 
@@ -285,9 +308,26 @@ def _oauth(table: object, where: str, env: Mapping[str, str]) -> OAuthSettings:
             # The variable's name only: its value is a secret.
             raise McpConfigError(f"{where}.client_secret_env names {variable!r}, which is not set")
     client_id = _optional_string(table, "client_id", where)
-    if grant == "client_credentials" and (client_id is None or secret is None):
+    key_file = _optional_string(table, "private_key_file", where)
+    alg = _optional_string(table, "signing_alg", where) or "RS256"
+    if key_file is not None:
+        if grant != "client_credentials" or secret is not None or method is not None:
+            raise McpConfigError(
+                f"{where}.private_key_file is for grant 'client_credentials' "
+                "instead of client_secret_env and token_endpoint_auth"
+            )
+        if alg not in _SIGNING_ALGS:
+            raise McpConfigError(
+                f"{where}.signing_alg must be one of {list(_SIGNING_ALGS)}, got {alg!r}"
+            )
+        _check_private_key(key_file, alg, f"{where}.private_key_file")
+    elif "key_id" in table or "signing_alg" in table:
+        raise McpConfigError(f"{where}: key_id and signing_alg need private_key_file")
+    one_credential = (secret is None) != (key_file is None)
+    if grant == "client_credentials" and (client_id is None or not one_credential):
         raise McpConfigError(
-            f"{where}: grant 'client_credentials' needs client_id and client_secret_env"
+            f"{where}: grant 'client_credentials' needs client_id and one of "
+            "client_secret_env or private_key_file"
         )
     metadata_url = _optional_string(table, "client_metadata_url", where)
     if metadata_url is not None and not metadata_url.startswith("https://"):
@@ -306,7 +346,29 @@ def _oauth(table: object, where: str, env: Mapping[str, str]) -> OAuthSettings:
         issuer=_optional_string(table, "issuer", where),
         client_metadata_url=metadata_url,
         redirect_port=port,
+        private_key_file=key_file,
+        key_id=_optional_string(table, "key_id", where),
+        signing_alg=alg,
     )
+
+
+def _check_private_key(path: str, alg: str, where: str) -> None:
+    """The file holds a private key that can sign ``alg``; errors never quote the file."""
+    from jwt.algorithms import get_default_algorithms
+
+    try:
+        with open(path, "rb") as file:
+            pem = file.read()
+    except OSError as error:
+        raise McpConfigError(f"{where}: cannot read {path!r}: {error.strerror}") from None
+    try:
+        get_default_algorithms()[alg].prepare_key(pem)
+        usable = b"PRIVATE KEY" in pem
+    # Any library error: its message could quote the key.
+    except Exception:
+        usable = False
+    if not usable:
+        raise McpConfigError(f"{where}: {path!r} does not hold a private key usable for {alg}")
 
 
 def _kind(value: object) -> str:
