@@ -10,7 +10,10 @@ authorization URL and follows its redirect to the 127.0.0.1 callback);
 then a real agent turn runs (``open_chat_agent`` with a scripted model that
 calls every tool of the toolset once, with arguments made from its schema),
 while this script, as the person, accepts every question a tool asks
-(elicitation) with no content of its own, so the schema's defaults apply.
+(elicitation) with no content of its own, so the schema's defaults apply,
+and opens the URL of every URL-mode question (a step-up authorization
+mid-call) in its browser. For ``private_key_jwt`` the operator's key file
+is the suite's key, written 0600 to a temporary directory.
 
 Exit code 0 when the turn finished, 1 (with the reason on stderr) when the
 server could not be used.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
 import httpx
 import trio
@@ -55,11 +59,21 @@ _EXAMPLES: dict[str, object] = {
 }
 
 
-def _oauth(scenario: str, context: dict[str, object]) -> OAuthSettings | None:
+def _oauth(scenario: str, context: dict[str, object], keys: str) -> OAuthSettings | None:
     if not scenario.startswith("auth/"):
         return None
     client_id = context.get("client_id")
     secret = context.get("client_secret")
+    if "private_key_pem" in context:
+        path = os.path.join(keys, "client.pem")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
+            file.write(str(context["private_key_pem"]))
+        return OAuthSettings(
+            grant="client_credentials",
+            client_id=str(client_id),
+            private_key_file=path,
+            signing_alg=str(context.get("signing_algorithm", "RS256")),
+        )
     if scenario.startswith("auth/client-credentials"):
         return OAuthSettings(
             grant="client_credentials",
@@ -96,9 +110,14 @@ async def _browse(url: str) -> None:
 
 
 async def main(url: str) -> int:
+    with tempfile.TemporaryDirectory() as keys:
+        return await _scenario(url, keys)
+
+
+async def _scenario(url: str, keys: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    oauth = _oauth(scenario, context)
+    oauth = _oauth(scenario, context, keys)
     config = McpServerConfig(
         transport=HttpServer(url=url, oauth=oauth), name="conformance", connect_timeout=20.0
     )
@@ -138,10 +157,16 @@ async def main(url: str) -> int:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(turn)
+                answered: set[str] = set()
                 while True:  # the person: accept every question with its defaults
                     for question in await agent.pending_elicitations("conformance"):
+                        if question.id in answered:
+                            continue  # a URL question waits for the browser's redirect
+                        answered.add(question.id)
                         print(f"asked: {question.message}")
                         await agent.answer_elicitation("conformance", question.id, content={})
+                        if question.url is not None:
+                            nursery.start_soon(_browse, question.url)
                     await trio.sleep(0.05)
             (result,) = results
         for message in result.messages:

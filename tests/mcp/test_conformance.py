@@ -42,6 +42,7 @@ CLAIMED = (
     "auth/scope-from-scopes-supported",
     "auth/scope-omitted-when-undefined",
     "auth/scope-retry-limit",
+    "auth/scope-step-up",
     "auth/token-endpoint-auth-basic",
     "auth/token-endpoint-auth-post",
     "auth/token-endpoint-auth-none",
@@ -51,6 +52,7 @@ CLAIMED = (
     "auth/offline-access-scope",
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
 )
 _AT_ONCE = 4
 _SCENARIO_TIMEOUT_MS = 60000
