@@ -19,6 +19,7 @@ import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import attrs
 import pytest
 import trio
 from cryptography.hazmat.primitives import serialization
@@ -361,3 +362,16 @@ class TestMachineGrants:
                 health = repr(src.health)
         assert (_tool_result(first), _tool_result(second)) == ("3", "3")
         return "\n".join([health, *(m.content for m in (*first.messages, *second.messages))])
+
+
+def test_the_http_transports_carry_the_url_of_a_url_question() -> None:
+    """The native API and A2A show a URL question's page (AG-UI's CUSTOM event too);
+    form questions are unchanged."""
+    from agentik.server._a2a_wire import elicitation_json as a2a_json
+    from agentik.server._native import elicitation_json as native_json
+
+    form = ElicitationRequest(conversation_id="c", id="q", source="web", message="m", schema={})
+    url = attrs.evolve(form, url="https://auth.example/authorize?x=1")
+    assert native_json(url)["url"] == a2a_json(url)["url"] == "https://auth.example/authorize?x=1"
+    assert "url" not in native_json(form)
+    assert "url" not in a2a_json(form)
