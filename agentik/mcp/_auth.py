@@ -38,6 +38,8 @@ from mcp.client.auth.extensions.client_credentials import (
     ClientCredentialsOAuthProvider,
     PrivateKeyJWTOAuthProvider,
 )
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 
@@ -140,6 +142,67 @@ def private_key_assertion(settings: OAuthSettings) -> Callable[[str], Awaitable[
     return assertion
 
 
+_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+_ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
+_ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
+
+
+def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Awaitable[str]]:
+    """SEP-990 leg 1: exchange the ID token (``id_token_file``) at the identity provider
+    for an identity assertion grant (ID-JAG, RFC 8693 token exchange) naming the MCP
+    authorization server (``audience``) and the MCP server (``resource``).
+
+    The SDK's ``IdentityAssertionOAuthProvider`` does leg 2 (the ID-JAG for an
+    access token at the configured issuer). The ID token file is read per
+    exchange, so whatever renews it is picked up. Errors give the identity
+    provider's status and error code, never a token or the response body."""
+    assert settings.idp_token_endpoint is not None
+    assert settings.id_token_file is not None
+    endpoint, path = settings.idp_token_endpoint, trio.Path(settings.id_token_file)
+
+    async def exchange(audience: str, resource: str) -> str:
+        try:
+            id_token = (await path.read_text()).strip()
+        except OSError as error:
+            raise LoginError(
+                f"cannot read the ID token file {str(path)!r}: {error.strerror}"
+            ) from None
+        form = {
+            "grant_type": _TOKEN_EXCHANGE,
+            "requested_token_type": _ID_JAG,
+            "audience": audience,
+            "resource": resource,
+            "subject_token": id_token,
+            "subject_token_type": _ID_TOKEN,
+        }
+        auth = None
+        if settings.idp_client_id is not None and settings.idp_client_secret is not None:
+            auth = httpx2.BasicAuth(settings.idp_client_id, settings.idp_client_secret)
+        elif settings.idp_client_id is not None:
+            form["client_id"] = settings.idp_client_id
+        async with create_mcp_http_client(auth=auth) as http:
+            response = await http.post(endpoint, data=form)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            answer = {}
+        grant = answer.get("access_token")
+        if response.status_code != 200 or not isinstance(grant, str) or not grant:
+            code = answer.get("error")
+            why = f" ({code})" if isinstance(code, str) and code.isascii() else ""
+            raise LoginError(
+                f"the identity provider refused the token exchange: HTTP "
+                f"{response.status_code}{why[:80]}"
+            )
+        if answer.get("issued_token_type", _ID_JAG) != _ID_JAG:
+            raise LoginError("the identity provider's token exchange did not issue an ID-JAG")
+        return grant
+
+    return exchange
+
+
 def _client(settings: OAuthSettings, redirect_uri: str | None) -> OAuthClientInformationFull | None:
     """The pre-registered client, if ``client_id`` is configured."""
     if settings.client_id is None:
@@ -180,6 +243,23 @@ def oauth_provider(
     if not isinstance(transport, HttpServer) or transport.oauth is None:
         return None
     settings, name = transport.oauth, config.name or transport.url
+    if settings.grant == "identity_assertion":
+        # Checked when the config was parsed.
+        assert settings.client_id is not None
+        assert settings.client_secret is not None
+        assert settings.issuer is not None
+        return IdentityAssertionOAuthProvider(
+            server_url=transport.url,
+            storage=vault.storage(name),
+            client_id=settings.client_id,
+            client_secret=settings.client_secret,
+            issuer=settings.issuer,
+            assertion_provider=identity_assertion_grant(settings),
+            scope=settings.scope,
+            token_endpoint_auth_method="client_secret_basic"
+            if settings.token_endpoint_auth == "client_secret_basic"
+            else "client_secret_post",
+        )
     if settings.grant == "client_credentials" and settings.private_key_file is not None:
         assert settings.client_id is not None  # checked when the config was parsed
         return PrivateKeyJWTOAuthProvider(

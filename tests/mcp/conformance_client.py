@@ -13,7 +13,10 @@ while this script, as the person, accepts every question a tool asks
 (elicitation) with no content of its own, so the schema's defaults apply,
 and opens the URL of every URL-mode question (a step-up authorization
 mid-call) in its browser. For ``private_key_jwt`` the operator's key file
-is the suite's key, written 0600 to a temporary directory.
+is the suite's key, written 0600 to a temporary directory. For cross-app
+access (SEP-990) the operator's ID token file holds the suite's ID token,
+and the authorization server's issuer, which the operator configures, is
+read from the server's protected-resource metadata as an operator would.
 
 Exit code 0 when the turn finished, 1 (with the reason on stderr) when the
 server could not be used.
@@ -59,19 +62,45 @@ _EXAMPLES: dict[str, object] = {
 }
 
 
-def _oauth(scenario: str, context: dict[str, object], keys: str) -> OAuthSettings | None:
+def _private(directory: str, name: str, text: str) -> str:
+    path = os.path.join(directory, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
+        file.write(text)
+    return path
+
+
+async def _issuer_of(url: str) -> str:
+    """The authorization server the MCP server names (its protected-resource metadata)."""
+    async with httpx.AsyncClient() as http:
+        challenge = (await http.post(url, json={})).headers.get("www-authenticate", "")
+        metadata = challenge.split('resource_metadata="', 1)[1].split('"', 1)[0]
+        servers = (await http.get(metadata)).json()["authorization_servers"]
+    return str(servers[0])
+
+
+async def _oauth(
+    url: str, scenario: str, context: dict[str, object], keys: str
+) -> OAuthSettings | None:
     if not scenario.startswith("auth/"):
         return None
     client_id = context.get("client_id")
     secret = context.get("client_secret")
+    if "idp_id_token" in context:
+        return OAuthSettings(
+            grant="identity_assertion",
+            client_id=str(client_id),
+            client_secret=str(secret),
+            token_endpoint_auth="client_secret_basic",
+            issuer=await _issuer_of(url),
+            idp_token_endpoint=str(context["idp_token_endpoint"]),
+            idp_client_id=str(context["idp_client_id"]),
+            id_token_file=_private(keys, "id_token", str(context["idp_id_token"])),
+        )
     if "private_key_pem" in context:
-        path = os.path.join(keys, "client.pem")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
-            file.write(str(context["private_key_pem"]))
         return OAuthSettings(
             grant="client_credentials",
             client_id=str(client_id),
-            private_key_file=path,
+            private_key_file=_private(keys, "client.pem", str(context["private_key_pem"])),
             signing_alg=str(context.get("signing_algorithm", "RS256")),
         )
     if scenario.startswith("auth/client-credentials"):
@@ -117,7 +146,7 @@ async def main(url: str) -> int:
 async def _scenario(url: str, keys: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    oauth = _oauth(scenario, context, keys)
+    oauth = await _oauth(url, scenario, context, keys)
     config = McpServerConfig(
         transport=HttpServer(url=url, oauth=oauth), name="conformance", connect_timeout=20.0
     )

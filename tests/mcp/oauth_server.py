@@ -215,19 +215,24 @@ def stepping_up(base_url: str, authority: Authority) -> Any:
 
 @attrs.define
 class MachineAuthority:
-    """An authorization server for machine clients: the client-credentials grant only,
-    with a client secret (``client_secret_basic``) or a private-key JWT assertion
-    (RFC 7523) checked against ``public_key`` and ``key_id``. Tokens carry the
-    scopes asked for; ``grants`` records the scope of each grant."""
+    """An authorization server for machine clients: the client-credentials grant, with a
+    client secret (``client_secret_basic``) or a private-key JWT assertion (RFC 7523)
+    checked against ``public_key`` and ``key_id``; and, with ``id_token`` set, an
+    enterprise identity provider beside it (SEP-990): ``/idp/token`` exchanges that ID
+    token for an ID-JAG naming this server and the MCP resource, which ``/token``
+    takes as a jwt-bearer grant from a client authenticated with its secret. Tokens
+    carry the scopes asked for; ``grants`` records the scope of each grant."""
 
     base: str
     client_id: str = "agentik-m2m"
     client_secret: str | None = None
     public_key: Any = None
     key_id: str | None = None
+    id_token: str | None = None
     tokens: dict[str, list[str]] = attrs.field(factory=dict)
     grants: list[str] = attrs.field(factory=list)
     assertions: list[str] = attrs.field(factory=list)
+    exchanges: int = 0
 
     def app(self) -> Any:
         from starlette.applications import Starlette
@@ -255,10 +260,37 @@ class MachineAuthority:
                 }
             )
 
+        async def exchange(request: Request) -> JSONResponse:
+            form = await request.form()
+            expected = {
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                "subject_token": self.id_token,
+                "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                "requested_token_type": ID_JAG,
+                "audience": self.base,
+                "resource": f"{self.base}/mcp",
+                "client_id": "agentik-at-idp",
+            }
+            if {key: form.get(key) for key in expected} != expected:
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            self.exchanges += 1
+            jag = "jag-" + secrets.token_urlsafe(24)
+            self.assertions.append(jag)
+            return JSONResponse(
+                {"access_token": jag, "issued_token_type": ID_JAG, "token_type": "N_A"}
+            )
+
         async def token(request: Request) -> JSONResponse:
             form = await request.form()
-            if form.get("grant_type") != "client_credentials" or not self._authenticated(
-                request.headers.get("authorization", ""), dict(form)
+            authorization = request.headers.get("authorization", "")
+            if form.get("grant_type") == JWT_BEARER:
+                basic = base64.b64encode(f"{self.client_id}:{self.client_secret}".encode())
+                if authorization != f"Basic {basic.decode()}" or (
+                    form.get("assertion") not in self.assertions
+                ):
+                    return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            elif form.get("grant_type") != "client_credentials" or not self._authenticated(
+                authorization, dict(form)
             ):
                 return JSONResponse({"error": "invalid_client"}, status_code=401)
             scope = str(form.get("scope", ""))
@@ -274,6 +306,7 @@ class MachineAuthority:
                 Route("/.well-known/oauth-protected-resource/mcp", resource),
                 Route("/.well-known/oauth-authorization-server", metadata),
                 Route("/token", token, methods=["POST"]),
+                Route("/idp/token", exchange, methods=["POST"]),
             ]
         )
 
@@ -302,6 +335,8 @@ class MachineAuthority:
 
 
 JWT_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 
 
 def machine(authority: MachineAuthority) -> Any:

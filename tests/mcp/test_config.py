@@ -191,8 +191,8 @@ class TestOAuth:
             ),
             (
                 {"grant": "password"},
-                r"^mcp.servers\[0\].oauth.grant must be 'authorization_code' or "
-                r"'client_credentials', got 'password'$",
+                r"^mcp.servers\[0\].oauth.grant must be 'authorization_code', "
+                r"'client_credentials' or 'identity_assertion', got 'password'$",
             ),
             ({"colour": "red"}, r"^mcp.servers\[0\].oauth.colour is not a known key"),
             (
@@ -297,3 +297,63 @@ class TestPrivateKeyJwt:
         table[0]["oauth"]["key_id"] = "k1"
         with pytest.raises(McpConfigError, match=r"key_id and signing_alg need private_key_file"):
             parse_mcp_servers(table, env={"CRM_SECRET": "x"})
+
+
+XAA = """
+[[mcp.servers]]
+name = "wiki"
+url = "https://wiki.example/mcp"
+[mcp.servers.oauth]
+grant = "identity_assertion"
+client_id = "agentik-wiki"
+client_secret_env = "WIKI_SECRET"
+issuer = "https://auth.wiki.example"
+idp_token_endpoint = "https://idp.example/oauth2/token"
+idp_client_id = "agentik"
+idp_client_secret_env = "IDP_SECRET"
+id_token_file = "/run/agentik/id_token"
+"""
+
+
+class TestIdentityAssertion:
+    def test_the_table_parses_with_both_secrets_from_the_environment(self) -> None:
+        table = tomllib.loads(XAA)["mcp"]["servers"]
+        env = {"WIKI_SECRET": "wiki-s3cret", "IDP_SECRET": "idp-s3cret"}
+        (config,) = parse_mcp_servers(table, env=env)
+        assert isinstance(config.transport, HttpServer)
+        assert config.transport.oauth == OAuthSettings(
+            grant="identity_assertion",
+            client_id="agentik-wiki",
+            client_secret="wiki-s3cret",
+            issuer="https://auth.wiki.example",
+            idp_token_endpoint="https://idp.example/oauth2/token",
+            idp_client_id="agentik",
+            idp_client_secret="idp-s3cret",
+            id_token_file="/run/agentik/id_token",
+        )
+        assert "wiki-s3cret" not in repr(config)
+        assert "idp-s3cret" not in repr(config)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            ({"issuer": None}, r"grant 'identity_assertion' needs issuer$"),
+            (
+                {"client_secret_env": None, "id_token_file": None},
+                r"grant 'identity_assertion' needs client_secret_env, id_token_file$",
+            ),
+            ({"idp_token_endpoint": "idp.example"}, r"idp_token_endpoint must start with"),
+            ({"token_endpoint_auth": "none"}, r"'client_secret_post' with grant 'identity_as"),
+            ({"grant": "client_credentials"}, r"are for grant 'identity_assertion'$"),
+            ({"idp_client_secret_env": "NOPE"}, r"idp_client_secret_env names 'NOPE', which is"),
+        ],
+    )
+    def test_a_bad_table_names_what_is_wrong(self, change: dict[str, object], message: str) -> None:
+        table = tomllib.loads(XAA)["mcp"]["servers"]
+        for key, value in change.items():
+            if value is None:
+                del table[0]["oauth"][key]
+            else:
+                table[0]["oauth"][key] = value
+        with pytest.raises(McpConfigError, match=message):
+            parse_mcp_servers(table, env={"WIKI_SECRET": "x", "IDP_SECRET": "y"})

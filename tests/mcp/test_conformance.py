@@ -53,6 +53,7 @@ CLAIMED = (
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",
     "auth/client-credentials-jwt",
+    "auth/cross-app-access-complete-flow",
 )
 _AT_ONCE = 4
 _SCENARIO_TIMEOUT_MS = 60000

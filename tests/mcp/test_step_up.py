@@ -341,6 +341,68 @@ class TestMachineGrants:
             assert secret.encode() not in files
         assert repr(settings).count("BEGIN") == 0
 
+    async def test_an_enterprise_identity_assertion_gets_tokens_and_steps_up(
+        self,
+        machine: oauth_server.MachineAuthority,
+        tmp_path: pathlib.Path,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """SEP-990: the ID token (read from its file) becomes an ID-JAG at the identity
+        provider, the ID-JAG an access token at the configured issuer; a 403 gets a new
+        one with the wider scope. The ID token, client secret, ID-JAGs and tokens
+        appear nowhere."""
+        caplog.set_level(logging.DEBUG)
+        machine.client_secret = "xaa-secret-" + "y" * 16
+        machine.id_token = "eyJ-id-token-" + "z" * 24
+        id_token_file = tmp_path / "id_token"
+        id_token_file.write_text(machine.id_token + "\n")
+        settings = OAuthSettings(
+            grant="identity_assertion",
+            client_id=machine.client_id,
+            client_secret=machine.client_secret,
+            token_endpoint_auth="client_secret_basic",
+            issuer=machine.base,
+            idp_token_endpoint=f"{machine.base}/idp/token",
+            idp_client_id="agentik-at-idp",
+            id_token_file=str(id_token_file),
+        )
+        seen = await self._adds_without_a_person(machine, settings, tmp_path / "db")
+        assert machine.grants == ["", "read write"]
+        assert machine.exchanges == 2
+        files = b"".join(p.read_bytes() for p in (tmp_path / "db").iterdir())
+        for secret in (machine.id_token, machine.client_secret, *machine.issued_secrets()):
+            assert secret not in caplog.text
+            assert secret not in seen
+            assert secret.encode() not in files
+
+    async def test_a_refused_token_exchange_says_so_and_nothing_secret(
+        self, machine: oauth_server.MachineAuthority, tmp_path: pathlib.Path
+    ) -> None:
+        """A stale ID token: the identity provider's status and error code, no token."""
+        machine.client_secret, machine.id_token = "s", "the-current-id-token"
+        stale = tmp_path / "id_token"
+        stale.write_text("a-stale-id-token")
+        settings = OAuthSettings(
+            grant="identity_assertion",
+            client_id=machine.client_id,
+            client_secret="s",
+            issuer=machine.base,
+            idp_token_endpoint=f"{machine.base}/idp/token",
+            idp_client_id="agentik-at-idp",
+            id_token_file=str(stale),
+        )
+        config = McpServerConfig(
+            transport=HttpServer(url=f"{machine.base}/mcp", oauth=settings), name="web"
+        )
+        with trio.fail_after(LIMIT):
+            async with open_mcp_toolsets([config]) as (src,):
+                assert src.state is McpState.FAILED
+                error = src.health.last_error or ""
+        assert "the identity provider refused the token exchange: HTTP 400 (invalid_grant)" in (
+            error
+        )
+        assert "a-stale-id-token" not in error
+
     @staticmethod
     async def _adds_without_a_person(
         machine: oauth_server.MachineAuthority, settings: OAuthSettings, directory: pathlib.Path
