@@ -67,6 +67,17 @@ class StepUpRefused(LoginRequired):
     time; the call fails, the connection stays."""
 
 
+class _QuietRefusals(logging.Filter):
+    """The SDK logs every failed authorization as an error with its traceback; a person
+    saying no to a step-up is not one (the toolset logs it, at info)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StepUpRefused))
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_QuietRefusals())
+
+
 class _PersonFlowProvider(OAuthClientProvider):
     """The SDK's authorization-code provider, where a step-up the person refuses ends
     only the request, not the connection.

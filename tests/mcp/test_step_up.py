@@ -205,8 +205,11 @@ class TestAuthorizationCode:
         stepping: tuple[str, oauth_server.Authority, oauth_server.ScopeGate],
         tmp_path: pathlib.Path,
         action: str,
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
-        """The model learns why; the server stays ready; nothing new is stored."""
+        """The model learns why; the server stays ready (the same connection: no
+        restart); nothing new is stored; the log says it once, not as an error."""
+        caplog.set_level(logging.INFO)
         base, authority, _ = stepping
         database = tmp_path / "agentik.db"
         config = _config(base)
@@ -222,6 +225,7 @@ class TestAuthorizationCode:
                 async with _daemon(config, storage, database) as (agent, src, vault):
                     result = await _turn(agent, person)
                     assert src.state is McpState.READY, src.health.last_error
+                    assert src.health.restarts == 0
                     tokens = await vault.storage("web").get_tokens()
         assert _tool_result(result) == (
             f"error: mcp server 'web' needs a wider authorization, which the person {action}d "
@@ -230,6 +234,9 @@ class TestAuthorizationCode:
         assert authority.authorizations == 1
         assert tokens is not None
         assert tokens.scope is None
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+        said = [r for r in caplog.records if f"which the person {action}d" in r.getMessage()]
+        assert [r.levelname for r in said] == ["INFO"]
 
     async def test_no_authorization_in_time_is_an_error_result(
         self,
