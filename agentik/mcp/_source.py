@@ -14,9 +14,14 @@ Invariants:
 - The toolset name never changes once chosen, across restarts and refreshes.
 - A tool handler never waits on a server that is down: it answers with an
   error at once. The only wait is a lazy server's first launch, bounded by
-  ``connect_timeout``; a call itself is bounded by ``call_timeout``.
+  ``connect_timeout``; a call itself is bounded by ``call_timeout``, which
+  stands still while a person answers a question the call raised (a
+  server's elicitation, or agentik's own step-up authorization), itself
+  bounded by ``elicitation_timeout``.
 - Tasks: only ``run`` and, during a connection, its listener child. Callers'
-  tasks only send requests over the live session.
+  tasks only send requests over the live session; a step-up authorization
+  receives its redirect in a child of the request's own task, gone when the
+  question ends.
 """
 
 from __future__ import annotations
