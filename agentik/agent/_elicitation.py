@@ -49,7 +49,13 @@ current_tool_call: contextvars.ContextVar[ToolCallContext | None] = contextvars.
 @final
 @attrs.frozen(kw_only=True)
 class ElicitationRequest:
-    """A question a running tool asks the person behind a conversation (form mode)."""
+    """A question a running tool asks the person behind a conversation.
+
+    Form mode asks for fields (``schema``). URL mode (``url`` set, ``schema``
+    empty) asks the person to open a URL, for instance to authorize agentik
+    at an MCP server that needs a wider OAuth scope mid-call; the question
+    ends when what the URL leads to completes (or the person declines).
+    """
 
     conversation_id: str
     id: str
@@ -59,7 +65,10 @@ class ElicitationRequest:
     message: str
     schema: JsonObject
     """A flat JSON Schema object of the fields asked for; ``default`` values are
-    filled in for fields an accepting answer leaves out."""
+    filled in for fields an accepting answer leaves out. Empty in URL mode."""
+    url: str | None = None
+    """URL mode: the page the person opens. Accepting says "I opened it" and
+    changes nothing else; declining or cancelling ends the wait."""
 
 
 @final

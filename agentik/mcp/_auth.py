@@ -9,22 +9,37 @@ tokens live (``McpTokenVault``) and how a person completes the
 authorization-code flow (``login``: the URL is shown, the redirect comes back
 to a one-shot listener on 127.0.0.1).
 
-A daemon never waits for a person: when a server needs a login, the flow
-stops at once with ``LoginRequired``, and ``/health`` says to run
-``agentik mcp login NAME``.
+A daemon does not wait for a person to connect: when a server needs a login
+to connect, the flow stops at once with ``LoginRequired``, and ``/health``
+says to run ``agentik mcp login NAME``. Mid-call it may ask one: when a
+server answers a tool call with 403 ``insufficient_scope`` (step-up), the
+SDK starts a new authorization with the wider scope, and ``ask_person``
+(the toolset's) puts the authorization URL to the person of the
+conversation whose call it is, as a URL-mode elicitation, and receives the
+redirect on 127.0.0.1. Machine grants (client credentials with a secret or
+a private-key JWT) step up by themselves.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import time
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
+import jwt
 import trio
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+)
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 
@@ -45,6 +60,158 @@ class LoginRequired(AgentikError):
 
 class LoginError(AgentikError):
     """The interactive authorization did not complete; the message says why."""
+
+
+class StepUpRefused(LoginRequired):
+    """The wider authorization a tool call needs was declined, cancelled or not given in
+    time; the call fails, the connection stays."""
+
+
+class _QuietRefusals(logging.Filter):
+    """The SDK logs every failed authorization as an error with its traceback; a person
+    saying no to a step-up is not one (the toolset logs it, at info)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StepUpRefused))
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_QuietRefusals())
+
+
+class _PersonFlowProvider(OAuthClientProvider):
+    """The SDK's authorization-code provider, where a step-up the person refuses ends
+    only the request, not the connection.
+
+    The SDK's flow raises whatever the callback raised, which tears the whole
+    session down (the request's POST task fails its transport's task group),
+    so one conversation's "no" would break every other call to the server.
+    Here the request goes once more with its old token instead: the server
+    refuses it again (403), and that refusal is the request's answer. The
+    toolset tells the call why (``StepUpRefused``'s message).
+    """
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = super().async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        except StepUpRefused:
+            yield request
+        finally:
+            await flow.aclose()
+
+
+PersonFlow = Callable[[str], Awaitable[AuthorizationCodeResult]]
+"""Takes an authorization URL to a person and returns what the redirect carried."""
+
+_ASSERTION_LIFETIME = 300
+"""Seconds a private-key JWT client assertion is valid (RFC 7523: short-lived)."""
+
+
+def private_key_assertion(settings: OAuthSettings) -> Callable[[str], Awaitable[str]]:
+    """Signs RFC 7523 client assertions (``iss`` = ``sub`` = client id, ``aud`` = the
+    authorization server's issuer) with the key in ``private_key_file``.
+
+    The file is read for each assertion, so a rotated key is used from the next
+    token request on, and the key is never kept beyond one signature. Errors
+    name the file, never its content."""
+    assert settings.private_key_file is not None
+    assert settings.client_id is not None
+    path, client_id = Path(settings.private_key_file), settings.client_id
+    headers = {"kid": settings.key_id} if settings.key_id else None
+
+    async def assertion(audience: str) -> str:
+        try:
+            key = await trio.Path(path).read_bytes()
+        except OSError as error:
+            raise LoginError(
+                f"cannot read the private key file {str(path)!r}: {error.strerror}"
+            ) from None
+        now = int(time.time())
+        claims = {
+            "iss": client_id,
+            "sub": client_id,
+            "aud": audience,
+            "iat": now,
+            "exp": now + _ASSERTION_LIFETIME,
+            "jti": uuid.uuid4().hex,
+        }
+        try:
+            return jwt.encode(claims, key, algorithm=settings.signing_alg, headers=headers)
+        except (ValueError, TypeError, jwt.PyJWTError):
+            # The library's message may quote the key: say only what and where.
+            raise LoginError(
+                f"the private key in {str(path)!r} cannot sign {settings.signing_alg}"
+            ) from None
+
+    return assertion
+
+
+_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+_ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
+_ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
+
+
+def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Awaitable[str]]:
+    """SEP-990 leg 1: exchange the ID token (``id_token_file``) at the identity provider
+    for an identity assertion grant (ID-JAG, RFC 8693 token exchange) naming the MCP
+    authorization server (``audience``) and the MCP server (``resource``).
+
+    The SDK's ``IdentityAssertionOAuthProvider`` does leg 2 (the ID-JAG for an
+    access token at the configured issuer). The ID token file is read per
+    exchange, so whatever renews it is picked up. Errors give the identity
+    provider's status and error code, never a token or the response body."""
+    assert settings.idp_token_endpoint is not None
+    assert settings.id_token_file is not None
+    endpoint, path = settings.idp_token_endpoint, trio.Path(settings.id_token_file)
+
+    async def exchange(audience: str, resource: str) -> str:
+        try:
+            id_token = (await path.read_text()).strip()
+        except OSError as error:
+            raise LoginError(
+                f"cannot read the ID token file {str(path)!r}: {error.strerror}"
+            ) from None
+        form = {
+            "grant_type": _TOKEN_EXCHANGE,
+            "requested_token_type": _ID_JAG,
+            "audience": audience,
+            "resource": resource,
+            "subject_token": id_token,
+            "subject_token_type": _ID_TOKEN,
+        }
+        auth = None
+        if settings.idp_client_id is not None and settings.idp_client_secret is not None:
+            auth = httpx2.BasicAuth(settings.idp_client_id, settings.idp_client_secret)
+        elif settings.idp_client_id is not None:
+            form["client_id"] = settings.idp_client_id
+        async with create_mcp_http_client(auth=auth) as http:
+            response = await http.post(endpoint, data=form)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            answer = {}
+        grant = answer.get("access_token")
+        if response.status_code != 200 or not isinstance(grant, str) or not grant:
+            code = answer.get("error")
+            why = f" ({code})" if isinstance(code, str) and code.isascii() else ""
+            raise LoginError(
+                f"the identity provider refused the token exchange: HTTP "
+                f"{response.status_code}{why[:80]}"
+            )
+        if answer.get("issued_token_type", _ID_JAG) != _ID_JAG:
+            raise LoginError("the identity provider's token exchange did not issue an ID-JAG")
+        return grant
+
+    return exchange
 
 
 def _client(settings: OAuthSettings, redirect_uri: str | None) -> OAuthClientInformationFull | None:
@@ -74,16 +241,46 @@ def oauth_provider(
     redirect_uri: str | None = None,
     show_url: Callable[[str], Awaitable[None]] | None = None,
     receive_code: Callable[[], Awaitable[AuthorizationCodeResult]] | None = None,
+    ask_person: PersonFlow | None = None,
 ) -> httpx2.Auth | None:
     """The SDK's OAuth provider for ``config`` (None without ``oauth``).
 
     Without ``show_url``/``receive_code`` (a daemon) an authorization-code
-    server that needs a person raises ``LoginRequired`` instead of waiting.
+    server that needs a person goes to ``ask_person``, which finds one (a
+    step-up in a conversation's tool call) or raises ``LoginRequired``; without
+    ``ask_person`` it raises ``LoginRequired`` at once.
     """
     transport = config.transport
     if not isinstance(transport, HttpServer) or transport.oauth is None:
         return None
     settings, name = transport.oauth, config.name or transport.url
+    if settings.grant == "identity_assertion":
+        # Checked when the config was parsed.
+        assert settings.client_id is not None
+        assert settings.client_secret is not None
+        assert settings.issuer is not None
+        return IdentityAssertionOAuthProvider(
+            server_url=transport.url,
+            storage=vault.storage(name),
+            client_id=settings.client_id,
+            client_secret=settings.client_secret,
+            issuer=settings.issuer,
+            assertion_provider=identity_assertion_grant(settings),
+            scope=settings.scope,
+            token_endpoint_auth_method="client_secret_basic"
+            if settings.token_endpoint_auth == "client_secret_basic"
+            else "client_secret_post",
+        )
+    if settings.grant == "client_credentials" and settings.private_key_file is not None:
+        assert settings.client_id is not None  # checked when the config was parsed
+        return PrivateKeyJWTOAuthProvider(
+            server_url=transport.url,
+            storage=vault.storage(name),
+            client_id=settings.client_id,
+            assertion_provider=private_key_assertion(settings),
+            scope=settings.scope,
+            issuer=settings.issuer,
+        )
     if settings.grant == "client_credentials":
         # Checked when the config was parsed.
         assert settings.client_id is not None
@@ -101,13 +298,21 @@ def oauth_provider(
             issuer=settings.issuer,
         )
 
+    # The SDK shows the URL, then waits for the code: a person gets both at once.
+    # The provider's lock serializes its flows, so one URL is pending at a time.
+    urls: list[str] = []
+
     async def needs_login(url: str) -> None:
-        raise LoginRequired(
-            f"mcp server {name!r} needs an authorization: run `agentik mcp login {name}`"
-        )
+        if ask_person is None:
+            raise LoginRequired(
+                f"mcp server {name!r} needs an authorization: run `agentik mcp login {name}`"
+            )
+        urls.append(url)
 
     async def no_code() -> AuthorizationCodeResult:
-        raise LoginRequired(f"mcp server {name!r} needs an authorization")
+        if ask_person is None or not urls:
+            raise LoginRequired(f"mcp server {name!r} needs an authorization")
+        return await ask_person(urls.pop())
 
     # Any loopback URI will do for a daemon: it never completes a redirect.
     uri = redirect_uri or f"http://127.0.0.1:{settings.redirect_port or 8976}/callback"
@@ -119,7 +324,8 @@ def oauth_provider(
         token_endpoint_auth_method=_auth_method(settings),  # type: ignore[arg-type]
         scope=settings.scope,
     )
-    return OAuthClientProvider(
+    provider = OAuthClientProvider if show_url is not None else _PersonFlowProvider
+    return provider(
         server_url=transport.url,
         client_metadata=metadata,
         storage=vault.storage(
@@ -163,7 +369,7 @@ async def login(
         redirect_uri = f"http://127.0.0.1:{port}/callback"
 
         async def receive_code() -> AuthorizationCodeResult:
-            return await _one_redirect(listener)
+            return await receive_redirect(listener)
 
         provider = oauth_provider(
             config, vault, redirect_uri=redirect_uri, show_url=show_url, receive_code=receive_code
@@ -191,7 +397,7 @@ def _cause(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-async def _one_redirect(listener: trio.SocketListener) -> AuthorizationCodeResult:
+async def receive_redirect(listener: trio.SocketListener) -> AuthorizationCodeResult:
     """Answer the browser's redirect to ``/callback`` and return what it carried."""
     while True:
         async with await listener.accept() as stream:

@@ -56,7 +56,7 @@ class StdioServer:
     cwd: str | None = None
 
 
-Grant = Literal["authorization_code", "client_credentials"]
+Grant = Literal["authorization_code", "client_credentials", "identity_assertion"]
 TokenEndpointAuth = Literal["client_secret_basic", "client_secret_post", "none"]
 
 
@@ -72,7 +72,10 @@ class OAuthSettings:
 
     grant: Grant = "authorization_code"
     """``authorization_code``: a person logs in once (``agentik mcp login NAME``);
-    ``client_credentials``: machine to machine, no person."""
+    ``client_credentials``: machine to machine, no person; ``identity_assertion``:
+    enterprise-managed (SEP-990), the identity provider's ID token is exchanged
+    for an identity assertion grant (ID-JAG) that the server's authorization
+    server turns into an access token, no person."""
     client_id: str | None = None
     """A pre-registered client; without it the client registers itself (dynamic
     registration) or uses ``client_metadata_url``."""
@@ -87,6 +90,24 @@ class OAuthSettings:
     client_metadata_url: str | None = None
     """An HTTPS URL serving this client's metadata document (used as client id
     when the authorization server supports it)."""
+    private_key_file: str | None = None
+    """Client credentials with ``private_key_jwt`` (RFC 7523): the PEM private key
+    that signs the client assertion, instead of a client secret. Read when a token
+    is requested (so a rotated key is picked up); never logged."""
+    key_id: str | None = None
+    """The ``kid`` header of the client assertion, naming the key to the server."""
+    signing_alg: str = "RS256"
+    """The assertion's signature algorithm (``RS256``, ``ES256``, ``EdDSA``...)."""
+    idp_token_endpoint: str | None = None
+    """``identity_assertion``: the enterprise identity provider's token endpoint, where
+    the ID token is exchanged (RFC 8693) for an ID-JAG."""
+    idp_client_id: str | None = None
+    """``identity_assertion``: agentik's client at the identity provider."""
+    idp_client_secret: str | None = attrs.field(default=None, repr=False)
+    id_token_file: str | None = None
+    """``identity_assertion``: a file holding the person's or workload's ID token from
+    the identity provider, read for each exchange (whatever renews it writes it
+    there); never logged."""
     redirect_port: int = 0
     """The 127.0.0.1 port ``agentik mcp login`` receives the redirect on (0: any
     free port; a pre-registered client needs its registered one)."""
@@ -171,7 +192,27 @@ _OAUTH_KEYS = frozenset(
         "issuer",
         "client_metadata_url",
         "redirect_port",
+        "private_key_file",
+        "key_id",
+        "signing_alg",
+        "idp_token_endpoint",
+        "idp_client_id",
+        "idp_client_secret_env",
+        "id_token_file",
     }
+)
+_IDP_KEYS = ("idp_token_endpoint", "idp_client_id", "idp_client_secret_env", "id_token_file")
+_SIGNING_ALGS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
 )
 
 
@@ -268,26 +309,42 @@ def _oauth(table: object, where: str, env: Mapping[str, str]) -> OAuthSettings:
                 f"{where}.{key} is not a known key; expected one of {sorted(_OAUTH_KEYS)}"
             )
     grant = table.get("grant", "authorization_code")
-    if grant not in ("authorization_code", "client_credentials"):
+    if grant not in ("authorization_code", "client_credentials", "identity_assertion"):
         raise McpConfigError(
-            f"{where}.grant must be 'authorization_code' or 'client_credentials', got {grant!r}"
+            f"{where}.grant must be 'authorization_code', 'client_credentials' or "
+            f"'identity_assertion', got {grant!r}"
         )
     method = table.get("token_endpoint_auth")
     if method is not None and method not in _AUTH_METHODS:
         raise McpConfigError(
             f"{where}.token_endpoint_auth must be one of {list(_AUTH_METHODS)}, got {method!r}"
         )
-    secret = None
-    if "client_secret_env" in table:
-        variable = _string(table, "client_secret_env", where)
-        secret = env.get(variable)
-        if not secret:
-            # The variable's name only: its value is a secret.
-            raise McpConfigError(f"{where}.client_secret_env names {variable!r}, which is not set")
+    secret = _secret(table, "client_secret_env", where, env)
     client_id = _optional_string(table, "client_id", where)
-    if grant == "client_credentials" and (client_id is None or secret is None):
+    key_file = _optional_string(table, "private_key_file", where)
+    alg = _optional_string(table, "signing_alg", where) or "RS256"
+    if key_file is not None:
+        if grant != "client_credentials" or secret is not None or method is not None:
+            raise McpConfigError(
+                f"{where}.private_key_file is for grant 'client_credentials' "
+                "instead of client_secret_env and token_endpoint_auth"
+            )
+        if alg not in _SIGNING_ALGS:
+            raise McpConfigError(
+                f"{where}.signing_alg must be one of {list(_SIGNING_ALGS)}, got {alg!r}"
+            )
+        _check_private_key(key_file, alg, f"{where}.private_key_file")
+    elif "key_id" in table or "signing_alg" in table:
+        raise McpConfigError(f"{where}: key_id and signing_alg need private_key_file")
+    if grant == "identity_assertion":
+        _check_identity_assertion(table, where, client_id, secret)
+    elif any(key in table for key in _IDP_KEYS):
+        raise McpConfigError(f"{where}: {', '.join(_IDP_KEYS)} are for grant 'identity_assertion'")
+    one_credential = (secret is None) != (key_file is None)
+    if grant == "client_credentials" and (client_id is None or not one_credential):
         raise McpConfigError(
-            f"{where}: grant 'client_credentials' needs client_id and client_secret_env"
+            f"{where}: grant 'client_credentials' needs client_id and one of "
+            "client_secret_env or private_key_file"
         )
     metadata_url = _optional_string(table, "client_metadata_url", where)
     if metadata_url is not None and not metadata_url.startswith("https://"):
@@ -306,7 +363,77 @@ def _oauth(table: object, where: str, env: Mapping[str, str]) -> OAuthSettings:
         issuer=_optional_string(table, "issuer", where),
         client_metadata_url=metadata_url,
         redirect_port=port,
+        private_key_file=key_file,
+        key_id=_optional_string(table, "key_id", where),
+        signing_alg=alg,
+        idp_token_endpoint=_optional_string(table, "idp_token_endpoint", where),
+        idp_client_id=_optional_string(table, "idp_client_id", where),
+        idp_client_secret=_secret(table, "idp_client_secret_env", where, env),
+        id_token_file=_optional_string(table, "id_token_file", where),
     )
+
+
+def _secret(
+    table: Mapping[str, object], key: str, where: str, env: Mapping[str, str]
+) -> str | None:
+    """The value of the variable ``key`` names; errors name the variable, never a value."""
+    if key not in table:
+        return None
+    variable = _string(table, key, where)
+    secret = env.get(variable)
+    if not secret:
+        raise McpConfigError(f"{where}.{key} names {variable!r}, which is not set")
+    return secret
+
+
+def _check_identity_assertion(
+    table: Mapping[str, object], where: str, client_id: str | None, secret: str | None
+) -> None:
+    """SEP-990 needs a confidential client at a configured authorization server, and
+    where to get the ID-JAG from."""
+    missing = [
+        key
+        for key, present in (
+            ("client_id", client_id is not None),
+            ("client_secret_env", secret is not None),
+            ("issuer", "issuer" in table),
+            ("idp_token_endpoint", "idp_token_endpoint" in table),
+            ("id_token_file", "id_token_file" in table),
+        )
+        if not present
+    ]
+    if missing:
+        raise McpConfigError(f"{where}: grant 'identity_assertion' needs {', '.join(missing)}")
+    endpoint = _string(table, "idp_token_endpoint", where)
+    if not endpoint.startswith(("https://", "http://")):
+        raise McpConfigError(
+            f"{where}.idp_token_endpoint must start with https:// or http://, got {endpoint!r}"
+        )
+    method = table.get("token_endpoint_auth")
+    if method not in (None, "client_secret_basic", "client_secret_post"):
+        raise McpConfigError(
+            f"{where}.token_endpoint_auth must be 'client_secret_basic' or "
+            f"'client_secret_post' with grant 'identity_assertion', got {method!r}"
+        )
+
+
+def _check_private_key(path: str, alg: str, where: str) -> None:
+    """The file holds a private key that can sign ``alg``; errors never quote the file."""
+    from jwt.algorithms import get_default_algorithms
+
+    try:
+        with open(path, "rb") as file:
+            pem = file.read()
+    except OSError as error:
+        raise McpConfigError(f"{where}: cannot read {path!r}: {error.strerror}") from None
+    try:
+        get_default_algorithms()[alg].prepare_key(pem)
+        usable = b"PRIVATE KEY" in pem
+    # Any library error: its message could quote the key.
+    except Exception:
+        usable = False
+    if not usable:
+        raise McpConfigError(f"{where}: {path!r} does not hold a private key usable for {alg}")
 
 
 def _kind(value: object) -> str:

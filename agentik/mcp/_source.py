@@ -14,20 +14,28 @@ Invariants:
 - The toolset name never changes once chosen, across restarts and refreshes.
 - A tool handler never waits on a server that is down: it answers with an
   error at once. The only wait is a lazy server's first launch, bounded by
-  ``connect_timeout``; a call itself is bounded by ``call_timeout``.
+  ``connect_timeout``; a call itself is bounded by ``call_timeout``, which
+  stands still while a person answers a question the call raised (a
+  server's elicitation, or agentik's own step-up authorization), itself
+  bounded by ``elicitation_timeout``.
 - Tasks: only ``run`` and, during a connection, its listener child. Callers'
-  tasks only send requests over the live session.
+  tasks only send requests over the live session; a step-up authorization
+  receives its redirect in a child of the request's own task, gone when the
+  question ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import json
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import final
+from collections.abc import Awaitable, Callable, Iterator
+from typing import NoReturn, final
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import httpx2
@@ -36,11 +44,12 @@ import trio
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.auth import AuthorizationCodeResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from agentik._errors import ToolError
+from agentik._errors import AgentikError, ToolError
 from agentik._json import JsonObject
 from agentik.agent._elicitation import (
     ElicitationAction,
@@ -48,7 +57,13 @@ from agentik.agent._elicitation import (
     ElicitationRequest,
     current_tool_call,
 )
-from agentik.mcp._auth import LoginRequired, oauth_provider
+from agentik.mcp._auth import (
+    LoginError,
+    LoginRequired,
+    StepUpRefused,
+    oauth_provider,
+    receive_redirect,
+)
 from agentik.mcp._config import HttpServer, McpServerConfig
 from agentik.mcp._elicit import form_answer
 from agentik.mcp._naming import one_line, tool_names, toolset_name
@@ -122,6 +137,8 @@ class _InFlight:
     conversation_id: str | None
     scopes: list[trio.CancelScope]
     announce: Callable[[ElicitationRequest], Awaitable[None]] | None = None
+    refusal: str | None = None
+    """Why a step-up authorization for this call did not happen (its error result)."""
 
 
 @attrs.define(eq=False)
@@ -129,6 +146,13 @@ class _Question:
     request: ElicitationRequest
     answered: trio.Event = attrs.field(factory=trio.Event)
     result: mt.ElicitResult | None = None
+
+
+_current_call: contextvars.ContextVar[_InFlight | None] = contextvars.ContextVar(
+    "agentik_mcp_call", default=None
+)
+"""The tool call whose request this task sends: the HTTP transport sends each request
+in its sender's context, so a step-up authorization knows whose call it serves."""
 
 
 class _Fault(Exception):
@@ -316,7 +340,7 @@ class McpToolset:
         era, self._era = self._era, None  # kept only if this connection gets as far again
         async with Client(
             open_transport(
-                self.config.transport, lambda: _close(conn), stderr, trace, self._auth()
+                self.config.transport, lambda: _close(conn), stderr, trace, await self._auth()
             ),
             mode=era.mode if era is not None else self.config.protocol,
             prior_discover=era.discover if era is not None else None,
@@ -346,13 +370,22 @@ class McpToolset:
                 nursery.cancel_scope.cancel()
         return why
 
-    def _auth(self) -> httpx2.Auth | None:
-        """A fresh OAuth provider per connection, so tokens a login stored since are read."""
+    async def _auth(self) -> httpx2.Auth | None:
+        """A fresh OAuth provider per connection, so tokens a login stored since are read.
+
+        A step-up authorization redirects to the URI the stored client was
+        registered with (``agentik mcp login``'s), where ``_ask_person`` listens."""
+        if not isinstance(self.config.transport, HttpServer) or self.config.transport.oauth is None:
+            return None
         if self._tokens is None:
             # No bundle given: tokens last as long as the process (client credentials
             # need nothing more; an authorization-code server then needs a login each run).
             self._tokens = McpTokenVault(in_memory_storage().working_memory_store, token_key(None))
-        return oauth_provider(self.config, self._tokens)
+        name = self.config.name or self.config.transport.url
+        redirect_uri = await self._tokens.registered_redirect_uri(name)
+        return oauth_provider(
+            self.config, self._tokens, redirect_uri=redirect_uri, ask_person=self._ask_person
+        )
 
     async def _watch(self, client: Client, conn: _Connection) -> str:
         """Serve change events and hang suspicions until the connection ends; say why it did."""
@@ -499,6 +532,7 @@ class McpToolset:
                 running.announce if running else None,
             )
             self._in_flight.append(call)
+            token = _current_call.set(call)
             try:
                 result = await client.call_tool(mcp_name, dict(arguments))
             except MCPError as exc:
@@ -508,15 +542,23 @@ class McpToolset:
                         f"mcp server {self.name!r} closed the connection during {mcp_name!r}; "
                         "it is being restarted"
                     ) from exc
+                if call.refusal is not None:  # the server refused it for want of a scope
+                    raise ToolError(f"{call.refusal} (calling {mcp_name!r})") from exc
                 raise ToolError(f"mcp server {self.name!r} refused {mcp_name!r}: {exc}") from exc
             # A tool's failure becomes an error result here, whatever the SDK raised.
             except Exception as exc:
                 if (login := _find_login_required(exc)) is not None:
                     raise ToolError(f"{login} (calling {mcp_name!r})") from exc
+                if (failed := _find_login_required(exc, LoginError)) is not None:
+                    raise ToolError(
+                        f"mcp server {self.name!r}: the authorization for {mcp_name!r} "
+                        f"failed: {failed}"
+                    ) from exc
                 raise ToolError(
                     f"mcp server {self.name!r} failed calling {mcp_name!r}: {_describe(exc)}"
                 ) from exc
             finally:
+                _current_call.reset(token)
                 self._in_flight.remove(call)
             if result.is_error:
                 raise ToolError(render_result(result))
@@ -549,7 +591,9 @@ class McpToolset:
             return False
         if question.answered.is_set():
             return True  # answered twice: the first answer stands
-        if action == "accept":
+        if question.request.url is not None and action in ("accept", "decline", "cancel"):
+            question.result = mt.ElicitResult(action=action)  # nothing to fill in
+        elif action == "accept":
             answer = form_answer(question.request.schema, content)
             question.result = mt.ElicitResult(action="accept", content=answer)  # type: ignore[arg-type]
         elif action in ("decline", "cancel"):
@@ -590,34 +634,128 @@ class McpToolset:
             message=params.message,
             schema=dict(params.requested_schema),
         )
-        question = self._questions[request.id] = _Question(request)
         logger.info(
             "mcp server %r asks conversation %r: %s",
             self.name,
             conversation,
             one_line(request.message),
         )
-        # The call's timeouts stand still while a person thinks: a person's pause is
-        # not the tool's slowness. (The question's own timeout bounds the pause.)
+        question = _Question(request)
+        with trio.move_on_after(self.config.elicitation_timeout), self._asking(question, scopes):
+            for announce in announcers:
+                if announce is not None:  # the turn streams: tell its client
+                    await announce(request)
+            await question.answered.wait()
+        if question.result is None:
+            logger.info("mcp server %r: no answer in time, declined", self.name)
+            return mt.ElicitResult(action="decline")
+        return question.result
+
+    @contextlib.contextmanager
+    def _asking(self, question: _Question, scopes: list[trio.CancelScope]) -> Iterator[None]:
+        """While the block runs, ``question`` is pending and the call's timeouts stand
+        still: a person's pause is not the tool's slowness (the question's own
+        timeout bounds the pause)."""
+        self._questions[question.request.id] = question
         now = trio.current_time()
         paused = [(scope, scope.deadline - now) for scope in scopes]
         for scope, _ in paused:
             scope.deadline = math.inf
         try:
-            with trio.move_on_after(self.config.elicitation_timeout):
-                for announce in announcers:
-                    if announce is not None:  # the turn streams: tell its client
-                        await announce(request)
-                await question.answered.wait()
+            yield
         finally:
-            del self._questions[request.id]
+            del self._questions[question.request.id]
             now = trio.current_time()
             for scope, left in paused:
                 scope.deadline = now + left
-        if question.result is None:
-            logger.info("mcp server %r: no answer in time, declined", self.name)
-            return mt.ElicitResult(action="decline")
-        return question.result
+
+    async def _ask_person(self, url: str) -> AuthorizationCodeResult:
+        """A step-up authorization in a tool call: ask the conversation's person to open
+        ``url`` (a URL-mode elicitation) and receive the browser's redirect on 127.0.0.1.
+
+        While connecting or listing there is no call: ``LoginRequired`` fails the
+        connection and says to run ``agentik mcp login``. A call with no person
+        behind it (not a conversation's), or one whose person declines, cancels
+        or does not answer within ``elicitation_timeout``, gets an error result
+        saying so (``StepUpRefused``); the connection stays.
+        """
+        call = _current_call.get()
+        login = f"run `agentik mcp login {self.name}`"
+        if call is None:
+            raise LoginRequired(f"mcp server {self.name!r} needs an authorization: {login}")
+        running = current_tool_call.get()
+        redirect = urlsplit(parse_qs(urlsplit(url).query).get("redirect_uri", [""])[0])
+        if running is None:
+            self._refuse(call, f"mcp server {self.name!r} needs an authorization: {login}")
+        if redirect.scheme != "http" or redirect.hostname not in ("127.0.0.1", "localhost"):
+            self._refuse(
+                call,
+                f"mcp server {self.name!r} needs a new authorization, and its redirect URI "
+                f"is not agentik's 127.0.0.1 callback: {login}",
+            )
+        try:
+            listeners = await trio.open_tcp_listeners(redirect.port or 80, host="127.0.0.1")
+        except OSError as error:
+            self._refuse(
+                call,
+                f"mcp server {self.name!r} needs a new authorization, but its redirect "
+                f"port 127.0.0.1:{redirect.port} cannot be opened ({error.strerror})",
+            )
+        request = ElicitationRequest(
+            conversation_id=running.conversation_id,
+            id=uuid.uuid4().hex,
+            source=self.name,
+            message=(
+                f"mcp server {self.name!r} needs a wider authorization for this call; "
+                f"open this URL and approve, and the call goes on: {url}"
+            ),
+            schema={},
+            url=url,
+        )
+        # The URL carries the flow's state: the log says what, not where.
+        logger.info(
+            "mcp server %r asks conversation %r for a wider authorization (step-up)",
+            self.name,
+            running.conversation_id,
+        )
+        question = _Question(request)
+        received: list[AuthorizationCodeResult | LoginError] = []
+        async with listeners[0] as listener:
+            with (
+                trio.move_on_after(self.config.elicitation_timeout),
+                self._asking(question, call.scopes),
+            ):
+                async with trio.open_nursery() as nursery:
+
+                    async def receive() -> None:
+                        try:
+                            received.append(await receive_redirect(listener))
+                        except LoginError as error:
+                            received.append(error)
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(receive)
+                    if running.announce is not None:  # the turn streams: tell its client
+                        await running.announce(request)
+                    await question.answered.wait()
+                    if question.result is None or question.result.action != "accept":
+                        nursery.cancel_scope.cancel()
+                    # accepted ("I opened it"): the redirect ends the wait
+        if received and isinstance(received[0], AuthorizationCodeResult):
+            return received[0]
+        if received:
+            why = f"did not complete: {received[0]}"
+        elif question.result is not None and question.result.action != "accept":
+            why = f"the person {question.result.action}d"
+        else:
+            why = f"did not come within {self.config.elicitation_timeout:g}s"
+        self._refuse(call, f"mcp server {self.name!r} needs a wider authorization, which {why}")
+
+    def _refuse(self, call: _InFlight, why: str) -> NoReturn:
+        """End a step-up without a token: the call's error result will say ``why``."""
+        call.refusal = why
+        logger.info("%s", why)
+        raise StepUpRefused(why)
 
     async def _launch_on_demand(self) -> None:
         """Start a lazy server and wait (bounded) for its first real attempt to end."""
@@ -675,16 +813,18 @@ class McpToolset:
         return self._description or f"Tools of the MCP server {self.name!r}."
 
 
-def _find_login_required(exc: BaseException | None) -> LoginRequired | None:
-    """The ``LoginRequired`` behind ``exc``: the SDK wraps it in groups and its own errors."""
+def _find_login_required(
+    exc: BaseException | None, kind: type[AgentikError] = LoginRequired
+) -> AgentikError | None:
+    """The ``kind`` error behind ``exc``: the SDK wraps it in groups and its own errors."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, LoginRequired):
+        if isinstance(exc, kind):
             return exc
         if isinstance(exc, BaseExceptionGroup):
             for inner in exc.exceptions:
-                if (found := _find_login_required(inner)) is not None:
+                if (found := _find_login_required(inner, kind)) is not None:
                     return found
         exc = exc.__cause__ or exc.__context__
     return None

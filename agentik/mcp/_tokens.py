@@ -106,6 +106,16 @@ class McpTokenVault:
             return {}
         return record
 
+    async def registered_redirect_uri(self, server: str) -> str | None:
+        """The redirect URI ``server``'s stored client registration names, if any
+        (a new authorization must come back where the client was registered)."""
+        client = (await self.read(server)).get("client")
+        if isinstance(client, dict):
+            uris = client.get("redirect_uris")
+            if isinstance(uris, list) and uris and isinstance(uris[0], str):
+                return uris[0]
+        return None
+
     async def write(self, server: str, field: str, value: JsonObject) -> None:
         conversation = _PREFIX + server
         record = await self.read(server)

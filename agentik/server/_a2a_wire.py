@@ -444,12 +444,15 @@ def approval_message(task_id: str, context_id: str, waiting: Sequence[ToolCall])
 
 
 def elicitation_json(question: ElicitationRequest) -> JsonObject:
-    return {
+    data: JsonObject = {
         "id": question.id,
         "source": question.source,
         "message": question.message,
         "requestedSchema": question.schema,
     }
+    if question.url is not None:  # URL mode: the page to open (a step-up authorization)
+        data["url"] = question.url
+    return data
 
 
 _HOW_TO_ANSWER = (

@@ -384,6 +384,7 @@ class AguiRun:
                     "source": question.source,
                     "message": question.message,
                     "requestedSchema": question.schema,
+                    **({"url": question.url} if question.url is not None else {}),
                 },
             }
             return [custom]

@@ -157,12 +157,15 @@ def parse_elicitation_answer(body: JsonValue) -> ElicitationAnswer:
 
 def elicitation_json(request: ElicitationRequest) -> JsonObject:
     """A question as a client sees it (never its stored, owner-scoped conversation id)."""
-    return {
+    question: JsonObject = {
         "id": request.id,
         "source": request.source,
         "message": request.message,
         "requested_schema": request.schema,
     }
+    if request.url is not None:  # URL mode: the page to open (a step-up authorization)
+        question["url"] = request.url
+    return question
 
 
 def approval_json(request: ApprovalRequest) -> JsonObject:

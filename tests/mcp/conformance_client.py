@@ -10,7 +10,13 @@ authorization URL and follows its redirect to the 127.0.0.1 callback);
 then a real agent turn runs (``open_chat_agent`` with a scripted model that
 calls every tool of the toolset once, with arguments made from its schema),
 while this script, as the person, accepts every question a tool asks
-(elicitation) with no content of its own, so the schema's defaults apply.
+(elicitation) with no content of its own, so the schema's defaults apply,
+and opens the URL of every URL-mode question (a step-up authorization
+mid-call) in its browser. For ``private_key_jwt`` the operator's key file
+is the suite's key, written 0600 to a temporary directory. For cross-app
+access (SEP-990) the operator's ID token file holds the suite's ID token,
+and the authorization server's issuer, which the operator configures, is
+read from the server's protected-resource metadata as an operator would.
 
 Exit code 0 when the turn finished, 1 (with the reason on stderr) when the
 server could not be used.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
 import httpx
 import trio
@@ -55,11 +62,47 @@ _EXAMPLES: dict[str, object] = {
 }
 
 
-def _oauth(scenario: str, context: dict[str, object]) -> OAuthSettings | None:
+def _private(directory: str, name: str, text: str) -> str:
+    path = os.path.join(directory, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
+        file.write(text)
+    return path
+
+
+async def _issuer_of(url: str) -> str:
+    """The authorization server the MCP server names (its protected-resource metadata)."""
+    async with httpx.AsyncClient() as http:
+        challenge = (await http.post(url, json={})).headers.get("www-authenticate", "")
+        metadata = challenge.split('resource_metadata="', 1)[1].split('"', 1)[0]
+        servers = (await http.get(metadata)).json()["authorization_servers"]
+    return str(servers[0])
+
+
+async def _oauth(
+    url: str, scenario: str, context: dict[str, object], keys: str
+) -> OAuthSettings | None:
     if not scenario.startswith("auth/"):
         return None
     client_id = context.get("client_id")
     secret = context.get("client_secret")
+    if "idp_id_token" in context:
+        return OAuthSettings(
+            grant="identity_assertion",
+            client_id=str(client_id),
+            client_secret=str(secret),
+            token_endpoint_auth="client_secret_basic",
+            issuer=await _issuer_of(url),
+            idp_token_endpoint=str(context["idp_token_endpoint"]),
+            idp_client_id=str(context["idp_client_id"]),
+            id_token_file=_private(keys, "id_token", str(context["idp_id_token"])),
+        )
+    if "private_key_pem" in context:
+        return OAuthSettings(
+            grant="client_credentials",
+            client_id=str(client_id),
+            private_key_file=_private(keys, "client.pem", str(context["private_key_pem"])),
+            signing_alg=str(context.get("signing_algorithm", "RS256")),
+        )
     if scenario.startswith("auth/client-credentials"):
         return OAuthSettings(
             grant="client_credentials",
@@ -96,9 +139,14 @@ async def _browse(url: str) -> None:
 
 
 async def main(url: str) -> int:
+    with tempfile.TemporaryDirectory() as keys:
+        return await _scenario(url, keys)
+
+
+async def _scenario(url: str, keys: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    oauth = _oauth(scenario, context)
+    oauth = await _oauth(url, scenario, context, keys)
     config = McpServerConfig(
         transport=HttpServer(url=url, oauth=oauth), name="conformance", connect_timeout=20.0
     )
@@ -138,10 +186,16 @@ async def main(url: str) -> int:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(turn)
+                answered: set[str] = set()
                 while True:  # the person: accept every question with its defaults
                     for question in await agent.pending_elicitations("conformance"):
+                        if question.id in answered:
+                            continue  # a URL question waits for the browser's redirect
+                        answered.add(question.id)
                         print(f"asked: {question.message}")
                         await agent.answer_elicitation("conformance", question.id, content={})
+                        if question.url is not None:
+                            nursery.start_soon(_browse, question.url)
                     await trio.sleep(0.05)
             (result,) = results
         for message in result.messages:

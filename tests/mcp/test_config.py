@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pathlib
 import tomllib
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -188,8 +191,8 @@ class TestOAuth:
             ),
             (
                 {"grant": "password"},
-                r"^mcp.servers\[0\].oauth.grant must be 'authorization_code' or "
-                r"'client_credentials', got 'password'$",
+                r"^mcp.servers\[0\].oauth.grant must be 'authorization_code', "
+                r"'client_credentials' or 'identity_assertion', got 'password'$",
             ),
             ({"colour": "red"}, r"^mcp.servers\[0\].oauth.colour is not a known key"),
             (
@@ -225,3 +228,132 @@ class TestOAuth:
             with pytest.raises(McpConfigError) as error:
                 parse_mcp_servers(bad, env={"CRM_SECRET": secret})
             assert secret not in str(error.value)
+
+
+def _pem(kind: str) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    if kind == "public":
+        return key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _jwt_table(key_file: pathlib.Path, **more: object) -> list[dict[str, object]]:
+    table = tomllib.loads(OAUTH)["mcp"]["servers"]
+    del table[0]["oauth"]["client_secret_env"]
+    table[0]["oauth"].update(private_key_file=str(key_file), **more)
+    return table  # type: ignore[no-any-return]
+
+
+class TestPrivateKeyJwt:
+    def test_a_key_file_parses_with_its_kid_and_algorithm(self, tmp_path: pathlib.Path) -> None:
+        """The path is kept, not the key: it is read when a token is requested."""
+        key_file = tmp_path / "client.pem"
+        pem = _pem("private")
+        key_file.write_bytes(pem)
+        table = _jwt_table(key_file, key_id="k1", signing_alg="ES256")
+        (config,) = parse_mcp_servers(table, env={})
+        assert isinstance(config.transport, HttpServer)
+        settings = config.transport.oauth
+        assert settings is not None
+        assert (settings.private_key_file, settings.key_id, settings.signing_alg) == (
+            str(key_file),
+            "k1",
+            "ES256",
+        )
+        assert settings.client_secret is None
+        assert pem.decode().splitlines()[1] not in repr(config)
+
+    @pytest.mark.parametrize(
+        ("kind", "change", "message"),
+        [
+            ("missing", {}, r"oauth.private_key_file: cannot read '.*nope.pem': No such file"),
+            ("public", {}, r"oauth.private_key_file: '.*' does not hold a private key usable for"),
+            ("private", {"signing_alg": "RS256"}, r"does not hold a private key usable for RS256$"),
+            ("private", {"signing_alg": "none"}, r"oauth.signing_alg must be one of"),
+            ("private", {"client_secret_env": "CRM_SECRET"}, r"oauth.private_key_file is for"),
+            ("private", {"grant": "authorization_code"}, r"oauth.private_key_file is for"),
+        ],
+    )
+    def test_a_bad_key_setting_names_the_key_and_never_the_pem(
+        self, tmp_path: pathlib.Path, kind: str, change: dict[str, object], message: str
+    ) -> None:
+        key_file = tmp_path / ("nope.pem" if kind == "missing" else "client.pem")
+        pem = b"" if kind == "missing" else _pem(kind)
+        if pem:
+            key_file.write_bytes(pem)
+        with pytest.raises(McpConfigError, match=message) as error:
+            parse_mcp_servers(_jwt_table(key_file, **change), env={"CRM_SECRET": "x"})
+        for line in pem.decode().splitlines()[1:-1]:
+            assert line not in str(error.value)
+
+    def test_key_id_without_a_key_file_is_an_error(self) -> None:
+        table = tomllib.loads(OAUTH)["mcp"]["servers"]
+        table[0]["oauth"]["key_id"] = "k1"
+        with pytest.raises(McpConfigError, match=r"key_id and signing_alg need private_key_file"):
+            parse_mcp_servers(table, env={"CRM_SECRET": "x"})
+
+
+XAA = """
+[[mcp.servers]]
+name = "wiki"
+url = "https://wiki.example/mcp"
+[mcp.servers.oauth]
+grant = "identity_assertion"
+client_id = "agentik-wiki"
+client_secret_env = "WIKI_SECRET"
+issuer = "https://auth.wiki.example"
+idp_token_endpoint = "https://idp.example/oauth2/token"
+idp_client_id = "agentik"
+idp_client_secret_env = "IDP_SECRET"
+id_token_file = "/run/agentik/id_token"
+"""
+
+
+class TestIdentityAssertion:
+    def test_the_table_parses_with_both_secrets_from_the_environment(self) -> None:
+        table = tomllib.loads(XAA)["mcp"]["servers"]
+        env = {"WIKI_SECRET": "wiki-s3cret", "IDP_SECRET": "idp-s3cret"}
+        (config,) = parse_mcp_servers(table, env=env)
+        assert isinstance(config.transport, HttpServer)
+        assert config.transport.oauth == OAuthSettings(
+            grant="identity_assertion",
+            client_id="agentik-wiki",
+            client_secret="wiki-s3cret",
+            issuer="https://auth.wiki.example",
+            idp_token_endpoint="https://idp.example/oauth2/token",
+            idp_client_id="agentik",
+            idp_client_secret="idp-s3cret",
+            id_token_file="/run/agentik/id_token",
+        )
+        assert "wiki-s3cret" not in repr(config)
+        assert "idp-s3cret" not in repr(config)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            ({"issuer": None}, r"grant 'identity_assertion' needs issuer$"),
+            (
+                {"client_secret_env": None, "id_token_file": None},
+                r"grant 'identity_assertion' needs client_secret_env, id_token_file$",
+            ),
+            ({"idp_token_endpoint": "idp.example"}, r"idp_token_endpoint must start with"),
+            ({"token_endpoint_auth": "none"}, r"'client_secret_post' with grant 'identity_as"),
+            ({"grant": "client_credentials"}, r"are for grant 'identity_assertion'$"),
+            ({"idp_client_secret_env": "NOPE"}, r"idp_client_secret_env names 'NOPE', which is"),
+        ],
+    )
+    def test_a_bad_table_names_what_is_wrong(self, change: dict[str, object], message: str) -> None:
+        table = tomllib.loads(XAA)["mcp"]["servers"]
+        for key, value in change.items():
+            if value is None:
+                del table[0]["oauth"][key]
+            else:
+                table[0]["oauth"][key] = value
+        with pytest.raises(McpConfigError, match=message):
+            parse_mcp_servers(table, env={"WIKI_SECRET": "x", "IDP_SECRET": "y"})

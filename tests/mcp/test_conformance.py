@@ -42,6 +42,7 @@ CLAIMED = (
     "auth/scope-from-scopes-supported",
     "auth/scope-omitted-when-undefined",
     "auth/scope-retry-limit",
+    "auth/scope-step-up",
     "auth/token-endpoint-auth-basic",
     "auth/token-endpoint-auth-post",
     "auth/token-endpoint-auth-none",
@@ -51,8 +52,15 @@ CLAIMED = (
     "auth/offline-access-scope",
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+    "auth/cross-app-access-complete-flow",
 )
 _AT_ONCE = 4
+_ALONE = frozenset({"sse-retry"})
+"""Timed scenarios, run after the others with nothing beside them: ``sse-retry``
+counts the first GET after the tool's stream closes as the reconnection, so a
+standalone GET stream that a loaded machine delays into that 50 ms window reads
+as a reconnection "too early" (seen with three scenarios at once on 2 cores)."""
 _SCENARIO_TIMEOUT_MS = 60000
 
 
@@ -125,11 +133,17 @@ def conformance(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
         limiter = trio.CapacityLimiter(_AT_ONCE)
         async with trio.open_nursery() as nursery:
             for scenario in CLAIMED:
+                if scenario in _ALONE:
+                    continue
 
                 async def one(scenario: str = scenario) -> None:
                     outcomes[scenario] = await _run(node, suite, scenario, out, limiter)
 
                 nursery.start_soon(one)
+        alone = trio.CapacityLimiter(1)
+        for scenario in CLAIMED:
+            if scenario in _ALONE:
+                outcomes[scenario] = await _run(node, suite, scenario, out, alone)
 
     trio.run(run_all)
     return outcomes
