@@ -39,14 +39,13 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
 )
 from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from agentik._errors import AgentikError
 from agentik.mcp._config import HttpServer, McpServerConfig, OAuthSettings
 from agentik.mcp._tokens import McpTokenVault
-from agentik.mcp._transport import CLIENT_INFO, StderrTail, open_transport
+from agentik.mcp._transport import CLIENT_INFO, StderrTail, mcp_http_client, open_transport
 
 logger = logging.getLogger("agentik.mcp")
 
@@ -191,7 +190,7 @@ def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Aw
             auth = httpx2.BasicAuth(settings.idp_client_id, settings.idp_client_secret)
         elif settings.idp_client_id is not None:
             form["client_id"] = settings.idp_client_id
-        async with create_mcp_http_client(auth=auth) as http:
+        async with mcp_http_client(auth=auth) as http:
             response = await http.post(endpoint, data=form)
         try:
             answer = response.json()

@@ -30,17 +30,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self, TypeVar
 
 import anyio
 import httpx2
 import mcp.types as mt
 import trio
 from mcp import StdioServerParameters
-from mcp.client._transport import ReadStream, TransportStreams
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
 from agentik import __version__
@@ -48,6 +46,63 @@ from agentik.mcp._config import HttpServer, StdioServer
 
 CLIENT_INFO = mt.Implementation(name="agentik", version=__version__)
 """What servers see in ``clientInfo``: agentik, not the SDK's default ``mcp``."""
+
+# The SDK's stream protocols and HTTP client factory live in private modules
+# (mcp.shared._stream_protocols, mcp.shared._httpx_utils); agentik states the
+# same shapes and settings here, so it depends on behaviour, not private names.
+_T_co = TypeVar("_T_co", covariant=True)
+_T_contra = TypeVar("_T_contra", contravariant=True)
+
+
+class ReadStream(Protocol[_T_co]):
+    """What the SDK's transports yield to read (structurally its ``ReadStream``)."""
+
+    async def receive(self) -> _T_co: ...
+    async def aclose(self) -> None: ...
+    def __aiter__(self) -> ReadStream[_T_co]: ...
+    async def __anext__(self) -> _T_co: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None: ...
+
+
+class WriteStream(Protocol[_T_contra]):
+    """What the SDK's transports yield to write (structurally its ``WriteStream``)."""
+
+    async def send(self, item: _T_contra, /) -> None: ...
+    async def aclose(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None: ...
+
+
+TransportStreams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
+
+_CONNECT_SECONDS = 30.0
+_READ_SECONDS = 300.0
+"""A server may hold a response stream open; the SDK's own defaults."""
+
+
+def mcp_http_client(
+    headers: dict[str, str] | None = None, auth: httpx2.Auth | None = None
+) -> httpx2.AsyncClient:
+    """An HTTP client as the SDK's transports expect one: its timeouts, and
+    redirects left off (the transport follows them within the endpoint's
+    origin itself)."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(_CONNECT_SECONDS, read=_READ_SECONDS),
+        headers=headers,
+        auth=auth,
+    )
+
 
 _Item = SessionMessage | Exception
 _DRAIN_GRACE = 0.5
@@ -176,7 +231,7 @@ async def open_transport(
                 await drained.wait()
             nursery.cancel_scope.cancel()
     else:
-        http = create_mcp_http_client(headers=dict(transport.headers), auth=auth)
+        http = mcp_http_client(headers=dict(transport.headers), auth=auth)
         if trace is not None:
             http.event_hooks = {"request": [], "response": [trace.on_response]}
         async with (
