@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -19,9 +21,13 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik import Role
+from agentik import MessageStore, Role, ScriptedModel, StorageBundle, WorkingMemoryStore
+from agentik._config import ServerConfig
+from agentik.models import demo_responder
+from agentik.server import serve_agentik
 from agentik.server._errors import HttpError
 from agentik.server._native import parse_archive
+from agentik.storage import in_memory_storage
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS, Server, start
 
 NOTE = 'call memory_add {{"text": "{}"}}'
@@ -369,3 +375,51 @@ class TestSummaryChain:
             await bob.post("/agentik/conversations/s/turns", json={"text": "hi"})
             mine = (await bob.get("/agentik/conversations/s/summaries")).json()
             assert mine == {"conversation_id": "s", "summaries": [], "next_after_seq": None}
+
+
+class _Without:
+    """A store that hides some of its methods: a backend without the optional readers."""
+
+    def __init__(self, inner: object, *hidden: str) -> None:
+        self._inner = inner
+        self._hidden = hidden
+
+    def __getattr__(self, name: str) -> object:
+        if name in self._hidden:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_a_backend_without_the_readers_answers_501(nursery: trio.Nursery) -> None:
+    inner = in_memory_storage()
+    storage = StorageBundle(
+        message_store=cast(MessageStore, _Without(inner.message_store, "list_summaries")),
+        working_memory_store=cast(
+            WorkingMemoryStore, _Without(inner.working_memory_store, "list_archived")
+        ),
+        reflection_store=inner.reflection_store,
+        skill_store=inner.skill_store,
+    )
+    stop = trio.Event()
+    url = await nursery.start(
+        partial(
+            serve_agentik,
+            ServerConfig(port=0),
+            storage=storage,
+            model=ScriptedModel(demo_responder),
+            shutdown_trigger=stop.wait,
+        )
+    )
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+            await client.post("/agentik/conversations/c/turns", json={"text": "hi"})
+            for path, what in (("summaries", "summaries"), ("memory/archived", "archived notes")):
+                response = await client.get(f"/agentik/conversations/c/{path}")
+                assert response.status_code == 501, response.text
+                assert response.json()["error"] == {
+                    "code": "not_implemented",
+                    "message": f"this storage backend does not list {what}",
+                }
+            assert (await client.get("/agentik/conversations/c/summary")).status_code == 200
+    finally:
+        stop.set()
