@@ -130,6 +130,7 @@ class Cycle:
         "disconnected",
         "room",
         "scope",
+        "settled",
         "started",
     )
 
@@ -153,7 +154,9 @@ class Cycle:
         self.started = False
         """The response head is sent (or held)."""
         self.complete = False
-        """The whole response is sent."""
+        """The whole response is handed to h11 (and being written)."""
+        self.settled = False
+        """The whole response is written, and the connection knows it."""
         self.disconnected = False
         """The connection is over; the app may not send any more."""
 
@@ -441,7 +444,7 @@ class Connection:
         """h11 holds the next request until this response is done: wait for it.
         False if the connection ended meanwhile."""
         cycle = self._cycle
-        if cycle is None or cycle.complete:
+        if cycle is None or cycle.settled:
             return False  # nothing will resume it (a protocol switch we refused)
         resume: Pending[None] = Pending()
         self._resume = resume
@@ -514,7 +517,9 @@ class Connection:
                 self._end()
 
     async def response_done(self, cycle: Cycle) -> None:
-        """``cycle``'s response is sent whole."""
+        """``cycle``'s response is sent whole (the reader may have found the
+        next request meanwhile, and waits for this to go on)."""
+        cycle.settled = True
         conn = self.h11
         if conn.our_state is h11.MUST_CLOSE:  # Connection: close, HTTP/1.0...
             with contextlib.suppress(*_GONE):

@@ -11,6 +11,7 @@ trio's mock clock (it jumps after 50 ms of real idleness).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -182,6 +183,32 @@ async def test_requests_on_one_keep_alive_connection(
             assert (response.status_code, response.content) == (200, b"%d:%s" % (i, b"x" * i))
             assert response.headers["server"] == "agentik"
             assert response.headers["date"].endswith(" GMT")
+    assert len(set(server.app.clients)) == 1
+
+
+async def test_a_request_sent_as_the_last_response_arrives(
+    server: Running, clock: trio.testing.MockClock
+) -> None:
+    """The client (a thread with a blocking socket, so it runs beside the
+    server) sends each request the moment it has read the previous response:
+    a request can arrive while the server is still finishing the response
+    before it (between its write and its bookkeeping)."""
+
+    def client() -> int:
+        answered = 0
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            for i in range(300):
+                sock.sendall(post("/echo", b"%d" % i))
+                received = b""
+                while not received.endswith(b":%d" % i):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return answered
+                    received += chunk
+                answered += 1
+        return answered
+
+    assert await trio.to_thread.run_sync(client) == 300
     assert len(set(server.app.clients)) == 1
 
 
