@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
+from email.utils import formatdate
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -24,7 +26,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._http11 import BODY_BUFFER, HttpSettings
+from agentik.server._http11 import BODY_BUFFER, HttpSettings, ResponseHeaders
 from agentik.server._http_serve import serve
 from tests.asgi import read_body
 
@@ -425,3 +427,18 @@ def test_odd_bytes_get_an_answer_and_the_server_stays_up(at: int, cut: int, nois
             server.stop.set()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.05))
+
+
+def test_date_and_server_are_built_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = 1_000_000.2
+    monkeypatch.setattr("agentik.server._http11.time", SimpleNamespace(time=lambda: now))
+    headers = ResponseHeaders()
+    first = headers()
+    assert first == (
+        (b"date", formatdate(1_000_000, usegmt=True).encode()),
+        (b"server", b"agentik"),
+    )
+    now = 1_000_000.9
+    assert headers() is first  # the same second: not built again
+    now = 1_000_001.0
+    assert headers()[0] == (b"date", formatdate(1_000_001, usegmt=True).encode())
