@@ -15,6 +15,7 @@ terminated in front of the server (docs/server.md).
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import socket
 from collections.abc import Awaitable, Callable
@@ -158,7 +159,10 @@ class Lifespan:
                 self._failed = str(message.get("message", ""))
             self._started.set()
         elif kind in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
-            if kind == "lifespan.shutdown.failed":
+            # Starlette reports its own cancellation (the server cancelled, not
+            # drained) as a failed shutdown: that is no failure of the app.
+            cancelled = trio.current_effective_deadline() == -math.inf
+            if kind == "lifespan.shutdown.failed" and not cancelled:
                 log.error("the app's lifespan shutdown failed: %s", message.get("message", ""))
             self._shutdown.set()
 

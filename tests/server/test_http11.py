@@ -355,6 +355,31 @@ async def test_the_lifespan_runs_around_serving(
     assert server.app.lifespan == ["lifespan.startup", "lifespan.shutdown"]
 
 
+async def test_a_failed_shutdown_is_logged_a_cancelled_one_is_not(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture, clock: trio.testing.MockClock
+) -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "lifespan.startup.complete"})
+        try:
+            await receive()
+        except trio.Cancelled:
+            await send({"type": "lifespan.shutdown.failed", "message": "cancelled"})
+            raise
+        await send({"type": "lifespan.shutdown.failed", "message": "the pool would not close"})
+
+    async with trio.open_nursery() as inner:
+        await start(inner, app)
+        inner.cancel_scope.cancel()
+    assert not caplog.records
+    server = await start(nursery, app)
+    server.stop.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert [r.getMessage() for r in caplog.records] == [
+        "the app's lifespan shutdown failed: the pool would not close"
+    ]
+
+
 async def test_an_app_without_lifespan_is_served(
     nursery: trio.Nursery, clock: trio.testing.MockClock
 ) -> None:
