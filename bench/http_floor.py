@@ -1,5 +1,5 @@
 """Where an HTTP turn's time goes: the server's cost per request for apps of
-increasing weight on hypercorn's trio worker, beside an in-process turn.
+increasing weight, beside an in-process turn.
 
 Each variant is its own server child process, driven by ``bench.http_load``'s
 client (keep-alive, N connections, R requests each, POST with a small JSON
@@ -8,19 +8,14 @@ process (user + system), or with ``--callgrind`` millions of instructions
 counted under valgrind, which do not move with the machine's load (but leave
 out the kernel, and run about 50 times slower).
 
-- ``raw``: a plain ASGI app that reads the body and answers ``{}``:
-  hypercorn + h11 + trio alone, the floor for any app.
-- ``raw-no-idle-timer``, ``raw-no-send-lock``: the same with parts of
-  hypercorn's per-request machinery patched out *in the child*, to size them
-  (the restart of the keep-alive idle timer, a task started per request; and
-  the lock plus shielded cancel scope around each socket write). Measurements
-  only: agentik does not patch hypercorn.
-- ``raw-agentik``: the same app on agentik's own connection handler
-  (``agentik.server._hypercorn``: hypercorn's protocol code, a keep-alive
-  timer that starts no task per request, a write lock that is no schedule
-  point when free, head and body of a fixed-length response in one write),
-  as ``agentik serve`` runs every app below.
-- ``starlette``: the same answer from a one-route Starlette app.
+- ``raw``: a plain ASGI app that reads the body and answers ``{}``, on
+  hypercorn's stock trio worker (``hypercorn.trio.serve``): the yardstick
+  agentik's server was measured against.
+- ``raw-agentik``: the same app on agentik's own HTTP/1.1 server
+  (``agentik.server._http11``: trio + h11, one reader and one watcher task per
+  connection, a task per request, one write per fixed-length response), as
+  ``agentik serve`` runs every app below.
+- ``starlette``: the same answer from a one-route Starlette app (on hypercorn).
 - ``health``: agentik's app (``serve_agentik``, logging as ``agentik serve``),
   ``GET /health``.
 - ``turn``: agentik's app, ``POST /agentik/conversations/{id}/turns``, the
@@ -69,8 +64,6 @@ from bench.http_load import (  # noqa: E402
 
 VARIANTS = (
     "raw",
-    "raw-no-idle-timer",
-    "raw-no-send-lock",
     "raw-agentik",
     "starlette",
     "health",
@@ -135,45 +128,24 @@ def starlette_app() -> object:
     return Starlette(routes=[Route("/agentik/conversations/{cid}/turns", turn, methods=["POST"])])
 
 
-def patch_hypercorn(variant: str) -> None:
-    """Patch parts of hypercorn's per-request work out, to size them (this child only)."""
-    import hypercorn.trio.tcp_server as tcp_server
-    from hypercorn.events import Closed, Event, RawData
-    from hypercorn.trio.worker_context import TrioSingleTask
-
-    async def nothing(*_: object) -> None:
-        pass
-
-    # No keep-alive idle timeout at all: restart() used to start a task per request.
-    TrioSingleTask.restart = nothing  # type: ignore[method-assign,assignment]
-    TrioSingleTask.stop = nothing  # type: ignore[method-assign,assignment]
-    if variant == "raw-no-send-lock":
-        keep = tcp_server.TCPServer.protocol_send
-
-        async def protocol_send(self: tcp_server.TCPServer, event: Event) -> None:
-            if not isinstance(event, RawData):
-                await keep(self, event)
-                return
-            try:  # unsafe with concurrent writers; fine for one response at a time
-                await self.stream.send_all(event.data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.protocol.handle(Closed())
-
-        tcp_server.TCPServer.protocol_send = protocol_send  # type: ignore[method-assign]
-
-
 async def plain_child(variant: str) -> None:
-    """A hypercorn server of ``raw`` or ``starlette``, printing its URL first."""
+    """A server of ``raw``, ``raw-agentik`` or ``starlette``, printing its URL first."""
+    if variant == "raw-agentik":
+        from agentik.server._http11 import HttpSettings
+        from agentik.server._http_serve import serve
+
+        settings = HttpSettings(keep_alive_timeout=600)  # valgrind is slow
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                lambda task_status: serve(raw_app, settings=settings, task_status=task_status)  # type: ignore[arg-type]
+            )
+            print(binds[0], flush=True)
+        return
     import logging
 
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
-    from agentik.server._hypercorn import serve as agentik_serve
-
-    serve = agentik_serve if variant == "raw-agentik" else hypercorn_serve
-    if variant.startswith("raw-") and variant != "raw-agentik":
-        patch_hypercorn(variant)
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
@@ -182,7 +154,9 @@ async def plain_child(variant: str) -> None:
     config.keep_alive_timeout = 600  # valgrind is slow
     app = starlette_app() if variant == "starlette" else raw_app
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status))  # type: ignore[arg-type]
+        binds = await nursery.start(
+            lambda task_status: hypercorn_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+        )
         print(binds[0], flush=True)
 
 

@@ -23,7 +23,7 @@ import os
 import sys
 
 # This file is named http.py: keep its folder off sys.path so that `import http`
-# (httpx, hypercorn, …) finds the standard library, not this script.
+# (httpx, h11, …) finds the standard library, not this script.
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
@@ -217,7 +217,7 @@ def over_http(host: str, port: int, n: int, turns: int, tag: str) -> dict[str, f
 
 def health_floor(host: str, port: int, clients: int, each: int) -> None:
     """GET /health from ``clients`` connections: the server's cost of a request
-    that does nothing (hypercorn + Starlette + agentik's guard)."""
+    that does nothing (the HTTP server + Starlette + agentik's guard)."""
     request = b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n"
     assert drive(host, port, [[request] * each for _ in range(clients)]).errors == 0
 

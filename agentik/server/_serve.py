@@ -1,8 +1,8 @@
-"""``serve_agentik``: storage, model, toolsets, agent and hypercorn, nested so they
-shut down in the right order.
+"""``serve_agentik``: storage, model, toolsets, agent and the HTTP server, nested so
+they shut down in the right order.
 
 Lifetimes, outermost first: storage (its writer task) > agent (conversation
-tasks) > hypercorn (connections). On shutdown hypercorn stops accepting and
+tasks) > HTTP server (connections). On shutdown the server stops accepting and
 gives in-flight requests ``graceful_timeout`` seconds; then the agent closes
 its inboxes and lets queued turns finish; then the writer commits what is
 left and closes. Runs in the caller's nursery: ``await nursery.start(
@@ -25,8 +25,8 @@ from agentik.agent import DEFAULT_SYSTEM_PROMPT, ContextPolicy, ToolsetSource, o
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
-from agentik.server._hypercorn import CachedHeadersConfig
-from agentik.server._hypercorn import serve as hypercorn_serve
+from agentik.server._http11 import HttpSettings
+from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
 from agentik.storage import ConversationDeleter, StorageBundle, writer_stats
@@ -199,13 +199,14 @@ async def serve_agentik(
             storage_label=storage_label,
             writer_gauges=lambda: writer_stats(bundle),
         )
-        hyper = CachedHeadersConfig()
-        host = f"[{config.host}]" if ":" in config.host else config.host
-        hyper.bind = [f"{host}:{config.port}"]
-        hyper.graceful_timeout = limits.graceful_timeout
-        hyper.backlog = 2048  # a burst of clients connecting at once must not hit SYN retries
-        hyper.accesslog = None
-        hyper.errorlog = logging.getLogger("agentik.server.hypercorn")
+        settings = HttpSettings(
+            limits=ConnectionLimits(
+                header_timeout=limits.header_timeout,
+                body_timeout=limits.body_timeout,
+                body_min_rate=limits.body_min_rate,
+                max_connections=limits.max_connections,
+            )
+        )
 
         async def shutdown() -> None:
             await (shutdown_trigger or trio.sleep_forever)()
@@ -219,15 +220,14 @@ async def serve_agentik(
 
             async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
                 try:
-                    await hypercorn_serve(
+                    await http_serve(
                         build_app(ctx),
-                        hyper,
-                        limits=ConnectionLimits(
-                            header_timeout=limits.header_timeout,
-                            body_timeout=limits.body_timeout,
-                            body_min_rate=limits.body_min_rate,
-                            max_connections=limits.max_connections,
-                        ),
+                        host=config.host,
+                        port=config.port,
+                        settings=settings,
+                        graceful_timeout=limits.graceful_timeout,
+                        # a burst of clients connecting at once must not hit SYN retries
+                        backlog=2048,
                         shutdown_trigger=shutdown,
                         task_status=task_status,
                     )

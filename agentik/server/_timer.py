@@ -31,7 +31,8 @@ per request.
 Invariants: at most one watcher per connection, ended with the connection
 (``end``); the watcher acts only in IDLE, HEAD or BODY, once their deadline
 has passed or, in IDLE and HEAD, once the server shuts down; BUSY is never
-cut off (shutdown waits for the response, then hypercorn closes).
+cut off (shutdown waits for the response; the connection, idle again, then
+closes at once).
 """
 
 from __future__ import annotations
@@ -39,11 +40,10 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any, final
+from typing import final
 
 import attrs
 import trio
-from hypercorn.typing import Event as HypercornEvent
 
 
 @attrs.frozen(kw_only=True)
@@ -79,10 +79,10 @@ Expire = Callable[[bool], Awaitable[None]]
 
 @final
 class ConnectionTimer:
-    """A connection's phase and the watcher that enforces its deadline; stands
-    in for hypercorn's ``TrioSingleTask`` keep-alive task (same ``restart`` and
-    ``stop`` calls), and the read loop reports each read (``arrived``,
-    ``handled``)."""
+    """A connection's phase and the watcher that enforces its deadline. The
+    connection reports where it is: ``restart`` when it goes idle, ``stop``
+    when a request head is complete, and each read (``arrived`` before it is
+    handled, ``handled`` after)."""
 
     __slots__ = (
         "_body_bytes",
@@ -100,13 +100,13 @@ class ConnectionTimer:
         self,
         keep_alive: float,
         limits: ConnectionLimits,
-        terminated: HypercornEvent,
+        terminated: trio.Event,
         expire: Expire,
     ) -> None:
         self._keep_alive = keep_alive
         self._limits = limits
         self._terminated = terminated
-        """hypercorn's ``WorkerContext.terminated``: set when the server shuts down."""
+        """Set when the server shuts down."""
         self._expire = expire
         self._phase = IDLE
         self._deadline = math.inf
@@ -119,10 +119,9 @@ class ConnectionTimer:
     def phase(self) -> Phase:
         return self._phase
 
-    async def restart(self, task_group: Any, action: object) -> None:
+    def restart(self, nursery: trio.Nursery) -> None:
         """The connection went idle (accepted, or a response is done): close it
-        ``keep_alive`` from now. Starts the watcher the first time. (``action``,
-        hypercorn's own idle task, is not used: the watcher does its job.)"""
+        ``keep_alive`` from now. Starts the watcher in ``nursery`` the first time."""
         if self._phase is ENDED:
             return
         now = trio.current_time()  # shutting down: an idle connection closes now
@@ -131,19 +130,21 @@ class ConnectionTimer:
         scope = self._scope
         if scope is None:
             self._scope = trio.CancelScope(deadline=deadline)
-            task_group.spawn(self._watch)
+            nursery.start_soon(self._watch)
         elif deadline < scope.deadline:  # not on the hot path: the last deadline was earlier
             scope.deadline = deadline
 
-    async def stop(self) -> None:
+    def stop(self) -> bool:
         """A request head is complete: no deadline until ``handled`` says its
-        body is still coming, or the connection goes idle again."""
+        body is still coming, or the connection goes idle again. False if the
+        connection was already due to close: that request must not start."""
         phase = self._phase
         if phase is IDLE and trio.current_time() >= self._deadline:
-            return  # due to close (``arrived``): the watcher cuts it
+            return False  # due to close (``arrived``): the watcher cuts it
         if phase is not ENDED:
             self._phase = BUSY
             self._deadline = math.inf
+        return True
 
     def arrived(self, size: int) -> None:
         """``size`` bytes were read and are about to be handled."""

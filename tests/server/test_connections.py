@@ -1,6 +1,7 @@
-"""agentik's hypercorn connection handler (``agentik.server._hypercorn``) keeps
-hypercorn's behaviour: keep-alive expiry, requests never cut off by it,
-graceful shutdown, streaming heads sent at once, pipelining, 100-continue.
+"""agentik's HTTP/1.1 server (``agentik.server._http11``, ``_http_serve``):
+keep-alive expiry, requests never cut off by it, graceful shutdown, streaming
+heads sent at once, a fixed-length response in one write, pipelining,
+100-continue.
 
 A real server on 127.0.0.1 with a small ASGI app, and a raw socket client that
 parses with h11, so the test sees exactly what is on the wire and when the
@@ -11,7 +12,6 @@ the kernel is not mistaken for idleness.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,9 +19,9 @@ import h11
 import pytest
 import trio
 import trio.testing
-from hypercorn.config import Config
 
-from agentik.server._hypercorn import serve
+from agentik.server._http11 import HttpSettings
+from agentik.server._http_serve import serve
 from tests.asgi import answer_lifespan, read_body
 
 KEEP_ALIVE = 5.0
@@ -70,15 +70,16 @@ class Server:
 
 @pytest.fixture
 async def server(nursery: trio.Nursery) -> AsyncIterator[Server]:
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.keep_alive_timeout = KEEP_ALIVE
-    config.graceful_timeout = 30
-    config.accesslog = None
-    config.errorlog = logging.getLogger("tests.connections")
+    settings = HttpSettings(keep_alive_timeout=KEEP_ALIVE)
     app, stop = App(), trio.Event()
     binds = await nursery.start(
-        lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+        lambda task_status: serve(
+            app,
+            settings=settings,
+            graceful_timeout=30,
+            shutdown_trigger=stop.wait,
+            task_status=task_status,
+        )
     )
     yield Server(int(binds[0].rsplit(":", 1)[1]), app, stop)
     stop.set()

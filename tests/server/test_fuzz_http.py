@@ -11,7 +11,7 @@ are sent too), bodies shaped like each protocol's requests with those values
 inside, raw bytes, query strings with Unicode digits and huge numbers, and
 path ids with percent-encoded invalid UTF-8.
 
-One real server (hypercorn on 127.0.0.1, a SQLite file, a scripted model that
+One real server (``serve_agentik`` on 127.0.0.1, a SQLite file, a scripted model that
 answers every turn) serves the whole module. pytest-trio runs each async test
 in its own event loop, so the server runs in a thread with its own
 ``trio.run``; the tests are synchronous and talk to it with ``httpx.Client``.

@@ -26,7 +26,7 @@ import trio
 import trio.testing
 
 from agentik._config import ConfigError, Limits, load_config
-from agentik.server._hypercorn import warn_if_descriptors_short
+from agentik.server._http_serve import warn_if_descriptors_short
 from agentik.server._timer import ConnectionLimits
 from tests.server.rawconn import (
     RawClient,

@@ -1,9 +1,10 @@
 """``ConnectionTimer``: a connection is cut exactly when its deadline passes,
 never while the app is answering, and its watcher ends with the connection.
 
-The property test drives the timer as ``ConnectionServer`` does (``arrived``
-before a read is handled, ``stop`` when a head is complete, ``handled`` after,
-``restart`` when a response is done) through random request schedules (idle
+The property test drives the timer as the HTTP/1.1 connection
+(``agentik.server._http11``) does (``arrived`` before a read is handled,
+``stop`` when a head is complete, ``handled`` after, ``restart`` when a
+response is done) through random request schedules (idle
 gaps, heads and bodies in pieces with gaps between them, app time, and maybe a
 server shutdown) under trio's autojump clock, and checks the cut against a
 model of the table in the module docstring: when, and whether for a slow
@@ -114,31 +115,10 @@ def expected_cut(schedule: Schedule) -> tuple[Cut, list[float]]:
     return Cut(min(now + KEEP_ALIVE, max(shutdown, now)), False), events
 
 
-class FakeTaskGroup:
-    def __init__(self, nursery: trio.Nursery) -> None:
-        self.nursery = nursery
-
-    def spawn(self, func: object, *args: object) -> None:
-        self.nursery.start_soon(func, *args)  # type: ignore[arg-type]
-
-
-class Terminated:
-    """hypercorn's ``EventWrapper``, as the timer uses it."""
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-
-    async def wait(self) -> None:
-        await self.event.wait()
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-
 async def play(schedule: Schedule) -> Cut:
     """Drive a real timer through ``schedule``; the cut it made."""
     cuts: list[Cut] = []
-    terminated = Terminated()
+    terminated = trio.Event()
     async with trio.open_nursery() as nursery:
         began = trio.current_time()
 
@@ -146,16 +126,15 @@ async def play(schedule: Schedule) -> Cut:
             cuts.append(Cut(trio.current_time() - began, too_slow))
             nursery.cancel_scope.cancel()
 
-        timer = ConnectionTimer(KEEP_ALIVE, LIMITS, terminated, expire)  # type: ignore[arg-type]
-        group = FakeTaskGroup(nursery)
+        timer = ConnectionTimer(KEEP_ALIVE, LIMITS, terminated, expire)
 
         async def shut_down(at: float) -> None:
             await trio.sleep_until(began + at)
-            terminated.event.set()
+            terminated.set()
 
         if schedule.shutdown is not None:
             nursery.start_soon(shut_down, schedule.shutdown)
-        await timer.restart(group, None)
+        timer.restart(nursery)
         for request in schedule.requests:
             for i, piece in enumerate(request.head, start=1):
                 await read_head(timer, piece, last=i == len(request.head), body=bool(request.body))
@@ -164,7 +143,7 @@ async def play(schedule: Schedule) -> Cut:
                 timer.arrived(piece.size)
                 timer.handled(receiving_body=i < len(request.body))
             await trio.sleep(request.app)
-            await timer.restart(group, None)
+            timer.restart(nursery)
         await trio.sleep_forever()
     (cut,) = cuts
     return cut
@@ -175,7 +154,7 @@ async def read_head(timer: ConnectionTimer, piece: Piece, *, last: bool, body: b
     await trio.sleep(piece.gap)
     timer.arrived(piece.size)
     if last:
-        await timer.stop()  # hypercorn: Updated(idle=False) on the Request event
+        timer.stop()  # the Request event
     timer.handled(receiving_body=last and body)
 
 
@@ -199,12 +178,12 @@ async def test_end_stops_the_watcher_in_every_phase(autojump_clock: trio.testing
 
     for phase in (Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.BUSY):
         async with trio.open_nursery() as nursery:
-            timer = ConnectionTimer(KEEP_ALIVE, LIMITS, Terminated(), expire)  # type: ignore[arg-type]
-            await timer.restart(FakeTaskGroup(nursery), None)
+            timer = ConnectionTimer(KEEP_ALIVE, LIMITS, trio.Event(), expire)
+            timer.restart(nursery)
             if phase is not Phase.IDLE:
                 timer.arrived(10)
             if phase in (Phase.BODY, Phase.BUSY):
-                await timer.stop()
+                timer.stop()
                 timer.handled(receiving_body=phase is Phase.BODY)
             assert timer.phase is phase
             began = trio.current_time()
