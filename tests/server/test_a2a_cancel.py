@@ -288,8 +288,10 @@ async def test_a_task_whose_client_left_reports_how_its_turn_ended(tmp_path: Pat
             assert not left.cancelled_caught
         release.set()
         get = GetTaskRequest(id=make_task_id("ctx", "m1"))
-        working = TaskState.TASK_STATE_WORKING
-        with trio.fail_after(GUARD_SECONDS):  # WORKING for ever was the bug
-            while (task := await client.get_task(get)).status.state == working:  # noqa: ASYNC110
+        # SUBMITTED until the user message is committed (the model is asked
+        # while it is written), then WORKING; WORKING for ever was the bug.
+        running = {TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING}
+        with trio.fail_after(GUARD_SECONDS):
+            while (task := await client.get_task(get)).status.state in running:  # noqa: ASYNC110
                 await trio.sleep(POLL_SECONDS)
         assert task.status.state == TaskState.TASK_STATE_FAILED
