@@ -40,7 +40,8 @@ def _recording() -> tuple[TracerProvider, InMemorySpanExporter]:
 
 
 async def test_the_floor_makes_the_spans_agentik_makes() -> None:
-    """Same names, kinds, attributes and parentage, as many of each."""
+    """Same names, kinds, attributes and parentage, as many of each: four
+    spans a turn, and no events (the workload switches no toolset)."""
     provider, exporter = _recording()
     async with open_chat_agent(
         model=ScriptedModel(bench_responder("clock")),
@@ -58,3 +59,4 @@ async def test_the_floor_makes_the_spans_agentik_makes() -> None:
     floor = exporter.get_finished_spans()
     assert len(agentik_spans) == len(floor) == 4 * N * TURNS
     assert _shape(floor) == _shape(agentik_spans)
+    assert not any(span.events for span in agentik_spans)
