@@ -164,17 +164,18 @@ class Tracing:
     ) -> None:
         """``status``: the run's outcome (``finished``, ``awaiting_approval``),
         None when it ended without one (superseded, or ``error``)."""
-        _usage(span, usage)
+        attributes = _usage(usage)
         if error is not None:
-            span.set_attribute("agentik.turn.status", "failed")
             code = _turn_error_type(error)
-            span.set_attribute("error.type", code)
+            attributes["agentik.turn.status"] = "failed"
+            attributes["error.type"] = code
             described = message_of(error) if isinstance(error, TurnError) else code
             span.set_status(Status(StatusCode.ERROR, described))
         elif status is not None:
-            span.set_attribute("agentik.turn.status", status)
+            attributes["agentik.turn.status"] = status
             if self._capture and status == "finished":
-                span.set_attribute("gen_ai.output.messages", _output(text, (), "stop"))
+                attributes["gen_ai.output.messages"] = _output(text, (), "stop")
+        span.set_attributes(attributes)
         span.end()
 
     def toolsets(
@@ -241,15 +242,17 @@ class Tracing:
         if error is not None:
             _failed(span, error)
         elif response is not None:
-            if response.usage is not None:
-                _usage(span, response.usage)
+            attributes: dict[str, AttributeValue] = (
+                {} if response.usage is None else _usage(response.usage)
+            )
             if response.finish_reason is not None:
-                span.set_attribute("gen_ai.response.finish_reasons", (response.finish_reason,))
+                attributes["gen_ai.response.finish_reasons"] = (response.finish_reason,)
             if self._capture:
-                span.set_attribute(
-                    "gen_ai.output.messages",
-                    _output(response.text or "", response.tool_calls, response.finish_reason),
+                attributes["gen_ai.output.messages"] = _output(
+                    response.text or "", response.tool_calls, response.finish_reason
                 )
+            if attributes:
+                span.set_attributes(attributes)
         span.end()
 
     # --- execute_tool -----------------------------------------------------------------
@@ -288,25 +291,29 @@ class Tracing:
             _failed(span, error)
         elif result is not None:
             content, is_error = result
+            attributes: dict[str, AttributeValue] = {}
             if self._capture:
-                span.set_attribute("gen_ai.tool.call.result", content)
+                attributes["gen_ai.tool.call.result"] = content
             if is_error:
                 # The error result is the tool's output: content, shown only
                 # when content is captured.
-                span.set_attribute("error.type", "tool_error")
+                attributes["error.type"] = "tool_error"
                 span.set_status(
                     Status(StatusCode.ERROR, content if self._capture else "tool_error")
                 )
+            if attributes:
+                span.set_attributes(attributes)
         span.end()
 
 
-def _usage(span: Span, usage: TokenUsage) -> None:
-    span.set_attributes(
-        {
-            "gen_ai.usage.input_tokens": usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": usage.completion_tokens,
-        }
-    )
+def _usage(usage: TokenUsage) -> dict[str, AttributeValue]:
+    """The usage attributes, in a dict the caller adds the rest of what it
+    knows at the end to: the SDK takes its lock and cleans the values once
+    per call, so a span ends with one ``set_attributes``, not one call per key."""
+    return {
+        "gen_ai.usage.input_tokens": usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": usage.completion_tokens,
+    }
 
 
 def _turn_error_type(error: BaseException) -> str:

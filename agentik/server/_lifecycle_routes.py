@@ -4,7 +4,9 @@ of ``/agentik``: its token totals (``GET …/usage``), deleting it
 
 Kept apart from ``_native_routes`` (the turn and read routes), which other
 work changes often; the app adds these routes beside them. Another owner's
-conversation is simply not found, as everywhere.
+conversation is simply not found, as everywhere. With several nodes on one
+database, deleting a conversation another live node owns is a 307 to that
+node, as a turn is (reads are served by any node).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from agentik._errors import AgentikError, OverloadedError
+from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik.server._app import json_response
 from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError
+from agentik.server._errors import HttpError, Redirect
 from agentik.server._native import check_id
 from agentik.server._native_routes import require_conversation
 from agentik.server._owners import caller_of
@@ -65,6 +67,16 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
         except OverloadedError as exc:
             raise HttpError(
                 429, f"conversation {conversation_id!r} is busy; retry later", code="overloaded"
+            ) from exc
+        except NotOwnedError as exc:
+            # Another live node owns it (several nodes on one database): it
+            # deletes it there, as it runs its turns there.
+            if not exc.owner_url:
+                raise HttpError(
+                    503, "the conversation could not be deleted; retry", code="unavailable"
+                ) from exc
+            raise Redirect(
+                f"conversation {conversation_id!r} is owned by another node", base_url=exc.owner_url
             ) from exc
         except AgentikError as exc:
             raise HttpError(

@@ -10,14 +10,15 @@ writes, so what bounds the writer's hold is the batch size times a delete's
 cost (about 5 µs a message plus the commit; bench/retention.py,
 docs/performance.md "Retention"). The store checks each conversation's age
 again inside its delete, so one a turn used since it was listed is kept. A
-failure (the storage failing, the agent overloaded) is logged and the next
-period tries again.
+failure (the storage failing, the agent overloaded; a batch's concurrent
+deletes may fail several at once, as an exception group) is logged and the
+next period tries again: the server stays up.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import trio
 
@@ -47,10 +48,8 @@ async def run_retention(
         cutoff = clock() - timedelta(days=days)
         total = 0
         while True:
-            try:
-                deleted = await agent.delete_idle_conversations(cutoff, limit=batch)
-            except AgentikError as error:
-                log.warning("retention stopped until the next period: %s", error)
+            deleted = await _batch(agent, cutoff, batch)
+            if deleted is None:
                 break
             total += len(deleted)
             if len(deleted) < batch:
@@ -59,3 +58,26 @@ async def run_retention(
         if total:
             log.info("retention deleted=%d idle_days=%g", total, days)
         await trio.sleep(period)
+
+
+async def _batch(agent: ChatAgent, cutoff: datetime, batch: int) -> list[str] | None:
+    """One batch's deletes; None when it failed (logged). The batch deletes
+    its conversations concurrently, so failures come as an exception group,
+    one per conversation that failed; any that is not an agentik error (a
+    bug) still propagates."""
+    try:
+        return await agent.delete_idle_conversations(cutoff, limit=batch)
+    except* AgentikError as group:
+        failures = "; ".join(str(error) for error in _leaves(group))
+        log.warning("retention stopped until the next period: %s", failures)
+    return None
+
+
+def _leaves(group: BaseExceptionGroup[AgentikError]) -> list[AgentikError]:
+    out: list[AgentikError] = []
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            out.extend(_leaves(error))
+        else:
+            out.append(error)
+    return out

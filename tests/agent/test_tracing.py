@@ -296,6 +296,42 @@ async def test_a_failing_tool_marks_its_span(
     assert turn.status.status_code is StatusCode.UNSET
 
 
+async def test_spans_made_by_the_model_and_the_tool_nest_in_theirs(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """The chat span is current while the model runs and the execute_tool
+    span while the tool runs, so what they trace (an HTTP client's spans)
+    becomes their child; after each, the current span is back to the caller's."""
+    tracer = provider.get_tracer("test")
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        with tracer.start_as_current_span("model http"):
+            return _tool_then_answer(request)
+
+    async def handler(arguments: dict[str, object]) -> str:
+        with tracer.start_as_current_span("tool http"):
+            return "done"
+
+    echo = NamedTool("echo", "Echo.", {"type": "object"}, handler)
+    async with open_chat_agent(
+        model=ScriptedModel(answer),
+        storage=in_memory_storage(),
+        tools=[echo],
+        tracer_provider=provider,
+    ) as agent:
+        with tracer.start_as_current_span("caller") as caller:
+            await agent.send("c", "go")
+            assert trace.get_current_span() is caller
+    named = _by_name(exporter.get_finished_spans())
+    chats = named["chat scripted"]
+    (run,) = named["execute_tool echo"]
+    model_calls = named["model http"]
+    assert len(chats) == len(model_calls) == 2
+    assert sorted(map(_parent_id, model_calls)) == sorted(c.context.span_id for c in chats)
+    (tool_call,) = named["tool http"]
+    assert _parent_id(tool_call) == run.context.span_id
+
+
 async def test_the_callers_span_is_the_parent_across_the_task_hop(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:

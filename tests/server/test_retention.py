@@ -5,6 +5,7 @@ variable the test moves."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik import Message, ModelResponse, Role, ScriptedModel
+from agentik import Message, ModelResponse, Role, ScriptedModel, StoreError
 from agentik._config import ConfigError, ServerConfig, load_config
 from agentik.agent import open_chat_agent
 from agentik.server import serve_agentik
@@ -59,6 +60,56 @@ async def test_idle_conversations_are_deleted_in_batches(
             nursery.cancel_scope.cancel()
         result = await agent.send("old-0", "new life")
         assert [m.seq for m in result.messages] == [1, 2]
+
+
+class _FailingDeletes:
+    """The in-memory message store, but its deletes fail while ``failing``."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+        self.failing = True
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def delete_conversation(self, conversation_id: str, **kwargs: object) -> bool:
+        if self.failing:
+            raise StoreError(f"disk full deleting {conversation_id!r}")
+        result = await self._inner.delete_conversation(conversation_id, **kwargs)  # type: ignore[attr-defined]
+        assert isinstance(result, bool)
+        return result
+
+
+async def test_a_failing_batch_is_logged_and_retried_next_period(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deletes that fail (an exception group from the batch's concurrent
+    deletes; how many fail before the first cancels the rest varies) stop
+    this period's pass with a warning, not the task: the next period deletes
+    them."""
+    calendar = Calendar()
+    bundle = in_memory_storage(clock=calendar)
+    store = _FailingDeletes(bundle.message_store)
+    storage = attrs.evolve(bundle, message_store=store)
+    model = ScriptedModel(lambda r: ModelResponse(text="ok"))
+    async with open_chat_agent(model=model, storage=storage, idle_timeout=5) as agent:
+        for i in range(3):
+            await agent.send(f"old-{i}", "hello")
+        calendar.now = START + timedelta(days=31)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: run_retention(agent, 30, period=3600, batch=10, clock=calendar)
+            )
+            with caplog.at_level(logging.WARNING, logger="agentik.server"):
+                await trio.sleep(1)
+            assert len(await bundle.message_store.list_conversations()) == 3
+            (warning,) = [r for r in caplog.records if r.name == "agentik.server"]
+            assert "retention stopped until the next period" in warning.getMessage()
+            assert "disk full deleting 'old-" in warning.getMessage()
+            store.failing = False
+            await trio.sleep(3600)
+            assert await bundle.message_store.list_conversations() == []
+            nursery.cancel_scope.cancel()
 
 
 def test_retention_days_is_read_and_checked(tmp_path: Path) -> None:
