@@ -1,7 +1,7 @@
 """Overload over HTTP: ten times more concurrent turns than a configured bound,
 against a slow scripted model.
 
-The server (``serve_agentik``, hypercorn and all) runs on 127.0.0.1 in the
+The server (``serve_agentik``, its HTTP/1.1 server and all) runs on 127.0.0.1 in the
 test's trio loop under a mock clock that jumps when the loop is idle, so the
 model's latency is virtual time: a refusal that waited for a slot would show
 as time passing. Storage is in memory, because the clock would jump while
