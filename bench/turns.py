@@ -226,7 +226,12 @@ def main() -> None:
         metavar="PATH",
         help="the bare trio+apsw sketch (sketch_trio.py): run it as the baseline, alternating",
     )
-    parser.add_argument("--rss-conversations", type=int, default=10_000)
+    parser.add_argument(
+        "--rss-conversations",
+        type=int,
+        default=10_000,
+        help="idle conversations of the resident-memory measurement; 0 skips it",
+    )
     parser.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -235,8 +240,10 @@ def main() -> None:
     if args.rss_only:
         print(json.dumps(trio.run(idle_rss, args.rss_conversations)))
         return
+    if args.rss_conversations < 0:
+        parser.error("--rss-conversations must be >= 0")
     report = trio.run(main_async, args)
-    rss = json.loads(
+    rss = None if args.rss_conversations == 0 else json.loads(
         subprocess.run(
             [
                 sys.executable,
@@ -291,10 +298,11 @@ def main() -> None:
                 f" NORMAL {normal['turns_per_s']:.0f} turns/s,"
                 f" FULL / NORMAL {row['full_over_normal']:.2f}"
             )
-    print(
-        f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB"
-        f" resident each ({rss['conversations']} conversations)"
-    )
+    if rss is not None:
+        print(
+            f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB"
+            f" resident each ({rss['conversations']} conversations)"
+        )
 
 
 if __name__ == "__main__":
