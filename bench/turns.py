@@ -206,6 +206,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     return report
 
 
+def measure_idle_rss(args: argparse.Namespace) -> dict[str, float]:
+    """``idle_rss`` in a fresh interpreter, so earlier runs do not pollute it."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.turns",
+            "--rss-only",
+            "--rss-conversations",
+            str(args.rss_conversations),
+        ]
+        + (["--gc-freeze"] if args.gc_freeze else []),
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -243,23 +264,7 @@ def main() -> None:
     if args.rss_conversations < 0:
         parser.error("--rss-conversations must be >= 0")
     report = trio.run(main_async, args)
-    rss = None if args.rss_conversations == 0 else json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.turns",
-                "--rss-only",
-                "--rss-conversations",
-                str(args.rss_conversations),
-            ]
-            + (["--gc-freeze"] if args.gc_freeze else []),
-            check=True,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
+    rss = None if args.rss_conversations == 0 else measure_idle_rss(args)
     report["idle_rss"] = rss
     report["gc_freeze"] = args.gc_freeze
     if args.json:
