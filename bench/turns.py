@@ -28,6 +28,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,16 +92,19 @@ async def run_load(
                 latencies.append(time.perf_counter() - start)
 
         start = time.perf_counter()
+        cpu = time.process_time()
         async with trio.open_nursery() as nursery:
             for i in range(n):
                 nursery.start_soon(conversation, i)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
     latencies.sort()
     return {
         "turns_per_s": n * turns / elapsed,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "seconds": elapsed,
+        "cpu_us_per_turn": 1e6 * cpu / (n * turns),
     }
 
 
@@ -135,8 +139,12 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> dict[str, float]:
-    """One run of the sketch in a fresh interpreter (its own database in ``folder``)."""
+def _sketch_once(
+    path: str, n: int, turns: int, synchronous: str, folder: str
+) -> tuple[dict[str, object], float]:
+    """One run of the sketch: its RESULT line, and the CPU seconds it took
+    (user + system, its writer thread included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [sys.executable, path, str(n), "--turns", str(turns), "--sync", synchronous],
         env=os.environ | {"BENCH_DIR": folder},
@@ -144,15 +152,27 @@ def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> 
         text=True,
         check=True,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    result = json.loads(line.removeprefix("RESULT "))
+    result: dict[str, object] = json.loads(line.removeprefix("RESULT "))
     if result["errors"]:
         raise RuntimeError(f"the sketch lost rows: {result}")
+    return result, cpu
+
+
+def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> dict[str, float]:
+    """One run of the sketch in a fresh interpreter (its own database in
+    ``folder``). Its CPU a turn leaves out start-up (imports, schema), taken
+    as the CPU of a run of one conversation and one turn just before."""
+    _, startup = _sketch_once(path, 1, 1, synchronous, folder)
+    result, cpu = _sketch_once(path, n, turns, synchronous, folder)
     return {
-        "turns_per_s": float(result["turns_per_s"]),
-        "p50_ms": float(result["p50_ms"]),
-        "p99_ms": float(result["p99_ms"]),
-        "seconds": float(result["wall_s"]),
+        "turns_per_s": float(result["turns_per_s"]),  # type: ignore[arg-type]
+        "p50_ms": float(result["p50_ms"]),  # type: ignore[arg-type]
+        "p99_ms": float(result["p99_ms"]),  # type: ignore[arg-type]
+        "seconds": float(result["wall_s"]),  # type: ignore[arg-type]
+        "cpu_us_per_turn": 1e6 * max(cpu - startup, 0.0) / (n * turns),
     }
 
 
@@ -199,6 +219,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         row["sqlite_over_memory"] = sqlite_tps / memory_tps
         if "sketch" in row:
             row["sqlite_over_sketch"] = sqlite_tps / row["sketch"]["turns_per_s"]  # type: ignore[index]
+            # CPU a turn, sketch / agentik: what the throughput ratio would be
+            # if both were CPU-bound on a machine of their own (a loaded machine
+            # moves turns/s by 2-3x between runs; CPU a turn far less).
+            row["sqlite_over_sketch_cpu"] = (
+                row["sketch"]["cpu_us_per_turn"]  # type: ignore[index]
+                / row[f"sqlite-{args.synchronous[0]}"]["cpu_us_per_turn"]  # type: ignore[index]
+            )
         if "FULL" in args.synchronous and "NORMAL" in args.synchronous:
             full_tps = row["sqlite-FULL"]["turns_per_s"]  # type: ignore[index]
             row["full_over_normal"] = full_tps / row["sqlite-NORMAL"]["turns_per_s"]  # type: ignore[index]
@@ -293,7 +320,10 @@ def main() -> None:
                 f"N={row['conversations']}: sketch {sketch['turns_per_s']:.0f} turns/s"
                 f" (runs {sketch['spread_turns_per_s']}), agentik {sync}"
                 f" {row[sync]['turns_per_s']:.0f} (runs {row[sync]['spread_turns_per_s']}):"
-                f" agentik / sketch {row['sqlite_over_sketch']:.2f}"
+                f" agentik / sketch {row['sqlite_over_sketch']:.2f};"
+                f" CPU a turn: sketch {sketch['cpu_us_per_turn']:.0f} µs,"
+                f" agentik {row[sync]['cpu_us_per_turn']:.0f} µs,"
+                f" sketch / agentik {row['sqlite_over_sketch_cpu']:.2f}"
             )
     for row in report["runs"]:  # type: ignore[union-attr]
         if "full_over_normal" in row:
