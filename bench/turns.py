@@ -18,7 +18,11 @@ subprocess so earlier runs do not pollute it.
 ``--sketch`` runs the bare trio+apsw sketch of agentik's shape (PERFORMANCE.md)
 as the baseline, in a fresh interpreter, alternating with agentik's runs in the
 same invocation, and prints agentik SQLite / sketch: the machine's speed drifts,
-so only ratios taken side by side mean anything.
+so only ratios taken side by side mean anything. It also prints the CPU a turn
+of each (process CPU, threads included; the sketch's start-up left out) and
+sketch / agentik by CPU, which a loaded machine moves far less than turns/s.
+
+``--rss-conversations 0`` skips the resident-memory measurement.
 """
 
 from __future__ import annotations
