@@ -18,7 +18,11 @@ subprocess so earlier runs do not pollute it.
 ``--sketch`` runs the bare trio+apsw sketch of agentik's shape (PERFORMANCE.md)
 as the baseline, in a fresh interpreter, alternating with agentik's runs in the
 same invocation, and prints agentik SQLite / sketch: the machine's speed drifts,
-so only ratios taken side by side mean anything.
+so only ratios taken side by side mean anything. It also prints the CPU a turn
+of each (process CPU, threads included; the sketch's start-up left out) and
+sketch / agentik by CPU, which a loaded machine moves far less than turns/s.
+
+``--rss-conversations 0`` skips the resident-memory measurement.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,16 +96,19 @@ async def run_load(
                 latencies.append(time.perf_counter() - start)
 
         start = time.perf_counter()
+        cpu = time.process_time()
         async with trio.open_nursery() as nursery:
             for i in range(n):
                 nursery.start_soon(conversation, i)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
     latencies.sort()
     return {
         "turns_per_s": n * turns / elapsed,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "seconds": elapsed,
+        "cpu_us_per_turn": 1e6 * cpu / (n * turns),
     }
 
 
@@ -135,8 +143,12 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> dict[str, float]:
-    """One run of the sketch in a fresh interpreter (its own database in ``folder``)."""
+def _sketch_once(
+    path: str, n: int, turns: int, synchronous: str, folder: str
+) -> tuple[dict[str, object], float]:
+    """One run of the sketch: its RESULT line, and the CPU seconds it took
+    (user + system, its writer thread included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [sys.executable, path, str(n), "--turns", str(turns), "--sync", synchronous],
         env=os.environ | {"BENCH_DIR": folder},
@@ -144,15 +156,27 @@ def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> 
         text=True,
         check=True,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    result = json.loads(line.removeprefix("RESULT "))
+    result: dict[str, object] = json.loads(line.removeprefix("RESULT "))
     if result["errors"]:
         raise RuntimeError(f"the sketch lost rows: {result}")
+    return result, cpu
+
+
+def run_sketch(path: str, n: int, turns: int, synchronous: str, folder: str) -> dict[str, float]:
+    """One run of the sketch in a fresh interpreter (its own database in
+    ``folder``). Its CPU a turn leaves out start-up (imports, schema), taken
+    as the CPU of a run of one conversation and one turn just before."""
+    _, startup = _sketch_once(path, 1, 1, synchronous, folder)
+    result, cpu = _sketch_once(path, n, turns, synchronous, folder)
     return {
-        "turns_per_s": float(result["turns_per_s"]),
-        "p50_ms": float(result["p50_ms"]),
-        "p99_ms": float(result["p99_ms"]),
-        "seconds": float(result["wall_s"]),
+        "turns_per_s": float(result["turns_per_s"]),  # type: ignore[arg-type]
+        "p50_ms": float(result["p50_ms"]),  # type: ignore[arg-type]
+        "p99_ms": float(result["p99_ms"]),  # type: ignore[arg-type]
+        "seconds": float(result["wall_s"]),  # type: ignore[arg-type]
+        "cpu_us_per_turn": 1e6 * max(cpu - startup, 0.0) / (n * turns),
     }
 
 
@@ -199,11 +223,39 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         row["sqlite_over_memory"] = sqlite_tps / memory_tps
         if "sketch" in row:
             row["sqlite_over_sketch"] = sqlite_tps / row["sketch"]["turns_per_s"]  # type: ignore[index]
+            # CPU a turn, sketch / agentik: what the throughput ratio would be
+            # if both were CPU-bound on a machine of their own (a loaded machine
+            # moves turns/s by 2-3x between runs; CPU a turn far less).
+            row["sqlite_over_sketch_cpu"] = (
+                row["sketch"]["cpu_us_per_turn"]  # type: ignore[index]
+                / row[f"sqlite-{args.synchronous[0]}"]["cpu_us_per_turn"]  # type: ignore[index]
+            )
         if "FULL" in args.synchronous and "NORMAL" in args.synchronous:
             full_tps = row["sqlite-FULL"]["turns_per_s"]  # type: ignore[index]
             row["full_over_normal"] = full_tps / row["sqlite-NORMAL"]["turns_per_s"]  # type: ignore[index]
         runs.append(row)
     return report
+
+
+def measure_idle_rss(args: argparse.Namespace) -> dict[str, float]:
+    """``idle_rss`` in a fresh interpreter, so earlier runs do not pollute it."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.turns",
+            "--rss-only",
+            "--rss-conversations",
+            str(args.rss_conversations),
+        ]
+        + (["--gc-freeze"] if args.gc_freeze else []),
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
 
 
 def main() -> None:
@@ -226,7 +278,12 @@ def main() -> None:
         metavar="PATH",
         help="the bare trio+apsw sketch (sketch_trio.py): run it as the baseline, alternating",
     )
-    parser.add_argument("--rss-conversations", type=int, default=10_000)
+    parser.add_argument(
+        "--rss-conversations",
+        type=int,
+        default=10_000,
+        help="idle conversations of the resident-memory measurement; 0 skips it",
+    )
     parser.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -235,24 +292,10 @@ def main() -> None:
     if args.rss_only:
         print(json.dumps(trio.run(idle_rss, args.rss_conversations)))
         return
+    if args.rss_conversations < 0:
+        parser.error("--rss-conversations must be >= 0")
     report = trio.run(main_async, args)
-    rss = json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.turns",
-                "--rss-only",
-                "--rss-conversations",
-                str(args.rss_conversations),
-            ]
-            + (["--gc-freeze"] if args.gc_freeze else []),
-            check=True,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
+    rss = None if args.rss_conversations == 0 else measure_idle_rss(args)
     report["idle_rss"] = rss
     report["gc_freeze"] = args.gc_freeze
     if args.json:
@@ -281,7 +324,10 @@ def main() -> None:
                 f"N={row['conversations']}: sketch {sketch['turns_per_s']:.0f} turns/s"
                 f" (runs {sketch['spread_turns_per_s']}), agentik {sync}"
                 f" {row[sync]['turns_per_s']:.0f} (runs {row[sync]['spread_turns_per_s']}):"
-                f" agentik / sketch {row['sqlite_over_sketch']:.2f}"
+                f" agentik / sketch {row['sqlite_over_sketch']:.2f};"
+                f" CPU a turn: sketch {sketch['cpu_us_per_turn']:.0f} µs,"
+                f" agentik {row[sync]['cpu_us_per_turn']:.0f} µs,"
+                f" sketch / agentik {row['sqlite_over_sketch_cpu']:.2f}"
             )
     for row in report["runs"]:  # type: ignore[union-attr]
         if "full_over_normal" in row:
@@ -291,10 +337,11 @@ def main() -> None:
                 f" NORMAL {normal['turns_per_s']:.0f} turns/s,"
                 f" FULL / NORMAL {row['full_over_normal']:.2f}"
             )
-    print(
-        f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB"
-        f" resident each ({rss['conversations']} conversations)"
-    )
+    if rss is not None:
+        print(
+            f"idle conversation after one turn: {rss['bytes_per_conversation'] / 1024:.1f} KiB"
+            f" resident each ({rss['conversations']} conversations)"
+        )
 
 
 if __name__ == "__main__":

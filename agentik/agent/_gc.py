@@ -1,25 +1,42 @@
-"""The garbage collector's first threshold while an agent is open.
+"""The garbage collector's thresholds while an agent is open.
 
-Why: CPython (3.11, 3.12) runs a young collection every 700 net container
-allocations, and after ten of those an older one; whenever the objects
-allocated since the last full collection exceed a quarter of the long-lived
-ones, a full collection walks every live object, every cached history of
-every live conversation included. A turn allocates a few hundred container
-objects, so with 10,000 live conversations the collector ran 31 full
-collections in a 50,000-turn run and took more than half the time
-(``bench/turns.py``, docs/performance.md). With the first threshold at 10,000
-the same run makes 2.
+Why: CPython's generational collector (3.11 to 3.13) runs a young collection
+whenever the container objects allocated minus those freed since the last
+one pass the first threshold (700; 2,000 on 3.13), an older one every ten of
+those, and a full one, walking every live object, when the objects promoted
+to the oldest generation since the last full collection pass a quarter of
+those already there. Agentik's turns make no cyclic garbage (reference
+counting frees all a finished turn leaves, a tool's failure included;
+``tests/agent/test_gc.py`` checks it; a turn that fails leaves one cycle, its
+error's traceback frames), so at run time the collector finds next to
+nothing; it only walks. What it walks is what grows: new conversations and
+their histories, and the turns in flight, which at 10,000 conversations in
+lockstep live 5-20 s each and were promoted object by object. With the
+defaults the collector took more than half of a 50,000-turn run (31 full
+collections, docs/performance.md, "Turns"); with the first threshold at
+10,000, 2 full and 11 of generation 1; at 100,000, none of either, and it
+walked 40 objects a turn instead of 248 (100 at 10,000).
 
-Why it is safe: thresholds decide *when* the collector looks for cyclic
-garbage, never *whether*; reference counting still frees everything else at
-once. At most 10,000 more young objects wait for the next collection (a few
-MiB at most). ``gc.freeze()`` would also help, but it keeps whatever garbage is
-pending at that moment for ever, so agentik leaves it to the operator
-(``agentik serve --gc-freeze``).
+Why it is safe (memory): thresholds decide *when* the collector looks for
+cyclic garbage, never *whether*; reference counting frees everything else at
+once, whatever the thresholds. The counter that starts a young collection
+counts net new container objects, so cyclic garbage (which is never freed
+before a collection) starts one after at most ``RELAXED_THRESHOLDS[0]``
+such objects: the young generation holds at most about 100,000 objects of
+garbage, tens of MiB at a few hundred bytes each (a cycle that alone holds
+a large string or buffer holds it that long too: the cost scales with the
+first threshold, 143 times the default's). A cycle that was alive at a young
+collection and died later waits for the next of generation 1 (every ten
+young ones, 1 million net new objects) or the next full one (unchanged
+rule). In a steady state, where as many objects are freed as allocated, no
+collection runs at all, at any threshold: nothing is waiting.
+``gc.freeze()`` would help more but keeps whatever garbage is pending at
+that moment for ever, so agentik leaves it to the operator (``agentik serve
+--gc-freeze``).
 
 Rules: the thresholds are changed only while they are CPython's defaults, so
-an application that tuned its own keeps them; they are restored when the last
-open agent closes, unless someone changed them meanwhile.
+an application that tuned its own keeps them; the ones found are restored
+when the last open agent closes, unless someone changed them meanwhile.
 """
 
 from __future__ import annotations
@@ -32,25 +49,32 @@ from contextlib import contextmanager
 DEFAULT_THRESHOLDS = (700, 10, 10)
 """CPython's defaults (3.8 to 3.12)."""
 
-RELAXED_THRESHOLDS = (10_000, 10, 10)
+KNOWN_DEFAULTS = frozenset({DEFAULT_THRESHOLDS, (2000, 10, 10)})
+"""Thresholds agentik treats as untouched: 3.8-3.12's and 3.13's."""
+
+RELAXED_THRESHOLDS = (100_000, 10, 10)
 """While an agent is open (measured: docs/performance.md, "Turns")."""
 
 _lock = threading.Lock()
 _holders = 0
 """Open agents that relaxed the thresholds (or found them relaxed by another)."""
+_found: tuple[int, int, int] = DEFAULT_THRESHOLDS
+"""The defaults the first holder found: restored after the last."""
 
 
 @contextmanager
 def relaxed_gc(enabled: bool = True) -> Iterator[None]:
-    """Raise the collector's first threshold for the duration, if it is the default."""
-    global _holders
+    """Raise the collector's thresholds for the duration, if they are the defaults."""
+    global _holders, _found
     if not enabled:
         yield
         return
     with _lock:
-        held = _holders > 0 or gc.get_threshold() == DEFAULT_THRESHOLDS
+        current = gc.get_threshold()
+        held = _holders > 0 or current in KNOWN_DEFAULTS
         if held:
             if _holders == 0:
+                _found = current
                 gc.set_threshold(*RELAXED_THRESHOLDS)
             _holders += 1
     try:
@@ -60,4 +84,4 @@ def relaxed_gc(enabled: bool = True) -> Iterator[None]:
             with _lock:
                 _holders -= 1
                 if _holders == 0 and gc.get_threshold() == RELAXED_THRESHOLDS:
-                    gc.set_threshold(*DEFAULT_THRESHOLDS)
+                    gc.set_threshold(*_found)

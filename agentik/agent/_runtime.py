@@ -337,6 +337,18 @@ class AgentRuntime:
                 or any(t.requires_approval for c in current for t in c.tools)
             )
 
+    def cached_prompt_reads(self) -> tuple[list[SkillSummary], list[Reflection]] | None:
+        """The skills catalog and recent reflections when both are cached (the
+        usual case, every model call): no coroutine, no checkpoint. None when
+        either must be read (``skills()``, ``reflections()``)."""
+        skills = self._cache.skills.value
+        if skills is None:
+            return None
+        if self.settings.recent_reflections <= 0:
+            return skills, []
+        reflections = self._cache.reflections.value
+        return None if reflections is None else (skills, reflections)
+
     async def skills(self) -> list[SkillSummary]:
         """The skills catalog, read once and cached until a write."""
         return await self._cache.skills.get(self.storage.skill_store.catalog)

@@ -81,6 +81,8 @@ log = logging.getLogger("agentik.turn")
 
 EmitFn = Callable[[TurnEvent], Awaitable[None]]
 
+_NONE_ACTIVE: frozenset[str] = frozenset()
+
 # How long a failing or cancelled turn may spend recording the results of
 # calls it could not finish, shielded from cancellation.
 _CLEANUP_SECONDS = 10.0
@@ -453,17 +455,21 @@ class Turn:
         conv = self.conversation
         runtime = conv.runtime
         contributions, index = runtime.toolsets()
-        active = conv.activation.active_names() if contributions else frozenset[str]()
-        skills = await runtime.skills()
-        reflections = await runtime.reflections()
+        active = conv.activation.active_names() if contributions else _NONE_ACTIVE
+        cached = runtime.cached_prompt_reads()
+        if cached is None:
+            skills = await runtime.skills()
+            reflections = await runtime.reflections()
+        else:
+            skills, reflections = cached
         memory = conv.memory
         # The system message of the last request, reused while what it was
         # built from is unchanged (only when every contributor is one of
         # agentik's own, which read nothing but their context).
         key = (index, active, skills, reflections, tuple([e.id for e in memory]))
-        cached = conv.system_prompt
-        if cached is not None and _same_prompt_inputs(cached[0], key):
-            system = cached[1]
+        last = conv.system_prompt
+        if last is not None and _same_prompt_inputs(last[0], key):
+            system = last[1]
         else:
             context = PromptContext(
                 conversation_id=conv.conversation_id,
@@ -611,7 +617,7 @@ class Turn:
         if index is None:  # a call resumed from storage: no model answer in this run
             _, index = runtime.toolsets()
             self.index = index
-        active = conv.activation.active_names() if len(index) else frozenset[str]()
+        active = conv.activation.active_names() if len(index) else _NONE_ACTIVE
         decision = index.dispatch(active, call, runtime.core_tools)
         if isinstance(decision, Error):
             return self._error(decision.message)

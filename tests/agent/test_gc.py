@@ -1,16 +1,23 @@
-"""``relax_gc``: the collector's first threshold while an agent is open."""
+"""``relax_gc``: the collector's thresholds while an agent is open, and the
+reason they can be high: a turn leaves no cyclic garbage."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 
 import pytest
+import trio
 
+from agentik import tool
 from agentik.agent import open_chat_agent
 from agentik.agent._gc import DEFAULT_THRESHOLDS, RELAXED_THRESHOLDS
-from agentik.models import ScriptedModel, bench_responder
-from agentik.storage import in_memory_storage
+from agentik.models import ModelRequest, ModelResponse, ScriptedModel, bench_responder
+from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
+from tests.agent.helpers import call
 
 
 @pytest.fixture(autouse=True)
@@ -73,3 +80,91 @@ async def test_restored_when_the_body_raises() -> None:
         async with _open():
             raise KeyError("x")
     assert gc.get_threshold() == DEFAULT_THRESHOLDS
+
+
+async def test_python_313_defaults_are_relaxed_and_restored() -> None:
+    """3.13's defaults (2,000) count as untouched: relaxed, and put back as found."""
+    gc.set_threshold(2000, 10, 10)
+    async with _open():
+        assert gc.get_threshold() == RELAXED_THRESHOLDS
+    assert gc.get_threshold() == (2000, 10, 10)
+
+
+def test_the_young_generation_is_bounded() -> None:
+    """The relaxed thresholds still collect: the first bounds the young
+    generation (the docstring's memory argument), the others keep theirs."""
+    first, second, third = RELAXED_THRESHOLDS
+    assert 700 < first <= 100_000
+    assert (second, third) == DEFAULT_THRESHOLDS[1:]
+
+
+@tool
+async def clock() -> str:
+    """The time."""
+    return "12:00"
+
+
+@tool
+async def broken() -> str:
+    """Always fails."""
+    raise RuntimeError("broken tool")
+
+
+def _failing_tool(request: ModelRequest) -> ModelResponse:
+    if request.messages[-1].role.value == "user":
+        return call("broken")
+    return ModelResponse(text="the tool failed")
+
+
+@asynccontextmanager
+async def _sqlite(path: Path) -> AsyncIterator[StorageBundle]:
+    async with open_sqlite_storage(str(path / "db")) as storage:
+        yield storage
+
+
+def _memory() -> AbstractAsyncContextManager[StorageBundle]:
+    @asynccontextmanager
+    async def opened() -> AsyncIterator[StorageBundle]:
+        yield in_memory_storage()
+
+    return opened()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("responder", ["tool_call", "tool_fails"])
+async def test_turns_leave_no_cyclic_garbage(backend: str, responder: str, tmp_path: Path) -> None:
+    """Turns of many conversations at once (new ones, then more turns of
+    each), a tool call each, finished or with the tool failing: reference
+    counting frees all they leave, so the collector finds nothing. A cycle per
+    turn would make the relaxed thresholds hold it in memory until a young
+    collection, and cost a walk of every object a turn keeps."""
+    respond = bench_responder("clock") if responder == "tool_call" else _failing_tool
+    storage = _memory() if backend == "memory" else _sqlite(tmp_path)
+    async with (
+        storage as bundle,
+        open_chat_agent(
+            model=ScriptedModel(respond),
+            storage=bundle,
+            tools=[clock, broken],
+            builtin_tools=False,
+            relax_gc=False,
+        ) as agent,
+    ):
+
+        async def conversation(name: str) -> None:
+            for turn in range(3):
+                await agent.send(name, f"turn {turn}")
+
+        await conversation("warm-up")  # imports, caches, first allocations
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with trio.open_nursery() as nursery:
+                for i in range(20):
+                    nursery.start_soon(conversation, f"c{i}")
+            gc.collect()
+        finally:
+            gc.set_debug(0)
+            garbage = Counter(type(o).__qualname__ for o in gc.garbage)
+            gc.garbage.clear()
+    assert garbage == Counter()
