@@ -73,6 +73,8 @@ _AT_REST = frozenset({h11.IDLE, h11.DONE, h11.MUST_CLOSE, h11.CLOSED})
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DISCONNECT = {"type": "http.disconnect"}
 _CLOSE = (b"connection", b"close")
+_END = h11.EndOfMessage()
+"""The end of a response without trailers (h11's events are immutable: one will do)."""
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
 """A socket the client left, or one being written by another task."""
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
@@ -246,7 +248,7 @@ class Cycle:
             data = conn.send(h11.Data(data=body)) or b"" if body and not self._is_head else b""
             if not more:
                 self.complete = True
-                data += conn.send(h11.EndOfMessage()) or b""
+                data += conn.send(_END) or b""
             if self._head:
                 data = self._head + data
                 self._head = b""
@@ -261,11 +263,17 @@ class Cycle:
                 raise RuntimeError("ASGI 'http.response.start' sent twice")
             self.started = True
             status = message["status"]
-            headers = [*message.get("headers", ()), *connection.response_headers()]
+            headers = list(message.get("headers", ()))
+            fixed_length = False
+            for name, _ in headers:
+                if name.lower() == b"content-length":
+                    fixed_length = True
+                    break
+            headers += connection.response_headers()
             head = conn.send(
                 h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))
             )
-            if any(name.lower() == b"content-length" for name, _ in headers):
+            if fixed_length:
                 self._head = head or b""  # goes out with the body: one write
             elif head:
                 await connection.write(head)  # a stream: its head goes out now
@@ -458,7 +466,7 @@ class Connection:
             "raw_path": path,
             "query_string": query,
             "root_path": "",
-            "headers": list(request.headers),
+            "headers": [(name.lower(), value) for name, value in request.headers.raw_items()],
             "client": self._client,
             "server": self._server,
         }
