@@ -161,9 +161,11 @@ async def plain_child(variant: str) -> None:
 
 
 def start(
-    variant: str, tmp: str, args: argparse.Namespace, callgrind: str | None
+    variant: str, tmp: str, args: argparse.Namespace, callgrind: str | None, repeat: int
 ) -> subprocess.Popen[str]:
-    command = [sys.executable, __file__, "--child", variant, f"{tmp}/{variant}.db"]
+    # A fresh database per run: the same conversations in a reused one grow
+    # their history, and each repeat's turns cost more than the last.
+    command = [sys.executable, __file__, "--child", variant, f"{tmp}/{variant}-{repeat}.db"]
     command += ["--gc-freeze"] * args.gc_freeze + ["--steps"] * args.steps
     if callgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind}", *command]
@@ -185,11 +187,12 @@ def instructions(process: subprocess.Popen[str], out: str, zero: bool) -> int:
     return int(found.group(1))
 
 
-def in_process_instructions(args: argparse.Namespace, tmp: str) -> float:
+def in_process_instructions(args: argparse.Namespace, tmp: str, repeat: int) -> float:
     """Instructions per in-process turn: two runs under valgrind, the difference."""
     counted = []
     for turns in (2, 2 + args.requests):
-        command = [sys.executable, __file__, "--child", "in-process", f"{tmp}/ip-{turns}.db"]
+        database = f"{tmp}/ip-{turns}-{repeat}.db"
+        command = [sys.executable, __file__, "--child", "in-process", database]
         command += ["--clients", str(args.clients), "--requests", str(turns)]
         run = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/ip.cg", *command],
@@ -209,7 +212,7 @@ def measure(variant: str, args: argparse.Namespace, tmp: str, repeat: int) -> fl
     each: int = args.requests
     if variant == "in-process":
         if args.callgrind:
-            return in_process_instructions(args, tmp)
+            return in_process_instructions(args, tmp, repeat)
         trio.run(in_process, f"{tmp}/warm-{repeat}.db", n, 2)
         steps = Steps()
         result = trio.run(in_process, f"{tmp}/local-{repeat}.db", n, each, instruments=[steps])
@@ -218,7 +221,7 @@ def measure(variant: str, args: argparse.Namespace, tmp: str, repeat: int) -> fl
             return steps.steps / (n * each)
         return result["cpu_ms_per_turn"]
     out = f"{tmp}/{variant}-{repeat}.cg" if args.callgrind else None
-    process = start(variant, tmp, args, out)
+    process = start(variant, tmp, args, out, repeat)
     log = f"{tmp}/{variant}.log"
     try:
         assert process.stdout is not None

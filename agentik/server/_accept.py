@@ -59,7 +59,8 @@ _IGNORABLE_ERRNOS = frozenset(
 )
 """What trio's ``SocketListener`` skips: that connection is gone, not the listener."""
 
-Handler = Callable[[trio.SocketStream], Awaitable[object]]
+Handler = Callable[[socket.socket], Awaitable[object]]
+"""Serves one accepted connection: a non-blocking socket, closed once it returns."""
 
 
 async def serve_sockets(
@@ -69,7 +70,7 @@ async def serve_sockets(
     *,
     max_connections: int | None = None,
 ) -> NoReturn:
-    """Run ``handler(stream)`` in ``handler_nursery`` for each connection to any of
+    """Run ``handler(sock)`` in ``handler_nursery`` for each connection to any of
     ``sockets`` (listening already), with at most ``max_connections`` (None: no
     bound) handlers running; closes the sockets when cancelled."""
     if max_connections is not None and max_connections < 1:
@@ -115,16 +116,15 @@ async def _serve_one(
                     )
                     await trio.sleep(_RETRY_AFTER)
                     break
-                stream = trio.SocketStream(trio.socket.from_stdlib_socket(connection))
-                handler_nursery.start_soon(_run_handler, handler, stream, slots)
+                connection.setblocking(False)
+                handler_nursery.start_soon(_run_handler, handler, connection, slots)
 
 
-async def _run_handler(
-    handler: Handler, stream: trio.SocketStream, slots: trio.Semaphore | None
-) -> None:
+async def _run_handler(handler: Handler, sock: socket.socket, slots: trio.Semaphore | None) -> None:
     try:
-        await handler(stream)
+        await handler(sock)
     finally:
         if slots is not None:
             slots.release()
-        await trio.aclose_forcefully(stream)
+        trio.lowlevel.notify_closing(sock)  # a task still waiting on it is woken
+        sock.close()

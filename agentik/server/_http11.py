@@ -36,7 +36,9 @@ waits use agentik's one waiting primitive, ``Pending``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from email.utils import formatdate
@@ -71,8 +73,18 @@ _AT_REST = frozenset({h11.IDLE, h11.DONE, h11.MUST_CLOSE, h11.CLOSED})
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DISCONNECT = {"type": "http.disconnect"}
 _CLOSE = (b"connection", b"close")
+_END = h11.EndOfMessage()
+"""The end of a response without trailers (h11's events are immutable: one will do)."""
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
 """A socket the client left, or one being written by another task."""
+_CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+
+
+def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
+    """A socket's error as ``trio.SocketStream`` raises it."""
+    if error.errno in _CLOSED_ERRNOS:
+        return trio.ClosedResourceError("this socket was already closed")
+    return trio.BrokenResourceError(f"socket connection broken: {error}")
 
 
 @attrs.frozen(kw_only=True)
@@ -236,7 +248,7 @@ class Cycle:
             data = conn.send(h11.Data(data=body)) or b"" if body and not self._is_head else b""
             if not more:
                 self.complete = True
-                data += conn.send(h11.EndOfMessage()) or b""
+                data += conn.send(_END) or b""
             if self._head:
                 data = self._head + data
                 self._head = b""
@@ -251,11 +263,17 @@ class Cycle:
                 raise RuntimeError("ASGI 'http.response.start' sent twice")
             self.started = True
             status = message["status"]
-            headers = [*message.get("headers", ()), *connection.response_headers()]
+            headers = list(message.get("headers", ()))
+            fixed_length = False
+            for name, _ in headers:
+                if name.lower() == b"content-length":
+                    fixed_length = True
+                    break
+            headers += connection.response_headers()
             head = conn.send(
                 h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))
             )
-            if any(name.lower() == b"content-length" for name, _ in headers):
+            if fixed_length:
                 self._head = head or b""  # goes out with the body: one write
             elif head:
                 await connection.write(head)  # a stream: its head goes out now
@@ -284,6 +302,7 @@ class Connection:
         "_reading",
         "_resume",
         "_server",
+        "_sock",
         "_state",
         "_stream",
         "_tasks",
@@ -295,14 +314,17 @@ class Connection:
     def __init__(
         self,
         app: ASGIApp,
-        stream: trio.SocketStream,
+        sock: socket.socket,
         settings: HttpSettings,
         terminated: trio.Event,
         response_headers: ResponseHeaders,
         state: dict[str, object] | None = None,
     ) -> None:
         self._app = app
-        self._stream = stream
+        self._sock = sock
+        """The client's socket (non-blocking), read and written directly on the hot path."""
+        self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.max_head_bytes)
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
@@ -350,7 +372,7 @@ class Connection:
     # -- reading ------------------------------------------------------------------------
 
     async def _read(self) -> None:
-        conn, timer, stream = self.h11, self._timer, self._stream
+        conn, timer = self.h11, self._timer
         while True:
             while True:  # every event the bytes so far hold
                 try:
@@ -383,13 +405,38 @@ class Connection:
                     return
             timer.handled(conn.their_state is h11.SEND_BODY)
             try:
-                data = await stream.receive_some(MAX_RECV)
+                data = await self._receive()
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 return
             if not data:  # end of stream; a half-close counts as leaving
                 return
             timer.arrived(len(data))
             conn.receive_data(data)
+
+    async def _receive(self) -> bytes:
+        """The next bytes from the client (b"" at the end of its stream): what
+        ``trio.SocketStream.receive_some`` does, with the same checkpoints and
+        errors, without its layers of wrappers (a few per request add up)."""
+        sock = self._sock
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            data = sock.recv(MAX_RECV)
+        except BlockingIOError:
+            pass  # the usual case: wait for the client
+        except OSError as error:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise _stream_error(error) from error
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(sock)  # ClosedResourceError once closed
+            try:
+                return sock.recv(MAX_RECV)
+            except BlockingIOError:
+                pass
+            except OSError as error:
+                raise _stream_error(error) from error
 
     async def _drain(self) -> None:
         """The response said ``Connection: close`` while the request body was
@@ -419,7 +466,7 @@ class Connection:
             "raw_path": path,
             "query_string": query,
             "root_path": "",
-            "headers": list(request.headers),
+            "headers": [(name.lower(), value) for name, value in request.headers.raw_items()],
             "client": self._client,
             "server": self._server,
         }
@@ -507,7 +554,7 @@ class Connection:
             await lock.acquire()
         written = False
         try:
-            await self._stream.send_all(data)
+            await self._send_all(data)
             written = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -515,6 +562,23 @@ class Connection:
             lock.release()
             if not written:  # gone, or cancelled part-way: the framing is lost
                 self._end()
+
+    async def _send_all(self, data: bytes) -> None:
+        """``trio.SocketStream.send_all``, with the same checkpoints and errors:
+        the socket's buffer takes a response whole, so the first try is direct,
+        and only the rest of a large one goes through trio's waiting."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = self._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as error:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise _stream_error(error) from error
+        if sent == len(data):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            await self._stream.send_all(memoryview(data)[sent:])
 
     async def response_done(self, cycle: Cycle) -> None:
         """``cycle``'s response is sent whole (the reader may have found the

@@ -87,8 +87,8 @@ async def serve(
             terminated = trio.Event()
             headers = ResponseHeaders()
 
-            async def handle(stream: trio.SocketStream) -> None:
-                await Connection(app, stream, settings, terminated, headers, state).run()
+            async def handle(sock: socket.socket) -> None:
+                await Connection(app, sock, settings, terminated, headers, state).run()
 
             async with trio.open_nursery() as connections:
                 task_status.started([socket_url(sock)])

@@ -60,11 +60,11 @@ async def serve_until_accepted(
     for _ in range(count):
         clients.append(socket.create_connection(sock.getsockname()))
     rounds = Rounds()
-    accepted: list[trio.SocketStream] = []
+    accepted: list[socket.socket] = []
     all_in = trio.Event()
 
-    async def handler(stream: trio.SocketStream) -> None:
-        accepted.append(stream)
+    async def handler(connection: socket.socket) -> None:
+        accepted.append(connection)
         if len(accepted) == count:
             all_in.set()
         await trio.sleep_forever()
@@ -118,7 +118,7 @@ async def test_another_accept_error_is_raised(
     sock = listening()
     clients.append(socket.create_connection(sock.getsockname()))
 
-    async def handler(stream: trio.SocketStream) -> None:
+    async def handler(connection: socket.socket) -> None:
         raise AssertionError("no connection was accepted")
 
     with pytest.raises(ExceptionGroup) as caught:

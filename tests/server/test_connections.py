@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik.server._http11 import HttpSettings
+from agentik.server._http11 import Connection, HttpSettings
 from agentik.server._http_serve import serve
 from tests.asgi import answer_lifespan, read_body
 
@@ -206,14 +206,14 @@ async def test_a_fixed_length_response_is_one_write(
     server: Server, monkeypatch: pytest.MonkeyPatch, clock: trio.testing.MockClock
 ) -> None:
     writes: list[bytes] = []
-    send_all = trio.SocketStream.send_all
+    send_all = Connection._send_all  # every write to the client goes through it
 
-    async def counted(self: trio.SocketStream, data: bytes | bytearray | memoryview) -> None:
+    async def counted(self: Connection, data: bytes) -> None:
         writes.append(bytes(data))
         await send_all(self, data)
 
     client = await connect(server)
-    monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+    monkeypatch.setattr(Connection, "_send_all", counted)
     await client.send(request("/"), h11.EndOfMessage())
     server_writes = len(writes)
     assert await client.response() == (200, b"ok:")
