@@ -90,6 +90,16 @@ async def _daemon(
         yield agent, src, vault
 
 
+@asynccontextmanager
+async def _logged_in(
+    config: McpServerConfig, database: pathlib.Path
+) -> AsyncIterator[StorageBundle]:
+    """A SQLite bundle at ``database`` whose vault holds ``agentik mcp login``'s tokens."""
+    async with open_sqlite_storage(database) as storage:
+        await _login(config, McpTokenVault(storage.working_memory_store, token_key(database)))
+        yield storage
+
+
 async def _turn(
     agent: ChatAgent, person: Callable[[ElicitationRequest], Awaitable[None]]
 ) -> TurnResult:
@@ -186,10 +196,7 @@ class TestAuthorizationCode:
         database = tmp_path / "agentik.db"
         config = _config(base)
         with trio.fail_after(LIMIT):
-            async with open_sqlite_storage(database) as storage:
-                await _login(
-                    config, McpTokenVault(storage.working_memory_store, token_key(database))
-                )
+            async with _logged_in(config, database) as storage:
                 async with _daemon(config, storage, database) as (agent, _, _):
                     async with agent.stream("conv", "add them") as events:
                         async for event in events:
@@ -218,10 +225,7 @@ class TestAuthorizationCode:
             await agent.answer_elicitation("conv", question.id, action=action)  # type: ignore[arg-type]
 
         with trio.fail_after(LIMIT):
-            async with open_sqlite_storage(database) as storage:
-                await _login(
-                    config, McpTokenVault(storage.working_memory_store, token_key(database))
-                )
+            async with _logged_in(config, database) as storage:
                 async with _daemon(config, storage, database) as (agent, src, vault):
                     result = await _turn(agent, person)
                     assert src.state is McpState.READY, src.health.last_error
@@ -253,10 +257,7 @@ class TestAuthorizationCode:
             await agent.answer_elicitation("conv", question.id)
 
         with trio.fail_after(LIMIT):
-            async with open_sqlite_storage(database) as storage:
-                await _login(
-                    config, McpTokenVault(storage.working_memory_store, token_key(database))
-                )
+            async with _logged_in(config, database) as storage:
                 async with _daemon(config, storage, database) as (agent, _, _):
                     result = await _turn(agent, person)
                     assert await agent.pending_elicitations("conv") == ()
@@ -275,10 +276,7 @@ class TestAuthorizationCode:
         database = tmp_path / "agentik.db"
         config = _config(base)
         with trio.fail_after(LIMIT):
-            async with open_sqlite_storage(database) as storage:
-                await _login(
-                    config, McpTokenVault(storage.working_memory_store, token_key(database))
-                )
+            async with _logged_in(config, database) as storage:
                 async with _daemon(config, storage, database) as (_, src, _):
                     with pytest.raises(ToolError) as error:
                         await tool(src, "web_add").handler({"a": 1, "b": 2})
