@@ -195,7 +195,8 @@ def test_summary_requests_fit_the_budget_and_fold_everything(
         assert tokens <= budget, (tokens, budget)
         content = request.messages[1].content
         assert f"under {summary_limit(budget)} tokens" in content
-        if text and estimate_tokens(text) < budget // 8:
+        if text and budget >= 2000 and estimate_tokens(text) < budget // 8:
+            # Well under half the room (the prompt's fixed part is ~200 tokens).
             assert text in content, "a short summary so far is carried whole"
         position += taken
         text = "a short summary so far" if answer == "short" else "many words " * budget
