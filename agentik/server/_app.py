@@ -24,8 +24,8 @@ import time
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.routing import BaseRoute, Match, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import agentik
@@ -76,63 +76,19 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
-async def _call_route(
-    route: Route, child: Scope, scope: Scope, receive: Receive, send: Send
-) -> None:
-    """``route``'s endpoint (plain ASGI) on a request it matched, with the
-    error handling Starlette's middleware gives every other route: an
-    ``HttpError`` becomes its JSON response (``_http_error``), anything else
-    a plain 500 (as ``ServerErrorMiddleware``) and is raised on to the server,
-    which logs it (tests/server/test_hot_route.py holds the two to the same
-    answers)."""
-    started = False
-
-    async def send_tracked(message: Message) -> None:
-        nonlocal started
-        started = True
-        await send(message)
-
-    scope.update(child)
-    try:
-        await route.app(scope, receive, send_tracked)
-    except HttpError as exc:
-        if started:
-            raise RuntimeError("Caught handled exception, but response already started.") from exc
-        response = await _http_error(Request(scope, receive), exc)
-        await response(scope, receive, send)
-    except Exception:
-        if not started:
-            await PlainTextResponse("Internal Server Error", 500)(scope, receive, send)
-        raise
-
-
 class Guard:
     """Auth, counting and the access log around the whole app.
 
     A response that starts before the request body was read whole (a refusal:
     401, a bad path, 413, a bad id) carries ``Connection: close``: the server
     closes such a connection after the response, and a client told so does
-    not send its next request into a closed socket.
+    not send its next request into a closed socket."""
 
-    ``hot`` routes (plain ASGI endpoints, tried first) are called directly,
-    not through Starlette's router and middleware (``_call_route``): the
-    turn route, where those layers cost about 0.04 M instructions a turn
-    (2 %, ``bench.http_floor --callgrind``)."""
-
-    def __init__(self, app: ASGIApp, ctx: ServerContext, hot: tuple[Route, ...] = ()) -> None:
+    def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
         self.app = app
         self.ctx = ctx
         self.auth = Authenticator.from_config(ctx.config)
         self.trace_context = trace_context_hook(ctx.agent)
-        self.hot = hot
-
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        for route in self.hot:
-            match, child = route.matches(scope)
-            if match is Match.FULL:
-                await _call_route(route, child, scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
     def _caller(self, scope: Scope) -> Caller | None:
         if scope["path"] in PUBLIC_PATHS:
@@ -170,7 +126,7 @@ class Guard:
             problem = undecodable_url(scope)
             if caller is not None and problem is None:
                 scope[CALLER_KEY] = caller
-                await self._dispatch(scope, receive_tracked, send_counted)
+                await self.app(scope, receive_tracked, send_counted)
             elif caller is None:
                 refusal = json_response(
                     error_body(
@@ -256,7 +212,7 @@ def build_app(ctx: ServerContext) -> ASGIApp:
     from agentik.server._a2a import a2a_routes
     from agentik.server._agui_routes import agui_routes
     from agentik.server._lifecycle_routes import lifecycle_routes
-    from agentik.server._native_routes import TurnEndpoint, native_routes
+    from agentik.server._native_routes import native_routes
 
     async def not_found(_: Request, __: Exception) -> Response:
         return json_response(error_body("not_found", "no such endpoint"), 404)
@@ -266,16 +222,14 @@ def build_app(ctx: ServerContext) -> ASGIApp:
             error_body("method_not_allowed", f"method {request.method} is not allowed here"), 405
         )
 
-    native = native_routes(ctx)
     app = Starlette(
         routes=[
             *_health_routes(ctx),
-            *native,
+            *native_routes(ctx),
             *lifecycle_routes(ctx),
             *agui_routes(ctx),
             *a2a_routes(ctx),
         ],
         exception_handlers={HttpError: _http_error, 404: not_found, 405: not_allowed},
     )
-    hot = tuple(r for r in native if isinstance(r, Route) and isinstance(r.endpoint, TurnEndpoint))
-    return Guard(app, ctx, hot)
+    return Guard(app, ctx)
