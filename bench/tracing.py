@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +56,7 @@ from agentik import NamedTool
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel, bench_responder
 from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
+from bench.turn_instructions import callgrind_total
 
 
 async def _clock(arguments: dict[str, object]) -> str:
@@ -256,32 +255,8 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def _instructions(mode: str, n: int, turns: int, backend: str) -> int:
     """Instructions callgrind counts for one fresh run of ``mode``."""
-    with tempfile.TemporaryDirectory() as folder:
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={os.path.join(folder, 'out')}",
-                sys.executable,
-                "-m",
-                "bench.tracing",
-                "--workload",
-                mode,
-                "-n",
-                str(n),
-                "--turns",
-                str(turns),
-                "--backend",
-                backend,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no total:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    command = [sys.executable, "-m", "bench.tracing", "--workload", mode, "-n", str(n)]
+    return callgrind_total([*command, "--turns", str(turns), "--backend", backend])
 
 
 def instructions(args: argparse.Namespace) -> None:

@@ -54,22 +54,15 @@ trio.run(main)
 """
 
 
-def instructions(backend: str, conversations: int) -> int:
-    """Instructions callgrind counts for one run of the workload."""
+def callgrind_total(command: list[str]) -> int:
+    """Instructions valgrind's callgrind counts for one run of ``command``."""
     with tempfile.TemporaryDirectory() as folder:
-        script = os.path.join(folder, "workload.py")
-        with open(script, "w", encoding="utf-8") as file:
-            file.write(_WORKLOAD)
         done = subprocess.run(
             [
                 "valgrind",
                 "--tool=callgrind",
                 f"--callgrind-out-file={os.path.join(folder, 'out')}",
-                sys.executable,
-                script,
-                backend,
-                str(conversations),
-                str(TURNS),
+                *command,
             ],
             capture_output=True,
             text=True,
@@ -79,6 +72,15 @@ def instructions(backend: str, conversations: int) -> int:
     if found is None:
         raise RuntimeError(f"callgrind printed no total:\n{done.stderr[-2000:]}")
     return int(found.group(1))
+
+
+def instructions(backend: str, conversations: int) -> int:
+    """Instructions callgrind counts for one run of the workload."""
+    with tempfile.TemporaryDirectory() as folder:
+        script = os.path.join(folder, "workload.py")
+        with open(script, "w", encoding="utf-8") as file:
+            file.write(_WORKLOAD)
+        return callgrind_total([sys.executable, script, backend, str(conversations), str(TURNS)])
 
 
 def main() -> None:
