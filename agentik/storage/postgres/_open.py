@@ -120,6 +120,7 @@ async def open_postgres_storage(
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(writer.run)
+                nursery.start_soon(pool.run)
                 if lease is not None:
                     nursery.start_soon(_renew, lease, lease_scope)
                 try:
@@ -129,7 +130,7 @@ async def open_postgres_storage(
                     pool.refuse()
                     lease_scope.cancel()
         except BaseExceptionGroup as group:
-            # The writer never raises, so a group holds the body's error alone:
+            # The writer and the readers never raise, so a group holds the body's error alone:
             # hand it out as itself, as if there were no nursery in here.
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None

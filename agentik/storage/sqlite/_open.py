@@ -139,13 +139,14 @@ async def open_sqlite_storage(
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(writer.run)
+                nursery.start_soon(pool.run)
                 try:
                     yield bundle
                 finally:
                     writer.close()
                     pool.refuse()
         except BaseExceptionGroup as group:
-            # The writer never raises, so a group holds the body's error alone:
+            # The writer and the readers never raise, so a group holds the body's error alone:
             # hand it out as itself, as if there were no nursery in here.
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
