@@ -56,6 +56,26 @@ class SeqCache:
         last_seqs[conversation_id] = last + 1
         return last + 1
 
+    def prefetch(self, connection: apsw.Connection, conversation_ids: set[str]) -> None:
+        """Look up at once the last seqs of the conversations in
+        ``conversation_ids`` that the cache does not hold: one statement and
+        one step, where a lookup each would take the GIL back once each (and
+        wait for it while the event loop is busy: a burst of new
+        conversations made a batch of 224 rows take 59 ms)."""
+        last_seqs = self._last
+        # An id JSON might not carry through exactly (a NUL, a lone surrogate)
+        # is left to ``next_seq``'s own lookup.
+        missing = [cid for cid in conversation_ids if cid not in last_seqs and cid.isprintable()]
+        if len(missing) < 2:
+            return  # ``next_seq`` looks a single one up itself
+        found = connection.execute(_MAX_SEQS, (json.dumps(missing),)).get
+        seqs = dict(zip(missing, json.loads(cast("str", found)), strict=True))
+        self._touched.update(missing)
+        for conversation_id in missing:
+            if len(last_seqs) >= self._capacity:
+                self._evict()
+            last_seqs[conversation_id] = seqs[conversation_id] or 0
+
     def _evict(self) -> None:
         """Forget the oldest entry that the current request has not touched."""
         for conversation_id in self._last:
@@ -82,6 +102,13 @@ class SeqCache:
         """The whole transaction was rolled back."""
         self._last.clear()
         self._touched.clear()
+
+
+_MAX_SEQS = (
+    "SELECT json_group_array((SELECT max(seq) FROM message WHERE conversation_id = value))"
+    " FROM (SELECT value FROM json_each(?) ORDER BY key)"
+)
+"""The last seq (or null) of each conversation id of a JSON array, in its order."""
 
 
 def _max_seq(connection: apsw.Connection, conversation_id: str) -> int:
@@ -191,6 +218,7 @@ def insert_messages(session: Session, inserts: Sequence[MessageRow]) -> None:
     back to Python (and takes the GIL) for every row.
     """
     connection = session.connection
+    session.seqs.prefetch(connection, {insert.conversation_id for insert in inserts})
     rows = [_row(session, insert) for insert in inserts]
     position, total = 0, len(rows)
     while position < total:
