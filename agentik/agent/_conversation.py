@@ -55,7 +55,6 @@ from agentik.agent._turn_machine import (
 from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import (
     ConversationDeleter,
-    ConversationLoader,
     IdempotencyKeyIndex,
     Pending,
     StorageBundle,
@@ -816,8 +815,9 @@ class Conversation:
         if self.runtime.settings.context is not None and isinstance(store, SummaryStore):
             summary = await store.latest_summary(cid)
         after = 0 if summary is None else summary.through_seq
-        if isinstance(store, ConversationLoader):
-            snapshot = await store.load_conversation(cid, page_size=_LOAD_PAGE, after_seq=after)
+        loader = self.runtime.loader
+        if loader is not None:
+            snapshot = await loader.load_conversation(cid, page_size=_LOAD_PAGE, after_seq=after)
             history, memory = list(snapshot.messages), list(snapshot.memory)
             if len(history) == _LOAD_PAGE and history[-1].seq is not None:
                 last = history[-1].seq

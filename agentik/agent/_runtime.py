@@ -34,6 +34,7 @@ from agentik.agent._prompt import (
 from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import (
+    ConversationLoader,
     NowaitSubmitter,
     Pending,
     ReflectionStore,
@@ -235,6 +236,11 @@ class AgentRuntime:
     submit_nowait: Callable[[str, Message], Pending[Message] | None] | None = None
     """The message store's ``submit_nowait`` (``NowaitSubmitter``), if it has
     one: a turn records through it without a schedule point per message."""
+    loader: ConversationLoader | None = None
+    """The message store, if it loads a conversation in one read
+    (``ConversationLoader``): asked once here, because ``isinstance`` against
+    a runtime-checkable protocol walks its members on every call (5 % of a
+    new conversation's first turn, profiled)."""
     failures: collections.OrderedDict[tuple[str, int], str] = attrs.field(
         factory=collections.OrderedDict
     )
@@ -285,6 +291,8 @@ class AgentRuntime:
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
         if isinstance(storage.message_store, NowaitSubmitter):
             runtime.submit_nowait = storage.message_store.submit_nowait
+        if isinstance(storage.message_store, ConversationLoader):
+            runtime.loader = storage.message_store
         runtime._refresh(force=True)
         return runtime
 
