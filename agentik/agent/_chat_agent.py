@@ -33,7 +33,7 @@ from agentik.agent._elicitation import (
     ElicitationSource,
 )
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
-from agentik.agent._gc import relaxed_gc
+from agentik.agent._gc import relaxed_gc, track_conversations
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
@@ -117,6 +117,9 @@ class ChatAgent:
         )
         self._elicitors: tuple[ElicitationSource, ...] = ()
         """Toolset sources whose tools may ask a person mid-call (MCP servers)."""
+        self._tracks_gc = False
+        """The agent relaxed the collector: its live conversations scale the
+        first threshold (``_gc.track_conversations``)."""
         nursery.start_soon(self._reap)
 
     @property
@@ -431,6 +434,8 @@ class ChatAgent:
         self._conversations[conversation_id] = conversation
         self._mailboxes[conversation_id] = sender
         self._runtime.stats.live_conversations += 1
+        if self._tracks_gc:
+            track_conversations(1)
         self._nursery.start_soon(conversation.run, self._retire)
         return conversation
 
@@ -440,6 +445,8 @@ class ChatAgent:
             del self._conversations[cid]
             self._mailboxes.pop(cid).close()
             self._runtime.stats.live_conversations -= 1
+            if self._tracks_gc:
+                track_conversations(-1)
 
     async def _reap(self) -> None:
         """Retire conversations idle for ``idle_timeout`` (and with no active
@@ -707,6 +714,7 @@ async def open_chat_agent(
             async with trio.open_nursery() as nursery:
                 agent = ChatAgent(runtime, nursery)
                 agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
+                agent._tracks_gc = relax_gc
                 try:
                     yield agent
                 finally:

@@ -30,6 +30,13 @@ collection and died later waits for the next of generation 1 (every ten
 young ones, 1 million net new objects) or the next full one (unchanged
 rule). In a steady state, where as many objects are freed as allocated, no
 collection runs at all, at any threshold: nothing is waiting.
+With many conversations the first threshold scales with them
+(``YOUNG_PER_CONVERSATION``): the turns in flight are young objects, about
+60 per conversation, so at 10,000 conversations a young collection walked
+600,000 of them whatever the threshold, 13 times in a 50,000-turn run
+(1.3 s of 14 s). At 64 per conversation it runs twice. The garbage it may
+wait for scales the same way: at most 64 young objects per live
+conversation, which holds more than that itself.
 ``gc.freeze()`` would help more but keeps whatever garbage is pending at
 that moment for ever, so agentik leaves it to the operator (``agentik serve
 --gc-freeze``).
@@ -55,17 +62,54 @@ KNOWN_DEFAULTS = frozenset({DEFAULT_THRESHOLDS, (2000, 10, 10)})
 RELAXED_THRESHOLDS = (100_000, 10, 10)
 """While an agent is open (measured: docs/performance.md, "Turns")."""
 
+YOUNG_PER_CONVERSATION = 64
+"""Young container objects a live conversation keeps while its turn is in
+flight (its task's coroutine frames, closures, sets, lists, its new
+messages): about 60 measured at 10,000 conversations, where a young
+collection walked 600,000 objects although the first threshold was 100,000
+(the count is allocations minus *any* frees, old objects' too). The first
+threshold follows it: ``YOUNG_PER_CONVERSATION`` x live conversations when
+that is more than ``RELAXED_THRESHOLDS[0]``, so young collections come about
+once per ``YOUNG_PER_CONVERSATION`` allocations a conversation, however
+many there are, instead of 10 times per 5 turns each at 10,000."""
+
 _lock = threading.Lock()
 _holders = 0
 """Open agents that relaxed the thresholds (or found them relaxed by another)."""
 _found: tuple[int, int, int] = DEFAULT_THRESHOLDS
 """The defaults the first holder found: restored after the last."""
+_set: tuple[int, int, int] | None = None
+"""What agentik last set, while it holds the thresholds: if they are
+something else now, someone else set them, and agentik leaves them alone."""
+_live = 0
+"""Live conversations of the agents that relaxed the collector."""
+
+
+def track_conversations(delta: int) -> None:
+    """A conversation of a relaxing agent started (+1) or ended (-1): keep the
+    first threshold at ``YOUNG_PER_CONVERSATION`` x live conversations, in
+    steps of doubling from ``RELAXED_THRESHOLDS[0]`` (up at once, down once a
+    quarter of the step is enough), so a burst resets it a few times, not a
+    thousand."""
+    global _live, _set
+    with _lock:
+        _live += delta
+        if _set is None or gc.get_threshold() != _set:
+            return  # not holding, or someone else set them since
+        wanted = YOUNG_PER_CONVERSATION * _live
+        first = _set[0]
+        if wanted > first or (first > RELAXED_THRESHOLDS[0] and wanted * 4 <= first):
+            level = RELAXED_THRESHOLDS[0]
+            while level < wanted:
+                level *= 2
+            _set = (level, *RELAXED_THRESHOLDS[1:])
+            gc.set_threshold(*_set)
 
 
 @contextmanager
 def relaxed_gc(enabled: bool = True) -> Iterator[None]:
     """Raise the collector's thresholds for the duration, if they are the defaults."""
-    global _holders, _found
+    global _holders, _found, _set
     if not enabled:
         yield
         return
@@ -75,6 +119,7 @@ def relaxed_gc(enabled: bool = True) -> Iterator[None]:
         if held:
             if _holders == 0:
                 _found = current
+                _set = RELAXED_THRESHOLDS
                 gc.set_threshold(*RELAXED_THRESHOLDS)
             _holders += 1
     try:
@@ -83,5 +128,7 @@ def relaxed_gc(enabled: bool = True) -> Iterator[None]:
         if held:
             with _lock:
                 _holders -= 1
-                if _holders == 0 and gc.get_threshold() == RELAXED_THRESHOLDS:
-                    gc.set_threshold(*_found)
+                if _holders == 0:
+                    if gc.get_threshold() == _set:
+                        gc.set_threshold(*_found)
+                    _set = None

@@ -168,3 +168,41 @@ async def test_turns_leave_no_cyclic_garbage(backend: str, responder: str, tmp_p
             garbage = Counter(type(o).__qualname__ for o in gc.garbage)
             gc.garbage.clear()
     assert garbage == Counter()
+
+
+async def test_the_first_threshold_follows_the_live_conversations() -> None:
+    """64 young objects a live conversation: at 4,000 live conversations the
+    first threshold is 400,000 (the next doubling of 100,000 above 256,000);
+    back to 100,000 once they have retired; the defaults after close."""
+    from agentik.agent._gc import YOUNG_PER_CONVERSATION
+
+    async with _open() as agent:
+        assert gc.get_threshold() == RELAXED_THRESHOLDS
+        async with trio.open_nursery() as nursery:
+            for i in range(4000):
+                nursery.start_soon(agent.send, f"c{i}", "hi")
+        assert agent.stats.live_conversations == 4000
+        assert YOUNG_PER_CONVERSATION * 4000 == 256_000
+        assert gc.get_threshold() == (400_000, *RELAXED_THRESHOLDS[1:])
+        for i in range(4000):
+            agent._retire(agent._conversations[f"c{i}"])
+        assert gc.get_threshold() == RELAXED_THRESHOLDS
+    assert gc.get_threshold() == DEFAULT_THRESHOLDS
+
+
+async def test_scaling_leaves_thresholds_set_meanwhile_alone() -> None:
+    async with _open() as agent:
+        gc.set_threshold(5000, 7, 7)
+        async with trio.open_nursery() as nursery:
+            for i in range(3000):
+                nursery.start_soon(agent.send, f"c{i}", "hi")
+        assert gc.get_threshold() == (5000, 7, 7)
+    assert gc.get_threshold() == (5000, 7, 7)
+
+
+async def test_without_relax_gc_conversations_do_not_move_the_thresholds() -> None:
+    async with _open(relax_gc=False) as agent:
+        async with trio.open_nursery() as nursery:
+            for i in range(3000):
+                nursery.start_soon(agent.send, f"c{i}", "hi")
+        assert gc.get_threshold() == DEFAULT_THRESHOLDS
