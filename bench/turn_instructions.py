@@ -9,6 +9,7 @@ each (the counts are the same run after run for the same code).
 
     python -m bench.turn_instructions                 # memory and sqlite, N = 100
     python -m bench.turn_instructions --backend memory -n 200
+    python -m bench.turn_instructions --backend sqlite --sketch ../shared/bench/sketch_trio.py
 """
 
 from __future__ import annotations
@@ -83,18 +84,44 @@ def instructions(backend: str, conversations: int) -> int:
         return callgrind_total([sys.executable, script, backend, str(conversations), str(TURNS)])
 
 
+def sketch_instructions(sketch: str, conversations: int) -> int:
+    """Instructions callgrind counts for one run of the bare sketch, same workload."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["BENCH_DIR"] = folder
+        try:
+            return callgrind_total(
+                [sys.executable, sketch, str(conversations), "--turns", str(TURNS)]
+            )
+        finally:
+            del os.environ["BENCH_DIR"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--backend", choices=["memory", "sqlite"], nargs="+", default=["memory", "sqlite"]
     )
     parser.add_argument("-n", type=int, default=100, help="conversations of the small run")
+    parser.add_argument(
+        "--sketch",
+        metavar="PATH",
+        help="also count the bare sketch (../shared/bench/sketch_trio.py) the same way,"
+        " and print agentik's SQLite count over it",
+    )
     args = parser.parse_args()
+    counts: dict[str, float] = {}
     for backend in args.backend:
         small = instructions(backend, args.n)
         large = instructions(backend, 5 * args.n)
-        per_turn = (large - small) / (4 * args.n * TURNS)
+        counts[backend] = per_turn = (large - small) / (4 * args.n * TURNS)
         print(f"{backend}: {per_turn / 1e6:.3f} M instructions a turn")
+    if args.sketch:
+        small = sketch_instructions(args.sketch, args.n)
+        large = sketch_instructions(args.sketch, 5 * args.n)
+        per_turn = (large - small) / (4 * args.n * TURNS)
+        print(f"sketch: {per_turn / 1e6:.3f} M instructions a turn")
+        if "sqlite" in counts:
+            print(f"sketch / agentik sqlite: {per_turn / counts['sqlite']:.2f}")
 
 
 if __name__ == "__main__":
