@@ -32,6 +32,7 @@ from agentik.storage._queue import RequestQueue
 
 C = TypeVar("C")
 T = TypeVar("T")
+A = TypeVar("A")
 
 MAX_BATCH = 32
 """Reads one hop runs at most: enough to collapse a burst, few enough that a
@@ -47,14 +48,27 @@ class Runner(Protocol[C]):
     def __call__(self, query: Callable[[C], T], connection: C) -> tuple[T, C]: ...
 
 
+Group = Callable[[C, list[A]], list[T]]
+"""Runs several reads of one kind at once: their arguments in, their results
+out, in the same order (``ReaderPool.read_together``)."""
+
+
 @final
 class _Read(Generic[C, T]):
-    """One queued read: the query, then (set in the thread) its result."""
+    """One queued read: the query (or a group and its argument), then (set in
+    the thread) its result."""
 
-    __slots__ = ("abandoned", "error", "pending", "query", "value")
+    __slots__ = ("abandoned", "argument", "error", "group", "pending", "query", "value")
 
-    def __init__(self, query: Callable[[C], T]) -> None:
+    def __init__(
+        self,
+        query: Callable[[C], T] | None,
+        group: Group[C, object, T] | None = None,
+        argument: object = None,
+    ) -> None:
         self.query = query
+        self.group = group
+        self.argument = argument
         self.value: T | None = None
         self.error: BaseException | None = None
         self.abandoned = False
@@ -84,10 +98,20 @@ class ReaderPool(Generic[C]):
 
     async def read(self, query: Callable[[C], T]) -> T:
         """Run ``query`` on a connection in a worker thread; its result or error."""
+        return await self._read(_Read(query))
+
+    async def read_together(self, group: Group[C, A, T], argument: A) -> T:
+        """Like ``read``, for reads of one kind that a burst makes many of (a
+        conversation's history when thousands start at once): those that share
+        a thread hop are run by one call of ``group`` with all their
+        arguments, so a backend can answer them with one statement. If that
+        call fails, each runs alone, so an error is its own read's."""
+        return await self._read(_Read(None, group, argument))  # type: ignore[arg-type]
+
+    async def _read(self, job: _Read[C, T]) -> T:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed:
             raise StoreClosedError("the storage bundle is closed; no more reads are possible")
-        job: _Read[C, T] = _Read(query)
         self._queue.put_nowait(job)  # type: ignore[arg-type]  # unbounded: always room
         try:
             return await job.pending.wait()
@@ -112,18 +136,47 @@ class ReaderPool(Generic[C]):
                         job.resolve()
 
     def _run_batch(self, slot: int, batch: list[_Read[C, object]]) -> None:
-        """In the worker thread: each read of ``batch`` in turn, on ``slot``'s connection."""
-        runner = self._runner
+        """In the worker thread: each read of ``batch`` in turn, on ``slot``'s
+        connection; the reads of a group together, after the others."""
+        groups: dict[Group[C, object, object], list[_Read[C, object]]] = {}
         for job in batch:
             if job.abandoned:
                 continue
+            if job.group is not None:
+                groups.setdefault(job.group, []).append(job)
+                continue
+            assert job.query is not None
             try:
-                if runner is None:
-                    job.value = job.query(self.connections[slot])
-                else:
-                    job.value, self.connections[slot] = runner(job.query, self.connections[slot])
+                job.value = self._run(slot, job.query)
             except BaseException as error:  # the caller's to raise, whatever it is
                 job.error = error
+        for group, jobs in groups.items():
+            self._run_group(slot, group, jobs)
+
+    def _run_group(
+        self, slot: int, group: Group[C, object, object], jobs: list[_Read[C, object]]
+    ) -> None:
+        arguments = [job.argument for job in jobs]
+        try:
+            results = self._run(slot, lambda connection: group(connection, arguments))
+            if len(results) != len(jobs):
+                raise RuntimeError(f"a group of {len(jobs)} reads gave {len(results)} results")
+        except BaseException as error:
+            if len(jobs) == 1:
+                jobs[0].error = error
+                return
+            for job in jobs:  # each alone: the failing one fails by itself
+                self._run_group(slot, group, [job])
+            return
+        for job, value in zip(jobs, results, strict=True):
+            job.value = value
+
+    def _run(self, slot: int, query: Callable[[C], T]) -> T:
+        runner = self._runner
+        if runner is None:
+            return query(self.connections[slot])
+        result, self.connections[slot] = runner(query, self.connections[slot])
+        return result
 
     def refuse(self) -> None:
         """Refuse reads from now on; what is queued still runs, then the tasks

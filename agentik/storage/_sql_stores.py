@@ -128,15 +128,10 @@ class SqlMessageStore(Generic[C, S]):
         self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE, after_seq: int = 0
     ) -> ConversationSnapshot:
         """A page of history after ``after_seq``, the active notes and the latest
-        summary: one read, one thread hop."""
+        summary: one read, with the others of a burst (``read_together``)."""
         check_at_least("page_size", page_size, 1)
-        return await self._readers.read(
-            partial(
-                self._q.conversation_snapshot,
-                conversation_id=conversation_id,
-                limit=page_size,
-                after_seq=after_seq,
-            )
+        return await self._readers.read_together(
+            self._q.conversation_snapshots, (conversation_id, page_size, after_seq)
         )
 
     async def submit_summary(

@@ -217,3 +217,75 @@ def test_every_caller_gets_exactly_its_own_outcome(
         assert ran == [i for i, (_, cancel) in enumerate(plan) if not cancel]
 
     trio.run(main)
+
+
+async def test_reads_together_share_one_call_and_keep_their_own_results() -> None:
+    calls: list[list[int]] = []
+
+    def group(_: object, arguments: list[int]) -> list[int]:
+        calls.append(list(arguments))
+        return [a * 10 for a in arguments]
+
+    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
+    got: dict[int, int] = {}
+
+    async def body() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(50):
+
+                async def one(i: int = i) -> None:
+                    got[i] = await pool.read_together(group, i)
+
+                nursery.start_soon(one)
+
+    await _serving(pool, body)
+    assert got == {i: i * 10 for i in range(50)}
+    assert len(calls) <= 2  # a burst: one call per hop
+    assert sorted(a for call in calls for a in call) == list(range(50))
+
+
+async def test_a_failing_group_is_run_again_one_by_one() -> None:
+    """One bad argument fails its own read only; the others are answered."""
+
+    def group(_: object, arguments: list[int]) -> list[int]:
+        if 13 in arguments:
+            raise ValueError("13")
+        return arguments
+
+    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
+    got: dict[int, object] = {}
+
+    async def body() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+
+                async def one(i: int = i) -> None:
+                    try:
+                        got[i] = await pool.read_together(group, i)
+                    except ValueError as error:
+                        got[i] = f"error {error}"
+
+                nursery.start_soon(one)
+
+    await _serving(pool, body)
+    assert got == {i: "error 13" if i == 13 else i for i in range(20)}
+
+
+async def test_a_group_giving_the_wrong_count_fails_rather_than_misanswers() -> None:
+    def group(_: object, arguments: list[int]) -> list[int]:
+        return arguments[:1]  # a bug: drops results
+
+    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
+    got: dict[int, object] = {}
+
+    async def body() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(5):
+
+                async def one(i: int = i) -> None:
+                    got[i] = await pool.read_together(group, i)
+
+                nursery.start_soon(one)
+
+    await _serving(pool, body)
+    assert got == {i: i for i in range(5)}  # one by one, each gets its own

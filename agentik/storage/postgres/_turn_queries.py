@@ -194,3 +194,14 @@ def conversation_snapshot(
         memory = list_memory(connection, conversation_id)
         summary = latest_summary(connection, conversation_id)
     return ConversationSnapshot(tuple(messages), tuple(memory), summary)
+
+
+def conversation_snapshots(
+    connection: psycopg.Connection, requests: list[tuple[str, int, int]]
+) -> list[ConversationSnapshot]:
+    """``conversation_snapshot`` of each (conversation id, limit, after seq).
+    The server does the work, not a thread holding the GIL, so one at a time."""
+    return [
+        conversation_snapshot(connection, conversation_id, limit, after_seq)
+        for conversation_id, limit, after_seq in requests
+    ]

@@ -34,8 +34,8 @@ from agentik.storage._rows import MessageRow, tool_calls_json
 from agentik.storage.sqlite._queries import (
     _MESSAGE_COLUMNS,
     Session,
-    _message,
     _MessageRow,
+    message_of,
 )
 
 CONVERSATION_TABLES = (
@@ -106,7 +106,7 @@ def archived_messages(
     ).fetchall()
     return [
         ArchivedMessage(
-            message=_message(cast("_MessageRow", row[:-1])),
+            message=message_of(cast("_MessageRow", row[:-1])),
             idempotency_key=cast("str | None", row[-1]),
         )
         for row in rows

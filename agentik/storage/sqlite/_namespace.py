@@ -24,7 +24,7 @@ from agentik.storage.sqlite._queries import skill_catalog as skill_catalog
 from agentik.storage.sqlite._queries import skill_exists as skill_exists
 from agentik.storage.sqlite._queries import token_stats as token_stats
 from agentik.storage.sqlite._queries import upsert_skill as upsert_skill
-from agentik.storage.sqlite._turn_queries import conversation_snapshot as conversation_snapshot
+from agentik.storage.sqlite._turn_queries import conversation_snapshots as conversation_snapshots
 from agentik.storage.sqlite._turn_queries import decide as decide
 from agentik.storage.sqlite._turn_queries import insert_awaiting as insert_awaiting
 from agentik.storage.sqlite._turn_queries import insert_summary as insert_summary

@@ -234,7 +234,7 @@ _KeyedRow = tuple[int, str, int, str, str, str | None, str | None, int | None, i
 """The keyed message's seq and key, then a ``_MessageRow`` of the turn."""
 
 
-def _message(row: _MessageRow) -> Message:
+def message_of(row: _MessageRow) -> Message:
     seq, role, content, tool_calls, tool_call_id, prompt, completion, created_us = row
     return Message(
         role=Role(role),
@@ -259,7 +259,7 @@ def message_page(
         " WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
         (conversation_id, after_seq, limit),
     ).fetchall()
-    return [_message(row) for row in cast("list[_MessageRow]", rows)]
+    return [message_of(row) for row in cast("list[_MessageRow]", rows)]
 
 
 def token_stats(connection: apsw.Connection, conversation_id: str) -> TokenStats:
@@ -331,7 +331,7 @@ def list_keyed_turns(
         },
     ).fetchall()
     return [
-        KeyedTurn(key=key, messages=tuple(_message(row[2:]) for row in group))
+        KeyedTurn(key=key, messages=tuple(message_of(row[2:]) for row in group))
         for (_, key), group in groupby(cast("list[_KeyedRow]", rows), key=lambda row: row[:2])
     ]
 
@@ -446,17 +446,6 @@ def list_archived_memory(
         (conversation_id, after_id, limit),
     ).fetchall()
     return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
-
-
-def conversation_snapshot(
-    connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int = 0
-) -> tuple[list[Message], list[MemoryEntry]]:
-    """A page of history after ``after_seq`` and the active notes, in one
-    read transaction."""
-    with connection:
-        messages = message_page(connection, conversation_id, after_seq, limit)
-        memory = list_memory(connection, conversation_id)
-    return messages, memory
 
 
 # --- reflections ----------------------------------------------------------------

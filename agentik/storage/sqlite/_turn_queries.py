@@ -10,12 +10,14 @@ so no crash can separate them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import apsw
 
 from agentik._errors import StoreError
+from agentik._memory import MemoryEntry
 from agentik._messages import Message
 from agentik.storage._common import from_micros
 from agentik.storage._protocols import Approval, ConversationSnapshot, Summary, TurnRecord
@@ -173,14 +175,64 @@ def list_summaries(
     ]
 
 
-def conversation_snapshot(
-    connection: apsw.Connection, conversation_id: str, limit: int, after_seq: int
-) -> ConversationSnapshot:
+_SNAPSHOTS = """
+SELECT json_group_array(json_array(
+  json((SELECT json_group_array(json_array(
+           seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens,
+           created_us) ORDER BY seq)
+        FROM (SELECT * FROM message WHERE conversation_id = ids.value ->> 0
+              AND seq > ids.value ->> 1 ORDER BY seq LIMIT ?2))),
+  json((SELECT json_group_array(json_array(id, text, created_us) ORDER BY id)
+        FROM memory_entry WHERE conversation_id = ids.value ->> 0 AND archived = 0)),
+  json((SELECT json_array(through_seq, text, created_us) FROM summary
+        WHERE conversation_id = ids.value ->> 0 ORDER BY through_seq DESC LIMIT 1))
+) ORDER BY ids.key)
+FROM json_each(?1) AS ids
+"""
+"""For each [conversation id, after seq] of a JSON array: [its page of history,
+its active notes, its latest summary], all one JSON value: one step."""
+
+
+def conversation_snapshots(
+    connection: apsw.Connection, requests: list[tuple[str, int, int]]
+) -> list[ConversationSnapshot]:
     """A page of history after ``after_seq``, the active notes and the latest
-    summary, in one read transaction."""
-    with connection:
-        messages, memory = _queries.conversation_snapshot(
-            connection, conversation_id, limit, after_seq
-        )
-        summary = latest_summary(connection, conversation_id)
-    return ConversationSnapshot(tuple(messages), tuple(memory), summary)
+    summary, of each (conversation id, limit, after seq): one statement (so
+    one read snapshot) for each limit there is, usually one.
+
+    Every call into SQLite gives up the GIL and takes it back, which costs
+    more than the query while other threads run Python: 1,000 conversations
+    starting at once made 1,000 three-query reads, about a dozen calls each.
+    As one statement whose answer is one JSON value, a burst is one call.
+    ``ensure_ascii=False`` keeps a lone surrogate one, which the binding
+    refuses, as a single read's does.
+    """
+    by_limit: dict[int, list[int]] = {}
+    for index, (_, limit, _) in enumerate(requests):
+        by_limit.setdefault(limit, []).append(index)
+    snapshots: list[ConversationSnapshot | None] = [None] * len(requests)
+    for limit, indexes in by_limit.items():
+        ids = json.dumps([[requests[i][0], requests[i][2]] for i in indexes], ensure_ascii=False)
+        found = connection.execute(_SNAPSHOTS, (ids, limit)).get
+        parts: list[Any] = json.loads(cast("str", found))
+        for index, (messages, notes, summary) in zip(indexes, parts, strict=True):
+            conversation_id = requests[index][0]
+            snapshots[index] = ConversationSnapshot(
+                tuple(_queries.message_of(tuple(row)) for row in messages),
+                tuple(
+                    MemoryEntry(
+                        id=entry_id,
+                        conversation_id=conversation_id,
+                        text=text,
+                        created_at=from_micros(created_us),
+                    )
+                    for entry_id, text, created_us in notes
+                ),
+                None if summary is None else _summary(summary),
+            )
+    return cast("list[ConversationSnapshot]", snapshots)
+
+
+def _summary(row: list[object]) -> Summary:
+    through_seq, text, created_us = cast("tuple[int, str, int]", row)
+    return Summary(through_seq=through_seq, text=text, created_at=from_micros(created_us))
