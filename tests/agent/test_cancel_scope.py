@@ -110,3 +110,22 @@ async def test_a_cancel_as_a_turn_ends_leaves_the_next_turn_alone() -> None:
         second = await agent.send("c", "1")
         assert second.text == "done 1"
         assert not conversation.scope.cancel_called
+
+
+async def test_send_is_a_checkpoint_and_a_cancelled_send_sends_nothing() -> None:
+    """``send`` hands its request over without a schedule point of its own
+    (waiting for the reply is one); a caller cancelled before it sends nothing."""
+    storage = in_memory_storage()
+    async with open_chat_agent(
+        model=ScriptedModel(_model), storage=storage, tools=[_WAIT], builtin_tools=False
+    ) as agent:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await agent.send("c", "0")
+        assert scope.cancelled_caught
+        await trio.testing.wait_all_tasks_blocked()
+        assert agent.stats.turns_started == 0
+        with trio.testing.assert_checkpoints():
+            result = await agent.send("c", "0")
+        assert result.text == "done 0"
+        assert [m.content for m in result.messages][0] == "0"
