@@ -6,9 +6,8 @@ one pass the first threshold (700; 2,000 on 3.13), an older one every ten of
 those, and a full one, walking every live object, when the objects promoted
 to the oldest generation since the last full collection pass a quarter of
 those already there. Agentik's turns make no cyclic garbage (reference
-counting frees all a finished turn leaves, a tool's failure included;
-``tests/agent/test_gc.py`` checks it; a turn that fails leaves one cycle, its
-error's traceback frames), so at run time the collector finds next to
+counting frees all a finished turn leaves, a failing tool's or model's
+included; ``tests/agent/test_gc.py`` checks it), so at run time the collector finds next to
 nothing; it only walks. What it walks is what grows: new conversations and
 their histories, and the turns in flight, which at 10,000 conversations in
 lockstep live 5-20 s each and were promoted object by object. With the

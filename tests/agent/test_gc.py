@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agentik import tool
+from agentik import ModelBackendError, TurnError, tool
 from agentik.agent import open_chat_agent
 from agentik.agent._gc import DEFAULT_THRESHOLDS, RELAXED_THRESHOLDS
 from agentik.models import ModelRequest, ModelResponse, ScriptedModel, bench_responder
@@ -116,6 +116,14 @@ def _failing_tool(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="the tool failed")
 
 
+def _failing_model(request: ModelRequest) -> ModelResponse:
+    raise ModelBackendError("the model is down")
+
+
+def _broken_model(request: ModelRequest) -> ModelResponse:
+    raise RuntimeError("a bug in the model's code")
+
+
 @asynccontextmanager
 async def _sqlite(path: Path) -> AsyncIterator[StorageBundle]:
     async with open_sqlite_storage(str(path / "db")) as storage:
@@ -131,14 +139,21 @@ def _memory() -> AbstractAsyncContextManager[StorageBundle]:
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-@pytest.mark.parametrize("responder", ["tool_call", "tool_fails"])
+@pytest.mark.parametrize("responder", ["tool_call", "tool_fails", "model_fails", "model_breaks"])
 async def test_turns_leave_no_cyclic_garbage(backend: str, responder: str, tmp_path: Path) -> None:
     """Turns of many conversations at once (new ones, then more turns of
     each), a tool call each, finished or with the tool failing: reference
     counting frees all they leave, so the collector finds nothing. A cycle per
     turn would make the relaxed thresholds hold it in memory until a young
-    collection, and cost a walk of every object a turn keeps."""
-    respond = bench_responder("clock") if responder == "tool_call" else _failing_tool
+    collection, and cost a walk of every object a turn keeps. A turn whose
+    model fails leaves none either: its error reaches the caller, and no
+    frame of the agent's keeps it."""
+    respond = {
+        "tool_call": bench_responder("clock"),
+        "tool_fails": _failing_tool,
+        "model_fails": _failing_model,
+        "model_breaks": _broken_model,
+    }[responder]
     storage = _memory() if backend == "memory" else _sqlite(tmp_path)
     async with (
         storage as bundle,
@@ -150,10 +165,14 @@ async def test_turns_leave_no_cyclic_garbage(backend: str, responder: str, tmp_p
             relax_gc=False,
         ) as agent,
     ):
+        failures: list[str] = []
 
         async def conversation(name: str) -> None:
             for turn in range(3):
-                await agent.send(name, f"turn {turn}")
+                try:
+                    await agent.send(name, f"turn {turn}")
+                except TurnError as error:
+                    failures.append(error.code)
 
         await conversation("warm-up")  # imports, caches, first allocations
         gc.collect()
@@ -168,6 +187,8 @@ async def test_turns_leave_no_cyclic_garbage(backend: str, responder: str, tmp_p
             garbage = Counter(type(o).__qualname__ for o in gc.garbage)
             gc.garbage.clear()
     assert garbage == Counter()
+    code = {"model_fails": "model_error", "model_breaks": "internal_error"}.get(responder)
+    assert failures == ([] if code is None else [code] * 63)
 
 
 async def test_the_first_threshold_follows_the_live_conversations() -> None:
