@@ -219,6 +219,29 @@ def test_every_caller_gets_exactly_its_own_outcome(
     trio.run(main)
 
 
+async def _read_all_together(
+    group: Callable[[object, list[int]], list[int]], count: int
+) -> dict[int, object]:
+    """``count`` reads of ``group`` at once, through a one-connection pool:
+    each one's result, or ``"error …"`` for a ValueError."""
+    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
+    got: dict[int, object] = {}
+
+    async def one(i: int) -> None:
+        try:
+            got[i] = await pool.read_together(group, i)
+        except ValueError as error:
+            got[i] = f"error {error}"
+
+    async def body() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(count):
+                nursery.start_soon(one, i)
+
+    await _serving(pool, body)
+    return got
+
+
 async def test_reads_together_share_one_call_and_keep_their_own_results() -> None:
     calls: list[list[int]] = []
 
@@ -226,20 +249,7 @@ async def test_reads_together_share_one_call_and_keep_their_own_results() -> Non
         calls.append(list(arguments))
         return [a * 10 for a in arguments]
 
-    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
-    got: dict[int, int] = {}
-
-    async def body() -> None:
-        async with trio.open_nursery() as nursery:
-            for i in range(50):
-
-                async def one(i: int = i) -> None:
-                    got[i] = await pool.read_together(group, i)
-
-                nursery.start_soon(one)
-
-    await _serving(pool, body)
-    assert got == {i: i * 10 for i in range(50)}
+    assert await _read_all_together(group, 50) == {i: i * 10 for i in range(50)}
     assert len(calls) <= 2  # a burst: one call per hop
     assert sorted(a for call in calls for a in call) == list(range(50))
 
@@ -252,22 +262,7 @@ async def test_a_failing_group_is_run_again_one_by_one() -> None:
             raise ValueError("13")
         return arguments
 
-    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
-    got: dict[int, object] = {}
-
-    async def body() -> None:
-        async with trio.open_nursery() as nursery:
-            for i in range(20):
-
-                async def one(i: int = i) -> None:
-                    try:
-                        got[i] = await pool.read_together(group, i)
-                    except ValueError as error:
-                        got[i] = f"error {error}"
-
-                nursery.start_soon(one)
-
-    await _serving(pool, body)
+    got = await _read_all_together(group, 20)
     assert got == {i: "error 13" if i == 13 else i for i in range(20)}
 
 
@@ -275,17 +270,5 @@ async def test_a_group_giving_the_wrong_count_fails_rather_than_misanswers() -> 
     def group(_: object, arguments: list[int]) -> list[int]:
         return arguments[:1]  # a bug: drops results
 
-    pool: ReaderPool[object] = ReaderPool([object()], max_batch=64)
-    got: dict[int, object] = {}
-
-    async def body() -> None:
-        async with trio.open_nursery() as nursery:
-            for i in range(5):
-
-                async def one(i: int = i) -> None:
-                    got[i] = await pool.read_together(group, i)
-
-                nursery.start_soon(one)
-
-    await _serving(pool, body)
-    assert got == {i: i for i in range(5)}  # one by one, each gets its own
+    # one by one, each gets its own
+    assert await _read_all_together(group, 5) == {i: i for i in range(5)}
