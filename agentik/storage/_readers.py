@@ -121,10 +121,19 @@ class ReaderPool(Generic[C]):
 
     async def run(self) -> None:
         """Serve reads, one task per connection, until ``refuse`` and the queue
-        drains. Never raises: a query's error goes to its caller."""
-        async with trio.open_nursery() as nursery:
-            for slot in range(len(self.connections)):
-                nursery.start_soon(self._serve, slot)
+        drains. Never raises: a query's error goes to its caller. Cancelled
+        (the bundle's body failed), it stops after the hops under way, and
+        the reads still queued fail with ``StoreClosedError`` rather than wait
+        for ever."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for slot in range(len(self.connections)):
+                    nursery.start_soon(self._serve, slot)
+        finally:
+            self._closed = True
+            for job in self._queue.drain():
+                job.error = StoreClosedError("the storage bundle closed before this read ran")
+                job.resolve()
 
     async def _serve(self, slot: int) -> None:
         while batch := await self._queue.take(self._max_batch):

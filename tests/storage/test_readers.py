@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -272,3 +272,39 @@ async def test_a_group_giving_the_wrong_count_fails_rather_than_misanswers() -> 
 
     # one by one, each gets its own
     assert await _read_all_together(group, 5) == {i: i for i in range(5)}
+
+
+async def test_reads_queued_when_the_readers_are_cancelled_fail_rather_than_hang() -> None:
+    gate = threading.Event()
+    pool: ReaderPool[object] = ReaderPool([object()], max_batch=1)
+    outcomes: list[object] = []
+
+    async def read(name: str) -> None:
+        def run(_: object) -> str:
+            gate.wait(10)
+            return name
+
+        try:
+            outcomes.append(await pool.read(run))
+        except StoreClosedError as error:
+            outcomes.append(str(error))
+
+    with trio.fail_after(10):  # a regression hangs the queued caller: fail, not hang
+        await _cancel_the_readers_with_a_read_queued(pool, read, gate)
+    assert outcomes == ["running", "the storage bundle closed before this read ran"]
+    with pytest.raises(StoreClosedError):
+        await pool.read(lambda _: "late")
+
+
+async def _cancel_the_readers_with_a_read_queued(
+    pool: ReaderPool[object], read: Callable[[str], Awaitable[None]], gate: threading.Event
+) -> None:
+    async with trio.open_nursery() as callers:
+        async with trio.open_nursery() as readers:
+            readers.start_soon(pool.run)
+            callers.start_soon(read, "running")
+            await trio.testing.wait_all_tasks_blocked()
+            callers.start_soon(read, "queued")
+            await trio.testing.wait_all_tasks_blocked()
+            readers.cancel_scope.cancel()  # the bundle's body failed
+            gate.set()  # the hop under way finishes, shielded
