@@ -9,13 +9,7 @@ and many clients split lines there too (Python's ``str.splitlines``, httpx's
 
 from __future__ import annotations
 
-import json
-
-from agentik._json import JsonValue
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""One encoder, reused: ``json.dumps`` with options builds a new one per call."""
-
+from agentik._json import JsonValue, dumps_compact
 
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 """What ``str.splitlines`` breaks at beyond what JSON already escapes."""
@@ -23,7 +17,7 @@ _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": 
 
 def dumps(value: JsonValue) -> str:
     """Compact JSON text, UTF-8 kept as is but for the line breaks JSON allows raw."""
-    text = _ENCODER.encode(value)
+    text = dumps_compact(value)
     return text if text.isascii() else text.translate(_LINE_BREAKS)
 
 

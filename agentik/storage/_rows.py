@@ -9,11 +9,11 @@ its own way (SQLite: multi-row ``INSERT … VALUES``; PostgreSQL: one
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
 from agentik._errors import StoreError
+from agentik._json import dumps_ascii
 from agentik._messages import Message, Role, ToolCall
 from agentik._serde import converter
 
@@ -24,7 +24,7 @@ encoding was (docs/performance.md), and the converter stays the one source."""
 
 def tool_calls_json(tool_calls: Sequence[ToolCall]) -> str:
     """The ``tool_calls`` column: the converter's unstructured calls, as JSON."""
-    return json.dumps(_unstructure_tool_calls(tuple(tool_calls)))
+    return dumps_ascii(_unstructure_tool_calls(tuple(tool_calls)))
 
 
 class MessageRow:

@@ -20,6 +20,7 @@ import apsw
 import attrs
 
 from agentik._errors import DuplicateKeyError, StoreError
+from agentik._json import dumps_ascii
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
@@ -68,7 +69,7 @@ class SeqCache:
         missing = [cid for cid in conversation_ids if cid not in last_seqs and cid.isprintable()]
         if len(missing) < 2:
             return  # ``next_seq`` looks a single one up itself
-        found = connection.execute(_MAX_SEQS, (json.dumps(missing),)).get
+        found = connection.execute(_MAX_SEQS, (dumps_ascii(missing),)).get
         seqs = dict(zip(missing, json.loads(cast("str", found)), strict=True))
         self._touched.update(missing)
         for conversation_id in missing:
