@@ -5,8 +5,8 @@ two encoders the hot paths use.
 ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, character
 for character (tests/test_json.py holds them to it with hypothesis, the
 library as the oracle). They are the standard library's own C encoder, built
-once: ``json.dumps`` builds it again on every call, which costs 1.6 µs, more
-than encoding a tool call (0.9 µs: docs/performance.md). Without the C
+once: ``json.dumps`` builds it again on every call, which was half of the
+2.7 µs a tool call's JSON took (docs/performance.md). Without the C
 accelerator (an interpreter that has none) they are ``JSONEncoder.encode``.
 Neither checks for cycles: agentik encodes only values it built, which hold none.
 """
