@@ -18,7 +18,9 @@ subprocess so earlier runs do not pollute it.
 ``--sketch`` runs the bare trio+apsw sketch of agentik's shape (PERFORMANCE.md)
 as the baseline, in a fresh interpreter, alternating with agentik's runs in the
 same invocation, and prints agentik SQLite / sketch: the machine's speed drifts,
-so only ratios taken side by side mean anything. It also prints the CPU a turn
+so only ratios taken side by side mean anything. Besides the ratio of the
+medians it gives the ratio run by run (each agentik run over the sketch run
+right after it) and their median. It also prints the CPU a turn
 of each (process CPU, threads included; the sketch's start-up left out) and
 sketch / agentik by CPU, which a loaded machine moves far less than turns/s.
 
@@ -223,6 +225,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         row["sqlite_over_memory"] = sqlite_tps / memory_tps
         if "sketch" in row:
             row["sqlite_over_sketch"] = sqlite_tps / row["sketch"]["turns_per_s"]  # type: ignore[index]
+            # Run by run: each agentik run against the sketch run just after it,
+            # so a drift of the machine's speed between repeats cancels out.
+            paired = zip(figures[f"sqlite-{args.synchronous[0]}"], figures["sketch"], strict=True)
+            pairs = [a["turns_per_s"] / b["turns_per_s"] for a, b in paired]
+            row["sqlite_over_sketch_pairs"] = [round(r, 2) for r in pairs]
+            row["sqlite_over_sketch_pair_median"] = statistics.median(pairs)
             # CPU a turn, sketch / agentik: what the throughput ratio would be
             # if both were CPU-bound on a machine of their own (a loaded machine
             # moves turns/s by 2-3x between runs; CPU a turn far less).
@@ -324,7 +332,9 @@ def main() -> None:
                 f"N={row['conversations']}: sketch {sketch['turns_per_s']:.0f} turns/s"
                 f" (runs {sketch['spread_turns_per_s']}), agentik {sync}"
                 f" {row[sync]['turns_per_s']:.0f} (runs {row[sync]['spread_turns_per_s']}):"
-                f" agentik / sketch {row['sqlite_over_sketch']:.2f};"
+                f" agentik / sketch {row['sqlite_over_sketch']:.2f}"
+                f" (run by run {row['sqlite_over_sketch_pairs']},"
+                f" median {row['sqlite_over_sketch_pair_median']:.2f});"
                 f" CPU a turn: sketch {sketch['cpu_us_per_turn']:.0f} µs,"
                 f" agentik {row[sync]['cpu_us_per_turn']:.0f} µs,"
                 f" sketch / agentik {row['sqlite_over_sketch_cpu']:.2f}"
