@@ -322,6 +322,15 @@ class McpToolset:
                 # an OAuth flow that started on a 401 can fail for its own reason.
                 raise _Fault(f"{trace.refusal} ({_describe(exc)})") from exc
             raise _Fault(_with_stderr(_describe(exc), stderr)) from exc
+        except BaseExceptionGroup as group:
+            # The connection broke just as this source was cancelled (the agent
+            # closing): the SDK's task groups raise the fault beside Cancelled,
+            # which ``except Exception`` cannot take. The cancel goes on; the
+            # fault is moot, and must not escape the closing agent's nursery.
+            cancelled, rest = group.split(trio.Cancelled)
+            if cancelled is None or rest is None or not isinstance(rest, Exception):
+                raise  # nothing cancelled, or something else that is not an Exception
+            raise cancelled from None
         if scope.cancelled_caught:
             why = f"no answer to initialize and tools/list within {timeout:g}s"
         if why is not None:

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from agentik import ToolError
-from agentik.mcp import McpServerConfig, McpState, StdioServer, open_mcp_toolsets
+from agentik.mcp import McpServerConfig, McpState, McpToolset, StdioServer, open_mcp_toolsets
 from tests.mcp.conftest import launches, tiny_stdio
 from tests.mcp.test_stdio import LIMIT, tool, wait_for
 
@@ -128,6 +128,69 @@ class TestStartFailures:
         with trio.fail_after(LIMIT):
             async with open_mcp_toolsets([config]) as (src,):
                 assert src.health.last_error == "no answer to initialize and tools/list within 0.5s"
+
+
+class TestClosingWhileAConnectionBreaks:
+    """The connection breaks in the very moment the source is cancelled (the
+    agent closing): the SDK's task groups raise the fault beside ``Cancelled``.
+    Seen once in CI as a flake of ``test_a_server_that_prints_garbage...``;
+    here the two are made to meet every time."""
+
+    @pytest.mark.parametrize("fault", [RuntimeError("Connection closed"), OSError("broken pipe")])
+    async def test_the_cancel_wins_and_nothing_escapes(
+        self, monkeypatch: pytest.MonkeyPatch, fault: Exception
+    ) -> None:
+        entered = trio.Event()
+
+        async def breaks_when_cancelled(*args: object, **kwargs: object) -> str | None:
+            async def reader() -> None:
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    raise fault  # the transport, torn down by the cancel, fails
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader)
+                entered.set()
+                await trio.sleep_forever()
+            return None
+
+        monkeypatch.setattr(McpToolset, "_connection", breaks_when_cancelled)
+        source = McpToolset(python("pass", name="closing", backoff=30))
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(source.run)
+                await entered.wait()
+                nursery.cancel_scope.cancel()
+        assert source.state is McpState.STOPPED
+
+    async def test_a_fault_without_a_cancel_is_still_a_fault(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The same group with no cancel in it: the attempt fails and is retried."""
+        attempts = 0
+
+        async def fails(*args: object, **kwargs: object) -> str | None:
+            nonlocal attempts
+            attempts += 1
+
+            async def reader() -> None:
+                raise RuntimeError("Connection closed")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader)
+                await trio.sleep_forever()
+            return None
+
+        monkeypatch.setattr(McpToolset, "_connection", fails)
+        source = McpToolset(python("pass", name="faulty", backoff=0.01))
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(source.run)
+                await wait_for(lambda: attempts >= 2)
+                assert source.state in (McpState.FAILED, McpState.RESTARTING)
+                assert "Connection closed" in (source.health.last_error or "")
+                nursery.cancel_scope.cancel()
 
 
 class TestLazy:
