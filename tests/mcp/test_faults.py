@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -142,20 +143,14 @@ class TestClosingWhileAConnectionBreaks:
     ) -> None:
         entered = trio.Event()
 
-        async def breaks_when_cancelled(*args: object, **kwargs: object) -> str | None:
-            async def reader() -> None:
-                try:
-                    await trio.sleep_forever()
-                finally:
-                    raise fault  # the transport, torn down by the cancel, fails
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(reader)
-                entered.set()
+        async def reader() -> None:
+            entered.set()
+            try:
                 await trio.sleep_forever()
-            return None
+            finally:
+                raise fault  # the transport, torn down by the cancel, fails
 
-        monkeypatch.setattr(McpToolset, "_connection", breaks_when_cancelled)
+        monkeypatch.setattr(McpToolset, "_connection", _transport_task_group(reader))
         source = McpToolset(python("pass", name="closing", backoff=30))
         with trio.fail_after(LIMIT):
             async with trio.open_nursery() as nursery:
@@ -170,19 +165,12 @@ class TestClosingWhileAConnectionBreaks:
         """The same group with no cancel in it: the attempt fails and is retried."""
         attempts = 0
 
-        async def fails(*args: object, **kwargs: object) -> str | None:
+        async def reader() -> None:
             nonlocal attempts
             attempts += 1
+            raise RuntimeError("Connection closed")
 
-            async def reader() -> None:
-                raise RuntimeError("Connection closed")
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(reader)
-                await trio.sleep_forever()
-            return None
-
-        monkeypatch.setattr(McpToolset, "_connection", fails)
+        monkeypatch.setattr(McpToolset, "_connection", _transport_task_group(reader))
         source = McpToolset(python("pass", name="faulty", backoff=0.01))
         with trio.fail_after(LIMIT):
             async with trio.open_nursery() as nursery:
@@ -191,6 +179,21 @@ class TestClosingWhileAConnectionBreaks:
                 assert source.state in (McpState.FAILED, McpState.RESTARTING)
                 assert "Connection closed" in (source.health.last_error or "")
                 nursery.cancel_scope.cancel()
+
+
+def _transport_task_group(
+    reader: Callable[[], Awaitable[None]],
+) -> Callable[..., Awaitable[str | None]]:
+    """A stand-in for ``McpToolset._connection``: a task group, as the SDK's
+    transport opens, with ``reader`` in it, open until cancelled."""
+
+    async def connection(*args: object, **kwargs: object) -> str | None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            await trio.sleep_forever()
+        return None
+
+    return connection
 
 
 class TestLazy:
