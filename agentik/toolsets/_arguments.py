@@ -55,8 +55,8 @@ def parse_arguments(tool: NamedTool, raw: str) -> JsonObject:
     Empty text counts as ``{}`` (some models send it for tools without
     parameters). Raises ``ToolError`` naming the problem otherwise.
     """
-    text = raw if raw == "{}" else raw.strip()
-    if text == "{}" or not text:  # no arguments, the common case: nothing to parse
+    text = raw.strip()
+    if not text or text == "{}":  # no arguments, the common case: nothing to parse
         value: JsonValue = {}
     else:
         try:
