@@ -26,7 +26,7 @@ import math
 import re
 from itertools import accumulate
 
-from agentik._json import JsonValue
+from agentik._json import JsonValue, dumps_compact
 
 MAX_NUMBER_CHARS = 32
 """Longest decimal text ``decimal_int``/``decimal_float`` read (signs, leading zeros included)."""
@@ -106,7 +106,6 @@ _DECODER = json.JSONDecoder(
     parse_constant=_reject_constant, parse_int=_bounded_int, parse_float=_finite_float
 )
 """One decoder, reused: ``json.loads(text, parse_constant=…)`` builds a new one per call."""
-_UTF8_CHECK = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
 def json_depth(text: str) -> int:
@@ -160,7 +159,7 @@ def decode_json(body: bytes) -> JsonValue:
     # whether any is left unpaired (a pair was already joined into one character).
     if _SURROGATE_ESCAPE.search(text):
         try:
-            _UTF8_CHECK.encode(value).encode("utf-8")
+            dumps_compact(value).encode("utf-8")
         except UnicodeEncodeError as error:
             bad = error.object[error.start : error.end]
             raise InputError(
