@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from agentik import ToolError
 from agentik.mcp import McpServerConfig, McpState, McpToolset, StdioServer, open_mcp_toolsets
@@ -139,7 +140,7 @@ class TestClosingWhileAConnectionBreaks:
 
     @pytest.mark.parametrize("fault", [RuntimeError("Connection closed"), OSError("broken pipe")])
     async def test_the_cancel_wins_and_nothing_escapes(
-        self, monkeypatch: pytest.MonkeyPatch, fault: Exception
+        self, monkeypatch: pytest.MonkeyPatch, fault: Exception, autojump_clock: MockClock
     ) -> None:
         entered = trio.Event()
 
@@ -160,22 +161,25 @@ class TestClosingWhileAConnectionBreaks:
         assert source.state is McpState.STOPPED
 
     async def test_a_fault_without_a_cancel_is_still_a_fault(
-        self, monkeypatch: pytest.MonkeyPatch
+        self, monkeypatch: pytest.MonkeyPatch, autojump_clock: MockClock
     ) -> None:
         """The same group with no cancel in it: the attempt fails and is retried."""
         attempts = 0
+        retried = trio.Event()
 
         async def reader() -> None:
             nonlocal attempts
             attempts += 1
+            if attempts == 2:
+                retried.set()
             raise RuntimeError("Connection closed")
 
         monkeypatch.setattr(McpToolset, "_connection", _transport_task_group(reader))
-        source = McpToolset(python("pass", name="faulty", backoff=0.01))
+        source = McpToolset(python("pass", name="faulty", backoff=1.0))
         with trio.fail_after(LIMIT):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(source.run)
-                await wait_for(lambda: attempts >= 2)
+                await retried.wait()
                 assert source.state in (McpState.FAILED, McpState.RESTARTING)
                 assert "Connection closed" in (source.health.last_error or "")
                 nursery.cancel_scope.cancel()
