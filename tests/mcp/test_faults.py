@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -151,13 +152,8 @@ class TestClosingWhileAConnectionBreaks:
             finally:
                 raise fault  # the transport, torn down by the cancel, fails
 
-        monkeypatch.setattr(McpToolset, "_connection", _transport_task_group(reader))
-        source = McpToolset(python("pass", name="closing", backoff=30))
-        with trio.fail_after(LIMIT):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(source.run)
-                await entered.wait()
-                nursery.cancel_scope.cancel()
+        async with _running(monkeypatch, reader, name="closing", backoff=30) as source:
+            await entered.wait()
         assert source.state is McpState.STOPPED
 
     async def test_a_fault_without_a_cancel_is_still_a_fault(
@@ -174,22 +170,19 @@ class TestClosingWhileAConnectionBreaks:
                 retried.set()
             raise RuntimeError("Connection closed")
 
-        monkeypatch.setattr(McpToolset, "_connection", _transport_task_group(reader))
-        source = McpToolset(python("pass", name="faulty", backoff=1.0))
-        with trio.fail_after(LIMIT):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(source.run)
-                await retried.wait()
-                assert source.state in (McpState.FAILED, McpState.RESTARTING)
-                assert "Connection closed" in (source.health.last_error or "")
-                nursery.cancel_scope.cancel()
+        async with _running(monkeypatch, reader, name="faulty", backoff=1.0) as source:
+            await retried.wait()
+            assert source.state in (McpState.FAILED, McpState.RESTARTING)
+            assert "Connection closed" in (source.health.last_error or "")
 
 
-def _transport_task_group(
-    reader: Callable[[], Awaitable[None]],
-) -> Callable[..., Awaitable[str | None]]:
-    """A stand-in for ``McpToolset._connection``: a task group, as the SDK's
-    transport opens, with ``reader`` in it, open until cancelled."""
+@asynccontextmanager
+async def _running(
+    monkeypatch: pytest.MonkeyPatch, reader: Callable[[], Awaitable[None]], **options: object
+) -> AsyncIterator[McpToolset]:
+    """A source whose connection is a task group, as the SDK's transport
+    opens, with ``reader`` in it; its manager runs until the block ends, then
+    is cancelled."""
 
     async def connection(*args: object, **kwargs: object) -> str | None:
         async with trio.open_nursery() as nursery:
@@ -197,7 +190,13 @@ def _transport_task_group(
             await trio.sleep_forever()
         return None
 
-    return connection
+    monkeypatch.setattr(McpToolset, "_connection", connection)
+    source = McpToolset(python("pass", **options))
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(source.run)
+            yield source
+            nursery.cancel_scope.cancel()
 
 
 class TestLazy:
