@@ -1,28 +1,31 @@
-"""One HTTP/1.1 connection serving an ASGI app: trio for the I/O, h11 for the framing.
+"""One HTTP/1.1 connection serving an ASGI app: trio for the I/O, llhttp to parse.
 
-h11 is sans-I/O: it turns received bytes into events (a request head, body
-data, its end) and the events this side sends into bytes, and it keeps the
-state of both sides of the connection (keep-alive, pipelining, chunked and
-fixed-length bodies, ``Expect: 100-continue``). This module owns the socket,
-the tasks and the deadlines around it:
+``_h1.RequestParser`` (sans-I/O, on llhttp) turns received bytes into events
+(a request head, body data, its end); this module frames the responses
+(fixed-length, chunked, or delimited by the close on HTTP/1.0), keeps the
+state of both sides (keep-alive, pipelining, ``Expect: 100-continue``), and
+owns the socket, the tasks and the deadlines:
 
 - One reader task per connection (``Connection.run``) reads the socket, feeds
-  h11 and dispatches its events; for each request it starts the app in a task
+  the parser and dispatches its events; for each request it starts the app in a task
   of its own, hands it the body as it comes (``Cycle.receive``) and stops
   reading while more than ``BODY_BUFFER`` bytes of it wait for the app (the
   backpressure on a body the app reads slowly). Pipelined requests wait in
-  h11's buffer until the response before them is done: responses go out in
-  order.
+  the parser's queue, and the socket is not read, until the response before
+  them is done: responses go out in order.
 - One watcher task per connection (``_timer.ConnectionTimer``) enforces the
   keep-alive timeout and the time a client may take to send a request head or
   body (mod_reqtimeout); a client too slow gets ``408`` and is cut off.
-- The app's ``send`` writes through h11. The head of a fixed-length response
-  waits for its body, so a small response is one socket write.
+- The app's ``send`` frames what it sends. The head of a fixed-length response
+  waits for its body, so a small response is one socket write. Header names
+  and values are checked (no line breaks or NULs: no header injection), and
+  a body longer or shorter than its ``Content-Length`` is the app's error.
 - ``100 Continue`` goes out when the app first reads the body (as uvicorn
   does), so a request the app refuses at once (401, or 413 for a
   Content-Length past the limit) never gets it.
-- Bytes h11 cannot parse get the status it suggests (400, or 431 for a head
-  past ``max_head_bytes``) and the connection is closed.
+- Bytes the parser refuses get the status it names (400, 431 for a head past
+  ``max_head_bytes``, 505 for an HTTP version other than 1.0 and 1.1) and
+  the connection is closed.
 
 Invariants: a connection ends whole. When the client goes away (end of
 stream, reset, a failed write) or a deadline passes, the app still answering
@@ -38,18 +41,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, final
+from typing import Any, Final, final
 from urllib.parse import unquote
 
 import attrs
-import h11
 import trio
 
+from agentik.server._h1 import BODY, END, HEAD, RequestHead, RequestParser
 from agentik.server._timer import ConnectionLimits, ConnectionTimer
 from agentik.storage._pending import Pending
 
@@ -68,16 +72,29 @@ BODY_BUFFER = 256 * 1024
 LINGER = 2.0
 """Seconds the rest of a refused request body is read and dropped before closing."""
 
-_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
-_AT_REST = frozenset({h11.IDLE, h11.DONE, h11.MUST_CLOSE, h11.CLOSED})
+_STATUS_LINES = {
+    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())
+    for status in HTTPStatus
+}
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DISCONNECT = {"type": "http.disconnect"}
 _CLOSE = (b"connection", b"close")
-_END = h11.EndOfMessage()
-"""The end of a response without trailers (h11's events are immutable: one will do)."""
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
 """A socket the client left, or one being written by another task."""
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+
+_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+"""A header name (RFC 9110 §5.1)."""
+_FIELD_VALUE = re.compile(
+    rb"(?:[\x21-\x7e\x80-\xff](?:[ \t\x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
+)
+"""A header value (RFC 9110 §5.5): no line break, no NUL, no surrounding space."""
+
+# How a response's body is framed.
+_NO_BODY: Final = 0  # HEAD, 1xx, 204, 304: the head says what a body would be; none is sent
+_FIXED: Final = 1  # Content-Length
+_CHUNKED: Final = 2  # Transfer-Encoding: chunked (HTTP/1.1, no Content-Length)
+_TO_CLOSE: Final = 3  # HTTP/1.0 without Content-Length: the close ends the body
 
 
 def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
@@ -85,6 +102,27 @@ def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResou
     if error.errno in _CLOSED_ERRNOS:
         return trio.ClosedResourceError("this socket was already closed")
     return trio.BrokenResourceError(f"socket connection broken: {error}")
+
+
+def _status_line(status: object) -> bytes:
+    line: bytes | None = _STATUS_LINES.get(status)  # type: ignore[call-overload]
+    if line is not None:
+        return line
+    if type(status) is not int or not 100 <= status <= 999:
+        raise RuntimeError(f"ASGI 'http.response.start' with status {status!r}")
+    return b"HTTP/1.1 %d \r\n" % status
+
+
+def _header_line(name: bytes, value: bytes) -> bytes:
+    if _TOKEN.fullmatch(name) is None:
+        raise RuntimeError(f"invalid response header name {name!r}")
+    if _FIELD_VALUE.fullmatch(value) is None:
+        raise RuntimeError(f"invalid value for response header {name!r}: {value!r}")
+    return name + b": " + value + b"\r\n"
+
+
+def _has_close(value: bytes) -> bool:
+    return any(token.strip() == b"close" for token in value.lower().split(b","))
 
 
 @attrs.frozen(kw_only=True)
@@ -96,7 +134,7 @@ class HttpSettings:
     limits: ConnectionLimits = ConnectionLimits()
     """Request deadlines and the bound on open connections."""
     max_head_bytes: int = 16 * 1024
-    """The largest request head (h11's ``max_incomplete_event_size``); past it, 431."""
+    """The largest request head; past it, 431."""
 
 
 @final
@@ -104,20 +142,31 @@ class ResponseHeaders:
     """The ``Date`` and ``Server`` headers of every response, built once a
     second (``Date`` has a resolution of one second, so the bytes are the same)."""
 
-    __slots__ = ("_headers", "_second", "_server")
+    __slots__ = ("_headers", "_lines", "_second", "_server")
 
     def __init__(self, server: bytes = b"agentik") -> None:
         self._server = server
         self._second = -1
         self._headers: tuple[tuple[bytes, bytes], ...] = ()
+        self._lines = b""
 
     def __call__(self) -> tuple[tuple[bytes, bytes], ...]:
-        second = int(time.time())
-        if second != self._second:
-            date = formatdate(second, usegmt=True).encode()
-            self._headers = ((b"date", date), (b"server", self._server))
-            self._second = second
+        if int(time.time()) != self._second:
+            self._build()
         return self._headers
+
+    def lines(self) -> bytes:
+        """The same headers as they go on the wire, each with its CRLF."""
+        if int(time.time()) != self._second:
+            self._build()
+        return self._lines
+
+    def _build(self) -> None:
+        second = int(time.time())
+        date = formatdate(second, usegmt=True).encode()
+        self._headers = ((b"date", date), (b"server", self._server))
+        self._lines = b"".join(name + b": " + value + b"\r\n" for name, value in self._headers)
+        self._second = second
 
 
 def _wake(pending: Pending[None] | None) -> None:
@@ -135,21 +184,40 @@ class Cycle:
         "_end_delivered",
         "_head",
         "_is_head",
+        "_keep_alive",
+        "_mode",
         "_more",
         "_receiver",
+        "_remaining",
+        "_version",
         "buffered",
         "complete",
         "disconnected",
+        "expect_continue",
+        "must_close",
+        "request_done",
         "room",
         "scope",
         "settled",
         "started",
     )
 
-    def __init__(self, connection: Connection, scope: Scope) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        scope: Scope,
+        *,
+        http_version: str = "1.1",
+        keep_alive: bool = False,
+        expect_continue: bool = False,
+    ) -> None:
         self._connection = connection
         self.scope = scope
         self._is_head = scope["method"] == "HEAD"
+        self._version = http_version
+        self._keep_alive = keep_alive
+        self.expect_continue = expect_continue
+        """The client waits for ``100 Continue`` before sending the body."""
         self._chunks: list[bytes] = []
         self.buffered = 0
         """Body bytes received and not yet taken by the app."""
@@ -163,12 +231,19 @@ class Cycle:
         """The reader, waiting for the app to take the body buffered."""
         self._head = b""
         """A fixed-length response's head, waiting to go out with its body."""
+        self._mode = _NO_BODY
+        self._remaining = 0
+        """Bytes of a fixed-length body still to come from the app."""
         self.started = False
         """The response head is sent (or held)."""
         self.complete = False
-        """The whole response is handed to h11 (and being written)."""
+        """The whole response is framed (and being written)."""
         self.settled = False
         """The whole response is written, and the connection knows it."""
+        self.must_close = not keep_alive
+        """The connection ends with this response."""
+        self.request_done = False
+        """The whole request, body included, has been read."""
         self.disconnected = False
         """The connection is over; the app may not send any more."""
 
@@ -176,6 +251,7 @@ class Cycle:
 
     def feed(self, data: bytes) -> None:
         """Body bytes arrived (dropped once the response is complete)."""
+        self.expect_continue = False  # the client sends without waiting
         if self.complete or self.disconnected:
             return
         self._chunks.append(data)
@@ -185,6 +261,8 @@ class Cycle:
 
     def end_body(self) -> None:
         self._more = False
+        self.expect_continue = False
+        self.request_done = True
         receiver, self._receiver = self._receiver, None
         _wake(receiver)
 
@@ -203,9 +281,8 @@ class Cycle:
     async def receive(self) -> Message:
         """The next body message, or ``http.disconnect`` once the connection is
         over or the response complete. A checkpoint on every call."""
-        connection = self._connection
-        if not self.started and connection.h11.they_are_waiting_for_100_continue:
-            await connection.send_continue()
+        if self.expect_continue and not self.started:
+            await self._connection.send_continue(self)
         while True:
             if self.disconnected or (self.complete and self._end_delivered):
                 await trio.lowlevel.checkpoint()
@@ -235,8 +312,6 @@ class Cycle:
         kind = message["type"]
         if self.disconnected:
             return
-        connection = self._connection
-        conn = connection.h11
         if kind == "http.response.body":
             if not self.started or self.complete:
                 raise RuntimeError(
@@ -245,13 +320,29 @@ class Cycle:
                 )
             body = message.get("body", b"")
             more = message.get("more_body", False)
-            data = conn.send(h11.Data(data=body)) or b"" if body and not self._is_head else b""
+            mode = self._mode
+            data = b""
+            if body:
+                if mode == _FIXED:
+                    self._remaining -= len(body)
+                    if self._remaining < 0:
+                        raise RuntimeError("a response body longer than its Content-Length")
+                    data = body
+                elif mode == _CHUNKED:
+                    data = b"%x\r\n%s\r\n" % (len(body), body)
+                elif mode == _TO_CLOSE:
+                    data = body
             if not more:
+                if mode == _FIXED and self._remaining:
+                    raise RuntimeError("a response body shorter than its Content-Length")
                 self.complete = True
-                data += conn.send(_END) or b""
+                self.expect_continue = False
+                if mode == _CHUNKED:
+                    data += b"0\r\n\r\n"
             if self._head:
                 data = self._head + data
                 self._head = b""
+            connection = self._connection
             if data:
                 await connection.write(data)
             if not more:
@@ -261,24 +352,51 @@ class Cycle:
         elif kind == "http.response.start":
             if self.started:
                 raise RuntimeError("ASGI 'http.response.start' sent twice")
+            head = self._frame(message["status"], message.get("headers", ()))
             self.started = True
-            status = message["status"]
-            headers = list(message.get("headers", ()))
-            fixed_length = False
-            for name, _ in headers:
-                if name.lower() == b"content-length":
-                    fixed_length = True
-                    break
-            headers += connection.response_headers()
-            head = conn.send(
-                h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))
-            )
-            if fixed_length:
-                self._head = head or b""  # goes out with the body: one write
-            elif head:
-                await connection.write(head)  # a stream: its head goes out now
+            self.expect_continue = False
+            if self._mode == _FIXED or self._mode == _NO_BODY:
+                self._head = head  # goes out with the body: one write
+            else:
+                await self._connection.write(head)  # a stream: its head goes out now
         else:
             raise RuntimeError(f"unexpected ASGI message type {kind!r} on an HTTP connection")
+
+    def _frame(self, status: object, headers: Any) -> bytes:
+        """The response head for ``status`` and the app's ``headers``, and how
+        its body is framed (as h11 frames it, RFC 9112 §6)."""
+        parts = [_status_line(status)]
+        length = -1
+        close = False
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                if not value.isdigit() or length not in (-1, int(value)):
+                    raise RuntimeError(f"invalid response Content-Length {value!r}")
+                length = int(value)
+            elif lower == b"transfer-encoding":
+                continue  # this side frames the body: chunked when no length is given
+            elif lower == b"connection":
+                close = close or _has_close(value)
+            parts.append(_header_line(name, value))
+        if self._is_head or status in (204, 304) or status < 200:  # type: ignore[operator]
+            self._mode = _NO_BODY
+        elif length >= 0:
+            self._mode = _FIXED
+            self._remaining = length
+        elif self._version == "1.1":
+            self._mode = _CHUNKED
+            parts.append(b"transfer-encoding: chunked\r\n")
+        else:
+            self._mode = _TO_CLOSE
+            self.must_close = True
+        if close:
+            self.must_close = True
+        elif self.must_close:
+            parts.append(b"connection: close\r\n")
+        parts.append(self._connection.response_headers.lines())
+        parts.append(b"\r\n")
+        return b"".join(parts)
 
     async def send_error(self, status: int) -> None:
         """A response of ``status`` with no body, closing the connection."""
@@ -299,6 +417,7 @@ class Connection:
         "_lingering",
         "_lock",
         "_nursery",
+        "_parser",
         "_reading",
         "_resume",
         "_server",
@@ -307,7 +426,6 @@ class Connection:
         "_stream",
         "_tasks",
         "_timer",
-        "h11",
         "response_headers",
     )
 
@@ -325,7 +443,7 @@ class Connection:
         """The client's socket (non-blocking), read and written directly on the hot path."""
         self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.max_head_bytes)
+        self._parser = RequestParser(settings.max_head_bytes)
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
@@ -339,6 +457,7 @@ class Connection:
         self._lock = trio.Lock()
         """Held while writing: an app's response and a 408 never interleave."""
         self._cycle: Cycle | None = None
+        """The request being served, until both it and its response are done."""
         self._resume: Pending[None] | None = None
         """The reader, waiting for a response to end before the next request."""
         self._ended = False
@@ -372,38 +491,36 @@ class Connection:
     # -- reading ------------------------------------------------------------------------
 
     async def _read(self) -> None:
-        conn, timer = self.h11, self._timer
+        parser, timer = self._parser, self._timer
+        events = parser.events
         while True:
-            while True:  # every event the bytes so far hold
-                try:
-                    event = conn.next_event()
-                except h11.RemoteProtocolError as error:
-                    await self._refuse(error.error_status_hint)
-                    return
-                kind = type(event)
-                if kind is h11.Data:
-                    await self._body(event.data)  # type: ignore[union-attr]
-                elif kind is h11.Request:
-                    if not self._start(event):  # type: ignore[arg-type]
+            while events:  # every event the bytes so far hold
+                kind, value = events.popleft()
+                if kind == BODY:
+                    await self._body(value)  # type: ignore[arg-type]
+                elif kind == HEAD:
+                    while self._cycle is not None:  # pipelined: wait for the response before
+                        if not await self._paused():
+                            return
+                    if not self._start(value):  # type: ignore[arg-type]
                         return
-                elif kind is h11.EndOfMessage:
+                elif kind == END:
                     cycle = self._cycle
                     if cycle is not None:
                         cycle.end_body()
-                    self._next_cycle()
-                elif event is h11.NEED_DATA:
-                    break
-                elif event is h11.PAUSED:
-                    if not await self._paused():
-                        return
-                else:  # ConnectionClosed
+                        self._next_cycle()
+                else:  # ERROR
+                    cycle = self._cycle
+                    if cycle is not None and cycle.request_done and not await self._paused():
+                        return  # after a whole request: its response first, as for the next
+                    await self._refuse(value)  # type: ignore[arg-type]
                     return
                 if self._ended:
                     return
                 if self._lingering:
                     await self._drain()
                     return
-            timer.handled(conn.their_state is h11.SEND_BODY)
+            timer.handled(parser.in_body)
             try:
                 data = await self._receive()
             except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -411,7 +528,7 @@ class Connection:
             if not data:  # end of stream; a half-close counts as leaving
                 return
             timer.arrived(len(data))
-            conn.receive_data(data)
+            parser.feed(data)
 
     async def _receive(self) -> bytes:
         """The next bytes from the client (b"" at the end of its stream): what
@@ -450,29 +567,35 @@ class Connection:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
 
-    def _start(self, request: h11.Request) -> bool:
+    def _start(self, head: RequestHead) -> bool:
         """A request head is complete: start the app on it (False: the
         connection was already due to close, so no request starts)."""
         if not self._timer.stop():
             return False
-        path, _, query = request.target.partition(b"?")
+        path, _, query = head.target.partition(b"?")
         scope: Scope = {
             "type": "http",
             "asgi": _ASGI,
-            "http_version": "1.1" if request.http_version == b"1.1" else "1.0",
-            "method": request.method.decode("ascii"),
+            "http_version": head.http_version,
+            "method": head.method,
             "scheme": "http",
-            "path": unquote(path.decode("ascii")),
+            "path": unquote(path.decode("ascii")),  # llhttp refuses bytes past ASCII
             "raw_path": path,
             "query_string": query,
             "root_path": "",
-            "headers": [(name.lower(), value) for name, value in request.headers.raw_items()],
+            "headers": head.headers,
             "client": self._client,
             "server": self._server,
         }
         if self._state is not None:
             scope["state"] = self._state.copy()
-        self._cycle = cycle = Cycle(self, scope)
+        self._cycle = cycle = Cycle(
+            self,
+            scope,
+            http_version=head.http_version,
+            keep_alive=head.keep_alive,
+            expect_continue=head.expect_continue,
+        )
         assert self._nursery is not None
         self._nursery.start_soon(self._run_app, cycle)
         return True
@@ -488,11 +611,11 @@ class Connection:
             await room.wait()
 
     async def _paused(self) -> bool:
-        """h11 holds the next request until this response is done: wait for it.
-        False if the connection ended meanwhile."""
+        """The next request waits until this response is done: wait for it.
+        False if the connection ends instead."""
         cycle = self._cycle
-        if cycle is None or cycle.settled:
-            return False  # nothing will resume it (a protocol switch we refused)
+        if cycle is None or cycle.settled or self._ended:
+            return False  # settled and still current: the connection closes with it
         resume: Pending[None] = Pending()
         self._resume = resume
         await resume.wait()
@@ -500,20 +623,20 @@ class Connection:
 
     def _next_cycle(self) -> None:
         """Both sides are done with the request: be ready for the next one."""
-        conn = self.h11
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()
+        cycle = self._cycle
+        if cycle is not None and cycle.settled and cycle.request_done and not cycle.must_close:
             self._cycle = None
             assert self._nursery is not None
             self._timer.restart(self._nursery)
 
     async def _refuse(self, status: int) -> None:
-        """The client sent what h11 cannot parse: answer ``status``, if no
+        """The client sent what cannot be parsed: answer ``status``, if no
         response has started, and end the connection."""
         cycle = self._cycle
-        if cycle is None:
+        if cycle is None or cycle.settled:
             cycle = Cycle(self, {"method": "GET"})  # a response with no request
-        if not cycle.started and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if not cycle.started:
+            cycle.must_close = True
             await cycle.send_error(status)
         self._end()
 
@@ -536,14 +659,9 @@ class Connection:
         else:
             await cycle.send_error(500)
 
-    async def send_continue(self) -> None:
-        data = self.h11.send(
-            h11.InformationalResponse(
-                status_code=100, headers=list(self.response_headers()), reason=b"Continue"
-            )
-        )
-        if data:
-            await self.write(data)
+    async def send_continue(self, cycle: Cycle) -> None:
+        cycle.expect_continue = False
+        await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers.lines() + b"\r\n")
 
     async def write(self, data: bytes) -> None:
         """Write to the client; a client that is gone ends the connection."""
@@ -584,11 +702,10 @@ class Connection:
         """``cycle``'s response is sent whole (the reader may have found the
         next request meanwhile, and waits for this to go on)."""
         cycle.settled = True
-        conn = self.h11
-        if conn.our_state is h11.MUST_CLOSE:  # Connection: close, HTTP/1.0...
+        if cycle.must_close:  # Connection: close, HTTP/1.0...
             with contextlib.suppress(*_GONE):
                 await self._stream.send_eof()
-            if conn.their_state is not h11.SEND_BODY or conn.client_is_waiting_for_100_continue:
+            if cycle.request_done or cycle.expect_continue or self._parser.finished:
                 self._end()  # nothing more comes from the client
                 return
             self._lingering = True  # the reader drops the rest of the body, then closes
@@ -631,11 +748,12 @@ class Connection:
             self._stream.socket.close()
 
     async def _send_408(self) -> None:
-        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return
-        headers = [(b"content-length", b"0"), _CLOSE, *self.response_headers()]
-        data = self.h11.send(h11.Response(status_code=408, headers=headers, reason=_REASONS[408]))
-        data = (data or b"") + (self.h11.send(h11.EndOfMessage()) or b"")
+        data = (
+            _STATUS_LINES[408]
+            + b"content-length: 0\r\nconnection: close\r\n"
+            + self.response_headers.lines()
+            + b"\r\n"
+        )
         with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
             with contextlib.suppress(*_GONE):
                 await self._stream.send_all(data)
