@@ -121,7 +121,7 @@ if TYPE_CHECKING:
     from agentik.server import serve_agentik as serve_agentik
 
 # MCP pulls in the mcp SDK (over a second of imports) and the server Starlette
-# and h11: load them on first use, so an embedded agent imports neither.
+# and httptools: load them on first use, so an embedded agent imports neither.
 _LAZY = {
     "HttpServer": "agentik.mcp",
     "McpConfigError": "agentik.mcp",

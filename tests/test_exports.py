@@ -73,10 +73,10 @@ def test_server_names_are_public(name: str) -> None:
 
 
 def test_importing_agentik_loads_neither_the_server_nor_the_mcp_sdk() -> None:
-    """An embedded agent pays for Starlette, hypercorn and the MCP SDK only on use."""
+    """An embedded agent pays for Starlette, the HTTP parser and the MCP SDK only on use."""
     code = (
         "import sys, agentik; "
-        "heavy = [m for m in ('starlette', 'hypercorn', 'mcp', 'agentik.server') "
+        "heavy = [m for m in ('starlette', 'httptools', 'hypercorn', 'mcp', 'agentik.server') "
         "if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
