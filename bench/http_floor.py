@@ -12,7 +12,7 @@ out the kernel, and run about 50 times slower).
   hypercorn's stock trio worker (``hypercorn.trio.serve``): the yardstick
   agentik's server was measured against.
 - ``raw-agentik``: the same app on agentik's own HTTP/1.1 server
-  (``agentik.server._http11``: trio + h11, one reader and one watcher task per
+  (``agentik.server._http11``: trio + llhttp, one reader and one watcher task per
   connection, a task per request, one write per fixed-length response), as
   ``agentik serve`` runs every app below.
 - ``starlette``: the same answer from a one-route Starlette app (on hypercorn).

@@ -732,6 +732,7 @@ async def open_chat_agent(
                 agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
                 agent._tracks_gc = relax_gc
                 try:
+                    await runtime.warm()
                     yield agent
                 finally:
                     agent._close()

@@ -10,6 +10,7 @@ invalidating them on every write made through the agent's storage).
 from __future__ import annotations
 
 import collections
+import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from agentik.agent._spans import Tracing
 
 T = TypeVar("T")
+
+log = logging.getLogger("agentik.agent")
 
 
 @runtime_checkable
@@ -356,6 +359,17 @@ class AgentRuntime:
             return skills, []
         reflections = self._cache.reflections.value
         return None if reflections is None else (skills, reflections)
+
+    async def warm(self) -> None:
+        """Read the skills catalog and recent reflections now, as the agent
+        opens, so that first turns find them cached: otherwise every first
+        turn of a burst waits on the one read (single flight) and is woken
+        after it, twice. A failed read is left for the first turn to retry."""
+        try:
+            await self.skills()
+            await self.reflections()
+        except Exception as exc:  # the first model call reads again
+            log.warning("could not read the skills catalog or reflections at start: %s", exc)
 
     async def skills(self) -> list[SkillSummary]:
         """The skills catalog, read once and cached until a write."""

@@ -247,10 +247,49 @@ async def test_catalog_is_read_once_for_many_first_turns() -> None:
     async with open_chat_agent(
         model=ScriptedModel(lambda r: ModelResponse(text="ok")), storage=storage
     ) as agent:
+        assert reads == {"catalog": 1, "recent": 1}  # read as the agent opened
         async with trio.open_nursery() as nursery:
             for i in range(1000):
                 nursery.start_soon(agent.send, f"c{i}", "hi")
         assert reads == {"catalog": 1, "recent": 1}
         await agent.storage.skill_store.upsert(Skill("s", "d", "b"))
-        await agent.send("c0", "again")
+        async with trio.open_nursery() as nursery:  # a burst after the write: one read
+            for i in range(1000):
+                nursery.start_soon(agent.send, f"c{i}", "again")
         assert reads == {"catalog": 2, "recent": 1}
+
+
+async def test_a_catalog_that_fails_at_start_is_read_by_the_first_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The read as the agent opens is an optimisation: when it fails the agent
+    still opens (with a warning), and the first turn reads again."""
+    import attrs
+
+    from agentik import StorageBundle
+
+    base = in_memory_storage()
+    failures = [RuntimeError("the disk is asleep")]
+
+    class FailingOnce:
+        def __getattr__(self, name: str) -> object:
+            return getattr(base.skill_store, name)
+
+        async def catalog(self) -> list[object]:
+            if failures:
+                raise failures.pop()
+            return await base.skill_store.catalog()  # type: ignore[return-value]
+
+    await base.skill_store.upsert(Skill("greet", "how to greet", "say hello"))
+    storage = attrs.evolve(base, skill_store=FailingOnce())
+    assert isinstance(storage, StorageBundle)
+    seen: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return ModelResponse(text="ok")
+
+    async with open_chat_agent(model=ScriptedModel(respond), storage=storage) as agent:
+        assert "the disk is asleep" in caplog.text
+        await agent.send("c", "hi")
+    assert "greet" in seen[0].messages[0].content

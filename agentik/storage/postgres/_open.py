@@ -48,7 +48,7 @@ async def open_postgres_storage(
     schema: str = DEFAULT_SCHEMA,
     readers: int = 4,
     max_batch: int = 1000,
-    queue_size: int = 1000,
+    queue_size: int = 4000,
     connect_timeout: float = 10.0,
     clock: Clock = utc_now,
     lease_seconds: float | None = None,
@@ -63,7 +63,9 @@ async def open_postgres_storage(
             different schemas.
         readers: read connections, i.e. reads that can run at once.
         max_batch: the most requests one transaction commits.
-        queue_size: requests the writer's queue holds before callers wait.
+        queue_size: requests the writer's queue holds before callers wait
+            (4,000: a burst of turns, two messages each before they wait for
+            their commit, fits without callers waiting for room).
         connect_timeout: seconds to wait for the server when connecting (and
             reconnecting after a lost connection).
         clock: where timestamps come from (aware UTC); read once per batch, in

@@ -84,7 +84,7 @@ async def open_sqlite_storage(
     synchronous: Synchronous = "FULL",
     readers: int = 4,
     max_batch: int = 1000,
-    queue_size: int = 1000,
+    queue_size: int = 4000,
     busy_timeout: float = 5.0,
     clock: Clock = utc_now,
     vfs: str | None = None,
@@ -98,7 +98,9 @@ async def open_sqlite_storage(
             commits on power loss (never on a process crash).
         readers: read-only connections, i.e. reads that can run at once.
         max_batch: the most requests one transaction commits.
-        queue_size: requests the writer's queue holds before callers wait.
+        queue_size: requests the writer's queue holds before callers wait
+            (4,000: a burst of turns, two messages each before they wait for
+            their commit, fits without callers waiting for room).
         busy_timeout: seconds a connection waits for a lock another process
             holds. If the writer cannot begin or commit a transaction, that
             batch fails and the writer goes on (see ``docs/storage.md``).
