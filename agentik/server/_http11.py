@@ -344,10 +344,8 @@ class Cycle:
                 self._head = b""
             connection = self._connection
             if data:
-                await connection.write(data)
+                await connection.write(data, None if more else self)
             if not more:
-                receiver, self._receiver = self._receiver, None
-                _wake(receiver)
                 await connection.response_done(self)
         elif kind == "http.response.start":
             if self.started:
@@ -663,8 +661,12 @@ class Connection:
         cycle.expect_continue = False
         await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers.lines() + b"\r\n")
 
-    async def write(self, data: bytes) -> None:
-        """Write to the client; a client that is gone ends the connection."""
+    async def write(self, data: bytes, last: Cycle | None = None) -> None:
+        """Write to the client; a client that is gone ends the connection.
+        ``last``: the cycle whose response ``data`` ends, settled as soon as
+        it is written, before the checkpoint, so that the next request,
+        which a client sends the moment it has the answer, finds the
+        connection ready instead of waiting for this task's next step."""
         lock = self._lock
         try:
             lock.acquire_nowait()
@@ -672,7 +674,7 @@ class Connection:
             await lock.acquire()
         written = False
         try:
-            await self._send_all(data)
+            await self._send_all(data, last)
             written = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -681,7 +683,7 @@ class Connection:
             if not written:  # gone, or cancelled part-way: the framing is lost
                 self._end()
 
-    async def _send_all(self, data: bytes) -> None:
+    async def _send_all(self, data: bytes, last: Cycle | None) -> None:
         """``trio.SocketStream.send_all``, with the same checkpoints and errors:
         the socket's buffer takes a response whole, so the first try is direct,
         and only the rest of a large one goes through trio's waiting."""
@@ -694,14 +696,32 @@ class Connection:
             await trio.lowlevel.cancel_shielded_checkpoint()
             raise _stream_error(error) from error
         if sent == len(data):
+            if last is not None:
+                self._settle(last)
             await trio.lowlevel.cancel_shielded_checkpoint()
         else:
             await self._stream.send_all(memoryview(data)[sent:])
+            if last is not None:
+                self._settle(last)
+
+    def _settle(self, cycle: Cycle) -> None:
+        """``cycle``'s response is written whole: wake what waits for that,
+        and, if the connection stays open, be ready for the next request."""
+        cycle.settled = True
+        receiver, cycle._receiver = cycle._receiver, None
+        _wake(receiver)
+        if not cycle.must_close:
+            self._next_cycle()  # unless the rest of the request body is still coming
+            resume, self._resume = self._resume, None
+            _wake(resume)
+            room, cycle.room = cycle.room, None
+            _wake(room)  # a body the app did not read is dropped from now on
 
     async def response_done(self, cycle: Cycle) -> None:
         """``cycle``'s response is sent whole (the reader may have found the
         next request meanwhile, and waits for this to go on)."""
-        cycle.settled = True
+        if not cycle.settled:
+            self._settle(cycle)
         if cycle.must_close:  # Connection: close, HTTP/1.0...
             with contextlib.suppress(*_GONE):
                 await self._stream.send_eof()
@@ -710,12 +730,10 @@ class Connection:
                 return
             self._lingering = True  # the reader drops the rest of the body, then closes
             self._reading.deadline = trio.current_time() + LINGER
-        else:
-            self._next_cycle()  # unless the rest of the request body is still coming
-        resume, self._resume = self._resume, None
-        _wake(resume)
-        room, cycle.room = cycle.room, None
-        _wake(room)  # a body the app did not read is dropped from now on
+            resume, self._resume = self._resume, None
+            _wake(resume)
+            room, cycle.room = cycle.room, None
+            _wake(room)
 
     # -- the end ------------------------------------------------------------------------
 

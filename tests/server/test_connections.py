@@ -208,9 +208,9 @@ async def test_a_fixed_length_response_is_one_write(
     writes: list[bytes] = []
     send_all = Connection._send_all  # every write to the client goes through it
 
-    async def counted(self: Connection, data: bytes) -> None:
+    async def counted(self: Connection, data: bytes, last: Any) -> None:
         writes.append(bytes(data))
-        await send_all(self, data)
+        await send_all(self, data, last)
 
     client = await connect(server)
     monkeypatch.setattr(Connection, "_send_all", counted)
