@@ -288,6 +288,19 @@ def test_a_long_body_before_a_partial_head_is_not_counted_as_head() -> None:
         (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
         (b"GET /\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        # both framings: which one ends the request is how requests are smuggled;
+        # h11 takes Transfer-Encoding, llhttp (stricter, as RFC 9112 §6.3 allows) refuses
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Length: 3\r\n\r\n",
+            400,
+        ),
+        (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc", 400),
     ],
 )
 def test_refusals(data: bytes, status: int) -> None:
