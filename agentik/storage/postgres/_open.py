@@ -47,7 +47,7 @@ async def open_postgres_storage(
     *,
     schema: str = DEFAULT_SCHEMA,
     readers: int = 4,
-    max_batch: int = 1000,
+    max_batch: int = 2000,
     queue_size: int = 4000,
     connect_timeout: float = 10.0,
     clock: Clock = utc_now,
@@ -62,7 +62,8 @@ async def open_postgres_storage(
             missing; several bundles (or tests) can share one database in
             different schemas.
         readers: read connections, i.e. reads that can run at once.
-        max_batch: the most requests one transaction commits.
+        max_batch: the most requests one transaction commits (2,000: a
+            burst of 1,000 turns' first two messages commit together).
         queue_size: requests the writer's queue holds before callers wait
             (4,000: a burst of turns, two messages each before they wait for
             their commit, fits without callers waiting for room).
