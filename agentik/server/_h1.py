@@ -68,6 +68,12 @@ class RequestHead:
         return f"RequestHead({self.method!r}, {self.target!r}, {self.http_version!r})"
 
 
+def has_token(value: bytes, token: bytes) -> bool:
+    """Whether a comma-separated header value (``Connection``) lists ``token``
+    (lowercase), in any case and spacing."""
+    return any(part.strip() == token for part in value.lower().split(b","))
+
+
 _LINE_OVERHEAD = 4
 """``": "`` and ``"\\r\\n"`` around each header, counted into a head's size."""
 _REQUEST_LINE_OVERHEAD = 16
@@ -190,9 +196,7 @@ class RequestParser:
         if name == b"host":
             self._hosts += 1
         elif name == b"connection":
-            for token in value.lower().split(b","):
-                if token.strip() == b"close":
-                    self._close_token = True
+            self._close_token = self._close_token or has_token(value, b"close")
         elif name == b"expect":
             self._expect = value.lower() == b"100-continue"
 
@@ -225,8 +229,7 @@ class RequestParser:
                 ),
             )
         )
-        if not keep_alive:
-            self._last = True
+        self._last = not keep_alive
 
     def on_body(self, body: bytes) -> None:
         if self.in_body and not self.finished:

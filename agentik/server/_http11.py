@@ -53,7 +53,7 @@ from urllib.parse import unquote
 import attrs
 import trio
 
-from agentik.server._h1 import BODY, END, HEAD, RequestHead, RequestParser
+from agentik.server._h1 import BODY, END, HEAD, RequestHead, RequestParser, has_token
 from agentik.server._timer import ConnectionLimits, ConnectionTimer
 from agentik.storage._pending import Pending
 
@@ -121,10 +121,6 @@ def _header_line(name: bytes, value: bytes) -> bytes:
     return name + b": " + value + b"\r\n"
 
 
-def _has_close(value: bytes) -> bool:
-    return any(token.strip() == b"close" for token in value.lower().split(b","))
-
-
 @attrs.frozen(kw_only=True)
 class HttpSettings:
     """How connections are served (``serve``; ``[limits]`` in agentik.toml)."""
@@ -139,34 +135,24 @@ class HttpSettings:
 
 @final
 class ResponseHeaders:
-    """The ``Date`` and ``Server`` headers of every response, built once a
-    second (``Date`` has a resolution of one second, so the bytes are the same)."""
+    """The ``Date`` and ``Server`` header lines of every response, as they go
+    on the wire, built once a second (``Date`` has a resolution of one
+    second, so the bytes are the same)."""
 
-    __slots__ = ("_headers", "_lines", "_second", "_server")
+    __slots__ = ("_lines", "_second", "_server")
 
     def __init__(self, server: bytes = b"agentik") -> None:
         self._server = server
         self._second = -1
-        self._headers: tuple[tuple[bytes, bytes], ...] = ()
         self._lines = b""
 
-    def __call__(self) -> tuple[tuple[bytes, bytes], ...]:
-        if int(time.time()) != self._second:
-            self._build()
-        return self._headers
-
-    def lines(self) -> bytes:
-        """The same headers as they go on the wire, each with its CRLF."""
-        if int(time.time()) != self._second:
-            self._build()
-        return self._lines
-
-    def _build(self) -> None:
+    def __call__(self) -> bytes:
         second = int(time.time())
-        date = formatdate(second, usegmt=True).encode()
-        self._headers = ((b"date", date), (b"server", self._server))
-        self._lines = b"".join(name + b": " + value + b"\r\n" for name, value in self._headers)
-        self._second = second
+        if second != self._second:
+            date = formatdate(second, usegmt=True).encode()
+            self._lines = b"date: " + date + b"\r\nserver: " + self._server + b"\r\n"
+            self._second = second
+        return self._lines
 
 
 def _wake(pending: Pending[None] | None) -> None:
@@ -263,6 +249,12 @@ class Cycle:
         self._more = False
         self.expect_continue = False
         self.request_done = True
+        receiver, self._receiver = self._receiver, None
+        _wake(receiver)
+
+    def answered(self) -> None:
+        """The whole response is written: ``receive`` says so from now on."""
+        self.settled = True
         receiver, self._receiver = self._receiver, None
         _wake(receiver)
 
@@ -375,7 +367,7 @@ class Cycle:
             elif lower == b"transfer-encoding":
                 continue  # this side frames the body: chunked when no length is given
             elif lower == b"connection":
-                close = close or _has_close(value)
+                close = close or has_token(value, b"close")
             parts.append(_header_line(name, value))
         if self._is_head or status in (204, 304) or status < 200:  # type: ignore[operator]
             self._mode = _NO_BODY
@@ -392,7 +384,7 @@ class Cycle:
             self.must_close = True
         elif self.must_close:
             parts.append(b"connection: close\r\n")
-        parts.append(self._connection.response_headers.lines())
+        parts.append(self._connection.response_headers())
         parts.append(b"\r\n")
         return b"".join(parts)
 
@@ -659,7 +651,7 @@ class Connection:
 
     async def send_continue(self, cycle: Cycle) -> None:
         cycle.expect_continue = False
-        await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers.lines() + b"\r\n")
+        await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers() + b"\r\n")
 
     async def write(self, data: bytes, last: Cycle | None = None) -> None:
         """Write to the client; a client that is gone ends the connection.
@@ -707,15 +699,18 @@ class Connection:
     def _settle(self, cycle: Cycle) -> None:
         """``cycle``'s response is written whole: wake what waits for that,
         and, if the connection stays open, be ready for the next request."""
-        cycle.settled = True
-        receiver, cycle._receiver = cycle._receiver, None
-        _wake(receiver)
+        cycle.answered()
         if not cycle.must_close:
             self._next_cycle()  # unless the rest of the request body is still coming
-            resume, self._resume = self._resume, None
-            _wake(resume)
-            room, cycle.room = cycle.room, None
-            _wake(room)  # a body the app did not read is dropped from now on
+            self._wake_reader(cycle)
+
+    def _wake_reader(self, cycle: Cycle) -> None:
+        """The reader may go on: past a pipelined request it held back, or past
+        a body the app did not read (dropped from now on)."""
+        resume, self._resume = self._resume, None
+        _wake(resume)
+        room, cycle.room = cycle.room, None
+        _wake(room)
 
     async def response_done(self, cycle: Cycle) -> None:
         """``cycle``'s response is sent whole (the reader may have found the
@@ -730,10 +725,7 @@ class Connection:
                 return
             self._lingering = True  # the reader drops the rest of the body, then closes
             self._reading.deadline = trio.current_time() + LINGER
-            resume, self._resume = self._resume, None
-            _wake(resume)
-            room, cycle.room = cycle.room, None
-            _wake(room)
+            self._wake_reader(cycle)
 
     # -- the end ------------------------------------------------------------------------
 
@@ -769,7 +761,7 @@ class Connection:
         data = (
             _STATUS_LINES[408]
             + b"content-length: 0\r\nconnection: close\r\n"
-            + self.response_headers.lines()
+            + self.response_headers()
             + b"\r\n"
         )
         with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
