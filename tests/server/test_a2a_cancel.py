@@ -234,11 +234,12 @@ async def test_cancel_task_cancels_that_task_not_the_one_running(tmp_path: Path)
         canceled = await client.cancel_task(CancelTaskRequest(id=queued_id))
         assert canceled.status.state == TaskState.TASK_STATE_CANCELED
         release.set()
+        # SUBMITTED until its user message is committed (the model is asked
+        # while it is written), then WORKING, then how it ended.
+        running = {TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING}
+        get = GetTaskRequest(id=running_id)
         with trio.fail_after(GUARD_SECONDS):
-            while True:
-                task = await client.get_task(GetTaskRequest(id=running_id))
-                if task.status.state != TaskState.TASK_STATE_WORKING:
-                    break
+            while (task := await client.get_task(get)).status.state in running:  # noqa: ASYNC110
                 await trio.sleep(POLL_SECONDS)
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
         assert task.artifacts[0].parts[0].text == "You said: hold"
