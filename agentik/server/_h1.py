@@ -5,18 +5,33 @@ parses; this module turns its callbacks into a queue of events and adds the
 checks h11 made that llhttp leaves to its caller: ``Host`` on HTTP/1.1, a
 bound on the request head, HTTP versions other than 1.0 and 1.1, trailing
 whitespace in header values, and the end of a connection that asked to
-close. It replaced h11 here because h11, pure Python, cost 35–45 µs of the
-server's CPU a request where llhttp costs about 1 (docs/server.md); h11 stays
-as the oracle the tests hold it to (tests/server/test_h1.py).
+close; and the bounds llhttp has none of: on the number of header fields,
+and on the framing of a chunked body (chunk-size lines, chunk extensions and
+trailers, which httptools buffers without limit: a trailer streamed for
+minutes was once held whole). It replaced h11 here because h11, pure
+Python, cost 35–45 µs of the server's CPU a request where llhttp costs about
+1 (docs/server.md); h11 stays as the oracle the tests hold it to
+(tests/server/test_h1.py).
 
 Events, in order, in ``RequestParser.events``:
 
 - ``(HEAD, RequestHead)``: a request head is complete;
-- ``(BODY, bytes)``: a piece of its body;
+- ``(BODY, bytes)``: a piece of its body, at most one per request per
+  ``feed`` (a read of many small chunks is one piece, not thousands);
 - ``(END, None)``: its body is complete (trailers are dropped);
 - ``(ERROR, status)``: the bytes cannot be parsed; nothing follows. The status
-  is what to answer: 400, 431 (a head past ``max_head_bytes``) or 505 (an
-  HTTP version other than 1.0 and 1.1).
+  is what to answer: 400, 431 (a head past ``max_head_bytes`` or
+  ``MAX_HEADERS`` fields, or a chunked body's framing past its bound) or 505
+  (an HTTP version other than 1.0 and 1.1); ``error`` says why.
+
+Bounds: whatever the bytes, the parser holds at most ``max_head_bytes`` plus
+one ``feed`` of a request head or of a chunked body's framing (llhttp and
+httptools hold the partial line; this module counts what was fed for it),
+and the events of one ``feed``. A chunked body's framing may take
+``max_head_bytes`` plus ``CHUNK_FRAMING`` bytes per chunk in all (RFC 9112
+§7.1.1 asks servers to bound chunk extensions; trailer fields count like
+header fields), which bounds every byte of it by the body's own size: the
+body is the app's to bound (413).
 
 After a request that does not keep the connection alive (``Connection:
 close``, HTTP/1.0, an ``Upgrade`` this server does not do), the rest of what
@@ -36,6 +51,15 @@ END: Final = 2
 ERROR: Final = 3
 
 Event = tuple[int, object]
+
+MAX_HEADERS: Final = 100
+"""Header fields in a request head; past it, 431 (Apache's ``LimitRequestFields``).
+Each field costs about a hundred bytes of objects, many times its bytes on
+the wire, so the byte bound alone would let a head of tiny fields hold
+twenty times ``max_head_bytes``."""
+CHUNK_FRAMING: Final = 32
+"""Framing bytes a chunk is allowed beyond ``max_head_bytes``: its size line
+(16 hex digits at most, as llhttp reads them) and line ends."""
 
 
 @final
@@ -85,17 +109,22 @@ class RequestParser:
     """Feed it the bytes a client sends; take the events from ``events``."""
 
     __slots__ = (
+        "_body_fed",
+        "_chunks",
         "_close_token",
         "_ends",
         "_expect",
         "_fed",
+        "_framing",
         "_headers",
         "_hosts",
         "_last",
         "_max_head_bytes",
         "_parser",
+        "_pieces",
         "_size",
         "_target",
+        "error",
         "events",
         "finished",
         "in_body",
@@ -124,28 +153,58 @@ class RequestParser:
         """The request being parsed is the connection's last."""
         self._ends = 0
         """Requests parsed whole."""
+        self._pieces: list[bytes] = []
+        """Body pieces of this ``feed``, made one ``BODY`` event at its end."""
+        self._body_fed = 0
+        """Body bytes of the current request so far."""
+        self._chunks = 0
+        """Chunks of the current request's body so far."""
+        self._framing = 0
+        """Bytes of the current request's chunked framing so far (counted by
+        the ``feed``: those of a read that also ends its head are not)."""
+        self.error = ""
+        """Why the bytes were refused (with the ``ERROR`` event)."""
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         """Parse ``data``, the next bytes from the client, into ``events``."""
         if self.finished:
             return
         began_before = self.in_head
+        in_body = self.in_body
+        body_before = self._body_fed
         ends = self._ends
-        events = self.events
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             # Upgrade or CONNECT: served as a plain request, then the end.
             if self.in_body:
                 self.in_body = False
-                events.append((END, None))
+                self._flush()
+                self.events.append((END, None))
             self.finished = True
             return
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as error:
             if not self.finished:  # past the last request, llhttp refuses any more bytes
-                self._fail(400)
+                self._fail(400, str(error) or "malformed request")
             return
-        if self.finished or not self.in_head:
+        if self._pieces:
+            self._flush()
+        if self.finished:
+            return
+        if self.in_body:
+            if in_body and self._ends == ends:
+                # The whole read was this request's body: what is not body
+                # is framing (only a chunked body has any).
+                self._framing += len(data) - (self._body_fed - body_before)
+                bound = self._max_head_bytes + CHUNK_FRAMING * self._chunks
+                if self._framing > bound:
+                    self._fail(
+                        431,
+                        "a chunked body's framing (size lines, extensions, trailers)"
+                        f" exceeds {bound} bytes",
+                    )
+            return
+        if not self.in_head:
             return
         # A head is still incomplete: llhttp holds its partial line. Count
         # what was fed for it, so that a head without end is refused.
@@ -157,12 +216,21 @@ class RequestParser:
             # next read).
             self._fed = self._size if self._ends != ends else len(data)
         if self._fed > self._max_head_bytes:
-            self._fail(431)
+            self._fail(431, f"the request head exceeds {self._max_head_bytes} bytes")
 
-    def _fail(self, status: int) -> None:
+    def _fail(self, status: int, error: str) -> None:
         self.finished = True
         self.in_head = self.in_body = False
+        self._flush()
+        self.error = error
         self.events.append((ERROR, status))
+
+    def _flush(self) -> None:
+        """The body pieces so far as one ``BODY`` event."""
+        pieces = self._pieces
+        if pieces:
+            self.events.append((BODY, pieces[0] if len(pieces) == 1 else b"".join(pieces)))
+            self._pieces = []
 
     # -- llhttp's callbacks -------------------------------------------------------------
 
@@ -176,6 +244,7 @@ class RequestParser:
         self._headers = []
         self._hosts = 0
         self._expect = self._close_token = False
+        self._body_fed = self._chunks = self._framing = 0
 
     def on_url(self, url: bytes) -> None:
         # llhttp passes a target split across reads in pieces, one call each
@@ -187,7 +256,10 @@ class RequestParser:
             return  # a trailer, or past an error
         self._size += len(name) + len(value) + _LINE_OVERHEAD
         if self._size > self._max_head_bytes:
-            self._fail(431)
+            self._fail(431, f"the request head exceeds {self._max_head_bytes} bytes")
+            return
+        if len(self._headers) >= MAX_HEADERS:
+            self._fail(431, f"the request head has more than {MAX_HEADERS} fields")
             return
         name = name.lower()
         if value[-1:] in (b" ", b"\t"):
@@ -208,10 +280,13 @@ class RequestParser:
         version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
             # llhttp reads a request line without a version as HTTP/0.9: malformed here
-            self._fail(400 if version == "0.9" else 505)
+            if version == "0.9":
+                self._fail(400, "the request line has no HTTP version")
+            else:
+                self._fail(505, "the HTTP version is not 1.0 or 1.1")
             return
         if version == "1.1" and self._hosts != 1:
-            self._fail(400)  # RFC 9112 §3.2: exactly one Host on HTTP/1.1
+            self._fail(400, "an HTTP/1.1 request needs exactly one Host")  # RFC 9112 §3.2
             return
         upgrade = parser.should_upgrade()
         keep_alive = version == "1.1" and not self._close_token and not upgrade
@@ -233,13 +308,19 @@ class RequestParser:
 
     def on_body(self, body: bytes) -> None:
         if self.in_body and not self.finished:
-            self.events.append((BODY, body))
+            self._pieces.append(body)
+            self._body_fed += len(body)
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
 
     def on_message_complete(self) -> None:
         if not self.in_body or self.finished:
             return
         self.in_body = False
         self._ends += 1
+        if self._pieces:
+            self._flush()
         self.events.append((END, None))
         if self._last:
             self.finished = True  # the connection ends with this request's response

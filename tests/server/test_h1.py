@@ -23,7 +23,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._h1 import BODY, END, ERROR, HEAD, RequestHead, RequestParser
+from agentik.server._h1 import (
+    BODY,
+    CHUNK_FRAMING,
+    END,
+    ERROR,
+    HEAD,
+    MAX_HEADERS,
+    RequestHead,
+    RequestParser,
+)
 
 TOKEN_CHARS = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VALUE_CHARS = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
@@ -263,9 +272,20 @@ def test_a_head_past_the_limit_gets_431(size: int, reads: list[int], complete: b
 
 
 def test_many_small_headers_past_the_limit_get_431() -> None:
-    data = b"GET / HTTP/1.1\r\nHost: t\r\n" + b"a: b\r\n" * 300 + b"\r\n"
+    data = b"GET / HTTP/1.1\r\nHost: t\r\n" + b"a: 0123456789\r\n" * 90 + b"\r\n"
     assert read_ours([data], max_head_bytes=LIMIT) == [("error", 431)]
     assert read_ours([data], max_head_bytes=4 * LIMIT)[0][0] == "GET"
+
+
+@given(reads=st.lists(st.integers(1, 2000), max_size=5))
+def test_more_than_max_headers_fields_get_431(reads: list[int]) -> None:
+    """Far under the byte bound, but each field costs objects many times its
+    bytes: field 101 is refused (``Host`` counts)."""
+    fields = b"a:b\r\n" * (MAX_HEADERS - 1)
+    ok = b"GET / HTTP/1.1\r\nHost: t\r\n" + fields + b"\r\n"
+    assert read_ours(split(ok, reads))[0][0] == "GET"
+    too_many = b"GET / HTTP/1.1\r\nHost: t\r\n" + fields + b"a:b\r\n\r\n"
+    assert read_ours(split(too_many, reads)) == [("error", 431)]
 
 
 def test_a_long_body_before_a_partial_head_is_not_counted_as_head() -> None:
@@ -330,3 +350,71 @@ def test_trailers_are_dropped() -> None:
     [request] = read_ours([data])
     assert request[6] == b"abc"
     assert (b"x-trailer", b"1") not in request[3]
+
+
+CHUNKED_HEAD = b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+FLOODS = {
+    # where the flood starts, the unit repeated, how a short flood ends well
+    "trailer-value": (b"3\r\nabc\r\n0\r\nX-Flood: ", b"a", b"\r\n\r\n"),
+    "trailer-fields": (b"3\r\nabc\r\n0\r\n", b"a: b\r\n", b"\r\n"),
+    "trailer-name": (b"0\r\n", b"a", b": b\r\n\r\n"),
+    "chunk-extension": (b"3;x=", b"a", b"\r\nabc\r\n0\r\n\r\n"),
+    "size-zeros": (b"", b"0", b"3\r\nabc\r\n0\r\n\r\n"),
+    "extension-count": (b"3", b";a=b", b"\r\nabc\r\n0\r\n\r\n"),
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    flood=st.sampled_from(sorted(FLOODS)),
+    size=st.integers(0, 6 * LIMIT),
+    reads=st.lists(st.integers(1, 3 * LIMIT), max_size=6),
+)
+def test_a_chunked_bodys_framing_is_bounded(flood: str, size: int, reads: list[int]) -> None:
+    """Trailers, chunk extensions, zeros before a chunk size: none is body,
+    and llhttp (httptools, for trailers) holds or skips them without limit.
+    A short run of them is read, never at odds with h11 (which refuses a
+    chunk size of more than 20 digits); a long one is refused with 431 (as
+    h11 refuses an incomplete event past its bound) by the time the framing
+    fed is past ``max_head_bytes`` plus what one read can carry."""
+    start, unit, end = FLOODS[flood]
+    framing = start + unit * max(1, size // len(unit))
+    pieces = split(CHUNKED_HEAD + framing, reads)
+    parser = RequestParser(LIMIT)
+    fed = refused_at = 0
+    for piece in pieces:
+        parser.feed(piece)
+        fed += len(piece)
+        if (ERROR, 431) in parser.events:
+            refused_at = fed
+            break
+    largest = max(map(len, pieces))
+    if len(framing) > LIMIT + CHUNK_FRAMING + 2 * largest:
+        assert refused_at, "a long run of framing was not refused"
+    if refused_at:
+        assert refused_at - len(CHUNKED_HEAD) <= LIMIT + CHUNK_FRAMING + 2 * largest
+    if len(framing) + len(end) <= LIMIT - 64:  # far under the bound: an ordinary request
+        whole = split(CHUNKED_HEAD + framing + end, reads)
+        ours = read_ours(whole, max_head_bytes=LIMIT)
+        assert_no_disagreement(ours, read_h11(whole))
+        assert ours[0][0] == "POST"
+        assert ours[0][6] == (b"" if flood == "trailer-name" else b"abc")
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunks=st.integers(1, 5000), reads=st.lists(st.integers(1, 70000), max_size=4))
+def test_many_small_chunks_are_one_piece_per_read(chunks: int, reads: list[int]) -> None:
+    """A body in 1-byte chunks is read whole (its framing, 5 bytes a chunk, is
+    within bounds), and each read gives at most one piece of it: thousands of
+    tiny events would hold many times the bytes they carry."""
+    data = CHUNKED_HEAD + b"1\r\nx\r\n" * chunks + b"0\r\n\r\n"
+    parser = RequestParser(LIMIT)
+    body = b""
+    for piece in split(data, reads):
+        parser.feed(piece)
+        kinds = [kind for kind, _ in parser.events]
+        assert kinds.count(BODY) <= 1, kinds
+        assert ERROR not in kinds
+        body += b"".join(value for kind, value in parser.events if kind == BODY)  # type: ignore[misc]
+        parser.events.clear()
+    assert body == b"x" * chunks
