@@ -10,10 +10,12 @@ owner's conversation. Responses carry only the id the client sent. Listings
 keep only the caller's ids; a conversation of another owner answers exactly
 as a missing one would.
 
-``Authenticator`` maps an ``Authorization`` header to a caller. It keeps
-SHA-256 digests of the expected header values, not the tokens, and compares
-against every one of them with ``hmac.compare_digest``, so neither the
-comparison nor which entry matched shows in the timing.
+``Authenticator`` maps an ``Authorization`` header to a caller. The header is
+``Bearer``, in any case (RFC 9110 §11.1: the scheme is case-insensitive),
+one or more spaces, and the token (§11.4: ``auth-scheme 1*SP token68``).
+It keeps SHA-256 digests of the tokens, not the tokens, and compares the
+presented token's against every one of them with ``hmac.compare_digest``, so
+neither the comparison nor which entry matched shows in the timing.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Authenticator:
             entries.append((config.auth_token, DEFAULT_CALLER))
         return cls(
             required=config.requires_auth,
-            digests=tuple((_digest(f"Bearer {t}".encode()), c) for t, c in entries),
+            digests=tuple((_digest(t.encode()), c) for t, c in entries),
         )
 
     def caller(self, authorization: bytes | None) -> Caller | None:
@@ -99,7 +101,10 @@ class Authenticator:
             return DEFAULT_CALLER
         if authorization is None:
             return None
-        presented = _digest(authorization)
+        scheme, _, token = authorization.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return None  # the scheme is no secret: no need to hide this in the timing
+        presented = _digest(token.lstrip(b" "))
         found = None
         for digest, caller in self.digests:  # no early exit: every entry costs the same
             if hmac.compare_digest(presented, digest):

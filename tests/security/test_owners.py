@@ -182,7 +182,10 @@ class TestTokens:
             {"Authorization": f"Bearer {ALICE}x"},
             {"Authorization": f"Bearer {ALICE[:-1]}"},
             {"Authorization": f"Bearer {ALICE.upper()}"},
-            {"Authorization": f"Bearer  {ALICE}"},
+            {"Authorization": f"Bearer\t{ALICE}"},
+            {"Authorization": f"Bearer{ALICE}"},
+            {"Authorization": f"Bearer {ALICE} x"},
+            {"Authorization": f"Bearers {ALICE}"},
             {"Authorization": f"Basic {ALICE}"},
             {"Authorization": ALICE},
         ]
@@ -198,6 +201,11 @@ class TestTokens:
         for token in (ALICE, BOB, LEGACY):
             async with owners.client(token) as client:
                 assert (await client.get("/agentik/conversations")).status_code == 200
+        # RFC 9110 §11.1: the scheme is case-insensitive; 1*SP before the token.
+        for value in (f"bearer {ALICE}", f"BEARER {ALICE}", f"bEaReR   {ALICE}"):
+            headers = {"Authorization": value}
+            async with httpx.AsyncClient(base_url=owners.url, headers=headers) as client:
+                assert (await client.get("/agentik/conversations")).status_code == 200, value
 
     def test_authenticator_maps_each_token_to_its_owner(self) -> None:
         """The header's token picks the owner; one owner may hold several tokens."""
@@ -212,6 +220,41 @@ class TestTokens:
         assert ALICE not in repr(auth)
         open_auth = Authenticator.from_config(ServerConfig())
         assert open_auth.caller(None) == Caller(None)
+
+
+    @given(
+        scheme=st.tuples(*(st.sampled_from([c, c.upper()]) for c in "bearer")).map("".join),
+        spaces=st.integers(1, 8),
+        who=st.sampled_from([("alice", ALICE), ("bob", BOB), (None, LEGACY)]),
+    )
+    def test_the_scheme_is_read_in_any_case(
+        self, scheme: str, spaces: int, who: tuple[str | None, str]
+    ) -> None:
+        """RFC 9110 §11.1: ``Bearer``, ``bearer``, ``BEARER``...; RFC 9110 §11.4:
+        one or more spaces before the token (``1*SP``)."""
+        owner, token = who
+        auth = Authenticator.from_config(ServerConfig(clients=OWNER_CLIENTS, auth_token=LEGACY))
+        assert auth.caller(f"{scheme}{' ' * spaces}{token}".encode()) == Caller(owner)
+
+    @given(
+        scheme=st.sampled_from(["Bearer", "bearer", "BEARER"]),
+        token=st.sampled_from([ALICE, BOB, LEGACY]),
+        change=st.sampled_from(["tab", "none", "trailing", "scheme", "case", "cut", "more"]),
+    )
+    def test_near_misses_are_refused(self, scheme: str, token: str, change: str) -> None:
+        """Whatever the scheme's case, the token is compared exactly, and only
+        spaces separate it from the scheme."""
+        value = {
+            "tab": f"{scheme}\t{token}",
+            "none": f"{scheme}{token}",
+            "trailing": f"{scheme} {token} extra",
+            "scheme": f"{scheme}x {token}",
+            "case": f"{scheme} {token.upper()}",
+            "cut": f"{scheme} {token[:-1]}",
+            "more": f"{scheme} {token}=",
+        }[change]
+        auth = Authenticator.from_config(ServerConfig(clients=OWNER_CLIENTS, auth_token=LEGACY))
+        assert auth.caller(value.encode()) is None
 
 
 class TestAgui:
