@@ -221,7 +221,6 @@ class TestTokens:
         open_auth = Authenticator.from_config(ServerConfig())
         assert open_auth.caller(None) == Caller(None)
 
-
     @given(
         scheme=st.tuples(*(st.sampled_from([c, c.upper()]) for c in "bearer")).map("".join),
         spaces=st.integers(1, 8),
