@@ -32,6 +32,7 @@ import agentik
 from agentik._json import JsonObject, JsonValue
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError, Redirect
+from agentik.server._http11 import REFUSED
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._request import undecodable_url
@@ -142,6 +143,8 @@ class Guard:
         finally:
             if leave is not None:
                 leave()
+            if not status:  # the server refused the request's body itself (400, 431, 408)
+                status = scope.get(REFUSED, 0)
             self.ctx.http_requests[f"{status // 100}xx" if status else "aborted"] += 1
             log.info(
                 "request method=%s path=%s status=%s ms=%.1f",

@@ -25,7 +25,17 @@ owns the socket, the tasks and the deadlines:
   Content-Length past the limit) never gets it.
 - Bytes the parser refuses get the status it names (400, 431 for a head past
   ``max_head_bytes``, 505 for an HTTP version other than 1.0 and 1.1) and
-  the connection is closed.
+  the connection is closed. If an app has the request (its body was
+  malformed), it is told ``http.disconnect`` and cancelled first, as for a
+  client that left, and the status is left in its scope (``REFUSED``) for
+  its access log: one line per refused request, never the app's traceback
+  of a body that stopped. A refusal no app saw is logged here, one line.
+- What a connection holds is bounded whatever the client sends: a read
+  (``MAX_RECV``), fed to the parser ``FEED_SLICE`` bytes at a time once the
+  events before are handled (so a read of tiny pipelined requests is not
+  made thousands of request objects at once), the parser's own bounds
+  (``_h1``), and ``BODY_BUFFER`` of body read ahead of the app, each piece
+  counted with its cost as an object (``PIECE_COST``).
 
 Invariants: a connection ends whole. When the client goes away (end of
 stream, reset, a failed write) or a deadline passes, the app still answering
@@ -67,8 +77,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_RECV = 65536
 """Bytes asked of the socket per read."""
+FEED_SLICE = 8192
+"""Bytes of a read the parser is given at once. A request a few bytes long
+becomes some hundred bytes of objects (its head, its header list), so a
+whole read of pipelined requests parsed at once would hold twenty times its
+size; a slice holds a few hundred. Reads under it, the usual, go whole."""
 BODY_BUFFER = 256 * 1024
 """Bytes of a request body read ahead of the app; past it the reader waits."""
+PIECE_COST = 64
+"""What a body piece counts against ``BODY_BUFFER`` beyond its bytes: its
+object's own size, so a client sending a byte per packet cannot make the
+buffer a quarter of a million objects."""
+REFUSED = "agentik.refused"
+"""Scope key: the status the server answered on its own after the app had
+the request (a malformed body, a body too slow); the app was cancelled."""
 LINGER = 2.0
 """Seconds the rest of a refused request body is read and dropped before closing."""
 
@@ -206,7 +228,8 @@ class Cycle:
         """The client waits for ``100 Continue`` before sending the body."""
         self._chunks: list[bytes] = []
         self.buffered = 0
-        """Body bytes received and not yet taken by the app."""
+        """Body received and not yet taken by the app: its bytes, and
+        ``PIECE_COST`` a piece."""
         self._more = True
         """More of the body is to come from the client."""
         self._end_delivered = False
@@ -241,7 +264,7 @@ class Cycle:
         if self.complete or self.disconnected:
             return
         self._chunks.append(data)
-        self.buffered += len(data)
+        self.buffered += len(data) + PIECE_COST
         receiver, self._receiver = self._receiver, None
         _wake(receiver)
 
@@ -416,6 +439,7 @@ class Connection:
         "_stream",
         "_tasks",
         "_timer",
+        "_unfed",
         "response_headers",
     )
 
@@ -454,6 +478,8 @@ class Connection:
         self._lingering = False
         """The response closes the connection; the request body is still coming."""
         self._nursery: trio.Nursery | None = None
+        self._unfed = memoryview(b"")
+        """The rest of a read the parser has not been given yet (``FEED_SLICE``)."""
         self._client: tuple[str, int] | None = None
         self._server: tuple[str, int] | None = None
 
@@ -510,6 +536,11 @@ class Connection:
                 if self._lingering:
                     await self._drain()
                     return
+            unfed = self._unfed
+            if unfed:  # the rest of a large read, a slice at a time
+                self._unfed = unfed[FEED_SLICE:]
+                parser.feed(unfed[:FEED_SLICE])
+                continue
             timer.handled(parser.in_body)
             try:
                 data = await self._receive()
@@ -518,7 +549,10 @@ class Connection:
             if not data:  # end of stream; a half-close counts as leaving
                 return
             timer.arrived(len(data))
-            parser.feed(data)
+            if len(data) <= FEED_SLICE:
+                parser.feed(data)
+            else:
+                self._unfed = memoryview(data)
 
     async def _receive(self) -> bytes:
         """The next bytes from the client (b"" at the end of its stream): what
@@ -620,14 +654,27 @@ class Connection:
             self._timer.restart(self._nursery)
 
     async def _refuse(self, status: int) -> None:
-        """The client sent what cannot be parsed: answer ``status``, if no
-        response has started, and end the connection."""
+        """The client sent what cannot be parsed (or past a bound): answer
+        ``status``, unless a response has started, and end the connection.
+
+        An app serving the request is cancelled before anything is written:
+        woken by the refusal, it would find its body cut short and answer
+        (or fail) on its own, a second response start and a traceback for
+        every malformed body any client sends."""
         cycle = self._cycle
-        if cycle is None or cycle.settled:
-            cycle = Cycle(self, {"method": "GET"})  # a response with no request
-        if not cycle.started:
-            cycle.must_close = True
-            await cycle.send_error(status)
+        if cycle is not None and not cycle.settled:  # an app has the request
+            if not cycle.complete:
+                if not cycle.started:
+                    cycle.scope[REFUSED] = status  # for its access log
+                cycle.disconnect()
+                self._tasks.cancel()  # the app and this reader: the connection ends
+            if cycle.started:
+                status = 0  # half a response: only the close can say it
+        else:
+            log.info("refused status=%d reason=%s", status, self._parser.error)
+        if status:
+            with trio.CancelScope(shield=True):
+                await self._send_refusal(status)
         self._end()
 
     # -- the app ------------------------------------------------------------------------
@@ -748,22 +795,29 @@ class Connection:
         """A deadline passed, or the server shuts down while the connection
         waits for a request (the watcher calls this)."""
         cycle = self._cycle
+        answer = too_slow and (cycle is None or not cycle.started)
         if cycle is not None:
+            if answer:
+                cycle.scope[REFUSED] = 408  # for the app's access log
             cycle.disconnect()
+        elif answer:
+            log.info("refused status=408 reason=the request head came too slowly")
         self._tasks.cancel()  # the reader, the app, and this task...
         with trio.CancelScope(shield=True):  # ...which finishes first
-            if too_slow and (cycle is None or not cycle.started):
-                await self._send_408()
+            if answer:
+                await self._send_refusal(408)
             self._ended = True
             self._stream.socket.close()
 
-    async def _send_408(self) -> None:
+    async def _send_refusal(self, status: int) -> None:
+        """A response of ``status`` with no body, that closes the connection."""
         data = (
-            _STATUS_LINES[408]
+            _STATUS_LINES[status]
             + b"content-length: 0\r\nconnection: close\r\n"
             + self.response_headers()
             + b"\r\n"
         )
         with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
             with contextlib.suppress(*_GONE):
-                await self._stream.send_all(data)
+                async with self._lock:  # after a 100 Continue being written, not inside it
+                    await self._stream.send_all(data)

@@ -11,6 +11,8 @@ trio's mock clock (it jumps after 50 ms of real idleness).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator
 from email.utils import formatdate
@@ -26,7 +28,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._http11 import BODY_BUFFER, HttpSettings, ResponseHeaders
+from agentik.server._http11 import BODY_BUFFER, REFUSED, HttpSettings, ResponseHeaders
 from agentik.server._http_serve import serve
 
 
@@ -410,6 +412,90 @@ async def test_bytes_h11_cannot_parse_get_its_status(
     received = await exchange(server.port, data)
     assert received.startswith(b"HTTP/1.1 %d " % status), received
     assert responses(await exchange(server.port, get("/echo", CLOSE)), "GET") == [(200, b"0:")]
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "reason"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: t\r\nno colon\r\n\r\n", 400, "Invalid header"),
+        (b"GET / HTTP/1.1\r\n\r\n", 400, "exactly one Host"),
+        (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505, "not 1.0 or 1.1"),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nX: " + b"a" * 5000, 431, "exceeds 4096 bytes"),
+    ],
+)
+async def test_a_refused_head_is_one_log_line(
+    server: Running,
+    caplog: pytest.LogCaptureFixture,
+    data: bytes,
+    status: int,
+    reason: str,
+    clock: trio.testing.MockClock,
+) -> None:
+    """No app saw the request: the server says what it refused and why."""
+    caplog.set_level(logging.INFO, logger="agentik.server")
+    received = await exchange(server.port, data)
+    assert received.startswith(b"HTTP/1.1 %d " % status), received
+    [line] = caplog.records
+    assert line.levelno == logging.INFO
+    assert line.getMessage().startswith(f"refused status={status} reason=")
+    assert reason in line.getMessage()
+
+
+CHUNKED_HEAD = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"zz\r\n", 400),
+        (b"3\r\nabcX", 400),
+        (b"0\r\nno colon\r\n\r\n", 400),
+        (b"0\r\nX: " + b"a" * 20_000, 431),
+    ],
+)
+async def test_a_malformed_body_cancels_the_app_and_gets_its_status(
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+    status: int,
+    clock: trio.testing.MockClock,
+) -> None:
+    """The app waits for the body when it goes wrong: it is cancelled, never
+    sees the refusal (no second response of its own, no traceback), and
+    finds the status in its scope for its access log."""
+    seen: list[dict[str, Any]] = []
+    cancelled: list[bool] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        seen.append(scope)
+        try:
+            while (await receive())["type"] == "http.request":
+                pass
+            await answer(send, 500, b"the app saw the refusal")
+        except trio.Cancelled:
+            cancelled.append(True)
+            raise
+
+    caplog.set_level(logging.INFO, logger="agentik.server")
+    server = await start(nursery, app)
+    with trio.fail_after(5):
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        async with stream:
+            await stream.send_all(CHUNKED_HEAD + b"1\r\nx\r\n")
+            await trio.testing.wait_all_tasks_blocked()  # the app waits for more
+            await stream.send_all(body)
+            received = b""
+            with contextlib.suppress(trio.BrokenResourceError):
+                while chunk := await stream.receive_some(65536):
+                    received += chunk
+    await trio.testing.wait_all_tasks_blocked()
+    assert responses(received, "POST") == [(status, b"")]
+    assert cancelled == [True]
+    assert seen[0][REFUSED] == status
+    assert not caplog.records  # the app's access log says it; the server has nothing to add
+    server.stop.set()
 
 
 VALID = post("/echo", b"hello") + get("/echo", CLOSE)
