@@ -10,7 +10,9 @@ partial lines, queued events and the app's body pieces hold; not process
 RSS) is measured. Streams are arbitrary bytes, and mostly valid streams with
 one thing pushed far past its bound: a trailer, chunk extensions, zeros
 before a chunk size, a header value, header fields, a target, line breaks
-between requests, many small chunks, pipelined requests, a large body. Two
+between requests, many small chunks, pipelined requests, a large body,
+bytes after an HTTP/1.0 request without a length, after an ``Upgrade``,
+after ``Connection: close``. Two
 apps: one reads and drops the body, one never reads it (backpressure).
 
 Before the fix, a trailer streamed after the last chunk was held whole (107
@@ -144,6 +146,9 @@ FLOODS = {
     "pipelined": (b"", TINY),
     "pipelined-bodies": (b"", fixed(1) + b"x"),
     "fixed-body": (fixed(64 * MiB), b"b"),
+    "http-1.0-body": (b"POST /old HTTP/1.0\r\n\r\n", b"b"),  # no length: no body, the end
+    "upgrade": (b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n", b"w"),
+    "after-close": (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", b"z"),
     "chunked-body": (CHUNKED, b"4000\r\n" + b"c" * 0x4000 + b"\r\n"),
 }
 
