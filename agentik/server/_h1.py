@@ -29,9 +29,10 @@ one ``feed`` of a request head or of a chunked body's framing (llhttp and
 httptools hold the partial line; this module counts what was fed for it),
 and the events of one ``feed``. A chunked body's framing may take
 ``max_head_bytes`` plus ``CHUNK_FRAMING`` bytes per chunk in all (RFC 9112
-§7.1.1 asks servers to bound chunk extensions; trailer fields count like
-header fields), which bounds every byte of it by the body's own size: the
-body is the app's to bound (413).
+§7.1.1 asks servers to bound chunk extensions), which bounds every byte of
+it by the body's own size: the body is the app's to bound (413). Its
+trailer fields, which httptools holds until each ends, count like header
+fields: ``max_head_bytes`` of them, whatever room the chunks left.
 
 After a request that does not keep the connection alive (``Connection:
 close``, HTTP/1.0, an ``Upgrade`` this server does not do), the rest of what
@@ -110,6 +111,7 @@ class RequestParser:
 
     __slots__ = (
         "_body_fed",
+        "_chunk_open",
         "_chunks",
         "_close_token",
         "_ends",
@@ -124,6 +126,7 @@ class RequestParser:
         "_pieces",
         "_size",
         "_target",
+        "_trailers",
         "error",
         "events",
         "finished",
@@ -162,6 +165,12 @@ class RequestParser:
         self._framing = 0
         """Bytes of the current request's chunked framing so far (counted by
         the ``feed``: those of a read that also ends its head are not)."""
+        self._chunk_open = False
+        """A chunk's size line is read and none of its data yet: the next byte
+        is data, unless that was the last chunk and trailer fields follow."""
+        self._trailers = 0
+        """Bytes of the current request's trailer fields so far (counted by
+        the ``feed``: those of the read that ends the last chunk's line are not)."""
         self.error = ""
         """Why the bytes were refused (with the ``ERROR`` event)."""
 
@@ -171,6 +180,7 @@ class RequestParser:
             return
         began_before = self.in_head
         in_body = self.in_body
+        trailing = self._chunk_open
         body_before = self._body_fed
         ends = self._ends
         try:
@@ -195,9 +205,14 @@ class RequestParser:
             if in_body and self._ends == ends:
                 # The whole read was this request's body: what is not body
                 # is framing (only a chunked body has any).
-                self._framing += len(data) - (self._body_fed - body_before)
+                fed = len(data) - (self._body_fed - body_before)
+                self._framing += fed
                 bound = self._max_head_bytes + CHUNK_FRAMING * self._chunks
-                if self._framing > bound:
+                if trailing and fed == len(data):  # after the last chunk: all trailer
+                    self._trailers += fed
+                    if self._trailers > self._max_head_bytes:
+                        self._fail(431, f"the trailer fields exceed {self._max_head_bytes} bytes")
+                elif self._framing > bound:
                     self._fail(
                         431,
                         "a chunked body's framing (size lines, extensions, trailers)"
@@ -244,7 +259,8 @@ class RequestParser:
         self._headers = []
         self._hosts = 0
         self._expect = self._close_token = False
-        self._body_fed = self._chunks = self._framing = 0
+        self._body_fed = self._chunks = self._framing = self._trailers = 0
+        self._chunk_open = False
 
     def on_url(self, url: bytes) -> None:
         # llhttp passes a target split across reads in pieces, one call each
@@ -310,9 +326,14 @@ class RequestParser:
         if self.in_body and not self.finished:
             self._pieces.append(body)
             self._body_fed += len(body)
+            self._chunk_open = False
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
+        self._chunk_open = True
+
+    def on_chunk_complete(self) -> None:
+        self._chunk_open = False
 
     def on_message_complete(self) -> None:
         if not self.in_body or self.finished:

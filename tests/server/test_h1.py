@@ -418,3 +418,32 @@ def test_many_small_chunks_are_one_piece_per_read(chunks: int, reads: list[int])
         body += b"".join(value for kind, value in parser.events if kind == BODY)  # type: ignore[misc]
         parser.events.clear()
     assert body == b"x" * chunks
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    chunks=st.integers(0, 3000),
+    size=st.integers(1, 16 * LIMIT),
+    step=st.integers(1, 2 * LIMIT),
+)
+def test_trailers_have_the_heads_bound_however_many_chunks(
+    chunks: int, size: int, step: int
+) -> None:
+    """Many small chunks leave much room in the framing's bound; the trailer
+    fields (held by httptools until they end) get ``max_head_bytes`` alone."""
+    start = CHUNKED_HEAD + b"1\r\nx\r\n" * chunks + b"0\r\n"
+    trailer = b"X-Flood: " + b"a" * size
+    data = start + trailer
+    pieces = [data[i : i + step] for i in range(0, len(data), step)]
+    parser = RequestParser(LIMIT)
+    fed = 0
+    for piece in pieces:
+        parser.feed(piece)
+        fed += len(piece)
+        if (ERROR, 431) in parser.events:
+            break
+    largest = max(map(len, pieces))
+    if size > LIMIT + CHUNK_FRAMING + 2 * largest:
+        assert (ERROR, 431) in parser.events
+    if (ERROR, 431) in parser.events:
+        assert fed - len(start) <= LIMIT + CHUNK_FRAMING + 2 * largest

@@ -135,6 +135,8 @@ FLOODS = {
     # each: the bytes before the flood, the unit repeated
     "trailer-value": (CHUNKED + b"3\r\nabc\r\n0\r\nX-Flood: ", b"a"),
     "trailer-fields": (CHUNKED + b"0\r\n", b"x-a: b\r\n"),
+    # 100,000 chunks allow 3.2 MB of framing in all; the trailer has its own bound
+    "trailer-after-chunks": (CHUNKED + b"1\r\nx\r\n" * 100_000 + b"0\r\nX-Flood: ", b"a"),
     "chunk-extension": (CHUNKED + b"3;x=", b"a"),
     "extensions": (CHUNKED + b"3", b";a=b"),
     "size-zeros": (CHUNKED, b"0"),
