@@ -135,7 +135,13 @@ class StorageProbe:
             except Exception as error:  # whatever the storage raises is the answer
                 answer = ProbeAnswer(error=f"{type(error).__name__}: {error}")
             else:
-                answer = ProbeAnswer(ms=round((trio.current_time() - run.began) * 1000, 3))
+                took = trio.current_time() - run.began
+                answer = (
+                    ProbeAnswer(ms=round(took * 1000, 3))
+                    if took <= self._timeout
+                    # Answered, but later than a check waits: as slow as a hang to a client.
+                    else ProbeAnswer(error=f"the storage took {took:.1f} s to answer a read")
+                )
         finally:
             if answer is not None:  # (None: cancelled, the server is stopping)
                 self._answer = answer
