@@ -57,15 +57,20 @@ def _run(args: list[str], owner: str | None) -> None:
     )
 
 
-def dsn(directory: Path) -> str:
-    return f"postgresql://{DATABASE_USER}@/postgres?host={directory}&port={PORT}"
+def dsn(directory: Path, port: int = PORT) -> str:
+    return f"postgresql://{DATABASE_USER}@/postgres?host={directory}&port={port}"
 
 
-def start(directory: Path, *, fsync: bool = False) -> str:
+def start(
+    directory: Path, *, fsync: bool = False, password: str | None = None, tcp_port: int = 0
+) -> str:
     """Create and start a cluster under ``directory`` (which must exist and be
     empty, short enough for a socket path); return its DSN. ``fsync`` off
     (the default) for tests: a crash of the machine loses the throwaway
-    cluster anyway; benchmarks turn it on to measure real commits."""
+    cluster anyway; benchmarks turn it on to measure real commits.
+    ``password``: the database user's, and SCRAM authentication instead of
+    trust (the DSN returned has none). ``tcp_port``: listen on 127.0.0.1 there
+    too (for what a Unix socket cannot show, such as TCP keepalives)."""
     bin_dir = binaries()
     if bin_dir is None:
         raise RuntimeError("no PostgreSQL found under /usr/lib/postgresql/*/bin")
@@ -73,13 +78,22 @@ def start(directory: Path, *, fsync: bool = False) -> str:
     if owner is not None:
         shutil.chown(directory, owner)
     data = directory / "data"
+    auth = ["--auth=trust"]
+    if password is not None:
+        secret = directory / "password"
+        secret.write_text(password + "\n", encoding="utf-8")
+        if owner is not None:
+            shutil.chown(secret, owner)
+        auth = ["--auth=scram-sha-256", f"--pwfile={secret}"]
     _run(
-        [str(bin_dir / "initdb"), "-D", str(data), "-U", DATABASE_USER, "--auth=trust",
+        [str(bin_dir / "initdb"), "-D", str(data), "-U", DATABASE_USER, *auth,
          "--no-sync", "-E", "UTF8", "--locale=C"],
         owner,
     )
+    listen = "127.0.0.1" if tcp_port else ""
     options = (
-        f"-k {directory} -c listen_addresses='' -p {PORT} -c max_connections=200"
+        f"-k {directory} -c listen_addresses='{listen}' -p {tcp_port or PORT}"
+        " -c max_connections=200"
         f" -c fsync={'on' if fsync else 'off'} -c full_page_writes={'on' if fsync else 'off'}"
     )
     _run(
@@ -87,7 +101,7 @@ def start(directory: Path, *, fsync: bool = False) -> str:
          "-o", options, "start"],
         owner,
     )
-    return dsn(directory)
+    return dsn(directory, tcp_port or PORT)
 
 
 def stop(directory: Path) -> None:
@@ -102,11 +116,13 @@ def stop(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def cluster(*, fsync: bool = False) -> Iterator[str]:
+def cluster(
+    *, fsync: bool = False, password: str | None = None, tcp_port: int = 0
+) -> Iterator[str]:
     """A started cluster for the ``with`` block; yields its DSN."""
     directory = Path(tempfile.mkdtemp(prefix="agentik-pg-"))
     try:
-        yield start(directory, fsync=fsync)
+        yield start(directory, fsync=fsync, password=password, tcp_port=tcp_port)
     finally:
         stop(directory)
 

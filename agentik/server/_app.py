@@ -13,8 +13,10 @@ duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
 ``/health`` answers 503 ``degraded`` while the storage is failing (writes fail
 for a reason of the storage and none has committed since:
 ``WriterStats.failing``), naming the last storage error and when it happened,
-so a load balancer takes the server out; it answers 200 ``degraded`` when an
-MCP server is down, since turns still run without its tools.
+and while the storage does not answer as a turn needs it (``_health``: a
+bounded read, cached for a second, and the writer's state), naming why; so a
+load balancer takes the server out. It answers 200 ``degraded`` when an MCP
+server is down, since turns still run without its tools.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import agentik
 from agentik._json import JsonObject, JsonValue
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError, Redirect
+from agentik.server._health import StorageProbe
 from agentik.server._http11 import REFUSED
 from agentik.server._metrics import CONTENT_TYPE, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
@@ -156,6 +159,8 @@ class Guard:
 
 
 def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
+    probe = StorageProbe(ctx.agent.storage, ctx.writer_gauges)
+
     async def health(_: Request) -> Response:
         status = 200
         body: JsonObject = {
@@ -196,7 +201,18 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
                 "at": None if at is None else at.isoformat(),
             }
             status = 503
-        return json_response(body, status)
+        answer = await probe.check(ctx.background)
+        if answer.ok:
+            body["storage_probe"] = {"ok": True, "ms": answer.ms}
+        else:
+            body["status"] = "degraded"
+            body["storage_probe"] = {
+                "ok": False,
+                "error": answer.error,
+                "at": answer.at.isoformat(),
+            }
+            status = 503
+        return json_response(body, status, {"Retry-After": "1"} if status == 503 else None)
 
     async def metrics(_: Request) -> Response:
         text = render_metrics(

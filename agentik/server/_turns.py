@@ -3,7 +3,8 @@ SSE responses.
 
 Errors the agent raises become HTTP refusals here and nowhere else:
 ``OverloadedError`` is 429 with ``Retry-After``, a closed agent (shutting
-down) 503, bad input 422, a failed turn a status by its code, and a decision
+down) 503, bad input 422, a failed turn a status by its code (a storage
+failure, ``store_error``: 503 with ``Retry-After``), and a decision
 the agent cannot take (``ApprovalError``) 404 when the call does not wait,
 409 when it was decided the other way. A streamed
 turn is entered *before* the response starts, so a refusal is still a plain
@@ -48,7 +49,15 @@ from agentik.server._sse import dumps
 
 log = logging.getLogger("agentik.server")
 
-_TURN_STATUS = {"model_error": 502, "cancelled": 409, "step_limit": 500, "turn_failed": 500}
+_TURN_STATUS = {
+    "model_error": 502,
+    "cancelled": 409,
+    "step_limit": 500,
+    "turn_failed": 500,
+    # The storage failed or did not answer in time (a database that is down,
+    # frozen, full): the server cannot serve turns now, as /health says; retry.
+    "store_error": 503,
+}
 _APPROVAL_STATUS = {"not_waiting": 404, "already_decided": 409, "unsupported": 501}
 _ELICITATION_STATUS = {"not_waiting": 404, "invalid": 400}
 
@@ -65,7 +74,9 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         return HttpError(429, message, code="overloaded", headers={"Retry-After": str(seconds)})
     if isinstance(exc, TurnError):
         code = getattr(exc, "code", "turn_failed")
-        return HttpError(_TURN_STATUS.get(code, 500), message, code=code)
+        status = _TURN_STATUS.get(code, 500)
+        headers = {"Retry-After": "1"} if status == 503 else {}
+        return HttpError(status, message, code=code, headers=headers)
     if isinstance(exc, ApprovalError):
         return HttpError(_APPROVAL_STATUS.get(exc.code, 409), message, code=exc.code)
     if isinstance(exc, ElicitationError):
@@ -74,7 +85,12 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         return HttpError(422, message, code="invalid_field")
     if isinstance(exc, NotOwnedError) and exc.owner_url:
         return Redirect(message, base_url=exc.owner_url)
-    return HttpError(503, f"the agent is not accepting turns: {message}", code="unavailable")
+    return HttpError(
+        503,
+        f"the agent is not accepting turns: {message}",
+        code="unavailable",
+        headers={"Retry-After": "1"},
+    )
 
 
 def outcome_of(exc: Exception, error: HttpError) -> str:

@@ -87,6 +87,10 @@ class WriterStats:
     database``), kept after writes recover; None if there was none."""
     last_error_at: datetime | None = None
     """When ``last_error`` happened (the bundle's clock)."""
+    busy_seconds: float = 0.0
+    """How long the batch under way has been in the database (trio's clock),
+    0.0 while the writer waits for work: a writer stuck on a database that
+    stopped answering shows here before any write fails."""
 
 
 class Work(Protocol[S_contra]):
@@ -229,6 +233,7 @@ class Writer(Generic[S]):
         self._failing = False
         self._last_error: str | None = None
         self._last_error_at: datetime | None = None
+        self._batch_began: float | None = None
         if read_only:
             self._record_fault("the database is read-only: every write will fail")
 
@@ -320,6 +325,9 @@ class Writer(Generic[S]):
             failing=self._failing or self._failure is not None,
             last_error=self._last_error,
             last_error_at=self._last_error_at,
+            busy_seconds=0.0
+            if self._batch_began is None
+            else trio.current_time() - self._batch_began,
         )
 
     def _record_fault(self, text: str) -> None:
@@ -332,7 +340,12 @@ class Writer(Generic[S]):
         try:
             while batch := await self._queue.take(self._max_batch):
                 with trio.CancelScope(shield=True):
-                    if not await self._commit(batch):
+                    self._batch_began = trio.current_time()
+                    try:
+                        going = await self._commit(batch)
+                    finally:
+                        self._batch_began = None
+                    if not going:
                         return
         finally:
             self._stop()

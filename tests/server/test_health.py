@@ -64,7 +64,8 @@ async def test_health_is_degraded_while_the_disk_is_full_and_recovers(
         vfs.fail = "write"
         before = datetime.now(UTC)
         failed = await turn(client, "a")
-        assert failed.status_code == 500
+        assert failed.status_code == 503  # the storage cannot take the turn now: retry
+        assert failed.headers["Retry-After"] == "1"
         assert failed.json()["error"]["code"] == "store_error"
         degraded = await client.get("/health")
         assert degraded.status_code == 503
@@ -100,7 +101,7 @@ async def test_health_is_degraded_on_a_read_only_database(
         assert health.status_code == 503
         assert health.json()["status"] == "degraded"
         assert "read-only" in health.json()["storage_error"]["message"]
-        assert (await turn(client, "a")).status_code == 500
+        assert (await turn(client, "a")).status_code == 503
         health = await client.get("/health")
         assert health.status_code == 503
         assert "attempt to write a readonly database" in health.json()["storage_error"]["message"]

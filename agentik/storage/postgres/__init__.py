@@ -2,8 +2,9 @@
 task with group commit, pooled readers, as SQLite's.
 
 ``open_postgres_storage`` in ``_open.py`` wires the pieces: ``_connect``
-(session settings), ``_migrate`` (the version ladder), ``_queries`` and
-``_turn_queries`` (synchronous SQL, run in worker threads), ``_writer`` (the
-engine the shared writer task drives) and the shared stores
-(``agentik.storage._sql_stores``).
+(session settings and bounds), ``_dsn`` (reading a DSN, showing it without
+its secrets), ``_watchdog`` (the client's bound on each call), ``_migrate``
+(the version ladder), ``_queries`` and ``_turn_queries`` (synchronous SQL,
+run in worker threads), ``_writer`` (the engine the shared writer task
+drives) and the shared stores (``agentik.storage._sql_stores``).
 """

@@ -42,6 +42,7 @@ import psycopg
 import trio
 
 from agentik._errors import NotOwnedError, StoreError
+from agentik.storage.postgres._watchdog import Watchdog
 
 log = logging.getLogger("agentik.storage")
 T = TypeVar("T")
@@ -127,11 +128,18 @@ class NodeLease:
     time, so a busy writer never delays a renewal."""
 
     def __init__(
-        self, connect: Callable[[], psycopg.Connection], lease: float, url: str = ""
+        self,
+        connect: Callable[[], psycopg.Connection],
+        lease: float,
+        url: str = "",
+        *,
+        watchdog: Watchdog,
     ) -> None:
         if not (isinstance(lease, int | float) and math.isfinite(lease) and lease >= 1):
             raise ValueError(f"lease_seconds must be a number >= 1, got {lease!r}")
         self._connect = connect
+        self._calls = watchdog
+        """Bounds each call on the lease's connection (``_watchdog``)."""
         self.lease = float(lease)
         self._margin = min(1.0, self.lease / 4)
         self.node_id = ""
@@ -151,7 +159,8 @@ class NodeLease:
             if connection is not None:
                 connection.close()
             connection = self._connection = self._connect()
-        return operation(connection, *args)
+        with self._calls.watch(connection):
+            return operation(connection, *args)
 
     async def _db(self, operation: Callable[..., T], *args: object) -> T:
         try:

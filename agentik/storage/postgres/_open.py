@@ -29,9 +29,13 @@ from agentik.storage._sql_stores import (
 from agentik.storage._writer import Writer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import psycopg
 
     from agentik.storage.postgres._leases import NodeLease
+    from agentik.storage.postgres._watchdog import Watchdog
+    from agentik.storage.postgres._writer import PostgresEngine
 
 DEFAULT_SCHEMA = "agentik"
 
@@ -85,25 +89,53 @@ async def open_postgres_storage(
     check_at_least("max_batch", max_batch, 1)
     check_at_least("queue_size", queue_size, 0)
     try:  # psycopg is the optional extra agentik[postgres]: imported when asked for
-        from agentik.storage.postgres import _lifecycle_queries, _namespace
-        from agentik.storage.postgres._connect import Reconnecting, connect, open_writer
+        from agentik.storage.postgres._connect import connect, open_writer
         from agentik.storage.postgres._leases import NodeLease
+        from agentik.storage.postgres._watchdog import Watchdog
         from agentik.storage.postgres._writer import PostgresEngine
     except ImportError as error:
         raise ImportError(
             f"open_postgres_storage needs psycopg 3 ({error}); install agentik[postgres]"
         ) from error
-    make_writer = partial(connect, dsn, schema=schema, role="writer", timeout=connect_timeout)
-    make_reader = partial(connect, dsn, schema=schema, role="reader", timeout=connect_timeout)
-    lease = None
-    if lease_seconds is not None:
-        lease = NodeLease(
-            partial(connect, dsn, schema=schema, role="lease", timeout=connect_timeout),
-            lease_seconds,
-            advertise_url or "",
+    watchdog = Watchdog()
+    watchdog.start()
+    try:
+        make = partial(connect, dsn, schema=schema, timeout=connect_timeout, watchdog=watchdog)
+        make_writer = partial(make, role="writer")
+        make_reader = partial(make, role="reader")
+        lease = None
+        if lease_seconds is not None:
+            lease = NodeLease(
+                partial(make, role="lease"), lease_seconds, advertise_url or "", watchdog=watchdog
+            )
+        write_connection = await trio.to_thread.run_sync(
+            open_writer, make_writer, schema, dsn, watchdog
         )
-    write_connection = await trio.to_thread.run_sync(open_writer, make_writer, schema, dsn)
-    engine = PostgresEngine(write_connection, make_writer, clock, lease)
+        engine = PostgresEngine(write_connection, make_writer, clock, lease, watchdog=watchdog)
+        async with _serving(
+            engine, make_reader, lease, readers, max_batch, queue_size, clock, watchdog
+        ) as bundle:
+            yield bundle
+    finally:
+        watchdog.stop()  # last: closing (a lease's leave) is bounded too
+
+
+@asynccontextmanager
+async def _serving(
+    engine: PostgresEngine,
+    make_reader: Callable[[], psycopg.Connection],
+    lease: NodeLease | None,
+    readers: int,
+    max_batch: int,
+    queue_size: int,
+    clock: Clock,
+    watchdog: Watchdog,
+) -> AsyncIterator[StorageBundle]:
+    """The bundle over an open write connection: readers, the writer task, the
+    lease's renewals; on the way out the writer drains, then everything closes."""
+    from agentik.storage.postgres import _lifecycle_queries, _namespace
+    from agentik.storage.postgres._connect import Reconnecting
+
     read_connections: list[psycopg.Connection] = []
     lease_scope = trio.CancelScope()
     try:
@@ -111,7 +143,7 @@ async def open_postgres_storage(
             await lease.join()
         for _ in range(readers):
             read_connections.append(await trio.to_thread.run_sync(make_reader))
-        pool = ReaderPool(read_connections, Reconnecting(make_reader))
+        pool = ReaderPool(read_connections, Reconnecting(make_reader, watchdog))
         writer = Writer(engine, clock=clock, max_batch=max_batch, queue_size=queue_size)
         bundle = StorageBundle(
             message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),

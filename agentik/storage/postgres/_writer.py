@@ -32,6 +32,7 @@ from agentik.storage._common import Clock
 from agentik.storage._writer import AppendRequest, BatchFailed, Outcome, Work, as_store_error
 from agentik.storage.postgres._leases import NodeLease
 from agentik.storage.postgres._queries import SeqCache, Session, insert_messages
+from agentik.storage.postgres._watchdog import Watchdog
 
 # A request's own failure: a constraint, a value PostgreSQL or the encoder
 # refuses, an ``agentik`` error raised on purpose. (Unless the connection broke
@@ -91,11 +92,16 @@ def _run_appends(session: Session, run: list[AppendRequest], outcome: Outcome) -
         request.stored_message = request.stored(now)
 
 
-def _run_requests(session: Session, batch: list[Work[Session]]) -> Outcome:
+def _run_requests(
+    session: Session, batch: list[Work[Session]], progress: Callable[[], None]
+) -> Outcome:
+    """Each request (a run of appends: each run) in its savepoint; ``progress``
+    is called before each, restarting the watchdog's clock."""
     outcome = Outcome()
     session.seqs.prefetch([r.conversation_id for r in batch if type(r) is AppendRequest])
     position, total = 0, len(batch)
     while position < total:
+        progress()
         end = position
         while end < total and type(batch[end]) is AppendRequest:
             end += 1
@@ -120,11 +126,14 @@ class PostgresEngine:
         connect: Callable[[], psycopg.Connection],
         clock: Clock,
         lease: NodeLease | None = None,
+        *,
+        watchdog: Watchdog,
     ) -> None:
         self.connection = connection
         self._connect = connect
         self._clock = clock
         self._lease = lease
+        self._watchdog = watchdog
         self._seqs = SeqCache()
 
     def _reconnect(self) -> None:
@@ -138,16 +147,23 @@ class PostgresEngine:
         if _lost(self.connection):
             self._reconnect()
         try:
-            self.connection.execute("BEGIN")
+            self._execute_watched("BEGIN")
         except psycopg.OperationalError as error:
             if not _lost(self.connection):
                 raise BatchFailed from error
             # Died while idle (a server restart): nothing was under way.
             self._reconnect()
             try:
-                self.connection.execute("BEGIN")
+                self._execute_watched("BEGIN")
             except psycopg.Error as again:
                 raise BatchFailed from again
+
+    def _execute_watched(self, statement: str) -> None:
+        try:
+            with self._watchdog.watch(self.connection):
+                self.connection.execute(statement)
+        except StoreError as unanswered:  # the watchdog cut it: nothing was under way
+            raise BatchFailed from unanswered
 
     def run_batch(self, batch: list[Work[Session]]) -> Outcome:
         self._begin()
@@ -157,22 +173,24 @@ class PostgresEngine:
         session = Session(connection=connection, seqs=seqs, now=self._clock())
         committed = False
         try:
-            try:
-                outcome = _run_requests(session, batch)
-            except psycopg.Error as error:  # the prefetch, outside any savepoint
-                raise BatchFailed from error
-            try:
-                connection.execute("COMMIT")
-            except psycopg.Error as error:
-                raise BatchFailed(in_doubt=_lost(connection)) from error
+            with self._watchdog.watch(connection) as watch:
+                try:
+                    outcome = _run_requests(session, batch, watch.touch)
+                except psycopg.Error as error:  # the prefetch, outside any savepoint
+                    raise BatchFailed from error
+                watch.touch()
+                try:
+                    connection.execute("COMMIT")
+                except psycopg.Error as error:
+                    raise BatchFailed(in_doubt=_lost(connection)) from error
             committed = True
         finally:
             if not committed:
                 seqs.clear()
             if not committed and not _lost(connection):
                 try:
-                    connection.execute("ROLLBACK")
-                except psycopg.Error:
+                    self._execute_watched("ROLLBACK")
+                except (psycopg.Error, BatchFailed):
                     connection.close()  # the next batch reconnects
         return outcome
 
