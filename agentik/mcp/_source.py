@@ -389,7 +389,7 @@ class McpToolset:
         if self._tokens is None:
             # No bundle given: tokens last as long as the process (client credentials
             # need nothing more; an authorization-code server then needs a login each run).
-            self._tokens = McpTokenVault(in_memory_storage().working_memory_store, token_key(None))
+            self._tokens = McpTokenVault(in_memory_storage(), token_key(None))
         name = self.config.name or self.config.transport.url
         redirect_uri = await self._tokens.registered_redirect_uri(name)
         return oauth_provider(
