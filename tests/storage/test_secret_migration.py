@@ -39,7 +39,12 @@ from tests.postgres import fresh_schema
 
 KEY = Fernet.generate_key()
 OLD_PREFIX = "agentik.mcp-oauth:"
-DECOYS = ("agentik.mcp-oauth", "AGENTIK.MCP-OAUTH:x", "agentik.mcp-oauthXx", "x agentik.mcp-oauth:y")
+DECOYS = (
+    "agentik.mcp-oauth",
+    "AGENTIK.MCP-OAUTH:x",
+    "agentik.mcp-oauthXx",
+    "x agentik.mcp-oauth:y",
+)
 """Conversations that only look like the vault's: their notes, records or not, stay."""
 
 
