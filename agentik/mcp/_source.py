@@ -484,9 +484,14 @@ class McpToolset:
         )
         if key == self._listing and self._contribution is not None:
             return  # same tools: keep the same object, so the agent sees no change
-        by_mcp = {tool.name: tool for tool in tools}
-        naming = tool_names(self.name, (tool.name for tool in tools))
+        # A name is offered to the model and stored with every call: one that shows a
+        # credential (a server quoting a header as a tool name) is left out, unnamed.
+        named_safely = [t for t in tools if self._credentials.text(t.name) == t.name]
+        by_mcp = {tool.name: tool for tool in named_safely}
+        naming = tool_names(self.name, (tool.name for tool in named_safely))
         reports = list(naming.reports)
+        if hidden := len(tools) - len(named_safely):
+            reports.append(f"{hidden} tool(s) left out: their names show a credential")
         named: list[NamedTool] = []
         for tool_name, mcp_name in naming.by_tool_name.items():
             tool, problem = self._named_tool(tool_name, by_mcp[mcp_name])

@@ -8,7 +8,8 @@ makes such a server with the mcp SDK: ``echo`` answers with the
 authorization server saw), ``echo_fail`` fails with the same text (an
 ``isError`` result), ``echo_resource`` returns it inside an embedded text
 resource, and ``ask`` asks the person a question quoting it (elicitation).
-``quoting`` makes the listing quote a text too (instructions, a description).
+``quoting`` makes the listing quote a text too (instructions, a description, a
+tool's name).
 """
 
 # No ``from __future__ import annotations``: the SDK reads ``ask``'s annotation at
@@ -32,13 +33,18 @@ def build(
     known: Callable[[], Iterable[str]] = tuple, *, quoting: str | None = None, **options: Any
 ) -> MCPServer:
     """The server; ``options`` go to ``MCPServer`` (``auth=`` behind OAuth). With
-    ``quoting``, its instructions, and a tool ``described``'s description and
-    parameter, quote that text too."""
+    ``quoting``, its instructions, a tool's name, and a tool ``described``'s
+    description and parameter, quote that text too."""
     if quoting is not None:
         options["instructions"] = f"Instructions that quote {quoting}"
     server = MCPServer("echo test server", **options)
 
     if quoting is not None:
+
+        @server.tool(name=quoting)
+        def named() -> str:
+            """A tool named after the quoted text."""
+            return "named"
 
         @server.tool(description=f"A tool whose description quotes {quoting}")
         def described(

@@ -221,14 +221,21 @@ async def _echoing() -> AsyncIterator[McpToolset]:
 
 async def test_the_listing_shows_no_credential() -> None:
     """Instructions (the catalog row), tool descriptions and parameter schemas are the
-    server's words too: masked."""
+    server's words too: masked; a tool whose name shows a credential is left out."""
     with trio.fail_after(LIMIT):
         async with _echoing() as src:
             contribution = src.contribution
+            reports = src.health.reports
     shown = json.dumps(
-        [contribution.description, *((t.description, t.parameters) for t in contribution.tools)]
+        [
+            contribution.description,
+            *((t.name, t.description, t.parameters) for t in contribution.tools),
+            reports,
+        ]
     )
     assert TOKEN not in shown
+    assert "1 tool(s) left out: their names show a credential" in reports
+    assert "web_echo" in shown
     assert "Instructions that quote ***" in shown
     assert "A tool whose description quotes ***" in shown
     assert "a parameter that quotes ***" in shown
