@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mcp.shared.auth import OAuthToken
 
 from agentik.mcp import McpTokenVault, token_key
-from agentik.storage import open_sqlite_storage
+from agentik.storage import in_memory_storage, open_sqlite_storage
 
 _TOKENS = st.text(
     alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.",
@@ -96,3 +96,18 @@ async def test_another_key_reads_nothing_and_says_why(
 def test_a_bad_key_is_refused_with_the_variable_named() -> None:
     with pytest.raises(ValueError, match=r"AGENTIK_MCP_TOKEN_KEY"):
         McpTokenVault(None, b"not a key")  # type: ignore[arg-type]
+
+
+def test_a_working_memory_store_is_refused_with_the_fix_named() -> None:
+    """The vault no longer lives in a conversation's notes: code that still passes
+    ``storage.working_memory_store`` gets a clear error, not a vault a client can reach."""
+    import attrs
+
+    storage = in_memory_storage()
+    with pytest.raises(TypeError, match=r"^McpTokenVault takes the storage bundle or its "):
+        McpTokenVault(storage.working_memory_store, Fernet.generate_key())  # type: ignore[arg-type]
+    without = attrs.evolve(storage, secret_store=None)
+    with pytest.raises(ValueError, match=r"^this storage bundle keeps no secrets"):
+        McpTokenVault(without, Fernet.generate_key())
+    assert storage.secret_store is not None
+    McpTokenVault(storage.secret_store, Fernet.generate_key())
