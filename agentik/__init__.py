@@ -80,6 +80,8 @@ from agentik.storage import KeyedTurn as KeyedTurn
 from agentik.storage import MessageStore as MessageStore
 from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
+from agentik.storage import SecretKeeper as SecretKeeper
+from agentik.storage import SecretStore as SecretStore
 from agentik.storage import SkillStore as SkillStore
 from agentik.storage import StorageBundle as StorageBundle
 from agentik.storage import Summary as Summary
@@ -208,6 +210,8 @@ __all__ = [
     "Run",
     "SchemaVersionError",
     "ScriptedModel",
+    "SecretKeeper",
+    "SecretStore",
     "ServerConfig",
     "Skill",
     "SkillStore",

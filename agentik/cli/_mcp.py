@@ -68,7 +68,7 @@ async def _login(config: ServerConfig, name: str, wait: float) -> int:
     # AGENTIK_MCP_TOKEN_KEY instead (docs/mcp.md).
     key_file = None if is_postgres_url(config.database) else config.database
     async with open_storage(config.database) as storage:
-        vault = McpTokenVault(storage.working_memory_store, token_key(key_file))
+        vault = McpTokenVault(storage, token_key(key_file))
         try:
             with trio.move_on_after(wait) as waited:
                 tools = await login(server, vault, show)

@@ -33,7 +33,7 @@ import httpx2
 import jwt
 import trio
 from mcp import Client
-from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.client.auth.extensions.client_credentials import (
     ClientCredentialsOAuthProvider,
     PrivateKeyJWTOAuthProvider,
@@ -44,6 +44,7 @@ from pydantic import AnyUrl
 
 from agentik._errors import AgentikError
 from agentik.mcp._config import HttpServer, McpServerConfig, OAuthSettings
+from agentik.mcp._credentials import McpCredentials
 from agentik.mcp._tokens import McpTokenVault
 from agentik.mcp._transport import CLIENT_INFO, StderrTail, mcp_http_client, open_transport
 
@@ -113,13 +114,20 @@ _ASSERTION_LIFETIME = 300
 """Seconds a private-key JWT client assertion is valid (RFC 7523: short-lived)."""
 
 
-def private_key_assertion(settings: OAuthSettings) -> Callable[[str], Awaitable[str]]:
+def _unseen(*secrets: str) -> None:
+    """Where credentials go when nothing masks them (``login``: no tool results)."""
+
+
+def private_key_assertion(
+    settings: OAuthSettings, seen: Callable[..., None] = _unseen
+) -> Callable[[str], Awaitable[str]]:
     """Signs RFC 7523 client assertions (``iss`` = ``sub`` = client id, ``aud`` = the
     authorization server's issuer) with the key in ``private_key_file``.
 
     The file is read for each assertion, so a rotated key is used from the next
     token request on, and the key is never kept beyond one signature. Errors
-    name the file, never its content."""
+    name the file, never its content. Each assertion goes to ``seen`` (to be masked
+    should a server quote it) before it is sent."""
     assert settings.private_key_file is not None
     assert settings.client_id is not None
     path, client_id = Path(settings.private_key_file), settings.client_id
@@ -142,12 +150,14 @@ def private_key_assertion(settings: OAuthSettings) -> Callable[[str], Awaitable[
             "jti": uuid.uuid4().hex,
         }
         try:
-            return jwt.encode(claims, key, algorithm=settings.signing_alg, headers=headers)
+            signed = jwt.encode(claims, key, algorithm=settings.signing_alg, headers=headers)
         except (ValueError, TypeError, jwt.PyJWTError):
             # The library's message may quote the key: say only what and where.
             raise LoginError(
                 f"the private key in {str(path)!r} cannot sign {settings.signing_alg}"
             ) from None
+        seen(signed)
+        return signed
 
     return assertion
 
@@ -157,7 +167,9 @@ _ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
 _ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 
 
-def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Awaitable[str]]:
+def identity_assertion_grant(
+    settings: OAuthSettings, seen: Callable[..., None] = _unseen
+) -> Callable[[str, str], Awaitable[str]]:
     """SEP-990 leg 1: exchange the ID token (``id_token_file``) at the identity provider
     for an identity assertion grant (ID-JAG, RFC 8693 token exchange) naming the MCP
     authorization server (``audience``) and the MCP server (``resource``).
@@ -165,7 +177,8 @@ def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Aw
     The SDK's ``IdentityAssertionOAuthProvider`` does leg 2 (the ID-JAG for an
     access token at the configured issuer). The ID token file is read per
     exchange, so whatever renews it is picked up. Errors give the identity
-    provider's status and error code, never a token or the response body."""
+    provider's status and error code, never a token or the response body. The ID
+    token and the grant go to ``seen`` before they are sent."""
     assert settings.idp_token_endpoint is not None
     assert settings.id_token_file is not None
     endpoint, path = settings.idp_token_endpoint, trio.Path(settings.id_token_file)
@@ -177,6 +190,7 @@ def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Aw
             raise LoginError(
                 f"cannot read the ID token file {str(path)!r}: {error.strerror}"
             ) from None
+        seen(id_token)
         form = {
             "grant_type": _TOKEN_EXCHANGE,
             "requested_token_type": _ID_JAG,
@@ -206,6 +220,7 @@ def identity_assertion_grant(settings: OAuthSettings) -> Callable[[str, str], Aw
                 f"the identity provider refused the token exchange: HTTP "
                 f"{response.status_code}{why[:80]}"
             )
+        seen(grant)
         if answer.get("issued_token_type", _ID_JAG) != _ID_JAG:
             raise LoginError("the identity provider's token exchange did not issue an ID-JAG")
         return grant
@@ -241,18 +256,31 @@ def oauth_provider(
     show_url: Callable[[str], Awaitable[None]] | None = None,
     receive_code: Callable[[], Awaitable[AuthorizationCodeResult]] | None = None,
     ask_person: PersonFlow | None = None,
+    credentials: McpCredentials | None = None,
 ) -> httpx2.Auth | None:
     """The SDK's OAuth provider for ``config`` (None without ``oauth``).
 
     Without ``show_url``/``receive_code`` (a daemon) an authorization-code
     server that needs a person goes to ``ask_person``, which finds one (a
     step-up in a conversation's tool call) or raises ``LoginRequired``; without
-    ``ask_person`` it raises ``LoginRequired`` at once.
+    ``ask_person`` it raises ``LoginRequired`` at once. ``credentials`` learns
+    every token, registered secret and assertion the flow uses.
     """
     transport = config.transport
     if not isinstance(transport, HttpServer) or transport.oauth is None:
         return None
     settings, name = transport.oauth, config.name or transport.url
+    seen = credentials.add if credentials is not None else _unseen
+
+    def storage(
+        client: OAuthClientInformationFull | None = None,
+        redirect_uri: str | None = None,
+        keep_client: bool = True,
+    ) -> TokenStorage:
+        tokens = vault.storage(
+            name, client=client, redirect_uri=redirect_uri, keep_client=keep_client
+        )
+        return tokens if credentials is None else credentials.watch(tokens)
     if settings.grant == "identity_assertion":
         # Checked when the config was parsed.
         assert settings.client_id is not None
@@ -260,11 +288,11 @@ def oauth_provider(
         assert settings.issuer is not None
         return IdentityAssertionOAuthProvider(
             server_url=transport.url,
-            storage=vault.storage(name),
+            storage=storage(),
             client_id=settings.client_id,
             client_secret=settings.client_secret,
             issuer=settings.issuer,
-            assertion_provider=identity_assertion_grant(settings),
+            assertion_provider=identity_assertion_grant(settings, seen),
             scope=settings.scope,
             token_endpoint_auth_method="client_secret_basic"
             if settings.token_endpoint_auth == "client_secret_basic"
@@ -274,9 +302,9 @@ def oauth_provider(
         assert settings.client_id is not None  # checked when the config was parsed
         return PrivateKeyJWTOAuthProvider(
             server_url=transport.url,
-            storage=vault.storage(name),
+            storage=storage(),
             client_id=settings.client_id,
-            assertion_provider=private_key_assertion(settings),
+            assertion_provider=private_key_assertion(settings, seen),
             scope=settings.scope,
             issuer=settings.issuer,
         )
@@ -287,7 +315,7 @@ def oauth_provider(
         method = _auth_method(settings)
         return ClientCredentialsOAuthProvider(
             server_url=transport.url,
-            storage=vault.storage(name),
+            storage=storage(),
             client_id=settings.client_id,
             client_secret=settings.client_secret,
             token_endpoint_auth_method="client_secret_post"
@@ -327,12 +355,7 @@ def oauth_provider(
     return provider(
         server_url=transport.url,
         client_metadata=metadata,
-        storage=vault.storage(
-            name,
-            client=_client(settings, uri),
-            redirect_uri=redirect_uri,
-            keep_client=show_url is not None,
-        ),
+        storage=storage(_client(settings, uri), redirect_uri, keep_client=show_url is not None),
         redirect_handler=show_url or needs_login,
         callback_handler=receive_code or no_code,
         client_metadata_url=settings.client_metadata_url,

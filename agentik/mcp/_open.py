@@ -26,7 +26,7 @@ async def open_mcp_toolsets(
     """Start one manager task per server; yield the sources, in config order.
 
     ``tokens`` keeps the OAuth tokens of servers configured with ``oauth``
-    (``McpTokenVault(storage.working_memory_store, token_key(database))``);
+    (``McpTokenVault(storage, token_key(database))``);
     without it they last as long as the process.
 
     Pass the sources as ``toolsets=`` to ``open_chat_agent`` and read their

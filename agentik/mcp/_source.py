@@ -65,6 +65,7 @@ from agentik.mcp._auth import (
     receive_redirect,
 )
 from agentik.mcp._config import HttpServer, McpServerConfig
+from agentik.mcp._credentials import McpCredentials
 from agentik.mcp._elicit import form_answer
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
@@ -189,6 +190,8 @@ class McpToolset:
     ) -> None:
         self.config = config
         self._tokens = tokens
+        self._credentials = McpCredentials(config)
+        """What agentik sends this server: masked in everything the server sends back."""
         self._taken = set() if taken is None else taken
         """Toolset names already used by sibling servers; a derived name avoids them."""
         self._name: str | None = config.name
@@ -389,11 +392,15 @@ class McpToolset:
         if self._tokens is None:
             # No bundle given: tokens last as long as the process (client credentials
             # need nothing more; an authorization-code server then needs a login each run).
-            self._tokens = McpTokenVault(in_memory_storage().working_memory_store, token_key(None))
+            self._tokens = McpTokenVault(in_memory_storage(), token_key(None))
         name = self.config.name or self.config.transport.url
         redirect_uri = await self._tokens.registered_redirect_uri(name)
         return oauth_provider(
-            self.config, self._tokens, redirect_uri=redirect_uri, ask_person=self._ask_person
+            self.config,
+            self._tokens,
+            redirect_uri=redirect_uri,
+            ask_person=self._ask_person,
+            credentials=self._credentials,
         )
 
     async def _watch(self, client: Client, conn: _Connection) -> str:
@@ -429,7 +436,8 @@ class McpToolset:
                     conn.refresh = True
                     conn.poke()
         except (ListenNotSupportedError, MCPError) as exc:
-            logger.info("mcp server %r offers no tool change events: %s", self.name, exc)
+            why = self._credentials.text(str(exc))
+            logger.info("mcp server %r offers no tool change events: %s", self.name, why)
         except SubscriptionLost:
             _close(conn)
         if not started:
@@ -440,7 +448,8 @@ class McpToolset:
             conn.refresh = True
             conn.poke()
         elif isinstance(message, Exception):
-            self._last_error = f"unreadable message from the server: {_describe(message)}"
+            why = self._credentials.text(_describe(message))
+            self._last_error = f"unreadable message from the server: {why}"
             label = self._name or self.config.name or _config_label(self.config)
             logger.warning("mcp server %r: %s", label, self._last_error)
 
@@ -455,16 +464,17 @@ class McpToolset:
                 break
         else:
             raise _Fault(f"tools/list did not end after {_MAX_PAGES} pages")
+        mask = self._credentials.text
         if self._name is None:
             info = client.server_info
             fallback = toolset_name(_config_label(self.config))
-            self._name = self._claim(toolset_name(info.name if info else "", fallback=fallback))
+            self._name = self._claim(
+                toolset_name(mask(info.name) if info else "", fallback=fallback)
+            )
         if self._description is None:
             info = client.server_info
-            self._description = (
-                one_line(client.instructions or (info.description or info.title if info else None))
-                or None
-            )
+            described = client.instructions or (info.description or info.title if info else None)
+            self._description = one_line(mask(described) if described else None) or None
         self._publish(tools)
 
     def _publish(self, tools: list[mt.Tool]) -> None:
@@ -474,9 +484,14 @@ class McpToolset:
         )
         if key == self._listing and self._contribution is not None:
             return  # same tools: keep the same object, so the agent sees no change
-        by_mcp = {tool.name: tool for tool in tools}
-        naming = tool_names(self.name, (tool.name for tool in tools))
+        # A name is offered to the model and stored with every call: one that shows a
+        # credential (a server quoting a header as a tool name) is left out, unnamed.
+        named_safely = [t for t in tools if self._credentials.text(t.name) == t.name]
+        by_mcp = {tool.name: tool for tool in named_safely}
+        naming = tool_names(self.name, (tool.name for tool in named_safely))
         reports = list(naming.reports)
+        if hidden := len(tools) - len(named_safely):
+            reports.append(f"{hidden} tool(s) left out: their names show a credential")
         named: list[NamedTool] = []
         for tool_name, mcp_name in naming.by_tool_name.items():
             tool, problem = self._named_tool(tool_name, by_mcp[mcp_name])
@@ -505,10 +520,18 @@ class McpToolset:
         """
 
         async def handler(arguments: JsonObject) -> str:
-            return await self._call(tool_name, arguments)
+            # The server's words, result or error, leave here with its credentials masked.
+            try:
+                return self._credentials.text(await self._call(tool_name, arguments))
+            except ToolError as error:
+                masked = self._credentials.tool_error(error)
+                if masked is error:
+                    raise
+                raise masked from None  # the chained causes may show the credential too
 
-        description = tool.description or tool.title or f"The MCP tool {tool.name!r}."
-        named = NamedTool(tool_name, description, dict(tool.input_schema), handler)
+        mask = self._credentials
+        description = mask.text(tool.description or tool.title or f"The MCP tool {tool.name!r}.")
+        named = NamedTool(tool_name, description, self._schema(dict(tool.input_schema)), handler)
         try:
             validator_for(named)
         except ToolError as error:
@@ -576,6 +599,11 @@ class McpToolset:
         self._conn.poke()
         raise ToolError(f"mcp tool {mcp_name!r} of {self.name!r} timed out after {timeout:g}s")
 
+    def _schema(self, schema: JsonObject) -> JsonObject:
+        masked = self._credentials.structure(schema)
+        assert isinstance(masked, dict)
+        return masked
+
     # -- elicitation ---------------------------------------------------------------
 
     def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
@@ -640,8 +668,8 @@ class McpToolset:
             conversation_id=conversation,
             id=uuid.uuid4().hex,
             source=self.name,
-            message=params.message,
-            schema=dict(params.requested_schema),
+            message=self._credentials.text(params.message),
+            schema=self._schema(dict(params.requested_schema)),
         )
         logger.info(
             "mcp server %r asks conversation %r: %s",
@@ -801,6 +829,7 @@ class McpToolset:
         self._changed = trio.Event()
 
     def _fail(self, error: str) -> None:
+        error = self._credentials.text(error)
         self._last_error = error
         logger.warning("mcp server %r failed: %s", self.name, error)
         self._set_state(McpState.FAILED)

@@ -1,11 +1,14 @@
 """OAuth tokens of MCP servers, kept in the storage bundle, encrypted.
 
 ``McpTokenVault`` keeps one record per server (its tokens and its client
-registration) as a working-memory note of a reserved conversation id,
-``agentik.mcp-oauth:<name>``, so tokens live wherever the bundle lives
-(SQLite, PostgreSQL, memory) with no schema of their own, and
-``agentik mcp login`` in one process hands them to ``agentik serve`` in
-another. A record is replaced atomically (``compact``).
+registration) in the bundle's ``SecretStore``, under the name
+``mcp-oauth:<server>``: a table of its own that no conversation id names, so
+no request about a conversation can read, change or delete it. Tokens live
+wherever the bundle lives (SQLite, PostgreSQL, memory), and ``agentik mcp
+login`` in one process hands them to ``agentik serve`` in another. A record
+is replaced atomically. (Until schema 5 (SQLite) / 4 (PostgreSQL) a record
+was a working-memory note of the conversation ``agentik.mcp-oauth:<server>``;
+that migration moves it.)
 
 Invariants: a record is Fernet-encrypted (AES-128-CBC + HMAC) before it
 reaches the store, so the database never holds a token in clear; no token,
@@ -24,16 +27,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import trio
 from cryptography.fernet import Fernet, InvalidToken
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from agentik._json import JsonObject
-from agentik.storage import WorkingMemoryStore
+from agentik.storage import SecretStore, StorageBundle
 
 logger = logging.getLogger("agentik.mcp")
 
 KEY_VARIABLE = "AGENTIK_MCP_TOKEN_KEY"
-_PREFIX = "agentik.mcp-oauth:"
+SECRET_PREFIX = "mcp-oauth:"
+"""A server's record is the secret ``mcp-oauth:<server>`` (the schema migrations that
+moved records out of working memory name it too)."""
 _MARGIN = 30
 """Seconds before expiry at which an access token is no longer used: a request
 must not leave with a token that expires on the way."""
@@ -57,21 +63,45 @@ def token_key(database: str | os.PathLike[str] | None) -> bytes:
     return key
 
 
+def _secret_store(storage: StorageBundle | SecretStore) -> SecretStore:
+    if isinstance(storage, StorageBundle):
+        if storage.secret_store is None:
+            raise ValueError(
+                "this storage bundle keeps no secrets (its secret_store is None);"
+                " give McpTokenVault a SecretStore"
+            )
+        return storage.secret_store
+    if isinstance(storage, SecretStore):
+        return storage
+    raise TypeError(
+        "McpTokenVault takes the storage bundle or its secret_store, got a"
+        f" {type(storage).__name__} (tokens no longer live in working memory)"
+    )
+
+
 class McpTokenVault:
-    """Encrypted OAuth records of MCP servers, one per server name, in a working-memory store."""
+    """Encrypted OAuth records of MCP servers, one per server name, in the bundle's
+    ``SecretStore`` (pass the bundle, or a ``SecretStore``)."""
 
     def __init__(
-        self, memory: WorkingMemoryStore, key: bytes, *, clock: Callable[[], float] = time.time
+        self,
+        storage: StorageBundle | SecretStore,
+        key: bytes,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self._memory = memory
-        self.clock = clock
-        """Wall-clock seconds, to tell an expired access token (injectable for tests)."""
         try:
             self._fernet = Fernet(key)
         except ValueError as error:
             raise ValueError(
                 f"the mcp token key must be 32 url-safe base64-encoded bytes ({KEY_VARIABLE})"
             ) from error
+        self._secrets = _secret_store(storage)
+        self.clock = clock
+        """Wall-clock seconds, to tell an expired access token (injectable for tests)."""
+        self._writing = trio.Lock()
+        """A write reads the record and replaces it: two at once (tokens and client
+        registration) must not each drop the other's field."""
 
     def storage(
         self,
@@ -91,11 +121,11 @@ class McpTokenVault:
         return ServerTokens(self, server, client, redirect_uri, keep_client)
 
     async def read(self, server: str) -> JsonObject:
-        entries = await self._memory.list(_PREFIX + server)
-        if not entries:
+        stored = await self._secrets.get_secret(SECRET_PREFIX + server)
+        if stored is None:
             return {}
         try:
-            record: JsonObject = json.loads(self._fernet.decrypt(entries[-1].text.encode()))
+            record: JsonObject = json.loads(self._fernet.decrypt(stored.encode()))
         except (InvalidToken, ValueError):
             logger.warning(
                 "mcp server %r: its stored oauth record cannot be read with this key "
@@ -117,15 +147,11 @@ class McpTokenVault:
         return None
 
     async def write(self, server: str, field: str, value: JsonObject) -> None:
-        conversation = _PREFIX + server
-        record = await self.read(server)
-        record[field] = value
-        text = self._fernet.encrypt(json.dumps(record).encode()).decode()
-        entries = await self._memory.list(conversation)
-        if entries:
-            await self._memory.compact(conversation, [e.id for e in entries], text)
-        else:
-            await self._memory.append(conversation, text)
+        async with self._writing:
+            record = await self.read(server)
+            record[field] = value
+            text = self._fernet.encrypt(json.dumps(record).encode()).decode()
+            await self._secrets.put_secret(SECRET_PREFIX + server, text)
 
 
 class ServerTokens:

@@ -160,7 +160,7 @@ async def serve_agentik(
             from agentik.mcp import McpTokenVault, open_mcp_toolsets, token_key
 
             # OAuth tokens (from `agentik mcp login`, or refreshed) live in the bundle.
-            tokens = McpTokenVault(storage.working_memory_store, token_key(database))
+            tokens = McpTokenVault(storage, token_key(database))
             mcp = await stack.enter_async_context(
                 open_mcp_toolsets(config.mcp_servers, tokens=tokens)
             )

@@ -47,6 +47,12 @@ from agentik.storage._protocols import (
     ReflectionStore as ReflectionStore,
 )
 from agentik.storage._protocols import (
+    SecretKeeper as SecretKeeper,
+)
+from agentik.storage._protocols import (
+    SecretStore as SecretStore,
+)
+from agentik.storage._protocols import (
     SkillStore as SkillStore,
 )
 from agentik.storage._protocols import (
@@ -98,6 +104,8 @@ __all__ = [
     "Pending",
     "PendingStatistics",
     "ReflectionStore",
+    "SecretKeeper",
+    "SecretStore",
     "SkillStore",
     "StorageBundle",
     "Summary",

@@ -41,6 +41,7 @@ from agentik.storage._protocols import (
     Summary,
     TurnRecord,
 )
+from agentik.storage._secrets import InMemorySecretStore
 
 
 @attrs.define
@@ -78,6 +79,11 @@ class InMemoryMessageStore:
         # imported whole (``in_memory_storage`` wires them).
         self._notes = notes
         self._reflections = reflections
+        self._secrets = InMemorySecretStore()
+
+    def secret_store(self) -> InMemorySecretStore:
+        """Secrets beside the histories, in a dict of their own (``SecretKeeper``)."""
+        return self._secrets
 
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None

@@ -1,4 +1,4 @@
-"""The four store protocols and the bundle that carries them.
+"""The four store protocols, the optional ones, and the bundle that carries them.
 
 Invariants every backend keeps (checked by ``agentik.testing``):
 - every method is async, and ``get_messages`` is an async iterator, paged
@@ -441,6 +441,47 @@ class ArchivedMemory(Protocol):
         ...
 
 
+@runtime_checkable
+class SecretStore(Protocol):
+    """Optional: what agentik keeps for itself (the MCP OAuth vault), by name,
+    apart from every conversation.
+
+    Nothing here is keyed by a conversation id, so no request about a
+    conversation (reading its notes, exporting, deleting it, a turn in it)
+    can name, read, change or delete a secret, and deleting or exporting a
+    conversation never touches one. Values are opaque text: a caller keeping a
+    credential encrypts it first. A ``put_secret`` replaces the value
+    atomically and, like every write, is durable once it returns."""
+
+    async def get_secret(self, name: str) -> str | None:
+        """The value stored under ``name``, or None."""
+        ...
+
+    async def put_secret(self, name: str, value: str) -> None:
+        """Store ``value`` under ``name``, replacing what was there."""
+        ...
+
+    async def delete_secret(self, name: str) -> bool:
+        """Remove ``name``; True if it was there."""
+        ...
+
+
+@runtime_checkable
+class SecretKeeper(Protocol):
+    """Optional: a message store whose backend keeps a ``SecretStore`` too
+    (its own table beside the conversations'). A ``StorageBundle`` not given a
+    ``secret_store`` takes this one."""
+
+    def secret_store(self) -> SecretStore:
+        """The backend's secret store (the same data on every call)."""
+        ...
+
+
+def _backend_secrets(bundle: StorageBundle) -> SecretStore | None:
+    store = bundle.message_store
+    return store.secret_store() if isinstance(store, SecretKeeper) else None
+
+
 @attrs.frozen
 class StorageBundle:
     """The four stores an agent needs, from one backend."""
@@ -451,3 +492,9 @@ class StorageBundle:
     skill_store: SkillStore
     ownership: ConversationOwnership | None = None
     """Set when several nodes share the backend; None on a single node."""
+    secret_store: SecretStore | None = attrs.field(
+        default=attrs.Factory(_backend_secrets, takes_self=True)
+    )
+    """Where agentik keeps its own credentials, apart from every conversation:
+    by default the message store's backend's (``SecretKeeper``: SQLite,
+    PostgreSQL and in-memory bundles have one); None for a backend without."""

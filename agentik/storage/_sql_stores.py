@@ -28,6 +28,7 @@ from agentik.storage._protocols import (
 )
 from agentik.storage._readers import ReaderPool
 from agentik.storage._rows import MessageRow
+from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_queries import LifecycleQueries, Queries
 from agentik.storage._writer import MessageSession, Writer, WriterStats
 
@@ -44,6 +45,11 @@ class SqlMessageStore(Generic[C, S]):
     def writer_stats(self) -> WriterStats:
         """Counters of the bundle's writer (batch sizes, queue depth) for metrics."""
         return self._writer.stats()
+
+    def secret_store(self) -> SqlSecretStore[C, S]:
+        """The backend's ``secret`` table (``SecretKeeper``), through the same writer
+        and readers: the bundle's ``secret_store``."""
+        return SqlSecretStore(self._writer, self._readers, self._q)
 
     def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None

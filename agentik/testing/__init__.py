@@ -25,6 +25,7 @@ from agentik.testing._script import UnexpectedModelRequest as UnexpectedModelReq
 from agentik.testing._store_contract import MakeBundle as MakeBundle
 from agentik.testing._store_contract import check_message_store as check_message_store
 from agentik.testing._store_contract import check_reflection_store as check_reflection_store
+from agentik.testing._store_contract import check_secret_store as check_secret_store
 from agentik.testing._store_contract import check_skill_store as check_skill_store
 from agentik.testing._store_contract import check_storage_bundle as check_storage_bundle
 from agentik.testing._store_contract import (
@@ -42,6 +43,7 @@ __all__ = [
     "assert_valid_history",
     "check_message_store",
     "check_reflection_store",
+    "check_secret_store",
     "check_skill_store",
     "check_storage_bundle",
     "check_working_memory_store",

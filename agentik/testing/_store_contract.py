@@ -21,6 +21,7 @@ from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik.storage._protocols import ArchivedMemory, IdempotencyKeyIndex, StorageBundle
 from agentik.testing._ledger_contract import LEDGER_CASES
 from agentik.testing._lifecycle_contract import LIFECYCLE_CASES
+from agentik.testing._secret_contract import SECRET_CASES
 from agentik.testing._summary_contract import SUMMARY_CASES
 
 MakeBundle = Callable[[], AbstractAsyncContextManager[StorageBundle]]
@@ -547,9 +548,15 @@ async def check_skill_store(make_bundle: MakeBundle) -> None:
     await _run(make_bundle, SKILL_CASES)
 
 
+async def check_secret_store(make_bundle: MakeBundle) -> None:
+    """Check the bundle's ``SecretStore`` (if it has one) against the contract."""
+    await _run(make_bundle, SECRET_CASES)
+
+
 async def check_storage_bundle(make_bundle: MakeBundle) -> None:
-    """Check all four stores of a backend against the contract."""
+    """Check all four stores of a backend, and its secret store, against the contract."""
     await check_message_store(make_bundle)
     await check_working_memory_store(make_bundle)
     await check_reflection_store(make_bundle)
     await check_skill_store(make_bundle)
+    await check_secret_store(make_bundle)

@@ -151,7 +151,7 @@ async def _scenario(url: str, keys: str) -> int:
         transport=HttpServer(url=url, oauth=oauth), name="conformance", connect_timeout=20.0
     )
     storage = in_memory_storage()
-    vault = McpTokenVault(storage.working_memory_store, token_key(None))
+    vault = McpTokenVault(storage, token_key(None))
     if oauth is not None and oauth.grant == "authorization_code":
         async with trio.open_nursery() as nursery:
 

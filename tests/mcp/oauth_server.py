@@ -134,15 +134,18 @@ def free_port() -> int:
         return port
 
 
-def build(base_url: str, authority: Authority) -> MCPServer:
-    """The tiny server's tools behind OAuth, issuer and resource both at ``base_url``."""
+def build(
+    base_url: str, authority: Authority, server: Callable[..., MCPServer] = tiny_server.build
+) -> MCPServer:
+    """The tiny server's tools (or ``server``'s) behind OAuth, issuer and resource both at
+    ``base_url``."""
     settings = AuthSettings(
         issuer_url=AnyHttpUrl(base_url),
         resource_server_url=AnyHttpUrl(f"{base_url}/mcp"),
         client_registration_options=ClientRegistrationOptions(enabled=True),
         validate_token_resource=False,
     )
-    return tiny_server.build(auth=settings, auth_server_provider=authority)
+    return server(auth=settings, auth_server_provider=authority)
 
 
 @attrs.define
@@ -339,9 +342,12 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 
 
-def machine(authority: MachineAuthority) -> Any:
-    """The tiny server (no auth of its own) behind ``authority``'s tokens, with step-up."""
-    tiny = tiny_server.build().streamable_http_app(host="127.0.0.1")
+def machine(
+    authority: MachineAuthority, server: Callable[[], MCPServer] = tiny_server.build
+) -> Any:
+    """The tiny server (or ``server``; no auth of its own) behind ``authority``'s tokens,
+    with step-up."""
+    tiny = server().streamable_http_app(host="127.0.0.1")
     routes = authority.app()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:

@@ -97,11 +97,11 @@ class TestAuthorizationCode:
         config = _config(base)
         with trio.fail_after(LIMIT):
             async with open_sqlite_storage(database) as storage:
-                vault = McpTokenVault(storage.working_memory_store, token_key(database))
+                vault = McpTokenVault(storage, token_key(database))
                 assert await _login(config, vault) == 10
             assert auth.authorizations == 1
             async with open_sqlite_storage(database) as storage:
-                vault = McpTokenVault(storage.working_memory_store, token_key(database))
+                vault = McpTokenVault(storage, token_key(database))
                 async with open_mcp_toolsets([config], tokens=vault) as (src,):
                     assert src.state is McpState.READY, src.health.last_error
                     assert await tool(src, "web_add").handler({"a": 1, "b": 2}) == "3"
@@ -125,7 +125,7 @@ class TestAuthorizationCode:
         config = _config(base)
         with trio.fail_after(LIMIT):
             async with open_sqlite_storage(database) as storage:
-                vault = McpTokenVault(storage.working_memory_store, token_key(database))
+                vault = McpTokenVault(storage, token_key(database))
                 await _login(config, vault)
                 async with open_mcp_toolsets([config], tokens=vault) as (src,):
                     assert src.state is McpState.READY, src.health.last_error
@@ -139,7 +139,7 @@ class TestAuthorizationCode:
         database = tmp_path / "agentik.db"
         with trio.fail_after(LIMIT):
             async with open_sqlite_storage(database) as storage:
-                vault = McpTokenVault(storage.working_memory_store, token_key(database))
+                vault = McpTokenVault(storage, token_key(database))
                 with pytest.raises(ExceptionGroup) as error:  # through the browser's nursery
                     await _login(_config(base), vault, approve=False)
                 assert error.group_contains(

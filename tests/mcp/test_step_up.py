@@ -81,7 +81,7 @@ async def stepping() -> AsyncIterator[tuple[str, oauth_server.Authority, oauth_s
 async def _daemon(
     config: McpServerConfig, storage: StorageBundle, database: pathlib.Path
 ) -> AsyncIterator[tuple[ChatAgent, McpToolset, McpTokenVault]]:
-    vault = McpTokenVault(storage.working_memory_store, token_key(database))
+    vault = McpTokenVault(storage, token_key(database))
     async with (
         open_mcp_toolsets([config], tokens=vault) as (src,),
         open_chat_agent(model=ScriptedModel(_adds), storage=storage, toolsets=[src]) as agent,
@@ -96,7 +96,7 @@ async def _logged_in(
 ) -> AsyncIterator[StorageBundle]:
     """A SQLite bundle at ``database`` whose vault holds ``agentik mcp login``'s tokens."""
     async with open_sqlite_storage(database) as storage:
-        await _login(config, McpTokenVault(storage.working_memory_store, token_key(database)))
+        await _login(config, McpTokenVault(storage, token_key(database)))
         yield storage
 
 
@@ -155,7 +155,7 @@ class TestAuthorizationCode:
 
         with trio.fail_after(LIMIT):
             async with open_sqlite_storage(database) as storage:
-                vault = McpTokenVault(storage.working_memory_store, token_key(database))
+                vault = McpTokenVault(storage, token_key(database))
                 await _login(config, vault)
                 async with _daemon(config, storage, database) as (agent, src, vault):
                     result = await _turn(agent, person)

@@ -14,13 +14,16 @@ from agentik.storage import (
     KeyedTurn,
     SkillStore,
     StorageBundle,
+    WorkingMemoryStore,
     in_memory_storage,
     open_sqlite_storage,
 )
+from agentik.storage._secrets import check_secret
 from agentik.testing import (
     MakeBundle,
     check_message_store,
     check_reflection_store,
+    check_secret_store,
     check_skill_store,
     check_working_memory_store,
 )
@@ -32,6 +35,7 @@ CHECKS = [
     check_working_memory_store,
     check_reflection_store,
     check_skill_store,
+    check_secret_store,
 ]
 
 
@@ -80,6 +84,58 @@ async def test_the_contract_catches_a_broken_backend() -> None:
 
     with pytest.raises(AssertionError, match=r"^store contract case _skills_upsert_and_read: "):
         await check_skill_store(broken)
+
+
+class _SecretsAsNotes:
+    """Secrets kept as working-memory notes of a conversation named after them (how
+    the MCP token vault was kept until schema 5): the contract must notice."""
+
+    def __init__(self, notes: WorkingMemoryStore) -> None:
+        self._notes = notes
+
+    async def get_secret(self, name: str) -> str | None:
+        check_secret(name)
+        entries = await self._notes.list(name)
+        return entries[-1].text if entries else None
+
+    async def put_secret(self, name: str, value: str) -> None:
+        check_secret(name, value)
+        entries = await self._notes.list(name)
+        if entries:
+            await self._notes.compact(name, [e.id for e in entries], value)
+        else:
+            await self._notes.append(name, value)
+
+    async def delete_secret(self, name: str) -> bool:
+        check_secret(name)
+        entries = await self._notes.list(name)
+        return await self._notes.archive(name, [e.id for e in entries]) > 0
+
+
+async def test_the_contract_catches_secrets_kept_in_a_conversation() -> None:
+    """check_secret_store fails for secrets that a conversation id can reach."""
+
+    @asynccontextmanager
+    async def broken() -> AsyncIterator[StorageBundle]:
+        bundle = in_memory_storage()
+        yield attrs.evolve(bundle, secret_store=_SecretsAsNotes(bundle.working_memory_store))
+
+    with pytest.raises(
+        AssertionError,
+        match=r"^store contract case _secrets_are_apart_from_conversations: "
+        r"a secret shows as a note",
+    ):
+        await check_secret_store(broken)
+
+
+async def test_every_backend_keeps_secrets(tmp_path: Path, postgres_dsn: str) -> None:
+    """The three bundles agentik opens have a secret store (the contract skips a
+    bundle without one, so this is checked apart)."""
+    assert in_memory_storage().secret_store is not None
+    async with open_sqlite_storage(tmp_path / "s.db") as bundle:
+        assert bundle.secret_store is not None
+    async with bundles(postgres_dsn)() as bundle:
+        assert bundle.secret_store is not None
 
 
 async def test_sqlite_open_errors_are_store_errors(tmp_path: Path) -> None:

@@ -24,6 +24,9 @@ from agentik.storage.sqlite._queries import skill_catalog as skill_catalog
 from agentik.storage.sqlite._queries import skill_exists as skill_exists
 from agentik.storage.sqlite._queries import token_stats as token_stats
 from agentik.storage.sqlite._queries import upsert_skill as upsert_skill
+from agentik.storage.sqlite._secret_queries import delete_secret as delete_secret
+from agentik.storage.sqlite._secret_queries import get_secret as get_secret
+from agentik.storage.sqlite._secret_queries import put_secret as put_secret
 from agentik.storage.sqlite._turn_queries import conversation_snapshots as conversation_snapshots
 from agentik.storage.sqlite._turn_queries import decide as decide
 from agentik.storage.sqlite._turn_queries import insert_awaiting as insert_awaiting
