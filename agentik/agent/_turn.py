@@ -54,6 +54,7 @@ from agentik.agent._turn_machine import (
     Finish,
     Record,
     RecordDecision,
+    Refuse,
     RunTool,
     TurnAction,
     TurnMachine,
@@ -67,7 +68,7 @@ from agentik.models import (
     ToolCallDelta,
 )
 from agentik.storage import TurnLedger
-from agentik.toolsets import Error, NamedTool, ToolsetIndex, parse_arguments
+from agentik.toolsets import Error, NamedTool, Run, ToolsetIndex, parse_arguments
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -226,6 +227,8 @@ class Turn:
                     await self._record(action)
                 elif isinstance(action, RecordDecision):
                     await self._record_decision(action)
+                elif isinstance(action, Refuse):
+                    await self._refuse(action)
                 elif isinstance(action, AwaitApproval):
                     return await self._result("", action.calls)
                 else:
@@ -293,6 +296,21 @@ class Turn:
             if self.emit is not None:  # a streamed decision: the denial is the call's result
                 call = self._call(action.call_id)
                 await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
+
+    async def _refuse(self, action: Refuse) -> None:
+        """A call that will not run (``CallPlan.invalid``): its error result,
+        told to a streaming reader as any failed call is. Dispatch counts as
+        for a call that runs: the name alone switches its toolset on."""
+        call = action.call
+        self._dispatch(call)
+        stats = self.conversation.runtime.stats
+        stats.tool_calls += 1
+        stats.tool_errors += 1
+        if self.emit is not None:
+            await self.emit(ToolCallStarted(call))
+        await self.record(action.result)
+        if self.emit is not None:
+            await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
 
     def _call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
@@ -428,8 +446,12 @@ class Turn:
         return window.messages
 
     def _plan(self, call: ToolCall, index: ToolsetIndex) -> CallPlan:
-        """Whether ``call`` needs a person's approval: its tool or toolset says
-        so, or the agent's policy does. A policy that raises asks for approval."""
+        """What the machine needs to know of ``call``: whether it needs a
+        person's approval (its tool or toolset says so, or the agent's policy
+        does; a policy that raises asks for approval), and, when a person or
+        the policy would look at it, whether its arguments are invalid (the
+        machine then refuses it: nobody is asked about a call that cannot run,
+        and the policy sees only valid ones)."""
         conv = self.conversation
         runtime = conv.runtime
         tool = tool_for(call, index, runtime.core_tools)
@@ -437,6 +459,11 @@ class Turn:
             return CallPlan(call)  # an error result, nothing runs
         needs = tool.requires_approval or _toolset_requires_approval(call, index)
         policy = runtime.approval_policy
+        if needs or policy is not None:
+            try:
+                parse_arguments(tool, call.arguments)
+            except ToolError as exc:
+                return CallPlan(call, invalid=f"error: {message_of(exc)}")
         if not needs and policy is not None:
             try:
                 needs = bool(policy(conv.conversation_id, call))
@@ -613,18 +640,9 @@ class Turn:
         conv = self.conversation
         runtime = conv.runtime
         runtime.stats.tool_calls += 1
-        index = self.index
-        if index is None:  # a call resumed from storage: no model answer in this run
-            _, index = runtime.toolsets()
-            self.index = index
-        active = conv.activation.active_names() if len(index) else _NONE_ACTIVE
-        decision = index.dispatch(active, call, runtime.core_tools)
+        decision = self._dispatch(call)
         if isinstance(decision, Error):
             return self._error(decision.message)
-        if decision.activates is not None:
-            conv.activation.enable(decision.activates)
-        elif decision.toolset is not None:
-            conv.activation.touch(decision.toolset)
         tool = decision.tool
         try:
             arguments = parse_arguments(tool, call.arguments)
@@ -661,6 +679,25 @@ class Turn:
         if not isinstance(result, str):
             return self._error(f"tool '{call.name}' returned {type(result).__name__}, expected str")
         return _cap(result, runtime.settings.max_tool_output), False
+
+    def _dispatch(self, call: ToolCall) -> Run | Error:
+        """What ``call`` runs, with the toolset its name belongs to switched on
+        (or its use counted), whether or not its arguments are valid."""
+        conv = self.conversation
+        runtime = conv.runtime
+        index = self.index
+        if index is None:  # a call resumed from storage: no model answer in this run
+            _, index = runtime.toolsets()
+            self.index = index
+        active = conv.activation.active_names() if len(index) else _NONE_ACTIVE
+        decision = index.dispatch(active, call, runtime.core_tools)
+        if isinstance(decision, Error):
+            return decision
+        if decision.activates is not None:
+            conv.activation.enable(decision.activates)
+        elif decision.toolset is not None:
+            conv.activation.touch(decision.toolset)
+        return decision
 
     async def _announce(self, request: ElicitationRequest) -> None:
         """Put a tool's question into the turn's stream, if it streams."""
