@@ -21,7 +21,13 @@ import httpx
 import trio
 
 from agentik._config import ConfigError, ServerConfig
-from agentik.agent import DEFAULT_SYSTEM_PROMPT, ContextPolicy, ToolsetSource, open_chat_agent
+from agentik.agent import (
+    DEFAULT_SYSTEM_PROMPT,
+    ContentLimits,
+    ContextPolicy,
+    ToolsetSource,
+    open_chat_agent,
+)
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
@@ -186,6 +192,14 @@ async def serve_agentik(
                 context=None
                 if config.context_tokens is None
                 else ContextPolicy(max_tokens=config.context_tokens),
+                content_limits=ContentLimits(
+                    max_skill_name=limits.max_skill_name,
+                    max_skill_description=limits.max_skill_description,
+                    max_skill_body=limits.max_skill_body,
+                    max_note=limits.max_note,
+                    skills_prompt_tokens=limits.skills_prompt_tokens,
+                    notes_prompt_tokens=limits.notes_prompt_tokens,
+                ),
                 tracer_provider=tracer_provider,
             )
         )
