@@ -140,3 +140,20 @@ async def test_chat_never_asks_about_a_call_with_invalid_arguments(
     assert "approve" not in out
     assert LOTS_ERROR in out
     assert RUNS == []
+
+
+async def test_chat_in_process_applies_the_configured_limits(tmp_path: Path) -> None:
+    """The in-process chat opens its agent with the file's ``[limits]`` on notes
+    and skills and its ``[model] context_tokens``, as ``agentik serve`` does."""
+    config = tmp_path / "agentik.toml"
+    config.write_text("[limits]\nmax_note = 5\n[model]\ncontext_tokens = 300\n")
+    out = await chat(
+        "--database",
+        str(tmp_path / "chat.db"),
+        "--config",
+        str(config),
+        stdin=b'call memory_add {"text": "too long"}\n' + b"word " * 400 + b"\n",
+        cwd=tmp_path,
+    )
+    assert "  [error] error: the note has 8 characters; at most 5 are allowed (max_note)" in out
+    assert "  [turn failed: context_exhausted] the message needs " in out
