@@ -23,6 +23,7 @@ from agentik._errors import ProtocolViolation as ProtocolViolation
 from agentik._errors import SchemaVersionError as SchemaVersionError
 from agentik._errors import StoreClosedError as StoreClosedError
 from agentik._errors import StoreError as StoreError
+from agentik._errors import TooLargeError as TooLargeError
 from agentik._errors import ToolError as ToolError
 from agentik._errors import TurnError as TurnError
 from agentik._memory import MemoryEntry as MemoryEntry
@@ -38,6 +39,7 @@ from agentik._public import publish as _publish
 from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
+from agentik.agent import ContentLimits as ContentLimits
 from agentik.agent import ContextPolicy as ContextPolicy
 from agentik.agent import ElicitationAsked as ElicitationAsked
 from agentik.agent import ElicitationError as ElicitationError
@@ -170,6 +172,7 @@ __all__ = [
     "ChatModel",
     "Client",
     "ConfigError",
+    "ContentLimits",
     "ContextPolicy",
     "ConversationArchiver",
     "ConversationDeleter",
@@ -228,6 +231,7 @@ __all__ = [
     "TextDelta",
     "TokenStats",
     "TokenUsage",
+    "TooLargeError",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallFinished",

@@ -93,6 +93,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("limits", "body_timeout", "float", "AGENTIK_BODY_TIMEOUT"),
     Setting("limits", "body_min_rate", "float", "AGENTIK_BODY_MIN_RATE"),
     Setting("limits", "max_connections", "int", "AGENTIK_MAX_CONNECTIONS"),
+    Setting("limits", "max_skill_name", "int", "AGENTIK_MAX_SKILL_NAME"),
+    Setting("limits", "max_skill_description", "int", "AGENTIK_MAX_SKILL_DESCRIPTION"),
+    Setting("limits", "max_skill_body", "int", "AGENTIK_MAX_SKILL_BODY"),
+    Setting("limits", "max_note", "int", "AGENTIK_MAX_NOTE"),
+    Setting("limits", "skills_prompt_tokens", "int", "AGENTIK_SKILLS_PROMPT_TOKENS"),
+    Setting("limits", "notes_prompt_tokens", "int", "AGENTIK_NOTES_PROMPT_TOKENS"),
 )
 _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 
@@ -131,6 +137,20 @@ class Limits:
     """Bytes per second: the rate that earns a large body more time."""
     max_connections: int = 1000
     """Open HTTP connections; past it new ones wait in the listen backlog."""
+    max_skill_name: int = 64
+    """Characters of a skill's name (``ContentLimits``, as every one below)."""
+    max_skill_description: int = 500
+    """Characters of a skill's description; longer is 413 (the model: an error result)."""
+    max_skill_body: int = 32_000
+    """Characters of a skill's body."""
+    max_note: int = 4_000
+    """Characters of a working-memory note."""
+    skills_prompt_tokens: int = 2_000
+    """Tokens an owner's skills catalog may take in a system message (at most a
+    tenth of ``[model] context_tokens`` too)."""
+    notes_prompt_tokens: int = 4_000
+    """Tokens a conversation's notes may take in a system message (at most 15 %
+    of ``[model] context_tokens`` too)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -406,6 +426,12 @@ def _build(
         body_timeout=number("body_timeout", base.body_timeout),
         body_min_rate=number("body_min_rate", base.body_min_rate),
         max_connections=int(number("max_connections", base.max_connections)),
+        max_skill_name=int(number("max_skill_name", base.max_skill_name)),
+        max_skill_description=int(number("max_skill_description", base.max_skill_description)),
+        max_skill_body=int(number("max_skill_body", base.max_skill_body)),
+        max_note=int(number("max_note", base.max_note)),
+        skills_prompt_tokens=int(number("skills_prompt_tokens", base.skills_prompt_tokens)),
+        notes_prompt_tokens=int(number("notes_prompt_tokens", base.notes_prompt_tokens)),
     )
     database = get("storage", "database")
     retention = get("storage", "retention_days")

@@ -11,6 +11,7 @@
     ├── ApprovalError              a decision about a call that is not waiting, or
     │                              that contradicts one already taken
     ├── OverloadedError            too many turns queued; retry later
+    ├── TooLargeError              a skill or note is larger than its limit (also a ValueError)
     ├── NotOwnedError              another node owns the conversation (PostgreSQL, several nodes)
     └── ProtocolViolation          a client sent something the wire protocol forbids
 
@@ -79,6 +80,11 @@ class OverloadedError(AgentikError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class TooLargeError(AgentikError, ValueError):
+    """A skill or a note is larger than its configured limit (``ContentLimits``);
+    nothing was stored. A ``ValueError`` too: it is bad input."""
 
 
 class NotOwnedError(AgentikError):

@@ -17,6 +17,7 @@ from agentik.agent._events import TurnEvent as TurnEvent
 from agentik.agent._events import TurnFailed as TurnFailed
 from agentik.agent._events import TurnFinished as TurnFinished
 from agentik.agent._events import TurnResult as TurnResult
+from agentik.agent._limits import ContentLimits as ContentLimits
 from agentik.agent._prompt import BasePrompt as BasePrompt
 from agentik.agent._prompt import PromptContext as PromptContext
 from agentik.agent._prompt import ReflectionsSection as ReflectionsSection
@@ -37,6 +38,7 @@ __all__ = [
     "ApprovalRequest",
     "BasePrompt",
     "ChatAgent",
+    "ContentLimits",
     "ContextPolicy",
     "ConversationTool",
     "ElicitationAsked",

@@ -1,10 +1,15 @@
 """Core tools every conversation has: working memory and skills.
 
-They need the conversation they run in (its id, its cached notes), which a
-plain ``NamedTool`` handler does not get. So they are ``ConversationTool``s:
-the actor calls ``run(state, arguments)`` instead of ``handler(arguments)``.
-One set of definitions serves every conversation, so they cost nothing per
-conversation.
+They need the conversation they run in (its id, its cached notes, its
+owner's skill scope), which a plain ``NamedTool`` handler does not get. So
+they are ``ConversationTool``s: the actor calls ``run(state, arguments)``
+instead of ``handler(arguments)``. One set of definitions serves every
+conversation, so they cost nothing per conversation.
+
+Skills are the conversation owner's (``_scope``): ``skill_save`` in one of
+alice's conversations stores ``alice`` U+001F ``<name>``, and only her
+conversations load, list or remove it. A note or skill past ``ContentLimits``
+is refused with an error result the model can act on; nothing is stored.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import attrs
 from agentik._errors import StoreError, ToolError
 from agentik._json import JsonObject
 from agentik._memory import MemoryEntry, Skill
+from agentik._scope import split_scope
 from agentik.storage import StorageBundle
 from agentik.toolsets import NamedTool
 
@@ -33,6 +39,11 @@ class ConversationState(Protocol):
     @property
     def memory(self) -> list[MemoryEntry]:
         """The conversation's active notes, kept in step with the store."""
+        ...
+
+    @property
+    def skill_scope(self) -> str:
+        """The owner prefix of this conversation's skill names (``_scope``)."""
         ...
 
 
@@ -60,9 +71,12 @@ def _text(arguments: JsonObject, key: str) -> str:
 
 
 async def _memory_add(state: ConversationState, arguments: JsonObject) -> str:
-    entry = await state.storage.working_memory_store.append(
-        state.conversation_id, _text(arguments, "text")
-    )
+    try:
+        entry = await state.storage.working_memory_store.append(
+            state.conversation_id, _text(arguments, "text")
+        )
+    except ValueError as exc:  # past ContentLimits.max_note
+        raise ToolError(f"{exc}; shorten it") from exc
     state.memory.append(entry)
     return f"Noted as [{entry.id}]."
 
@@ -98,32 +112,60 @@ async def _memory_compact(state: ConversationState, arguments: JsonObject) -> st
         entry = await state.storage.working_memory_store.compact(
             state.conversation_id, ids, summary
         )
+    except ValueError as exc:  # past ContentLimits.max_note
+        raise ToolError(f"{str(exc).replace('the note', 'the summary', 1)}; shorten it") from exc
     except StoreError as exc:
         raise ToolError(f"could not compact notes: {exc}") from exc
     state.memory[:] = [e for e in state.memory if e.id not in set(ids)] + [entry]
     return f"Compacted {len(ids)} notes into [{entry.id}]."
 
 
+def _skill_name(arguments: JsonObject) -> str:
+    """The ``name`` argument: printable, so that it cannot name another owner's
+    skill (an owner's scope ends in U+001F, ``_scope``)."""
+    name = _text(arguments, "name")
+    if not name.isprintable():
+        raise ToolError(
+            f"a skill name must be printable characters, not only spaces, got {name[:40]!r}"
+        )
+    return name
+
+
 async def _skill_save(state: ConversationState, arguments: JsonObject) -> str:
+    name = _skill_name(arguments)
     skill = Skill(
-        _text(arguments, "name"), _text(arguments, "description"), _text(arguments, "body")
+        state.skill_scope + name, _text(arguments, "description"), _text(arguments, "body")
     )
-    await state.storage.skill_store.upsert(skill)
-    return f"Skill '{skill.name}' saved."
+    try:
+        await state.storage.skill_store.upsert(skill)
+    except ValueError as exc:  # past ContentLimits, or a name that is not printable
+        raise ToolError(str(exc)) from exc
+    return f"Skill '{name}' saved."
+
+
+_NAMES_SHOWN = 50
 
 
 async def _skill_load(state: ConversationState, arguments: JsonObject) -> str:
-    name = _text(arguments, "name")
-    skill = await state.storage.skill_store.get(name)
+    name = _skill_name(arguments)
+    store = state.storage.skill_store
+    skill = await store.get(state.skill_scope + name)
     if skill is None:
-        names = [s.name for s in await state.storage.skill_store.catalog()]
-        raise ToolError(f"no skill named '{name}'; saved skills: {', '.join(names) or '(none)'}")
+        names = [
+            n
+            for scope, n in map(split_scope, [s.name for s in await store.catalog()])
+            if scope == state.skill_scope
+        ]
+        shown = ", ".join(names[:_NAMES_SHOWN]) or "(none)"
+        if len(names) > _NAMES_SHOWN:
+            shown += f", and {len(names) - _NAMES_SHOWN} more"
+        raise ToolError(f"no skill named '{name}'; saved skills: {shown}")
     return skill.body
 
 
 async def _skill_remove(state: ConversationState, arguments: JsonObject) -> str:
-    name = _text(arguments, "name")
-    if not await state.storage.skill_store.remove(name):
+    name = _skill_name(arguments)
+    if not await state.storage.skill_store.remove(state.skill_scope + name):
         raise ToolError(f"no skill named '{name}'")
     return f"Skill '{name}' removed."
 

@@ -34,6 +34,7 @@ from agentik.agent._elicitation import (
 )
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._gc import relaxed_gc, track_conversations
+from agentik.agent._limits import ContentLimits
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
@@ -607,6 +608,7 @@ async def open_chat_agent(
     approval_timeout: float | None = None,
     resume_interrupted: bool = True,
     context: ContextPolicy | None = None,
+    content_limits: ContentLimits | None = None,
     tracer_provider: TracerProvider | None = None,
     capture_content: bool = False,
     agent_name: str = "agentik",
@@ -654,6 +656,11 @@ async def open_chat_agent(
             that fit in ``max_tokens``; older history is summarized by the
             model and stays stored. A live conversation then holds only what
             its summary does not cover. None sends the whole history.
+        content_limits: sizes of skills and notes (a write past one raises
+            ``TooLargeError``; the model's tools get an error result) and the
+            tokens their sections may take in a system message (with
+            ``context``, also at most a share of its ``max_tokens``); None:
+            ``ContentLimits()``'s defaults.
         tracer_provider: where OpenTelemetry spans go (GenAI conventions:
             ``invoke_agent``, ``chat``, ``execute_tool``; docs/observability.md).
             None: the global provider, if the application uses OpenTelemetry
@@ -682,6 +689,8 @@ async def open_chat_agent(
         _positive("approval_timeout", approval_timeout)
     if context is not None and not isinstance(context, ContextPolicy):
         raise TypeError(f"context must be a ContextPolicy or None, got {context!r}")
+    if content_limits is not None and not isinstance(content_limits, ContentLimits):
+        raise TypeError(f"content_limits must be a ContentLimits or None, got {content_limits!r}")
     if approval_policy is not None and not callable(approval_policy):
         raise TypeError(f"approval_policy must be callable, got {approval_policy!r}")
     sources = tuple(toolsets)
@@ -713,6 +722,7 @@ async def open_chat_agent(
             approval_timeout=approval_timeout,
             resume_interrupted=resume_interrupted,
             context=context,
+            content_limits=content_limits or ContentLimits(),
         ),
         approval_policy=approval_policy,
         tracing=tracing,

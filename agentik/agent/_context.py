@@ -70,6 +70,25 @@ class ContextPolicy:
     fraction of ``max_tokens``: well before the window must drop anything."""
 
 
+def cut_to_tokens(text: str, budget: int, count: Callable[[str], int]) -> str:
+    """``text``, or its longest prefix that fits ``budget`` tokens with a line
+    saying how much was cut (a tool result a window could not carry)."""
+    if count(text) <= budget:
+        return text
+
+    def cut(keep: int) -> str:
+        return f"{text[:keep]}\n… [output truncated: {len(text) - keep} more characters]"
+
+    low, high = 0, len(text)  # count(cut(low)) fits, or low is 0
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count(cut(middle)) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return cut(low)
+
+
 class ContextExhausted(Exception):
     """The current turn does not fit in the budget even alone."""
 

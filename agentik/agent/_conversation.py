@@ -31,6 +31,7 @@ from agentik._errors import (
 )
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role, ToolCall
+from agentik._scope import scope_of
 from agentik.agent._compaction import fit_summary, fold_point, summary_message, summary_request
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
@@ -188,6 +189,13 @@ class Conversation:
     toolsets_seen: frozenset[str] = frozenset()
     """The active toolsets when the agent last looked, when it traces: the
     next look tells which expired (span events, ``_spans``)."""
+    skill_scope: str = attrs.field(init=False)
+    """The owner scope of this conversation's skills (``_scope``): ``""``
+    unless its id names an owner."""
+
+    @skill_scope.default
+    def _skill_scope(self) -> str:
+        return scope_of(self.conversation_id)
 
     @property
     def storage(self) -> StorageBundle:
@@ -531,10 +539,12 @@ class Conversation:
             seq = await self._find_key(key)
             if seq is not None:
                 return await self._again(key, seq, emit)
-        if self.paused is not None:
-            await self._supersede()
         machine = TurnMachine(self.runtime.settings.max_tool_rounds)
         turn = Turn(self, machine, len(self.history), emit, key)
+        if self.runtime.settings.context is not None:
+            await turn.check_room(request.text)  # before anything is stored
+        if self.paused is not None:
+            await self._supersede()
         result = await turn.run(machine.begin(request.text, key))
         assert result is not None
         if result.status == "finished" and self.paused is None:

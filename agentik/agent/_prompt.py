@@ -4,17 +4,26 @@ Each contributor renders one section from a ``PromptContext`` (what the
 conversation knows right now) or returns None to stay out. The system message
 is built afresh for every model request and never stored, so a toolset
 enabled mid-turn shows in the very next request.
+
+The sections of stored data (skills, notes, reflections) take at most their
+budget of tokens (``PromptContext.*_budget``, from ``ContentLimits`` and the
+context policy): past it a section keeps each row that still fits, in order
+of preference (the newest notes and reflections first, the skills in catalog
+order), and says in one line what it left out (the notes: their ids, so the
+model can compact them). So no amount of stored data can crowd the
+conversation out of a request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
 
 from agentik._errors import TurnError
 from agentik._memory import MemoryEntry, Reflection, SkillSummary
+from agentik.agent._context import estimate_tokens
 from agentik.agent._failures import component_error
 from agentik.toolsets import ToolsetContribution, ToolsetIndex, render_toolset_section
 
@@ -29,6 +38,14 @@ class PromptContext:
     skills: Sequence[SkillSummary]
     memory: Sequence[MemoryEntry]
     reflections: Sequence[Reflection]
+    skills_budget: int | None = None
+    """Tokens the skills section may take (None: no bound)."""
+    memory_budget: int | None = None
+    """Tokens the working-memory section may take (None: no bound)."""
+    reflections_budget: int | None = None
+    """Tokens the reflections section may take (None: no bound)."""
+    count_tokens: Callable[[str], int] = estimate_tokens
+    """How the budgets count: the context policy's counter, or the estimate."""
 
 
 class SystemPromptContributor(Protocol):
@@ -66,8 +83,22 @@ class SkillsCatalog:
     def render(self, context: PromptContext) -> str | None:
         if not context.skills:
             return None
-        rows = "\n".join(f"{s.name} — {s.description}" for s in context.skills)
-        return f'## Skills\nLoad one with skill_load({{"name": X}}) before following it.\n\n{rows}'
+        head = '## Skills\nLoad one with skill_load({"name": X}) before following it.\n\n'
+        rows = [f"{s.name} — {s.description}" for s in context.skills]
+        return fit_rows(
+            head,
+            rows,
+            context.skills_budget,
+            context.count_tokens,
+            lambda dropped: (
+                f"… and {len(dropped)} more skill{_s(len(dropped))} not listed"
+                " (skill_load loads any by name)"
+            ),
+        )
+
+
+_IDS_SHOWN = 10
+"""Ids of notes left out of the prompt that it names (the model may compact them)."""
 
 
 @attrs.frozen
@@ -77,10 +108,24 @@ class WorkingMemorySection:
     def render(self, context: PromptContext) -> str | None:
         if not context.memory:
             return None
-        rows = "\n".join(f"[{e.id}] {e.text}" for e in context.memory)
-        return (
-            "## Working memory\n"
-            "Your notes for this conversation (memory_add, memory_compact):\n\n" + rows
+        head = (
+            "## Working memory\nYour notes for this conversation (memory_add, memory_compact):\n\n"
+        )
+        notes = context.memory
+        rows = [f"[{e.id}] {e.text}" for e in notes]
+
+        def left_out(dropped: Sequence[int]) -> str:
+            n = len(dropped)
+            ids = ", ".join(f"[{notes[i].id}]" for i in dropped[:_IDS_SHOWN])
+            if n > _IDS_SHOWN:
+                ids += ", …"
+            return (
+                f"({n} note{_s(n)} not shown: {ids}; memory_compact or"
+                " memory_archive them to make room)"
+            )
+
+        return fit_rows(
+            head, rows, context.memory_budget, context.count_tokens, left_out, newest_last=True
         )
 
 
@@ -91,8 +136,59 @@ class ReflectionsSection:
     def render(self, context: PromptContext) -> str | None:
         if not context.reflections:
             return None
-        rows = "\n".join(f"- {r.text}" for r in context.reflections)
-        return "## Lessons from earlier conversations\n" + rows
+        return fit_rows(
+            "## Lessons from earlier conversations\n",
+            [f"- {r.text}" for r in context.reflections],
+            context.reflections_budget,
+            context.count_tokens,
+            lambda dropped: f"({len(dropped)} lesson{_s(len(dropped))} not shown)",
+        )
+
+
+def fit_rows(
+    head: str,
+    rows: Sequence[str],
+    budget: int | None,
+    count: Callable[[str], int],
+    left_out: Callable[[Sequence[int]], str],
+    *,
+    newest_last: bool = False,
+) -> str | None:
+    """``head`` and ``rows``, one a line, in at most ``budget`` tokens.
+
+    Past the budget it takes rows in order of preference (first to last; last
+    to first with ``newest_last``, rows being oldest first), each that still
+    fits, so one huge row hides no other; shows them in their own order; and
+    adds the line ``left_out(indices)`` for those it dropped (first, when
+    ``newest_last``). None when not even the head and that line fit."""
+    text = head + "\n".join(rows)
+    if budget is None or count(text) <= budget:
+        return text
+    everything = range(len(rows))
+    # Rows cost what they count plus their newline: counted one by one, as
+    # the offline estimate rounds up per row, the sum is never below the whole.
+    room = budget - count(head) - count(left_out(everything)) - 1
+    kept: list[int] = []
+    for i in reversed(everything) if newest_last else everything:
+        cost = count(rows[i]) + 1
+        if cost <= room:
+            kept.append(i)
+            room -= cost
+    while True:  # a counter that is not additive may need fewer rows
+        chosen = sorted(kept)
+        taken = set(chosen)
+        line = left_out([i for i in everything if i not in taken])
+        shown = [rows[i] for i in chosen]
+        text = head + "\n".join([line, *shown] if newest_last else [*shown, line])
+        if count(text) <= budget:
+            return text
+        if not kept:
+            return None
+        kept.pop()  # the least preferred of those kept
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def default_contributors(system_prompt: str) -> tuple[SystemPromptContributor, ...]:

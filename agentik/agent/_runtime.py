@@ -20,10 +20,12 @@ import attrs
 import trio
 
 from agentik._errors import TurnError
-from agentik._memory import Reflection, Skill, SkillSummary
+from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, ToolCall
+from agentik._scope import split_scope
 from agentik.agent._context import ContextPolicy, estimate_tokens, message_tokens
 from agentik.agent._failures import component_error
+from agentik.agent._limits import ContentLimits, PromptBudgets
 from agentik.agent._prompt import (
     BasePrompt,
     ReflectionsSection,
@@ -35,12 +37,14 @@ from agentik.agent._prompt import (
 from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import (
+    ArchivedMemory,
     ConversationLoader,
     NowaitSubmitter,
     Pending,
     ReflectionStore,
     SkillStore,
     StorageBundle,
+    WorkingMemoryStore,
 )
 from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
 
@@ -106,6 +110,8 @@ class AgentSettings:
     resume_interrupted: bool = True
     context: ContextPolicy | None = None
     """What of a conversation each request carries; None: all of it."""
+    content_limits: ContentLimits = ContentLimits()
+    """Sizes of skills and notes, and their share of a system prompt."""
 
 
 @attrs.define
@@ -141,23 +147,46 @@ class _Cached(Generic[T]):
                 return value
 
 
+SkillCatalogs: TypeAlias = dict[str, list[SkillSummary]]
+"""The skills catalog by owner scope (``_scope``), names without the scope."""
+
+_NO_SKILLS: list[SkillSummary] = []
+"""The catalog of a scope with no skills: one object, never changed (the
+prompt cache compares catalogs by identity first)."""
+
+
+def catalogs_by_scope(catalog: list[SkillSummary]) -> SkillCatalogs:
+    """Split the store's catalog (sorted by stored name) by owner scope; each
+    scope's stays sorted by name."""
+    out: SkillCatalogs = {}
+    for summary in catalog:
+        scope, name = split_scope(summary.name)
+        out.setdefault(scope, []).append(
+            summary if not scope else SkillSummary(name, summary.description)
+        )
+    return out
+
+
 @attrs.define
 class _CatalogCache:
-    skills: _Cached[list[SkillSummary]] = attrs.Factory(_Cached)
+    skills: _Cached[SkillCatalogs] = attrs.Factory(_Cached)
     reflections: _Cached[list[Reflection]] = attrs.Factory(_Cached)
 
 
 @attrs.frozen
 class _CachingSkillStore:
-    """Delegates to the real store; a write drops the cached catalog."""
+    """Delegates to the real store; refuses a skill past the size limits; a
+    write drops the cached catalog."""
 
     inner: SkillStore
     cache: _CatalogCache
+    limits: ContentLimits
 
     async def catalog(self) -> list[SkillSummary]:
         return await self.inner.catalog()
 
     async def upsert(self, skill: Skill) -> Skill:
+        self.limits.check_skill(skill)  # nothing stored past a limit
         try:
             return await self.inner.upsert(skill)
         finally:
@@ -177,6 +206,49 @@ class _CachingSkillStore:
 
     async def get(self, name: str) -> Skill | None:
         return await self.inner.get(name)
+
+
+@attrs.frozen
+class _CheckedMemoryStore:
+    """Delegates to the real store; refuses a note past the size limit."""
+
+    inner: WorkingMemoryStore
+    limits: ContentLimits
+
+    async def append(self, conversation_id: str, text: str) -> MemoryEntry:
+        self.limits.check_note(text)
+        return await self.inner.append(conversation_id, text)
+
+    async def list(self, conversation_id: str) -> list[MemoryEntry]:
+        return await self.inner.list(conversation_id)
+
+    async def compact(
+        self, conversation_id: str, entry_ids: Sequence[int], summary: str
+    ) -> MemoryEntry:
+        self.limits.check_note(summary)
+        return await self.inner.compact(conversation_id, entry_ids, summary)
+
+    async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
+        return await self.inner.archive(conversation_id, entry_ids)
+
+
+@attrs.frozen
+class _CheckedArchivedMemoryStore(_CheckedMemoryStore):
+    """``_CheckedMemoryStore`` of a store that lists archived notes
+    (``ArchivedMemory``): the wrapper has that ability only when its store has."""
+
+    async def list_archived(
+        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
+    ) -> list[MemoryEntry]:
+        inner = self.inner
+        assert isinstance(inner, ArchivedMemory)
+        return await inner.list_archived(conversation_id, after_id=after_id, limit=limit)
+
+
+def _checked_memory(store: WorkingMemoryStore, limits: ContentLimits) -> WorkingMemoryStore:
+    if isinstance(store, ArchivedMemory):
+        return _CheckedArchivedMemoryStore(store, limits)
+    return _CheckedMemoryStore(store, limits)
 
 
 @attrs.frozen
@@ -215,7 +287,8 @@ class AgentRuntime:
     model: ChatModel
     storage: StorageBundle
     """The caller's bundle with the skill and reflection stores wrapped so
-    writes made through it keep the prompt caches correct."""
+    writes made through it keep the prompt caches correct, and the skill and
+    note stores so that none past ``ContentLimits`` is stored."""
     core_tools: Mapping[str, NamedTool]
     offered_core: tuple[NamedTool, ...]
     """Core tools as offered to the model, in order."""
@@ -254,6 +327,9 @@ class AgentRuntime:
     """(conversation id, user message seq) -> code of recent failed turns."""
     tracing: Tracing | None = None
     """The agent's spans; None when it does not trace (``_tracing``)."""
+    budgets: PromptBudgets = attrs.field(factory=lambda: PromptBudgets.of(ContentLimits(), None))
+    """Tokens the skills, notes and reflections may take in a system message,
+    and a tool result in a request (``build`` sets them from the settings)."""
 
     @classmethod
     def build(
@@ -270,11 +346,12 @@ class AgentRuntime:
         tracing: Tracing | None = None,
     ) -> AgentRuntime:
         cache = _CatalogCache()
+        limits = settings.content_limits
         wrapped = StorageBundle(
             storage.message_store,
-            storage.working_memory_store,
+            _checked_memory(storage.working_memory_store, limits),
             _CachingReflectionStore(storage.reflection_store, cache),
-            _CachingSkillStore(storage.skill_store, cache),
+            _CachingSkillStore(storage.skill_store, cache, limits),
             storage.ownership,
         )
         runtime = cls(
@@ -290,6 +367,9 @@ class AgentRuntime:
             dynamic=any(not isinstance(s, ToolsetContribution) for s in sources),
             approval_policy=approval_policy,
             tracing=tracing,
+            budgets=PromptBudgets.of(
+                limits, None if settings.context is None else settings.context.max_tokens
+            ),
         )
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
         if isinstance(storage.message_store, NowaitSubmitter):
@@ -348,13 +428,14 @@ class AgentRuntime:
                 or any(t.requires_approval for c in current for t in c.tools)
             )
 
-    def cached_prompt_reads(self) -> tuple[list[SkillSummary], list[Reflection]] | None:
-        """The skills catalog and recent reflections when both are cached (the
-        usual case, every model call): no coroutine, no checkpoint. None when
-        either must be read (``skills()``, ``reflections()``)."""
-        skills = self._cache.skills.value
-        if skills is None:
+    def cached_prompt_reads(self, scope: str) -> tuple[list[SkillSummary], list[Reflection]] | None:
+        """The skills catalog of owner ``scope`` and recent reflections when both
+        are cached (the usual case, every model call): no coroutine, no
+        checkpoint. None when either must be read (``skills()``, ``reflections()``)."""
+        catalogs = self._cache.skills.value
+        if catalogs is None:
             return None
+        skills = catalogs.get(scope, _NO_SKILLS)
         if self.settings.recent_reflections <= 0:
             return skills, []
         reflections = self._cache.reflections.value
@@ -366,14 +447,20 @@ class AgentRuntime:
         turn of a burst waits on the one read (single flight) and is woken
         after it, twice. A failed read is left for the first turn to retry."""
         try:
-            await self.skills()
+            await self.skills("")
             await self.reflections()
         except Exception as exc:  # the first model call reads again
             log.warning("could not read the skills catalog or reflections at start: %s", exc)
 
-    async def skills(self) -> list[SkillSummary]:
-        """The skills catalog, read once and cached until a write."""
-        return await self._cache.skills.get(self.storage.skill_store.catalog)
+    async def skills(self, scope: str) -> list[SkillSummary]:
+        """The skills catalog of owner ``scope`` (``_scope``; names without it),
+        read once for every owner and cached until a write."""
+
+        async def load() -> SkillCatalogs:
+            return catalogs_by_scope(await self.storage.skill_store.catalog())
+
+        catalogs = await self._cache.skills.get(load)
+        return catalogs.get(scope, _NO_SKILLS)
 
     async def reflections(self) -> list[Reflection]:
         """Recent reflections, read once and cached until a write."""

@@ -33,7 +33,13 @@ import trio
 from agentik._errors import AgentikError, ModelBackendError, StoreError, ToolError, TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._builtin_tools import ConversationTool
-from agentik.agent._context import ContextExhausted, ContextPolicy, select_window
+from agentik.agent._context import (
+    ContextExhausted,
+    ContextPolicy,
+    cut_to_tokens,
+    estimate_tokens,
+    select_window,
+)
 from agentik.agent._elicitation import ElicitationRequest, ToolCallContext, current_tool_call
 from agentik.agent._events import (
     ApprovalRequest,
@@ -54,6 +60,7 @@ from agentik.agent._turn_machine import (
     Finish,
     Record,
     RecordDecision,
+    Refuse,
     RunTool,
     TurnAction,
     TurnMachine,
@@ -67,7 +74,7 @@ from agentik.models import (
     ToolCallDelta,
 )
 from agentik.storage import TurnLedger
-from agentik.toolsets import Error, NamedTool, ToolsetIndex, parse_arguments
+from agentik.toolsets import Error, NamedTool, Run, ToolsetIndex, parse_arguments
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -226,6 +233,8 @@ class Turn:
                     await self._record(action)
                 elif isinstance(action, RecordDecision):
                     await self._record_decision(action)
+                elif isinstance(action, Refuse):
+                    await self._refuse(action)
                 elif isinstance(action, AwaitApproval):
                     return await self._result("", action.calls)
                 else:
@@ -293,6 +302,21 @@ class Turn:
             if self.emit is not None:  # a streamed decision: the denial is the call's result
                 call = self._call(action.call_id)
                 await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
+
+    async def _refuse(self, action: Refuse) -> None:
+        """A call that will not run (``CallPlan.invalid``): its error result,
+        told to a streaming reader as any failed call is. Dispatch counts as
+        for a call that runs: the name alone switches its toolset on."""
+        call = action.call
+        self._dispatch(call)
+        stats = self.conversation.runtime.stats
+        stats.tool_calls += 1
+        stats.tool_errors += 1
+        if self.emit is not None:
+            await self.emit(ToolCallStarted(call))
+        await self.record(action.result)
+        if self.emit is not None:
+            await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
 
     def _call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
@@ -427,9 +451,29 @@ class Turn:
             raise TurnError(str(exc), code="context_exhausted") from exc
         return window.messages
 
+    async def check_room(self, text: str) -> None:
+        """Refuse a user message that cannot fit the context window with the
+        system message, before it is stored (``context_exhausted``): stored,
+        it would fail this turn and weigh on every later one."""
+        conv = self.conversation
+        policy = conv.runtime.settings.context
+        assert policy is not None
+        system, _, _ = await self.system_message()
+        needed = conv.cost(system) + conv.cost(Message(Role.USER, text))
+        if needed > policy.max_tokens:
+            raise TurnError(
+                f"the message needs {needed} tokens of context with the system message and"
+                f" the window is {policy.max_tokens} (context max_tokens); send a shorter one",
+                code="context_exhausted",
+            )
+
     def _plan(self, call: ToolCall, index: ToolsetIndex) -> CallPlan:
-        """Whether ``call`` needs a person's approval: its tool or toolset says
-        so, or the agent's policy does. A policy that raises asks for approval."""
+        """What the machine needs to know of ``call``: whether it needs a
+        person's approval (its tool or toolset says so, or the agent's policy
+        does; a policy that raises asks for approval), and, when a person or
+        the policy would look at it, whether its arguments are invalid (the
+        machine then refuses it: nobody is asked about a call that cannot run,
+        and the policy sees only valid ones)."""
         conv = self.conversation
         runtime = conv.runtime
         tool = tool_for(call, index, runtime.core_tools)
@@ -437,6 +481,11 @@ class Turn:
             return CallPlan(call)  # an error result, nothing runs
         needs = tool.requires_approval or _toolset_requires_approval(call, index)
         policy = runtime.approval_policy
+        if needs or policy is not None:
+            try:
+                parse_arguments(tool, call.arguments)
+            except ToolError as exc:
+                return CallPlan(call, invalid=f"error: {message_of(exc)}")
         if not needs and policy is not None:
             try:
                 needs = bool(policy(conv.conversation_id, call))
@@ -450,15 +499,17 @@ class Turn:
                 needs = True
         return CallPlan(call, needs, tool.idempotent)
 
-    async def _call_model(self) -> tuple[Message, tuple[CallPlan, ...]]:
-        """Ask the model; its answer as the message to record, with a plan per call."""
+    async def system_message(self) -> tuple[Message, ToolsetIndex, frozenset[str]]:
+        """The system message of the next request (built from the contributors,
+        or the last one while its inputs are unchanged), with the toolsets and
+        the active ones it was built for."""
         conv = self.conversation
         runtime = conv.runtime
         contributions, index = runtime.toolsets()
         active = conv.activation.active_names() if contributions else _NONE_ACTIVE
-        cached = runtime.cached_prompt_reads()
+        cached = runtime.cached_prompt_reads(conv.skill_scope)
         if cached is None:
-            skills = await runtime.skills()
+            skills = await runtime.skills(conv.skill_scope)
             reflections = await runtime.reflections()
         else:
             skills, reflections = cached
@@ -469,19 +520,31 @@ class Turn:
         key = (index, active, skills, reflections, tuple([e.id for e in memory]))
         last = conv.system_prompt
         if last is not None and _same_prompt_inputs(last[0], key):
-            system = last[1]
-        else:
-            context = PromptContext(
-                conversation_id=conv.conversation_id,
-                contributions=index,
-                active_toolsets=active,
-                skills=skills,
-                memory=memory,
-                reflections=reflections,
-            )
-            system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
-            if runtime.pure_prompt:
-                conv.system_prompt = (key, system)
+            return last[1], index, active
+        budgets = runtime.budgets
+        policy = runtime.settings.context
+        context = PromptContext(
+            conversation_id=conv.conversation_id,
+            contributions=index,
+            active_toolsets=active,
+            skills=skills,
+            memory=memory,
+            reflections=reflections,
+            skills_budget=budgets.skills,
+            memory_budget=budgets.notes,
+            reflections_budget=budgets.reflections,
+            count_tokens=estimate_tokens if policy is None else policy.count_tokens,
+        )
+        system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
+        if runtime.pure_prompt:
+            conv.system_prompt = (key, system)
+        return system, index, active
+
+    async def _call_model(self) -> tuple[Message, tuple[CallPlan, ...]]:
+        """Ask the model; its answer as the message to record, with a plan per call."""
+        conv = self.conversation
+        runtime = conv.runtime
+        system, index, active = await self.system_message()
         tools = offered_tools(runtime.offered_core, index, active)
         policy = runtime.settings.context
         if policy is None:
@@ -613,18 +676,9 @@ class Turn:
         conv = self.conversation
         runtime = conv.runtime
         runtime.stats.tool_calls += 1
-        index = self.index
-        if index is None:  # a call resumed from storage: no model answer in this run
-            _, index = runtime.toolsets()
-            self.index = index
-        active = conv.activation.active_names() if len(index) else _NONE_ACTIVE
-        decision = index.dispatch(active, call, runtime.core_tools)
+        decision = self._dispatch(call)
         if isinstance(decision, Error):
             return self._error(decision.message)
-        if decision.activates is not None:
-            conv.activation.enable(decision.activates)
-        elif decision.toolset is not None:
-            conv.activation.touch(decision.toolset)
         tool = decision.tool
         try:
             arguments = parse_arguments(tool, call.arguments)
@@ -660,7 +714,32 @@ class Turn:
             return self._error(f"tool '{call.name}' timed out after {timeout:g} s")
         if not isinstance(result, str):
             return self._error(f"tool '{call.name}' returned {type(result).__name__}, expected str")
-        return _cap(result, runtime.settings.max_tool_output), False
+        result = _cap(result, runtime.settings.max_tool_output)
+        budget = runtime.budgets.tool_result
+        if budget is not None:  # a context policy: at most a share of its window
+            policy = runtime.settings.context
+            assert policy is not None
+            result = cut_to_tokens(result, budget, policy.count_tokens)
+        return result, False
+
+    def _dispatch(self, call: ToolCall) -> Run | Error:
+        """What ``call`` runs, with the toolset its name belongs to switched on
+        (or its use counted), whether or not its arguments are valid."""
+        conv = self.conversation
+        runtime = conv.runtime
+        index = self.index
+        if index is None:  # a call resumed from storage: no model answer in this run
+            _, index = runtime.toolsets()
+            self.index = index
+        active = conv.activation.active_names() if len(index) else _NONE_ACTIVE
+        decision = index.dispatch(active, call, runtime.core_tools)
+        if isinstance(decision, Error):
+            return decision
+        if decision.activates is not None:
+            conv.activation.enable(decision.activates)
+        elif decision.toolset is not None:
+            conv.activation.touch(decision.toolset)
+        return decision
 
     async def _announce(self, request: ElicitationRequest) -> None:
         """Put a tool's question into the turn's stream, if it streams."""

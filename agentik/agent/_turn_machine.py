@@ -16,7 +16,9 @@ else the calls waiting for a person, else the step limit, else the model)::
                                        cannot run again, then _settle        (settle)
     MODEL      ModelAnswered, no call  Record(answer), Finish                FINISHED
     MODEL      ModelAnswered, calls    Record(assistant + calls, awaiting
-                                       the ones needing approval), _settle   (settle)
+                                       the ones needing approval and valid;
+                                       an invalid call is queued to be
+                                       refused, never asked about), _settle  (settle)
     TOOLS      ToolDone(call id)       Record(result), _settle               (settle)
     APPROVAL   Decided(id, approve)    RecordDecision; AwaitApproval(rest)   APPROVAL
                                        or, the last decision, _settle (the   (settle)
@@ -28,7 +30,9 @@ else the calls waiting for a person, else the step limit, else the model)::
                                        per approved one                      SUPERSEDED
     MODEL,     Stop(code, message)     Record(stopped) per open call, Fail   FAILED
     TOOLS
-    (settle)                           RunTool(next runnable call)           TOOLS
+    (settle)                           Refuse(each invalid call at the head
+                                       of the queue), then:
+                                       RunTool(next runnable call)           TOOLS
                                        AwaitApproval(waiting calls)          APPROVAL
                                        Fail(step_limit)                      FAILED
                                        CallModel                             MODEL
@@ -45,6 +49,9 @@ Invariants (checked over random walks by the tests):
 - at most ``max_steps`` model calls;
 - calls run one at a time, in the model's order; calls needing approval run
   only once every waiting call is decided, and a denied call never runs;
+- a call whose plan says its arguments are invalid (``CallPlan.invalid``)
+  never runs and never waits for a person: its one result is that error
+  (``Refuse``), in the model's order among the calls that run;
 - a call runs at most once per turn, twice only when a crash interrupted it
   and it is declared idempotent (``Resume``).
 """
@@ -112,6 +119,10 @@ class CallPlan:
     call: ToolCall
     needs_approval: bool = False
     idempotent: bool = False
+    invalid: str | None = None
+    """Why the call cannot run (its arguments do not match its tool's
+    schema), as the error result the model is to see; None when it can.
+    A person is never asked about such a call."""
 
 
 @final
@@ -233,6 +244,16 @@ class RunTool:
 
 @final
 @attrs.frozen
+class Refuse:
+    """Record ``result``, the error result of ``call``, which will not run (its
+    plan said why: ``CallPlan.invalid``)."""
+
+    call: ToolCall
+    result: Message
+
+
+@final
+@attrs.frozen
 class AwaitApproval:
     """Pause: these calls wait for a decision (everything else is recorded)."""
 
@@ -257,7 +278,7 @@ class Fail:
 
 
 TurnAction: TypeAlias = (
-    Message | Record | RecordDecision | CallModel | RunTool | AwaitApproval | Finish | Fail
+    Message | Record | RecordDecision | CallModel | RunTool | Refuse | AwaitApproval | Finish | Fail
 )
 """A bare ``Message`` means: record it (the common case, with no wrapper to build)."""
 
@@ -334,7 +355,7 @@ class TurnMachine:
         if not plans:
             self.state = TurnState.FINISHED
             return [message, Finish(message.content)]
-        if len(plans) == 1 and not plans[0].needs_approval:
+        if len(plans) == 1 and not plans[0].needs_approval and plans[0].invalid is None:
             # The common case, the rest of this and _settle written out.
             call = plans[0].call
             self.running = call
@@ -342,7 +363,9 @@ class TurnMachine:
             return [message, RunTool(call)]
         awaiting = []
         for plan in plans:
-            if plan.needs_approval:
+            # Invalid arguments first: a person is asked only about a call
+            # that could run as it stands (the queue refuses it in order).
+            if plan.needs_approval and plan.invalid is None:
                 self.waiting[plan.call.id] = plan.call
                 awaiting.append(plan.call.id)
             else:
@@ -405,6 +428,8 @@ class TurnMachine:
             elif call.id in event.approved and still_waiting:
                 self.decisions[call.id] = True
                 self.approved.append(call)
+            elif plan.invalid is not None:
+                self.queue.append(plan)  # refused again: it never ran
             elif plan.idempotent:
                 self.queue.append(plan)
                 self.rerun.add(call.id)
@@ -451,30 +476,36 @@ class TurnMachine:
         return [*out, Fail(code, message)]
 
     def _settle(self) -> list[TurnAction]:
-        if self.queue:
-            plan = self.queue.pop(0)
-            self.running = plan.call
+        out: list[TurnAction] = []
+        queue = self.queue
+        while queue:
+            plan = queue.pop(0)
+            call = plan.call
+            if plan.invalid is not None:
+                out.append(Refuse(call, _result(call.id, plan.invalid)))
+                continue
+            self.running = call
             self.state = TurnState.TOOLS
-            again = plan.call.id in self.rerun
-            return [RunTool(plan.call, again)]
+            out.append(RunTool(call, call.id in self.rerun))
+            return out
         if self.waiting:
             self.state = TurnState.APPROVAL
-            return [AwaitApproval(self.waiting.values())]
+            out.append(AwaitApproval(self.waiting.values()))
+            return out
         if self.steps >= self.max_steps:
             self.state = TurnState.FAILED
-            return [
+            out.append(
                 Fail(
                     "step_limit",
                     f"the turn stopped after {self.max_steps} model calls without an answer"
                     " (max_tool_rounds); every tool call made has its result",
                 )
-            ]
-        return self._call_model()
-
-    def _call_model(self) -> list[TurnAction]:
+            )
+            return out
         self.steps += 1
         self.state = TurnState.MODEL
-        return [_CALL_MODEL]
+        out.append(_CALL_MODEL)
+        return out
 
 
 def _denial(call_id: str, reason: str) -> RecordDecision:

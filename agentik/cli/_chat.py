@@ -151,7 +151,13 @@ def _line_editing() -> Iterator[None]:
 async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
-    from agentik.server._serve import _model, load_tools, load_toolsets
+    from agentik.server._serve import (
+        _model,
+        content_limits,
+        context_policy,
+        load_tools,
+        load_toolsets,
+    )
     from agentik.storage._location import open_storage
 
     overrides = {("storage", "database"): args.database} if args.database else {}
@@ -165,6 +171,8 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
             tools=load_tools(config.tools),
             toolsets=load_toolsets(config.toolsets),
             system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            context=context_policy(config),
+            content_limits=content_limits(config),
         ) as agent,
     ):
         print(

@@ -7,7 +7,9 @@ Handlers validate, call the agent or its stores, and translate with
 ``_native``; they keep nothing between requests. Every conversation id a
 client sends is mapped to the caller's owner scope (``_owners``) before any
 store or the agent sees it; another owner's conversation is simply not found.
-Skills are agent-wide (docs/server.md, "Owners").
+Skills are per owner too: a name is stored in the caller's scope
+(``Caller.internal``, as a conversation id; ``agentik._scope``), where the
+model's ``skill_*`` tools in that owner's conversations find it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from agentik._errors import TooLargeError
 from agentik._json import JsonObject, JsonValue
 from agentik._memory import Skill
 from agentik._messages import Message
+from agentik._scope import split_scope
 from agentik._serde import converter
 from agentik.agent import ElicitationError
 from agentik.server._app import json_response
@@ -340,34 +344,46 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
         return json_response({"reflections": converter.unstructure(recent), "total": total})
 
-    async def list_skills(_: Request) -> Response:
-        catalog = await agent.storage.skill_store.catalog()
+    async def list_skills(request: Request) -> Response:
+        scope = caller_of(request).internal("")
+        catalog = [
+            attrs.evolve(summary, name=name)
+            for summary in await agent.storage.skill_store.catalog()
+            for owner, name in [split_scope(summary.name)]
+            if owner == scope
+        ]
         return json_response({"skills": converter.unstructure(catalog)})
 
     async def skill(request: Request) -> Response:
         name = _path_id(request, "name", "skill name")
+        stored = caller_of(request).internal(name)
         store = agent.storage.skill_store
         if request.method == "PUT":
             body = as_object(await read_json(request, limit))
             unknown = sorted(set(body) - {"description", "body"})
             if unknown:
                 raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
-            saved = await store.upsert(
-                Skill(
-                    name=name,
-                    description=field_str(body, "description"),
-                    body=field_str(body, "body"),
+            try:
+                saved = await store.upsert(
+                    Skill(
+                        name=stored,
+                        description=field_str(body, "description"),
+                        body=field_str(body, "body"),
+                    )
                 )
-            )
-            return json_response(converter.unstructure(saved))
+            except TooLargeError as exc:
+                raise HttpError(413, str(exc), code="too_large") from exc
+            except ValueError as exc:
+                raise HttpError(422, str(exc), code="invalid_field") from exc
+            return json_response(converter.unstructure(attrs.evolve(saved, name=name)))
         if request.method == "DELETE":
-            if not await store.remove(name):
+            if not await store.remove(stored):
                 raise HttpError(404, f"skill {name!r} not found", code="not_found")
             return Response(status_code=204)
-        found = await store.get(name)
+        found = await store.get(stored)
         if found is None:
             raise HttpError(404, f"skill {name!r} not found", code="not_found")
-        return json_response(converter.unstructure(found))
+        return json_response(converter.unstructure(attrs.evolve(found, name=name)))
 
     base = "/agentik"
     return [

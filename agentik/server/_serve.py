@@ -21,7 +21,13 @@ import httpx
 import trio
 
 from agentik._config import ConfigError, ServerConfig
-from agentik.agent import DEFAULT_SYSTEM_PROMPT, ContextPolicy, ToolsetSource, open_chat_agent
+from agentik.agent import (
+    DEFAULT_SYSTEM_PROMPT,
+    ContentLimits,
+    ContextPolicy,
+    ToolsetSource,
+    open_chat_agent,
+)
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
@@ -114,6 +120,26 @@ def _is_toolset(value: object) -> bool:
     )
 
 
+def context_policy(config: ServerConfig) -> ContextPolicy | None:
+    """The agent's context policy: ``[model] context_tokens``, if set."""
+    if config.context_tokens is None:
+        return None
+    return ContextPolicy(max_tokens=config.context_tokens)
+
+
+def content_limits(config: ServerConfig) -> ContentLimits:
+    """The agent's limits on skills and notes: the ``[limits]`` of the same names."""
+    limits = config.limits
+    return ContentLimits(
+        max_skill_name=limits.max_skill_name,
+        max_skill_description=limits.max_skill_description,
+        max_skill_body=limits.max_skill_body,
+        max_note=limits.max_note,
+        skills_prompt_tokens=limits.skills_prompt_tokens,
+        notes_prompt_tokens=limits.notes_prompt_tokens,
+    )
+
+
 @asynccontextmanager
 async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
     if config.model is None:
@@ -183,9 +209,8 @@ async def serve_agentik(
                 max_queued_turns=limits.max_queued_turns,
                 max_conversations=limits.max_conversations,
                 system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
-                context=None
-                if config.context_tokens is None
-                else ContextPolicy(max_tokens=config.context_tokens),
+                context=context_policy(config),
+                content_limits=content_limits(config),
                 tracer_provider=tracer_provider,
             )
         )

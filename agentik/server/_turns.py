@@ -4,7 +4,8 @@ SSE responses.
 Errors the agent raises become HTTP refusals here and nowhere else:
 ``OverloadedError`` is 429 with ``Retry-After``, a closed agent (shutting
 down) 503, bad input 422, a failed turn a status by its code (a storage
-failure, ``store_error``: 503 with ``Retry-After``), and a decision
+failure, ``store_error``: 503 with ``Retry-After``; a turn that does not fit
+the context window, ``context_exhausted``, 413), and a decision
 the agent cannot take (``ApprovalError``) 404 when the call does not wait,
 409 when it was decided the other way. A streamed
 turn is entered *before* the response starts, so a refusal is still a plain
@@ -57,6 +58,9 @@ _TURN_STATUS = {
     # The storage failed or did not answer in time (a database that is down,
     # frozen, full): the server cannot serve turns now, as /health says; retry.
     "store_error": 503,
+    # The turn does not fit the context window: the request is too large for
+    # this deployment, and sending it again cannot help (never a 5xx).
+    "context_exhausted": 413,
 }
 _APPROVAL_STATUS = {"not_waiting": 404, "already_decided": 409, "unsupported": 501}
 _ELICITATION_STATUS = {"not_waiting": 404, "invalid": 400}

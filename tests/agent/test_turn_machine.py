@@ -28,6 +28,7 @@ from agentik.agent._turn_machine import (
     ModelAnswered,
     Record,
     RecordDecision,
+    Refuse,
     Resume,
     RunTool,
     Stop,
@@ -106,6 +107,47 @@ class TestTable:
         assert m.handle(event) == [Record(event.message, awaiting=("c1",)), RunTool(call(2))]
         assert m.handle(ToolDone("c2", "two")) == [result("c2", "two"), AwaitApproval([call(1)])]
         assert m.state is TurnState.APPROVAL
+
+    def test_an_invalid_call_is_refused_in_order_and_nobody_is_asked(self) -> None:
+        """A call whose arguments are invalid gets its error as its one result,
+        where it stands among the calls that run; only valid calls wait."""
+        m = TurnMachine(max_steps=3)
+        m.handle(Begin("hi"))
+        bad = CallPlan(call(1), needs_approval=True, invalid="error: bad amount")
+        event = answer(CallPlan(call(0)), bad, CallPlan(call(2), True), CallPlan(call(3)))
+        assert m.handle(event) == [Record(event.message, awaiting=("c2",)), RunTool(call(0))]
+        assert m.handle(ToolDone("c0", "zero")) == [
+            result("c0", "zero"),
+            Refuse(call(1), result("c1", "error: bad amount")),
+            RunTool(call(3)),
+        ]
+        assert m.handle(ToolDone("c3", "three")) == [
+            result("c3", "three"),
+            AwaitApproval([call(2)]),
+        ]
+
+    def test_only_invalid_calls_need_no_decision(self) -> None:
+        """When every call needing approval is invalid, the turn never pauses."""
+        m = TurnMachine(max_steps=3)
+        m.handle(Begin("hi"))
+        one = answer(CallPlan(call(1), True, invalid="error: x"))
+        assert m.handle(one) == [
+            one.message,
+            Refuse(call(1), result("c1", "error: x")),
+            CallModel(),
+        ]
+        assert m.state is TurnState.MODEL
+        two = answer(CallPlan(call(2), invalid="error: y"), CallPlan(call(3), invalid="error: z"))
+        assert m.handle(two) == [
+            two.message,
+            Refuse(call(2), result("c2", "error: y")),
+            Refuse(call(3), result("c3", "error: z")),
+            CallModel(),
+        ]
+        three = answer(CallPlan(call(4), True, invalid="error: w"))
+        actions = m.handle(three)  # the step limit: every call still has its result
+        assert actions[:2] == [three.message, Refuse(call(4), result("c4", "error: w"))]
+        assert isinstance(actions[2], Fail) and actions[2].code == "step_limit"
 
     def test_approved_calls_run_once_every_waiting_call_is_decided(self) -> None:
         m = TurnMachine(max_steps=3)
@@ -217,7 +259,7 @@ class Shell:
     commit before it pauses, ends, or runs a call a person approved, so a
     crash keeps at least that much (and maybe more, as writes commit in order)."""
 
-    log: list[Message | Record | RecordDecision] = attrs.Factory(list)
+    log: list[Message | Record | RecordDecision | Refuse] = attrs.Factory(list)
     committed: int = 0
     runs: dict[str, int] = attrs.Factory(dict)
     plans: dict[str, CallPlan] = attrs.Factory(dict)
@@ -236,6 +278,10 @@ class Shell:
         return out
 
     @property
+    def refused(self) -> list[str]:
+        return [a.call.id for a in self.log if isinstance(a, Refuse)]
+
+    @property
     def decisions(self) -> dict[str, bool]:
         return {a.call_id: a.approve for a in self.log if isinstance(a, RecordDecision)}
 
@@ -245,6 +291,8 @@ class Shell:
         for a in self.log:
             if isinstance(a, Message):
                 waiting.discard(a.tool_call_id or "")
+            elif isinstance(a, Refuse):
+                assert a.call.id not in waiting, "a refused call was waiting for a person"
             elif isinstance(a, Record):
                 waiting.update(a.awaiting)
                 waiting.discard(a.message.tool_call_id or "")
@@ -256,13 +304,17 @@ class Shell:
         """Apply records; return the action that needs an answer (at most one,
         and always last)."""
         for i, action in enumerate(actions):
-            if isinstance(action, Message | Record | RecordDecision):
+            if isinstance(action, Message | Record | RecordDecision | Refuse):
                 if isinstance(action, RecordDecision):
                     assert action.call_id in self.awaiting
+                if isinstance(action, Refuse):
+                    assert self.plans[action.call.id].invalid is not None
+                    assert action.result.tool_call_id == action.call.id
                 self.log.append(action)
                 continue
             assert i == len(actions) - 1, f"{action!r} is not the last action"
             if isinstance(action, RunTool):
+                assert self.plans[action.call.id].invalid is None, "an invalid call ran"
                 self.runs[action.call.id] = self.runs.get(action.call.id, 0) + 1
                 if self.plans[action.call.id].needs_approval:
                     assert self.decisions.get(action.call.id) is True
@@ -291,7 +343,8 @@ class Shell:
         )
 
 
-flags_st = st.lists(st.tuples(st.booleans(), st.booleans()), max_size=3)
+flags_st = st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), max_size=3)
+"""Per call: needs approval, idempotent, invalid arguments."""
 
 
 def check_history(shell: Shell, waiting: set[str]) -> None:
@@ -334,8 +387,11 @@ def drive(
                 event = Stop("model_error", "down")
             else:
                 plans = []
-                for needs_approval, idempotent in data.draw(flags_st):
-                    p = CallPlan(call(len(shell.plans)), needs_approval, idempotent)
+                for needs_approval, idempotent, invalid in data.draw(flags_st):
+                    c = call(len(shell.plans))
+                    p = CallPlan(
+                        c, needs_approval, idempotent, f"error: {c.id}" if invalid else None
+                    )
                     shell.plans[p.call.id] = p
                     plans.append(p)
                 event = answer(*plans, text="t")
@@ -349,6 +405,7 @@ def drive(
             if choice == 1:
                 shell.perform(machine.handle(Superseded()))
                 return None
+            assert all(shell.plans[c.id].invalid is None for c in pending.calls)
             target = data.draw(st.sampled_from(pending.calls))
             event = Decided(target.id, data.draw(st.booleans()), "r")
         assert isinstance(

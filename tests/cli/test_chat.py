@@ -100,3 +100,60 @@ async def test_chat_in_process_asks_too(tmp_path: Path) -> None:
     )
     assert ASKED in out
     assert "agent> ledger_pay returned: paid 3\n" in out
+
+
+LOTS = b'call ledger_pay {"amount": "lots"}\n'
+LOTS_ERROR = (
+    "  [error] error: invalid arguments for tool 'ledger_pay': field 'amount' must be an"
+    ' integer, got a string "lots"\n'
+)
+
+
+async def test_chat_never_asks_about_a_call_with_invalid_arguments(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Against a server and in process: the call's result is the schema's error,
+    printed as any failed call's; no question is asked (the ``y`` typed next is
+    a new message), nothing runs, nothing waits."""
+    RUNS.clear()
+    async for server in start_server(
+        nursery, tmp_path, tools=("tests.server.approval_tools:ledger_tools",)
+    ):
+        out = await chat(
+            "--url", server.url, "--conversation", "bad", stdin=LOTS + b"y\n", cwd=tmp_path
+        )
+        assert "approve" not in out
+        assert LOTS_ERROR in out
+        assert "agent> You said: y\n" in out
+        waiting = await server.client.get("/agentik/conversations/bad/approvals")
+        assert waiting.json()["approvals"] == []
+    config = tmp_path / "agentik.toml"
+    config.write_text('[agent]\ntools = ["tests.server.approval_tools:ledger_tools"]\n')
+    out = await chat(
+        "--database",
+        str(tmp_path / "chat.db"),
+        "--config",
+        str(config),
+        stdin=LOTS + b"y\n",
+        cwd=tmp_path,
+    )
+    assert "approve" not in out
+    assert LOTS_ERROR in out
+    assert RUNS == []
+
+
+async def test_chat_in_process_applies_the_configured_limits(tmp_path: Path) -> None:
+    """The in-process chat opens its agent with the file's ``[limits]`` on notes
+    and skills and its ``[model] context_tokens``, as ``agentik serve`` does."""
+    config = tmp_path / "agentik.toml"
+    config.write_text("[limits]\nmax_note = 5\n[model]\ncontext_tokens = 300\n")
+    out = await chat(
+        "--database",
+        str(tmp_path / "chat.db"),
+        "--config",
+        str(config),
+        stdin=b'call memory_add {"text": "too long"}\n' + b"word " * 400 + b"\n",
+        cwd=tmp_path,
+    )
+    assert "  [error] error: the note has 8 characters; at most 5 are allowed (max_note)" in out
+    assert "  [turn failed: context_exhausted] the message needs " in out

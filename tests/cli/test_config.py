@@ -44,6 +44,25 @@ class TestLoadConfig:
         env = {"AGENTIK_MAX_CONVERSATIONS": "7"}
         assert load_config(path, env=env).limits.max_conversations == 7
 
+    def test_content_limits(self, tmp_path: Path) -> None:
+        """Skill and note sizes and their prompt shares: the file, or the environment."""
+        path = write(
+            tmp_path,
+            "[limits]\nmax_skill_description = 80\nmax_note = 300\nskills_prompt_tokens = 100\n",
+        )
+        limits = load_config(path, env={}).limits
+        assert (limits.max_skill_description, limits.max_note, limits.skills_prompt_tokens) == (
+            80,
+            300,
+            100,
+        )
+        assert (limits.max_skill_name, limits.max_skill_body) == (64, 32_000)
+        env = {"AGENTIK_MAX_SKILL_BODY": "9", "AGENTIK_NOTES_PROMPT_TOKENS": "50"}
+        limits = load_config(path, env=env).limits
+        assert (limits.max_skill_body, limits.notes_prompt_tokens) == (9, 50)
+        with pytest.raises(ConfigError, match=r"max_skill_name must be a positive integer"):
+            load_config(path, env={"AGENTIK_MAX_SKILL_NAME": "0"})
+
     def test_model_and_key_from_environment(self, tmp_path: Path) -> None:
         """The API key is read from the variable the file names and hidden from repr."""
         path = write(

@@ -162,15 +162,52 @@ class TestNative:
         assert seen["legacy"][0] == [("shared", "default lesson")]
         assert [body["total"] for _, body in seen.values()] == [1, 1, 1]
 
-    async def test_skills_are_agent_wide(self, owners: Server) -> None:
-        """The documented choice: skills are one knowledge base for the agent, which
-        every owner (and every conversation's model) reads and writes."""
+    async def test_skills_are_per_owner(self, owners: Server) -> None:
+        """Each owner's skills are its own: written over HTTP or by the model in
+        one of its conversations, they are listed, loaded and shown in the
+        prompt only for that owner; another owner's answers as missing."""
         async with owners.client(ALICE) as alice, owners.client(BOB) as bob:
-            put = await alice.put(
-                "/agentik/skills/greet", json={"description": "greeting", "body": "Say hi."}
-            )
-            assert put.status_code == 200
-            assert (await bob.get("/agentik/skills/greet")).json()["body"] == "Say hi."
+            async with owners.client(LEGACY) as legacy:
+                put = await alice.put(
+                    "/agentik/skills/greet",
+                    json={"description": "alice's greeting", "body": "Say hi, Alice."},
+                )
+                assert put.status_code == 200, put.text
+                assert put.json()["name"] == "greet"
+                missing = await bob.get("/agentik/skills/greet")
+                nobody = await bob.get("/agentik/skills/never-saved")
+                assert swapped(missing, "greet", "never-saved") == swapped(
+                    nobody, "never-saved", "never-saved"
+                )
+                assert (await bob.delete("/agentik/skills/greet")).status_code == 404
+                assert (await legacy.get("/agentik/skills")).json() == {"skills": []}
+                await bob.put(
+                    "/agentik/skills/greet", json={"description": "bob's", "body": "Say yo."}
+                )
+                # The model saves one in a conversation of alice's.
+                await turn(
+                    alice,
+                    "c",
+                    'call skill_save {"name": "plan", "description": "alice\'s plan",'
+                    ' "body": "The secret plan."}',
+                )
+                lists = {
+                    who: [s["name"] for s in (await c.get("/agentik/skills")).json()["skills"]]
+                    for who, c in [("alice", alice), ("bob", bob), ("legacy", legacy)]
+                }
+                assert lists == {"alice": ["greet", "plan"], "bob": ["greet"], "legacy": []}
+                assert (await bob.get("/agentik/skills/greet")).json()["body"] == "Say yo."
+                owners.model.requests.clear()
+                loaded = await turn(bob, "c", 'call skill_load {"name": "plan"}')
+                assert "The secret plan." not in json.dumps(loaded)
+                await turn(legacy, "c", "hello")
+                prompts = [r.messages[0].content for r in owners.model.requests]
+                assert prompts and all("alice's" not in p for p in prompts), prompts
+                owners.model.requests.clear()
+                await turn(alice, "c", "hello")
+                assert "plan — alice's plan" in owners.model.requests[0].messages[0].content
+        stored = [s.name for s in await owners.storage.skill_store.catalog()]
+        assert stored == ["alice\x1fgreet", "alice\x1fplan", "bob\x1fgreet"]
 
 
 class TestTokens:

@@ -6,6 +6,7 @@ The model (deterministic, no network):
 
 - ``pay N`` calls ``vault_pay {"amount": N}`` (needs approval);
 - ``pay N and M`` calls it twice in one answer;
+- ``pay lots`` calls it with invalid arguments (``{"amount": "lots"}``);
 - ``slow`` waits until the test releases ``Script.release`` (or for ever);
 - after tool results it answers ``done: <result>; <result>`` (after paying 99,
   only once ``Script.release`` is set);
@@ -85,6 +86,11 @@ class Script:
             self.asked.set()
             await self.release.wait()
             return ModelResponse(text="slow answer")
+        if text == "pay lots":
+            seq = len(request.messages)
+            return ModelResponse(
+                tool_calls=(ToolCall(f"pay-{seq}-0", "vault_pay", '{"amount": "lots"}'),)
+            )
         amounts = re.fullmatch(r"pay (\d+)(?: and (\d+))?", text)
         if amounts is not None:
             seq = len(request.messages)

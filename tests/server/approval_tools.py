@@ -69,12 +69,21 @@ def _wire(call_id: str, amount: int) -> ToolCall:
     return ToolCall(call_id, "bank_wire", f'{{"amount": {amount}}}')
 
 
+LOTS = ToolCall("w1", "bank_wire", '{"amount": "lots"}')
+LOTS_ERROR = (
+    "error: invalid arguments for tool 'bank_wire': field 'amount' must be an integer,"
+    ' got a string "lots"'
+)
+
+
 def respond(request: ModelRequest) -> ModelResponse:
     """The model of these tests, by the turn's user text:
 
     - ``pay``: calls ``bank_wire`` (w1, 5); ``pay twice``: w1 (5) and w2 (7);
       ``pay and look``: w1 (5) and ``bank_balance`` (b1);
     - ``pay then fail``: calls w1, then fails once the results come back;
+    - ``pay lots``: calls w1 with invalid arguments (``{"amount": "lots"}``),
+      and b1; ``pay lots and pay``: w0 so, and w1 (5);
     - anything else: ``You said: <text>``.
 
     Once the turn's tool results are in, it answers with them, `` | ``-joined.
@@ -92,6 +101,8 @@ def respond(request: ModelRequest) -> ModelResponse:
         "pay then fail": (_wire("w1", 5),),
         "pay twice": (_wire("w1", 5), _wire("w2", 7)),
         "pay and look": (_wire("w1", 5), ToolCall("b1", "bank_balance", "{}")),
+        "pay lots": (LOTS, ToolCall("b1", "bank_balance", "{}")),
+        "pay lots and pay": (attrs.evolve(LOTS, id="w0"), _wire("w1", 5)),
     }.get(text)
     if calls is None:
         return ModelResponse(text=f"You said: {text}")

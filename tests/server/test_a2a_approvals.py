@@ -107,6 +107,32 @@ async def test_a_paused_task_is_input_required_and_an_approval_completes_it(
         check_history(await history(served.storage, "ctx"), once=("pay 5",))
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_call_with_invalid_arguments_never_makes_the_task_wait(
+    tmp_path: Path, streaming: bool
+) -> None:
+    """A payment of ``"lots"`` is answered with the schema's error in the same
+    turn: the task completes, never INPUT_REQUIRED, and nothing was paid."""
+    async with serving(tmp_path / "a.db", streaming=streaming) as served:
+        replies = await responses(served.sdk, user_message("pay lots", "m1", "ctx"))
+        states = [
+            r.task.status.state
+            if r.WhichOneof("payload") == "task"
+            else r.status_update.status.state
+            for r in replies
+            if r.WhichOneof("payload") in ("task", "status_update")
+        ]
+        assert INPUT_REQUIRED not in states
+        task = await served.sdk.get_task(GetTaskRequest(id=replies[0].task.id))
+        assert task.status.state == COMPLETED
+        assert task.artifacts[0].parts[0].text == (
+            "done: error: invalid arguments for tool 'vault_pay': field 'amount' must be an"
+            ' integer, got a string "lots"'
+        )
+        assert PAID == []
+        check_history(await history(served.storage, "ctx"), once=("pay lots",))
+
+
 async def test_a_text_deny_with_a_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The text ``deny: <reason>`` denies every waiting call: the tool never runs
     and the model sees ``denied: <reason>``. The log says it as the native API

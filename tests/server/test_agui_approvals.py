@@ -533,3 +533,24 @@ async def test_no_payload_gets_past_the_schema(served: Served) -> None:
     events = await thread.resume(approve(interrupt.id, "ok"))
     assert results(events) == [(interrupt.id, "sent 5")]
     assert RUNS == ["wire 5"]
+
+
+async def test_a_call_with_invalid_arguments_is_never_an_interrupt(served: Served) -> None:
+    """A wire of ``"lots"`` gets the schema's error as its result in the same
+    run, which finishes with outcome success: no interrupt, nothing waiting."""
+    thread = Thread(served, "t-invalid")
+    await thread.say('call enable_toolset {"name": "bank"}')
+    events = await thread.say('call bank_wire {"amount": "lots"}')
+    end = finished(events)
+    assert end.outcome is not None and end.outcome.type == "success"
+    assert thread.interrupts == []
+    [(call_id, content)] = results(events)
+    assert content == (
+        "error: invalid arguments for tool 'bank_wire': field 'amount' must be an integer,"
+        ' got a string "lots"'
+    )
+    [snapshot] = [e for e in events if isinstance(e, StateSnapshotEvent)]
+    assert snapshot.snapshot == {"activeToolsets": ["bank"]}
+    assert RUNS == []
+    stored = await history(served, "t-invalid")
+    assert [m["tool_call_id"] for m in stored if m["role"] == "tool"][-1] == call_id

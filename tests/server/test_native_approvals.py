@@ -24,7 +24,7 @@ from agentik import Message, Role, ToolCall
 from tests.agent.helpers import assert_valid_history
 from tests.reliability.helpers import BACKENDS, Backend
 from tests.server.agui_rules import parse_sse
-from tests.server.approval_tools import RUNS, serve_bank
+from tests.server.approval_tools import LOTS_ERROR, RUNS, serve_bank
 
 SSE = {"Accept": "text/event-stream"}
 W1 = {"call_id": "w1", "name": "bank_wire", "arguments": '{"amount": 5}'}
@@ -131,6 +131,36 @@ class TestTheTurnJson:
         finished = [e["call"]["id"] for e in events if e["type"] == "tool_call_finished"]
         assert finished == ["b1"], "the call needing no approval ran; the other waits"
         assert RUNS == ["balance"]
+
+    async def test_a_call_with_invalid_arguments_is_never_asked_about(
+        self, client: httpx.AsyncClient
+    ) -> None:
+        """Its result is the schema's error at once; the turn finishes (or waits
+        only for the valid calls), and no listing ever shows it."""
+        done = await turn(client, "c", "pay lots")
+        assert (done["status"], done["approvals"]) == ("finished", [])
+        assert done["text"] == f"{LOTS_ERROR} | 100"
+        assert await pending(client, "c") == {"conversation_id": "c", "approvals": []}
+        paused = await turn(client, "d", "pay lots and pay")
+        assert paused["approvals"] == [W1]
+        assert await pending(client, "d") == {"conversation_id": "d", "approvals": [W1]}
+        done = (await decide(client, "d", "w1", approve=True)).json()
+        assert done["text"] == f"{LOTS_ERROR} | sent 5"
+        response = await client.post(
+            "/agentik/conversations/s/turns", json={"text": "pay lots"}, headers=SSE
+        )
+        events = parse_sse(response.text)
+        assert events[-1]["type"] == "turn_finished"
+        assert events[-1]["result"]["approvals"] == []
+        failed = [
+            (e["call"]["id"], e["content"], e["is_error"])
+            for e in events
+            if e["type"] == "tool_call_finished"
+        ]
+        assert failed == [("w1", LOTS_ERROR, True), ("b1", "100", False)]
+        assert RUNS == ["balance", "wire 5", "balance"]
+        for cid in ("c", "d", "s"):
+            assert_valid_history(await history(client, cid))
 
     async def test_a_denied_call_never_runs(self, client: httpx.AsyncClient) -> None:
         await turn(client, "c", "pay")
