@@ -151,6 +151,7 @@ def _line_editing() -> Iterator[None]:
 async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
+    from agentik.server._demo import demo_toolsets
     from agentik.server._serve import _model, load_tools, load_toolsets
     from agentik.storage._location import open_storage
 
@@ -163,7 +164,7 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
             model=model,
             storage=storage,
             tools=load_tools(config.tools),
-            toolsets=load_toolsets(config.toolsets),
+            toolsets=[*load_toolsets(config.toolsets), *demo_toolsets(config)],
             system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         ) as agent,
     ):

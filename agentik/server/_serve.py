@@ -32,6 +32,7 @@ from agentik.agent import DEFAULT_SYSTEM_PROMPT, ContextPolicy, ToolsetSource, o
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
+from agentik.server._demo import demo_toolsets
 from agentik.server._http11 import HttpSettings
 from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
@@ -209,6 +210,9 @@ async def serve_agentik(
         if model is None:
             chat_model, model_label = await stack.enter_async_context(_model(config))
             demo = config.model is None
+            for offered in demo_toolsets(config):
+                log.info("no toolsets configured: offering the demo toolset %r", offered.name)
+                toolsets.append(offered)
         else:
             chat_model, model_label, demo = model, type(model).__name__, False
         limits = config.limits

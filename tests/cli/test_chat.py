@@ -50,11 +50,15 @@ async def test_chat_against_a_server(server: Running, tmp_path: Path) -> None:
 
 
 async def test_chat_in_process(tmp_path: Path) -> None:
-    """Without --url the chat runs an agent on the database itself."""
+    """Without --url the chat runs an agent on the database itself; with nothing
+    configured, the docs' first tool call works (the demo clock toolset)."""
     database = tmp_path / "chat.db"
-    out = await chat("--database", str(database), stdin=b"hi there\n", cwd=tmp_path)
+    typed = b'hi there\ncall enable_toolset {"name": "clock"}\ncall clock_now {"tz": "UTC"}\n'
+    out = await chat("--database", str(database), stdin=typed, cwd=tmp_path)
     assert "scripted demo model" in out
     assert "agent> You said: hi there" in out
+    assert "  [result] Toolset 'clock' activated.\n" in out
+    assert "  [result] 12:00 UTC (a demo clock)\n" in out
     async with open_sqlite_storage(database) as storage:
         assert await storage.message_store.list_conversations() == ["cli"]
 

@@ -77,6 +77,9 @@ async def test_examples_run(plain_server: Running, tmp_path: Path) -> None:
         outputs.append(result.stdout.decode())
     joined = "\n".join(outputs)
     assert '"text":"You said: hello"' in joined
+    # The demo clock of a bare `agentik serve` (no toolsets, no model configured).
+    assert "\"text\":\"enable_toolset returned: Toolset 'clock' activated.\"" in joined
+    assert '"text":"clock_now returned: 12:00 UTC (a demo clock)"' in joined
     assert "event: turn_finished" in joined
     assert "event: tool_call_finished" in joined  # the streaming example runs a tool
     assert '"text":"likes short answers"' in joined  # ... whose note the memory example shows
