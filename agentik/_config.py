@@ -43,7 +43,21 @@ Raw: TypeAlias = "str | int | float | bool | list[str]"
 
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from agentik.agent import ToolsetSource
     from agentik.mcp import McpServerConfig
+    from agentik.toolsets import NamedTool, ToolsetContribution
+
+ToolEntry: TypeAlias = "str | NamedTool | Iterable[NamedTool] | Callable[[], object]"
+"""A ``[agent] tools`` entry: ``"module:attribute"`` naming what the other kinds
+are, or (from a program that builds its ``ServerConfig``) a ``NamedTool``, an
+iterable of them, or a callable returning either."""
+ToolsetEntry: TypeAlias = (
+    "str | ToolsetContribution | ToolsetSource | Iterable[ToolsetContribution | ToolsetSource]"
+    " | Callable[[], object]"
+)
+"""A ``[agent] toolsets`` entry: ``"module:attribute"``, or the object it would name."""
 
 
 class ConfigError(AgentikError):
@@ -163,11 +177,15 @@ class ServerConfig:
     """A SQLite file path, or a ``postgresql://`` URL (``[storage] url``)."""
     model: ModelSettings | None = None
     system_prompt: str | None = None
-    toolsets: tuple[str, ...] = ()
-    """Entry points ``module:attribute``, each giving one or more toolset contributions."""
-    tools: tuple[str, ...] = ()
-    """Entry points ``module:attribute``, each giving one or more core tools
-    (``NamedTool``): offered to the model in every turn, unlike a toolset's."""
+    toolsets: tuple[ToolsetEntry, ...] = ()
+    """Entry points ``module:attribute``, each giving one or more toolset
+    contributions; a program may pass the contributions (or sources, or a
+    callable returning them) instead."""
+    tools: tuple[ToolEntry, ...] = ()
+    """Core tools, offered to the model in every turn, unlike a toolset's:
+    entry points ``module:attribute`` each giving one or more ``NamedTool``,
+    or, from a program, the ``NamedTool`` objects themselves (``@tool`` makes
+    them), iterables of them, or callables returning either."""
     auth_token: str | None = attrs.field(default=None, repr=False)
     """The default owner's token: its conversation ids are stored as sent."""
     clients: tuple[Client, ...] = ()
@@ -461,10 +479,10 @@ def _build(
         database=database if isinstance(database, str) else "./agentik.db",
         model=_model(merged, env),
         system_prompt=prompt if isinstance(prompt, str) else None,
-        toolsets=tuple(_check_entry_point(t) for t in toolsets)
+        toolsets=tuple(check_entry_point(t) for t in toolsets)
         if isinstance(toolsets, list)
         else (),
-        tools=tuple(_check_entry_point(t, "tools") for t in tools)
+        tools=tuple(check_entry_point(t, "tools") for t in tools)
         if isinstance(tools, list)
         else (),
         auth_token=auth_token,
@@ -513,7 +531,7 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
     return ModelSettings(base_url=base_url, model=model, api_key=api_key or None)
 
 
-def _check_entry_point(spec: str, key: str = "toolsets") -> str:
+def check_entry_point(spec: str, key: str = "toolsets") -> str:
     module, sep, attribute = spec.partition(":")
     if not sep or not module or not attribute:
         raise ConfigError(f"[agent] {key} entry {spec!r} must be 'module:attribute'")

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres import UNAVAILABLE, postgres_server
+from tests.kits import summary_lines
+from tests.postgres import postgres_server
 
 
 @pytest.fixture(scope="session")
@@ -18,5 +19,5 @@ def postgres_dsn() -> Iterator[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for reason in dict.fromkeys(UNAVAILABLE):
-        terminalreporter.write_line(f"POSTGRESQL TESTS SKIPPED: {reason}", red=True, bold=True)
+    for line in summary_lines():
+        terminalreporter.write_line(line, red=True, bold=True)

@@ -15,14 +15,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-import pytest
-
 from agentik.storage import StorageBundle, open_postgres_storage
 from agentik.testing import MakeBundle
+from tests.kits import missing_kit
 
 ENV = "AGENTIK_TEST_POSTGRES_DSN"
-UNAVAILABLE: list[str] = []
-"""Why PostgreSQL tests were skipped, for the end-of-run summary."""
 
 
 @contextlib.contextmanager
@@ -42,10 +39,7 @@ def postgres_server() -> Iterator[str]:
             f"no PostgreSQL for the tests: {ENV} is unset and a throwaway cluster"
             f" failed to start ({type(error).__name__}: {error})"
         )
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        UNAVAILABLE.append(reason)
-        pytest.skip(reason)
+        missing_kit("PostgreSQL", reason)
     try:
         yield dsn
     finally:

@@ -5,7 +5,9 @@ running server (``--url``, through the native SSE endpoint; the server is
 asked once before the first prompt, so a dead address or a refused token is
 one line at start, not a surprise at the first message). Lines are read in a
 worker thread, one hop per line, so the event loop never blocks; the wait is
-abandoned on Ctrl-C, so Ctrl-C at the prompt quits at once (exit 130).
+abandoned on Ctrl-C, so Ctrl-C at the prompt quits at once (exit 130). Ctrl-C
+while an answer streams drops that answer and returns to the prompt (the turn
+goes on and is stored, as when an HTTP client leaves a stream).
 
 On a terminal, lines are read with the standard library's ``readline``
 (GNU readline or libedit): arrow keys edit the line and recall earlier lines
@@ -13,9 +15,12 @@ of the session, and no escape code reaches the stored message.
 
 A turn that comes back waiting for approval (a tool that requires it) asks
 at the prompt, call by call, ``approve name(arguments)? [y/N]``, and sends
-the decision (``agent.decide``, or ``POST …/approvals/{call_id}``); the turn
-then goes on and its answer prints. Ctrl-D at that question leaves the calls
-waiting (they stay waiting across restarts) and ends the chat.
+the decision (``agent.stream_decision``, or ``POST …/approvals/{call_id}``
+streamed); the approved call's ``[tool]``/``[result]`` lines and the answer
+print as a turn's do. Ctrl-D at that question leaves the calls waiting (they
+stay waiting across restarts) and ends the chat; the next chat on that
+conversation shows them and asks again before it takes a message, since a new
+message would deny them.
 prompt_toolkit would do the same with a new dependency, and it runs on
 asyncio, not on trio; ``readline`` needs neither. Where the platform has no
 ``readline`` (Windows), lines are read without editing.
@@ -27,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -34,7 +40,6 @@ from pathlib import Path
 import httpx
 import trio
 
-from agentik._errors import AgentikError
 from agentik.agent import (
     ApprovalRequest,
     ToolCallFinished,
@@ -81,13 +86,39 @@ async def print_stream(events: AsyncIterator[TurnEvent]) -> TurnResult | None:
     return None
 
 
+DROPPED = "  [answer dropped: Ctrl-C; the turn goes on and is stored]\n"
+
+
+async def print_interruptible(events: AsyncIterator[TurnEvent]) -> TurnResult | None:
+    """``print_stream`` until Ctrl-C: then stop printing (the turn itself goes
+    on, as when an HTTP client leaves a stream) and return None, so the chat
+    returns to the prompt; Ctrl-C at the prompt quits. SIGINT is taken from
+    trio's KeyboardInterrupt only while an answer streams."""
+    result: TurnResult | None = None
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def drop_on_ctrl_c() -> None:
+                async for _ in signals:
+                    _write(f"\n{DROPPED}")
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(drop_on_ctrl_c)
+            result = await print_stream(events)
+            nursery.cancel_scope.cancel()
+    return result
+
+
 Decide = Callable[[ApprovalRequest, bool], Awaitable[TurnResult | None]]
+"""Send one decision and print what follows (the approved call's ``[tool]`` and
+``[result]`` lines, the answer); the turn's result, None if it failed."""
 
 
 async def settle_approvals(result: TurnResult | None, decide: Decide) -> bool:
     """While the turn waits for approval, ask about each waiting call and send
-    the decision; print the answer once the turn goes on. False when the
-    person ended the input (Ctrl-D) at a question: the calls keep waiting."""
+    the decision (``decide`` prints what follows). False when the person ended
+    the input (Ctrl-D) at a question: the calls keep waiting."""
     while result is not None and result.status == "awaiting_approval":
         decided: TurnResult | None = None
         for approval in result.approvals:
@@ -99,9 +130,42 @@ async def settle_approvals(result: TurnResult | None, decide: Decide) -> bool:
             if decided is None:
                 return True
         result = decided
-        if result is not None and result.status == "finished":
-            _write(f"agent> {result.text}\n")
     return True
+
+
+async def converse(
+    turn: Callable[[str], Awaitable[TurnResult | None]],
+    decide: Decide,
+    waiting: Callable[[], Awaitable[tuple[ApprovalRequest, ...]]],
+) -> None:
+    """The chat loop of both modes. Calls that wait for approval (left by an
+    earlier chat, or by a turn whose answer was dropped with Ctrl-C) are shown
+    and asked about before a new message is sent, since that message would
+    deny them: at start, and after a turn that did not simply finish. (Asked
+    only then: the list waits behind a turn still running, as the message would.)"""
+    if not await _ask_earlier(waiting, decide):
+        return
+    unsettled = False
+    while (line := await _read_line()) is not None:
+        if not line.strip():
+            continue
+        if unsettled and not await _ask_earlier(waiting, decide):
+            return
+        result = await turn(line)
+        unsettled = result is None or result.status != "finished"
+        if not await settle_approvals(result, decide):
+            return
+
+
+async def _ask_earlier(
+    waiting: Callable[[], Awaitable[tuple[ApprovalRequest, ...]]], decide: Decide
+) -> bool:
+    earlier = await waiting()
+    if not earlier:
+        return True
+    _write(f"  {len(earlier)} tool call(s) wait for approval; a new message would deny them\n")
+    paused = TurnResult("", (), status="awaiting_approval", approvals=earlier)
+    return await settle_approvals(paused, decide)
 
 
 def _input_line(prompt: str) -> str | None:
@@ -151,6 +215,7 @@ def _line_editing() -> Iterator[None]:
 async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
+    from agentik.server._demo import demo_toolsets
     from agentik.server._serve import (
         _model,
         content_limits,
@@ -169,7 +234,7 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
             model=model,
             storage=storage,
             tools=load_tools(config.tools),
-            toolsets=load_toolsets(config.toolsets),
+            toolsets=[*load_toolsets(config.toolsets), *demo_toolsets(config)],
             system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
             context=context_policy(config),
             content_limits=content_limits(config),
@@ -180,19 +245,21 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
             " Ctrl-D or Ctrl-C to quit"
         )
 
-        async def decide(approval: ApprovalRequest, approve: bool) -> TurnResult | None:
-            try:
-                return await agent.decide(args.conversation, approval.call.id, approve=approve)
-            except AgentikError as error:
-                _write(f"  [decision failed] {error}\n")
-                return None
+        async def turn(line: str) -> TurnResult | None:
+            async with agent.stream(args.conversation, line) as events:
+                return await print_interruptible(events)
 
-        while (line := await _read_line()) is not None:
-            if line.strip():
-                async with agent.stream(args.conversation, line) as events:
-                    result = await print_stream(events)
-                if not await settle_approvals(result, decide):
-                    break
+        async def decide(approval: ApprovalRequest, approve: bool) -> TurnResult | None:
+            # A decision the agent does not take arrives as TurnFailed (printed).
+            async with agent.stream_decision(
+                args.conversation, approval.call.id, approve=approve
+            ) as events:
+                return await print_interruptible(events)
+
+        async def waiting() -> tuple[ApprovalRequest, ...]:
+            return await agent.pending_approvals(args.conversation)
+
+        await converse(turn, decide, waiting)
     return 0
 
 
@@ -252,28 +319,29 @@ async def _chat_remote(args: argparse.Namespace) -> int:
             " Ctrl-D or Ctrl-C to quit"
         )
 
-        async def decide(approval: ApprovalRequest, approve: bool) -> TurnResult | None:
-            response = await client.post(
-                f"{base}/approvals/{approval.call.id}",
-                json={"approve": approve},
-                headers={"Accept": "application/json"},
-            )
-            if response.status_code != 200:
-                print(f"  [HTTP {response.status_code}] {response.text}")
-                return None
-            return _remote_result(args.conversation, response.json())
-
-        while (line := await _read_line()) is not None:
-            if not line.strip():
-                continue
-            async with client.stream("POST", f"{base}/turns", json={"text": line}) as response:
+        async def streamed(path: str, body: dict[str, object]) -> TurnResult | None:
+            """POST ``body`` for an SSE answer (a turn, or a decision) and print it."""
+            async with client.stream("POST", f"{base}{path}", json=body) as response:
                 if response.status_code != 200:
                     await response.aread()
                     print(f"  [HTTP {response.status_code}] {response.text}")
-                    continue
-                result = await print_stream(_remote_events(response, args.conversation))
-            if not await settle_approvals(result, decide):
-                break
+                    return None
+                return await print_interruptible(_remote_events(response, args.conversation))
+
+        async def turn(line: str) -> TurnResult | None:
+            return await streamed("/turns", {"text": line})
+
+        async def decide(approval: ApprovalRequest, approve: bool) -> TurnResult | None:
+            return await streamed(f"/approvals/{approval.call.id}", {"approve": approve})
+
+        async def waiting() -> tuple[ApprovalRequest, ...]:
+            response = await client.get(f"{base}/approvals", headers={"Accept": "application/json"})
+            if response.status_code != 200:  # 404: a conversation not started yet
+                return ()
+            listed = {"text": "", "status": "awaiting_approval", **response.json()}
+            return _remote_result(args.conversation, listed).approvals
+
+        await converse(turn, decide, waiting)
     return 0
 
 

@@ -14,27 +14,14 @@ import trio
 
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel, demo_responder
+from agentik.server._demo import CLOCK
 from agentik.storage import open_sqlite_storage
-from agentik.toolsets import ToolsetContribution, tool
 
 DEMO_TURNS = (
     "hello agentik",
     'call enable_toolset {"name": "clock"}',
     'call clock_now {"tz": "UTC"}',
 )
-
-
-@tool
-async def clock_now(tz: str = "UTC") -> str:
-    """The current time.
-
-    Args:
-        tz: Time zone name.
-    """
-    return f"12:00 {tz} (a demo clock)"
-
-
-CLOCK = ToolsetContribution(name="clock", description="Tells the time.", tools=(clock_now,))
 
 
 async def demo(database: Path) -> None:
@@ -55,13 +42,23 @@ async def demo(database: Path) -> None:
             count += 1
         stats = await storage.message_store.token_stats("demo")
     print(
-        f"\n{count} messages stored in {database}"
+        f"\n{count} messages stored"
         f" ({stats.prompt_tokens} prompt + {stats.completion_tokens} completion tokens)."
     )
 
 
+KEEP = (
+    "The demo's database was temporary and is deleted now. `agentik chat` keeps its"
+    " conversation in ./agentik.db, where `agentik conversations` and `agentik show ID`"
+    " read it."
+)
+
+
 def run_demo() -> int:
+    # The database is removed at exit: its path is never printed, since
+    # nobody could open it afterwards.
     print("agentik demo: the scripted demo model on a temporary SQLite database\n")
     with tempfile.TemporaryDirectory(prefix="agentik-demo-") as directory:
         trio.run(demo, Path(directory) / "demo.db")
+    print(KEEP)
     return 0

@@ -10,6 +10,7 @@ reported. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVarTuple, Unpack
@@ -52,11 +53,26 @@ def report(command: str, message: str, code: int = 1) -> int:
     return code
 
 
+def stdout_gone() -> int:
+    """The reader of stdout went away (``agentik conversations | head -1``):
+    stop quietly, exit 1. The Python docs' recipe for SIGPIPE: point stdout at
+    devnull, so that the flush at exit cannot fail a second time and print
+    ``Exception ignored … BrokenPipeError``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
+
+
 def run_command(command: str, main: Callable[[Unpack[Args]], Awaitable[int]], *args: *Args) -> int:
-    """``trio.run(main, *args)``; a reportable failure becomes one line and exit 1."""
+    """``trio.run(main, *args)``; a reportable failure becomes one line and exit
+    1; a broken stdout pipe ends quietly (``stdout_gone``)."""
     failure: BaseException | None = None
     try:
         return trio.run(main, *args)
+    except* BrokenPipeError:  # before REPORTED: it is an OSError, but not a failure to report
+        failure = None
     except* REPORTED as group:
         failure = first_reportable(group, REPORTED)
+    if failure is None:
+        return stdout_gone()
     return report(command, str(failure))

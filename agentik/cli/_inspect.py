@@ -1,5 +1,9 @@
 """``agentik conversations`` and ``agentik show ID``: read a database, change nothing.
 
+``conversations`` lists at most ``--limit`` (a positive integer) and says on
+stderr when there are more. A reader that goes away (``| head -1``) ends the
+listing quietly (``_failures.stdout_gone``).
+
 A database path that does not exist is an error rather than a new empty
 database, so a typo cannot create files; one that cannot be opened (not a
 database, damaged, a PostgreSQL server that cannot be reached) is one line on
@@ -45,6 +49,9 @@ async def _list(database: str, limit: int) -> int:
                 print(f"{conversation_id}\t{stats.total_tokens} tokens")
             shown += len(page)
             after = page[-1]
+        # Say so when the limit cut the list short (on stderr: stdout stays the list).
+        if shown == limit and await store.list_conversations(after=after, limit=1):
+            report("conversations", f"{limit} listed; there are more (raise --limit to see them)")
     return 0
 
 

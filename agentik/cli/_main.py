@@ -11,8 +11,26 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import agentik
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors in the one format of every CLI error:
+    ``agentik COMMAND: message`` (argparse's own says ``COMMAND: error: …``).
+    Subcommand parsers are made of the same class, so they say it too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    # ASCII digits only: int() also reads " 7 ", "1_0" and "٣"
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
 
 
 def _add_database(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +42,12 @@ def _add_database(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser, and each command's own (for errors that name the command)."""
+    parser: argparse.ArgumentParser = _Parser(
         prog="agentik",
         description="An LLM agent runtime on trio: serve, chat, inspect, export, bench.",
     )
@@ -69,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     conversations = commands.add_parser("conversations", help="list a database's conversations")
     _add_database(conversations)
     conversations.add_argument(
-        "--limit", type=int, default=100, help="list at most this many (default: 100)"
+        "--limit",
+        type=_positive_int,
+        default=100,
+        help="list at most this many (default: 100; a note on stderr says when there are more)",
     )
 
     show = commands.add_parser("show", help="print one conversation's messages")
@@ -89,45 +115,62 @@ def build_parser() -> argparse.ArgumentParser:
     from agentik.cli._bench import add_bench_parser
 
     add_bench_parser(commands)
-    return parser
+    return parser, commands.choices
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
-    args = build_parser().parse_args(argv)
+    parser, commands = _build()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse names no command for these; the command's parser does
+        commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     from agentik._config import ConfigError
+    from agentik.cli._failures import report, stdout_gone
 
-    try:
-        if args.command == "serve":
-            from agentik.cli._serve import run_serve
-
-            return run_serve(args)
-        if args.command == "chat":
-            from agentik.cli._chat import run_chat
-
-            return run_chat(args)
-        if args.command in ("conversations", "show"):
-            from agentik.cli._inspect import run_inspect
-
-            return run_inspect(args)
-        if args.command in ("export", "delete", "import"):
-            from agentik.cli._archive import run_archive
-
-            return run_archive(args)
-        if args.command == "bench":
-            from agentik.cli._bench import run_bench_command
-
-            return run_bench_command(args)
-        if args.command == "mcp":
-            from agentik.cli._mcp import run_mcp
-
-            return run_mcp(args)
-        if args.command == "demo":
-            from agentik.cli._demo import run_demo
-
-            return run_demo()
-    except ConfigError as error:
-        print(f"agentik: configuration error: {error}", file=sys.stderr)
+    if args.command is None:
+        parser.print_help(sys.stderr)
         return 2
-    build_parser().print_help(sys.stderr)
-    return 2
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # inside the try: a reader gone (``| head``) fails here
+    except BrokenPipeError:
+        return stdout_gone()
+    except ConfigError as error:
+        return report(command_name(args), str(error), code=2)
+    return code
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """The command as typed (``serve``, ``mcp login``), for error lines."""
+    sub = getattr(args, "mcp_command", None)
+    return f"{args.command} {sub}" if args.command == "mcp" and sub else str(args.command)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        from agentik.cli._serve import run_serve
+
+        return run_serve(args)
+    if args.command == "chat":
+        from agentik.cli._chat import run_chat
+
+        return run_chat(args)
+    if args.command in ("conversations", "show"):
+        from agentik.cli._inspect import run_inspect
+
+        return run_inspect(args)
+    if args.command in ("export", "delete", "import"):
+        from agentik.cli._archive import run_archive
+
+        return run_archive(args)
+    if args.command == "bench":
+        from agentik.cli._bench import run_bench_command
+
+        return run_bench_command(args)
+    if args.command == "mcp":
+        from agentik.cli._mcp import run_mcp
+
+        return run_mcp(args)
+    from agentik.cli._demo import run_demo
+
+    return run_demo()

@@ -17,10 +17,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 
-from agentik._errors import AgentikError
-from agentik.agent import ApprovalRequest, ChatAgent, TurnResult
+from agentik._errors import AgentikError, ApprovalError
+from agentik.agent import (
+    ApprovalRequest,
+    ChatAgent,
+    TurnEvent,
+    TurnFailed,
+    TurnFinished,
+    TurnResult,
+)
 from agentik.server._errors import HttpError
 from agentik.server._owners import Caller
 from agentik.server._turns import outcome_of, to_http_error
@@ -69,6 +77,67 @@ async def decide_call(
         raise error from exc
     log_decision(transport, caller, conversation_id, result.status, began)
     return result
+
+
+_REFUSALS = frozenset({"not_waiting", "already_decided", "unsupported"})
+"""``TurnFailed`` codes of a decision the agent did not take (``ApprovalError``)."""
+
+
+async def open_decision_stream(
+    agent: ChatAgent,
+    transport: str,
+    caller: Caller,
+    conversation_id: str,
+    call_id: str,
+    *,
+    approve: bool,
+    reason: str,
+    check: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[AsyncIterator[TurnEvent], AsyncExitStack]:
+    """``agent.stream_decision`` in the caller's scope, logged when the stream
+    ends; the caller closes the returned stack. A decision the agent does not
+    take arrives as the stream's first event (``TurnFailed`` with an
+    ``ApprovalError`` code): that event is read here, before any byte is
+    sent, so it is the same HTTP refusal (404, 409) as an unstreamed decision."""
+    began = time.perf_counter()
+    stack = AsyncExitStack()
+    try:
+        if check is not None:
+            await check()
+        events = await stack.enter_async_context(
+            agent.stream_decision(
+                caller.internal(conversation_id), call_id, approve=approve, reason=reason
+            )
+        )
+        stream = aiter(events)
+        first = await anext(stream, None)
+        if isinstance(first, TurnFailed) and first.code in _REFUSALS:
+            raise ApprovalError(first.message, code=first.code)
+    except HttpError as refusal:
+        await stack.aclose()
+        log_decision(transport, caller, conversation_id, f"refused:{refusal.code}", began)
+        raise
+    except (AgentikError, ValueError) as exc:
+        await stack.aclose()
+        error = to_http_error(exc, caller, conversation_id)
+        log_decision(transport, caller, conversation_id, outcome_of(exc, error), began)
+        raise error from exc
+
+    async def logged() -> AsyncIterator[TurnEvent]:
+        outcome = "disconnected"
+        event = first
+        try:
+            while event is not None:
+                if isinstance(event, TurnFinished):
+                    outcome = event.result.status
+                elif isinstance(event, TurnFailed):
+                    outcome = f"failed:{event.code}"
+                yield event
+                event = await anext(stream, None)
+        finally:
+            log_decision(transport, caller, conversation_id, outcome, began)
+
+    return logged(), stack
 
 
 async def pending_calls(

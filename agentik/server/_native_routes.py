@@ -32,7 +32,7 @@ from agentik._serde import converter
 from agentik.agent import ElicitationError
 from agentik.server._app import json_response
 from agentik.server._context import ServerContext
-from agentik.server._decisions import decide_call, pending_calls
+from agentik.server._decisions import decide_call, open_decision_stream, pending_calls
 from agentik.server._errors import HttpError
 from agentik.server._native import (
     approval_json,
@@ -285,7 +285,7 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             {"conversation_id": conversation_id, "approvals": [approval_json(a) for a in waiting]}
         )
 
-    async def decide(request: Request) -> Response:
+    async def decide(request: Request) -> Response | EventStream:
         conversation_id = _path_id(request)
         call_id = _path_id(request, "call_id", "call id")
         decision = parse_decision(await read_json(request, limit))
@@ -294,6 +294,25 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         async def exists() -> None:
             await require_conversation(ctx, caller.internal(conversation_id), conversation_id)
 
+        if "text/event-stream" in request.headers.get("accept", ""):
+            # Streamed as a turn is: the calls that run, the turn going on.
+            events, stack = await open_decision_stream(
+                agent,
+                "native",
+                caller,
+                conversation_id,
+                call_id,
+                approve=decision.approve,
+                reason=decision.reason,
+                check=exists,
+            )
+
+            async def frames() -> AsyncIterator[bytes]:
+                async for event in events:
+                    name, data = native_event(event)
+                    yield sse_frame(data, event=name)
+
+            return EventStream(frames(), stack.aclose)
         result = await decide_call(
             agent,
             "native",

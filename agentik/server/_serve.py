@@ -12,6 +12,7 @@ serve_agentik, config)`` returns the bound base URL (port 0 picks a free one).
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -20,7 +21,13 @@ from typing import TYPE_CHECKING
 import httpx
 import trio
 
-from agentik._config import ConfigError, ServerConfig
+from agentik._config import (
+    ConfigError,
+    ServerConfig,
+    ToolEntry,
+    ToolsetEntry,
+    check_entry_point,
+)
 from agentik.agent import (
     DEFAULT_SYSTEM_PROMPT,
     ContentLimits,
@@ -31,6 +38,7 @@ from agentik.agent import (
 from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
+from agentik.server._demo import demo_toolsets
 from agentik.server._http11 import HttpSettings
 from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
@@ -67,47 +75,80 @@ def _import(spec: str, key: str) -> object:
     return target
 
 
-def load_tools(specs: Iterable[str]) -> list[NamedTool]:
-    """Import each ``module:attribute``; it is a ``NamedTool`` (``@tool`` makes
-    one), an iterable of them, or a callable returning either."""
+def _describe(entry: object) -> str:
+    """An entry object as an error message names it: a function by its
+    qualified name, a tool or toolset by its name, anything else by a short repr."""
+    qualname = getattr(entry, "__qualname__", None)
+    if isinstance(qualname, str):
+        return f"{getattr(entry, '__module__', '?')}.{qualname}"
+    name = getattr(entry, "name", None)
+    if isinstance(name, str):
+        return f"{type(entry).__name__} {name!r}"
+    text = repr(entry)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
+def _entry(entry: object, key: str) -> tuple[str, object]:
+    """What an ``[agent] <key>`` entry gives, and how errors name it: an entry
+    point is imported; an object (from a program's ``ServerConfig``) is itself,
+    named by its ``repr``. A callable is called for what it gives, except an
+    async function: that is a tool's body, which ``@tool`` makes a tool of."""
+    if isinstance(entry, str):
+        check_entry_point(entry, key)
+        name, target = repr(entry), _import(entry, key)
+    else:
+        name, target = _describe(entry), entry
+    if inspect.iscoroutinefunction(target):
+        raise ConfigError(
+            f"[agent] {key} entry {name} is an async function, not a tool:"
+            " decorate it with @tool (agentik.tool) to make it a NamedTool"
+        )
+    return name, target
+
+
+def load_tools(entries: Iterable[ToolEntry]) -> list[NamedTool]:
+    """Each entry is a ``NamedTool`` (``@tool`` makes one), an iterable of them,
+    or a callable returning either; or an entry point ``module:attribute``
+    naming one of those."""
     found: list[NamedTool] = []
-    for spec in specs:
-        target = _import(spec, "tools")
+    for entry in entries:
+        name, target = _entry(entry, "tools")
         if callable(target) and not isinstance(target, NamedTool):
             target = target()
         items = [target] if isinstance(target, NamedTool) else target
         if not isinstance(items, Iterable) or isinstance(items, str | bytes):
             raise ConfigError(
-                f"[agent] tools entry {spec!r} must give tools (NamedTool),"
+                f"[agent] tools entry {name} must give tools (NamedTool),"
                 f" got {type(target).__name__}"
             )
         for item in items:
             if not isinstance(item, NamedTool):
                 raise ConfigError(
-                    f"[agent] tools entry {spec!r} gave {type(item).__name__}, expected a NamedTool"
+                    f"[agent] tools entry {name} gave {type(item).__name__}, expected a NamedTool"
                 )
             found.append(item)
     return found
 
 
-def load_toolsets(specs: Iterable[str]) -> list[Toolset]:
-    """Import each ``module:attribute``; it is a contribution, a source (has
-    ``.contribution``), an iterable of those, or a callable returning them."""
+def load_toolsets(entries: Iterable[ToolsetEntry]) -> list[Toolset]:
+    """Each entry is a contribution, a source (has ``.contribution``), an
+    iterable of those, or a callable returning them; or an entry point
+    ``module:attribute`` naming one of those."""
     found: list[Toolset] = []
-    for spec in specs:
-        target = _import(spec, "toolsets")
+    for entry in entries:
+        name, target = _entry(entry, "toolsets")
         if callable(target) and not _is_toolset(target):
             target = target()
         items = [target] if _is_toolset(target) else target
         if not isinstance(items, Iterable) or isinstance(items, str | bytes):
             raise ConfigError(
-                f"[agent] toolsets entry {spec!r} must give toolset contributions,"
+                f"[agent] toolsets entry {name} must give toolset contributions,"
                 f" got {type(target).__name__}"
             )
         for item in items:
             if not _is_toolset(item):
                 raise ConfigError(
-                    f"[agent] toolsets entry {spec!r} gave {type(item).__name__},"
+                    f"[agent] toolsets entry {name} gave {type(item).__name__},"
                     " expected a ToolsetContribution"
                 )
             found.append(item)
@@ -195,6 +236,9 @@ async def serve_agentik(
         if model is None:
             chat_model, model_label = await stack.enter_async_context(_model(config))
             demo = config.model is None
+            for offered in demo_toolsets(config):
+                log.info("no toolsets configured: offering the demo toolset %r", offered.name)
+                toolsets.append(offered)
         else:
             chat_model, model_label, demo = model, type(model).__name__, False
         limits = config.limits

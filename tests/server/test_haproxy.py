@@ -24,6 +24,7 @@ from tests.cluster import (
     start_node,
     stop_nodes,
 )
+from tests.kits import missing_kit
 from tests.postgres import fresh_database
 from tests.server.test_cluster import LEASE, check_histories
 
@@ -34,10 +35,7 @@ HAPROXY = shutil.which("haproxy") or (
 
 def need_haproxy() -> str:
     if HAPROXY is None:
-        reason = "haproxy is not installed (apt-get install haproxy; .ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing_kit("haproxy", "haproxy is not installed (apt-get install haproxy; .ci/run does)")
     return HAPROXY
 
 

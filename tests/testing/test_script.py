@@ -158,7 +158,7 @@ def test_assertions_say_what_was_there() -> None:
         assert_tool_called(messages, "other")
     with pytest.raises(AssertionError, match=r"^tool 'echo' was not called with \{'text': 'y'\}"):
         assert_tool_called(messages, "echo", {"text": "y"})
-    with pytest.raises(AssertionError, match=r"^calls without results: \['a'\]$"):
+    with pytest.raises(AssertionError, match=r"^calls without results: \[.a.\] \(for a"):
         assert_valid_history(messages[:2])
     with pytest.raises(AssertionError, match=r"^the call 'a' of tool 'echo' has no stored result$"):
         assert_tool_called(messages[:2], "echo")
