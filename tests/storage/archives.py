@@ -26,7 +26,7 @@ from agentik.storage import (
 
 TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
 TIMES = st.datetimes(
-    min_value=datetime(1971, 1, 1), max_value=datetime(2400, 1, 1), timezones=st.just(UTC)
+    min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23), timezones=st.just(UTC)
 )
 USAGE = st.none() | st.builds(TokenUsage, st.integers(0, 2**63 - 1), st.integers(0, 10**9))
 
