@@ -24,7 +24,7 @@ TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]{16,}=*$")
 """RFC 6750 ``b64token``, at least 16 characters before any ``=`` padding."""
 CLIENTS_ENV = "AGENTIK_CLIENTS"
 
-_OWNER_RULE = "1..48 of A-Z a-z 0-9 . _ - (starting with a letter or digit)"
+OWNER_RULE = "1..48 of A-Z a-z 0-9 . _ - (starting with a letter or digit)"
 _TOKEN_RULE = "16 or more of A-Z a-z 0-9 - . _ ~ + / (then '=' padding)"
 
 
@@ -43,8 +43,8 @@ class Client:
 
 
 def _client(owner: object, token: object, where: str) -> Client:
-    if not isinstance(owner, str) or not OWNER.match(owner):
-        raise ClientConfigError(f"{where}: owner must be {_OWNER_RULE}, got {owner!r}")
+    if not isinstance(owner, str) or not OWNER.fullmatch(owner):
+        raise ClientConfigError(f"{where}: owner must be {OWNER_RULE}, got {owner!r}")
     if not isinstance(token, str) or not TOKEN.match(token):
         raise ClientConfigError(f"{where} (owner {owner!r}): token must be {_TOKEN_RULE}")
     return Client(owner=owner, token=token)

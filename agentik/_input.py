@@ -54,6 +54,22 @@ def shown(text: str, limit: int = 40) -> str:
     return repr(text[:limit]) + ("…" if len(text) > limit else "")
 
 
+MAX_ID_LENGTH = 200
+"""Longest conversation id (or idempotency key) a client may send."""
+
+
+def checked_id(value: str, what: str = "conversation id") -> str:
+    """``value`` if it is an id as every transport takes one: 1..``MAX_ID_LENGTH``
+    printable characters, not only spaces (so no control character, and not
+    U+001F, which separates an owner from an id in stored ids)."""
+    if not value.strip() or len(value) > MAX_ID_LENGTH or not value.isprintable():
+        raise InputError(
+            f"{what} must be 1..{MAX_ID_LENGTH} printable characters, not only spaces,"
+            f" got {shown(value)}"
+        )
+    return value
+
+
 def decimal_int(text: str, what: str, *, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
     """``text`` as an integer in ``minimum..maximum``: ASCII digits, an optional
     ``-``, at most ``MAX_NUMBER_CHARS`` characters, nothing else."""

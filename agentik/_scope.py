@@ -1,10 +1,14 @@
-"""Owner scopes of stored names: which owner a conversation id or a skill name belongs to.
+"""Owner scopes of stored names: one mapping for the server, the agent, the
+archive and the CLI.
 
-``agentik serve`` stores a named owner's conversation ``demo`` as
-``"alice\\x1fdemo"`` (server/_owners.py); the default owner's ids are stored as
-sent. U+001F cannot appear in an id or a skill name a client sends (they must
-be printable), so the prefix up to the first U+001F names the owner, and no
-name one owner sends reaches another owner's.
+``agentik serve`` stores the default owner's conversation ``demo`` as
+``demo``, and owner ``alice``'s as ``"alice\\x1fdemo"``. U+001F appears neither
+in an id or a skill name a client may send (``checked_id``: printable only)
+nor in an owner name (``agentik._clients.OWNER``), so the mapping is
+one-to-one: the prefix up to the first U+001F names the owner, no name one
+owner sends reaches another owner's, and an id from outside that still holds
+one (an archive's header) is refused rather than let plant a conversation in
+another owner's namespace.
 
 The agent reads the same convention for skills, the other thing an owner
 writes that the model reads: a skill saved in one of alice's conversations
@@ -14,6 +18,9 @@ embedder whose conversation ids hold no U+001F has one scope, ``""``.
 """
 
 from __future__ import annotations
+
+from agentik._clients import OWNER, OWNER_RULE
+from agentik._input import InputError, checked_id, shown
 
 SEPARATOR = "\x1f"
 
@@ -29,3 +36,19 @@ def split_scope(stored: str) -> tuple[str, str]:
     """``(scope, name)`` of a stored name: ``("alice\\x1f", "greet")``, ``("", "greet")``."""
     owner, separator, name = stored.partition(SEPARATOR)
     return (owner + separator, name) if separator else ("", stored)
+
+
+def checked_owner(owner: str, what: str = "owner") -> str:
+    """``owner`` if it is an owner name ``[[server.clients]]`` accepts."""
+    if not OWNER.fullmatch(owner):
+        raise InputError(f"{what} must be {OWNER_RULE}, got {shown(owner)}")
+    return owner
+
+
+def stored_id(owner: str | None, conversation_id: str) -> str:
+    """The stored id of ``conversation_id`` (checked as the API checks it) of
+    ``owner`` (checked; None: the default owner)."""
+    checked_id(conversation_id)
+    if owner is None:
+        return conversation_id
+    return f"{checked_owner(owner)}{SEPARATOR}{conversation_id}"

@@ -67,3 +67,43 @@ def test_unknown_keys_are_refused() -> None:
     with pytest.raises(ExceptionGroup) as info:
         converter.structure({"role": "user", "content": "x", "colour": "red"}, Message)
     assert "colour" in repr(info.value.exceptions)
+
+
+_JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+_KINDS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+@pytest.mark.parametrize("cls", [int, float, str, bool])
+def test_primitives_take_exactly_their_json_type(cls: type) -> None:
+    """Nothing is coerced: ``"1"``, ``1.9`` and ``true`` are not integers,
+    ``"no"`` is not a boolean, a list is not a string; each is refused,
+    naming what was expected and what came."""
+
+    @given(
+        _JSON_SCALARS | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(), st.none())
+    )
+    def check(value: object) -> None:
+        if type(value) in _KINDS[cls]:
+            assert converter.structure(value, cls) == value
+        else:
+            with pytest.raises(TypeError, match=r"^expected .*, got "):
+                converter.structure(value, cls)
+
+    check()
+
+
+def test_sequences_are_json_arrays() -> None:
+    """A string or an object is not read as a list of its characters or keys."""
+    for value in ("ab", {}, {"a": 1}):
+        with pytest.raises(ExceptionGroup):
+            converter.structure({"role": "user", "content": "", "tool_calls": value}, Message)
+    assert converter.structure({"role": "user", "content": "", "tool_calls": []}, Message)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2026-01-02", "2026-W01-1T00:00:00+00:00", "20260102T030405Z", "2026-01-02T03:04:05+0000"],
+)
+def test_timestamps_are_rfc_3339(text: str) -> None:
+    with pytest.raises(ExceptionGroup):
+        converter.structure({"name": "a", "description": "", "body": "", "updated_at": text}, Skill)

@@ -91,9 +91,10 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
         if not isinstance(store, ConversationArchiver):
             raise HttpError(501, "this storage cannot export conversations", code="not_supported")
         await require_conversation(ctx, stored_id, conversation_id)
+        owner = caller_of(request).owner  # the archive carries it: an import restores it
 
         async def lines() -> AsyncIterator[str]:
-            yield header_line(conversation_id)
+            yield header_line(conversation_id, owner)
             async for record in store.export_conversation(stored_id):
                 yield record_line(record, conversation_id)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import attrs
 
+from agentik._input import MAX_ID_LENGTH as MAX_ID_LENGTH
+from agentik._input import InputError, checked_id
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message
 from agentik._serde import converter
@@ -34,7 +36,6 @@ from agentik.models import TextDelta, ToolCallDelta
 from agentik.server._errors import HttpError
 from agentik.server._request import as_list, as_object, field_bool, field_str, optional_str
 
-MAX_ID_LENGTH = 200
 MAX_ARCHIVE_IDS = 1000
 """Notes one ``POST …/memory/archive`` may name."""
 _MAX_ENTRY_ID = 2**63 - 1  # what SQLite's INTEGER holds
@@ -75,15 +76,11 @@ ACTIONS: tuple[ElicitationAction, ...] = ("accept", "decline", "cancel")
 
 
 def check_id(value: str, what: str = "conversation id") -> str:
-    """Ids travel in URLs and keys: printable, bounded, non-empty."""
-    if not value.strip() or len(value) > MAX_ID_LENGTH or not value.isprintable():
-        raise HttpError(
-            422,
-            f"{what} must be 1..{MAX_ID_LENGTH} printable characters, not only spaces,"
-            f" got {value[:40]!r}",
-            code="invalid_field",
-        )
-    return value
+    """Ids travel in URLs and keys: printable, bounded, non-empty (``checked_id``)."""
+    try:
+        return checked_id(value, what)
+    except InputError as error:
+        raise HttpError(422, str(error), code="invalid_field") from None
 
 
 def parse_turn_request(body: JsonValue) -> TurnRequest:

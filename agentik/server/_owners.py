@@ -26,12 +26,11 @@ import hmac
 import attrs
 from starlette.requests import Request
 
-from agentik import _scope
 from agentik._config import ServerConfig
 from agentik._memory import Reflection
+from agentik._scope import SEPARATOR as SEPARATOR
 from agentik.storage import MessageStore, ReflectionStore
 
-SEPARATOR = _scope.SEPARATOR
 _AFTER_EVERY_ID = "\U0010ffff"
 """Sorts after every character an id may start with (it is not printable)."""
 REFLECTION_SCAN = 10_000

@@ -44,6 +44,7 @@ from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
 from agentik.storage import ConversationDeleter, StorageBundle, writer_stats
+from agentik.storage._in_use import DatabaseLock, hold_sqlite_database
 from agentik.storage._location import describe_location, is_postgres_url, open_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
 
@@ -212,7 +213,12 @@ async def serve_agentik(
     tools = load_tools(config.tools)
     async with AsyncExitStack() as stack:
         database: str | None = None
+        lock: DatabaseLock | None = None
         if storage is None:
+            if not is_postgres_url(config.database):
+                # Held until the database is closed: `agentik delete`/`import`
+                # refuse meanwhile (the node leases say so on PostgreSQL).
+                lock = stack.enter_context(hold_sqlite_database(config.database, "serve"))
             storage = await stack.enter_async_context(
                 open_storage(config.database, lease_seconds=config.lease_seconds)
             )
@@ -317,6 +323,8 @@ async def serve_agentik(
 
                 nursery.start_soon(retain)
             ctx.base_url = binds[0]
+            if lock is not None:
+                lock.announce(binds[0])
             if bundle.ownership is not None:  # other nodes redirect its conversations here
                 await bundle.ownership.advertise(config.advertise_url or binds[0])
             log.info(

@@ -31,6 +31,7 @@ from agentik.storage._archive import (
     ArchivedSummary,
     ArchiveRecord,
 )
+from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
@@ -358,6 +359,7 @@ class InMemoryMessageStore:
     ) -> int:
         await trio.lowlevel.checkpoint()
         self._clock()
+        check_archive(records)
         if self._holds_anything(conversation_id):
             raise StoreError(
                 f"conversation {conversation_id!r} already holds data; delete it before importing"

@@ -1,16 +1,26 @@
-"""A conversation's archive as JSON Lines, version 1: what ``agentik export``
-writes, ``agentik import`` and ``GET …/export`` read and serve.
+"""A conversation's archive as JSON Lines: what ``agentik export`` and
+``GET …/export`` write, and ``agentik import`` reads.
 
-The first line is a header, ``{"type": "agentik.conversation", "version": 1,
-"conversation_id": …}``; every other line is one record
-(``agentik.storage._archive``) with its ``type``: ``message``, ``note``,
-``reflection``, ``approval``, ``turn_failure``, ``summary``. Values inside are the one
-converter's JSON (``agentik._serde``): timestamps RFC 3339 in UTC to the
-microsecond, so a round trip is exact. Reading is strict: an unknown type or
-field, a newer version, a line that is not a JSON object is refused with its
-line number, before anything is stored. A record never spans lines: the
-line breaks ``str.splitlines`` knows beyond ``\n`` (U+0085, U+2028, U+2029)
-are escaped inside strings.
+The first line is a header, ``{"type": "agentik.conversation", "version": 2,
+"conversation_id": …, "owner": …}`` (``owner`` null for the default owner;
+version 1, from before owners were kept, has no ``owner`` and is read as the
+default owner's); every other line is one record (``agentik.storage._archive``)
+with its ``type``: ``message``, ``note``, ``reflection``, ``approval``,
+``turn_failure``, ``summary``. Values inside are the one converter's JSON
+(``agentik._serde``): timestamps RFC 3339 in UTC to the microsecond, so a
+round trip is exact. A record never spans lines: the line breaks
+``str.splitlines`` knows beyond ``\\n`` (U+0085, U+2028, U+2029) are escaped
+inside strings.
+
+Reading is strict, and reads what the exporter writes and nothing else: one
+schema, exact JSON types (the converter coerces nothing: ``"approved": "no"``
+is refused, not read as true), ids checked as the API checks them (the
+header's conversation id printable and at most 200 characters, its owner an
+owner name), JSON as the API reads it (``agentik._input.decode_json``: no
+lone surrogates, no nesting deeper than 100, no number beyond a double), and
+the conversation's history rules (``_archive_rules``) over the whole file.
+The first problem is refused as one ``ArchiveFormatError`` line naming the
+line number, before anything is stored.
 """
 
 from __future__ import annotations
@@ -22,8 +32,10 @@ from typing import Final
 import attrs
 
 from agentik._errors import AgentikError
+from agentik._input import InputError, checked_id, decode_json
 from agentik._json import JsonObject
-from agentik._serde import converter
+from agentik._scope import checked_owner
+from agentik._serde import converter, structure_error
 from agentik.storage._archive import (
     ArchivedApproval,
     ArchivedFailure,
@@ -33,8 +45,10 @@ from agentik.storage._archive import (
     ArchivedSummary,
     ArchiveRecord,
 )
+from agentik.storage._archive_rules import ArchiveRuleError, check_archive
 
-ARCHIVE_VERSION: Final = 1
+ARCHIVE_VERSION: Final = 2
+"""What this agentik writes; it reads 1 (no owner) and 2."""
 HEADER_TYPE: Final = "agentik.conversation"
 MEDIA_TYPE: Final = "application/jsonl"
 
@@ -47,15 +61,35 @@ _TYPES: dict[type, str] = {
     ArchivedSummary: "summary",
 }
 _CLASSES = {name: cls for cls, name in _TYPES.items()}
+_HEADER_FIELDS = {
+    1: ("type", "version", "conversation_id"),
+    2: ("type", "version", "conversation_id", "owner"),
+}
 
 
 class ArchiveFormatError(AgentikError):
     """A conversation archive that cannot be read; the message names the line."""
 
 
-def header_line(conversation_id: str) -> str:
+@attrs.frozen(kw_only=True)
+class Archive:
+    """What an archive holds: whose conversation, and its records in order."""
+
+    conversation_id: str
+    """The id its owner knows it by (never an owner-scoped stored id)."""
+    owner: str | None
+    """Its owner; None for the default owner."""
+    records: tuple[ArchiveRecord, ...]
+
+
+def header_line(conversation_id: str, owner: str | None = None) -> str:
     return _line(
-        {"type": HEADER_TYPE, "version": ARCHIVE_VERSION, "conversation_id": conversation_id}
+        {
+            "type": HEADER_TYPE,
+            "version": ARCHIVE_VERSION,
+            "conversation_id": conversation_id,
+            "owner": owner,
+        }
     )
 
 
@@ -86,54 +120,112 @@ def _line(data: JsonObject) -> str:
     return text.translate(_LINE_BREAKS) + "\n"
 
 
-def read_archive(lines: Iterable[str]) -> tuple[str, list[ArchiveRecord]]:
-    """The conversation id of the header and the records, or ``ArchiveFormatError``."""
-    conversation_id: str | None = None
+def split_lines(data: bytes) -> list[bytes]:
+    """An archive file's lines: split at ``\\n`` only (the exporter's line
+    end), so line numbers are an editor's."""
+    return data.split(b"\n")
+
+
+def read_archive(lines: Iterable[bytes | str]) -> Archive:
+    """The archive ``lines`` hold (UTF-8 bytes, or text), or ``ArchiveFormatError``.
+
+    Blank lines are skipped; everything else must be exactly what the
+    exporter writes."""
+    header: tuple[str, str | None] | None = None
     records: list[ArchiveRecord] = []
+    numbers: list[int] = []
     for number, line in enumerate(lines, 1):
-        if not line.strip():
+        raw = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+        if not raw.strip():
             continue
-        try:
-            data = json.loads(line)
-        except ValueError as error:
-            raise ArchiveFormatError(f"line {number} is not JSON: {error}") from None
-        if not isinstance(data, dict):
-            raise ArchiveFormatError(f"line {number} is not a JSON object")
-        kind = data.pop("type", None)
-        if conversation_id is None:
-            conversation_id = _header(number, kind, data)
+        data = _object(number, raw)
+        if header is None:
+            header = _header(number, data)
             continue
-        cls = _CLASSES.get(kind) if isinstance(kind, str) else None
-        if cls is None:
-            raise ArchiveFormatError(f"line {number} has an unknown record type {kind!r}")
-        try:
-            records.append(converter.structure(data, cls))
-        except Exception as error:  # cattrs' validation errors: the line is refused
-            raise ArchiveFormatError(
-                f"line {number} is not a valid {kind} record: {_reason(error)}"
-            ) from None
-    if conversation_id is None:
+        records.append(_record(number, data, header[0]))
+        numbers.append(number)
+    if header is None:
         raise ArchiveFormatError("the archive is empty: no header line")
-    return conversation_id, records
+    try:
+        check_archive(records)
+    except ArchiveRuleError as error:
+        raise ArchiveFormatError(f"line {numbers[error.index]}: {error}") from None
+    return Archive(conversation_id=header[0], owner=header[1], records=tuple(records))
 
 
-def _header(number: int, kind: object, data: dict[str, object]) -> str:
+def _object(number: int, raw: bytes) -> dict[str, object]:
+    try:
+        data = decode_json(raw)
+    except (InputError, RecursionError) as error:  # decode_json bounds nesting; belt and braces
+        raise ArchiveFormatError(f"line {number} is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ArchiveFormatError(f"line {number} is not a JSON object")
+    return dict(data)
+
+
+def _header(number: int, data: dict[str, object]) -> tuple[str, str | None]:
+    kind = data.get("type")
     if kind != HEADER_TYPE:
         raise ArchiveFormatError(
-            f'line {number} must be the header ({{"type": "{HEADER_TYPE}", …}}), got type {kind!r}'
+            f'line {number} must be the header ({{"type": "{HEADER_TYPE}", …}}),'
+            f" got type {_shown(kind)}"
         )
     version = data.get("version")
-    if version != ARCHIVE_VERSION:
+    fields = _HEADER_FIELDS.get(version) if type(version) is int else None
+    if fields is None:
         raise ArchiveFormatError(
-            f"archive version {version!r} is not one this agentik reads ({ARCHIVE_VERSION})"
+            f"archive version {_shown(version)} is not one this agentik reads"
+            f" ({', '.join(map(str, _HEADER_FIELDS))})"
         )
-    conversation_id = data.get("conversation_id")
-    if not isinstance(conversation_id, str) or not conversation_id:
-        raise ArchiveFormatError("the header's conversation_id must be a non-empty string")
-    return conversation_id
+    unknown = sorted(set(data) - set(fields))
+    missing = [name for name in fields if name not in data]
+    if unknown or missing:
+        raise ArchiveFormatError(
+            f"line {number}: a version {version} header has exactly the fields"
+            f" {', '.join(fields)}"
+            + (f"; unknown: {', '.join(map(_shown, unknown))}" if unknown else "")
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+        )
+    conversation_id, owner = data["conversation_id"], data.get("owner")
+    try:
+        if not isinstance(conversation_id, str):
+            raise InputError(f"conversation_id must be a string, got {_shown(conversation_id)}")
+        checked_id(conversation_id, "conversation_id")
+        if owner is not None:
+            if not isinstance(owner, str):
+                raise InputError(f"owner must be a string or null, got {_shown(owner)}")
+            checked_owner(owner)
+    except InputError as error:
+        raise ArchiveFormatError(f"line {number}: the header's {error}") from None
+    return conversation_id, owner
 
 
-def _reason(error: Exception) -> str:
-    if isinstance(error, BaseExceptionGroup):
-        return "; ".join(_reason(e) for e in error.exceptions)  # type: ignore[arg-type]
-    return str(error) or type(error).__name__
+def _record(number: int, data: dict[str, object], conversation_id: str) -> ArchiveRecord:
+    kind = data.pop("type", None)
+    cls = _CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ArchiveFormatError(f"line {number} has an unknown record type {_shown(kind)}")
+    try:
+        record: ArchiveRecord = converter.structure(data, cls)
+    except Exception as error:  # cattrs' validation errors (an exception group): refused
+        raise ArchiveFormatError(
+            f"line {number} is not a valid {kind} record: {structure_error(error)}"
+        ) from None
+    named = (
+        record.entry.conversation_id
+        if isinstance(record, ArchivedNote)
+        else record.reflection.conversation_id
+        if isinstance(record, ArchivedReflection)
+        else conversation_id
+    )
+    if named != conversation_id:
+        raise ArchiveFormatError(
+            f"line {number}: the {kind} names conversation {_shown(named)},"
+            f" not the archive's {conversation_id!r}"
+        )
+    return record
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"

@@ -354,9 +354,11 @@ class ConversationArchiver(Protocol):
     ) -> int:
         """Store ``records`` as the conversation, in one transaction; return
         how many messages. The conversation must hold nothing yet (else
-        ``StoreError``, nothing written), the messages must have seqs
-        1, 2, 3 … in order, and summaries must chain over those messages
-        (else ``StoreError``)."""
+        ``StoreError``, nothing written), and the records must keep the
+        history rules the agent keeps, checked whole before anything is
+        written (``agentik.storage._archive_rules.check_archive``: seqs
+        1, 2, 3 …, no system message, every result answers a waiting call
+        once, summaries chain over the messages, …; else ``StoreError``)."""
 
 
 class ConversationOwnership(Protocol):

@@ -17,6 +17,7 @@ from typing import Generic, TypeVar, final
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
 from agentik.storage._archive import ArchiveRecord
+from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import check_at_least, check_aware, to_micros
 from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
@@ -294,11 +295,13 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
     async def import_conversation(
         self, conversation_id: str, records: Sequence[ArchiveRecord]
     ) -> int:
+        records = tuple(records)
+        check_archive(records)  # the whole conversation, before anything is queued
         return await self._writer.write(
             partial(
                 self._lq.import_conversation,
                 conversation_id=conversation_id,
-                records=tuple(records),
+                records=records,
             )
         )
 

@@ -274,6 +274,60 @@ async def _import_refuses_and_changes_nothing(bundle: StorageBundle) -> None:
             assert await _history(bundle, "d") == [], "a refused import stored messages"
 
 
+def _broken_histories(messages: list[ArchivedMessage]) -> dict[str, list[ArchiveRecord]]:
+    """Conversations a model API refuses (or that plant instructions), made
+    from the exported ``_fill``: its messages are user, assistant with calls
+    c1 and c2, their two results, an answer, a user message."""
+
+    def at(seq: int, message: ArchivedMessage) -> ArchivedMessage:
+        return attrs.evolve(message, message=attrs.evolve(message.message, seq=seq))
+
+    def swapped(changed: Message) -> list[ArchiveRecord]:
+        """The messages up to ``changed``'s seq, that one changed."""
+        seq = changed.seq or 0
+        return [*messages[: seq - 1], attrs.evolve(messages[seq - 1], message=changed)]
+
+    user, calls, first, second = messages[:4]
+    return {
+        "a system message": swapped(attrs.evolve(user.message, role=Role.SYSTEM)),
+        "a result that answers no call": swapped(
+            attrs.evolve(first.message, tool_call_id="nobody")
+        ),
+        "two results for one call": [user, calls, first, at(4, first)],
+        "a call id twice": swapped(
+            attrs.evolve(calls.message, tool_calls=(calls.message.tool_calls[0],) * 2)
+        ),
+        "a user message while calls wait": [user, calls, at(3, user)],
+        "negative token counts": swapped(attrs.evolve(calls.message, usage=TokenUsage(-1, 3))),
+        "tool calls on a user message": swapped(
+            attrs.evolve(user.message, tool_calls=calls.message.tool_calls)
+        ),
+        "a result without its call": [user, at(2, second)],
+    }
+
+
+async def _import_refuses_broken_histories(bundle: StorageBundle) -> None:
+    """Every backend refuses, storing nothing, a history that breaks the rules
+    the agent keeps (``agentik.storage._archive_rules``): later turns of such
+    a conversation would fail against a strict model API for good."""
+    archiver = _archiver(bundle)
+    if archiver is None:
+        return
+    await _fill(bundle, "c")
+    exported = [r async for r in archiver.export_conversation("c")]
+    messages = [r for r in exported if isinstance(r, ArchivedMessage)]
+    for name, records in _broken_histories(messages).items():
+        try:
+            await archiver.import_conversation("d", records)
+        except StoreError:
+            pass
+        else:
+            raise AssertionError(f"an import with {name} was accepted")
+        assert await _history(bundle, "d") == [], f"a refused import ({name}) stored messages"
+    valid = messages[:6]
+    assert await archiver.import_conversation("d", valid) == 6, "a valid history was refused"
+
+
 LIFECYCLE_CASES: tuple[Case, ...] = (
     _delete_removes_the_conversation_whole,
     _a_deleted_conversation_starts_again,
@@ -281,4 +335,5 @@ LIFECYCLE_CASES: tuple[Case, ...] = (
     _idle_conversations,
     _export_delete_import_is_lossless,
     _import_refuses_and_changes_nothing,
+    _import_refuses_broken_histories,
 )

@@ -5,8 +5,9 @@ changes nothing. Real HTTP to a server on 127.0.0.1 with a real SQLite file."""
 from __future__ import annotations
 
 import httpx
+import trio
 
-from tests.security.conftest import TOKENS, Server
+from tests.security.conftest import LEGACY, TOKENS, Server
 
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]
 
@@ -71,9 +72,36 @@ async def test_export_is_the_owners_and_names_the_clients_id(owners: Server) -> 
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("application/jsonl")
     assert "\x1f" not in reply.text and "alice\x1f" not in reply.text
-    conversation_id, records = read_archive(reply.text.splitlines())
-    assert conversation_id == "e"
+    archive = read_archive(reply.text.splitlines())
+    assert (archive.conversation_id, archive.owner) == ("e", "alice")
+    records = archive.records
     stored = [r async for r in owners.storage.message_store.export_conversation("alice\x1fe")]
     assert len(records) == len(stored)
     assert [type(r) for r in records] == [type(r) for r in stored]
     assert theirs.status_code == 404
+
+
+async def test_an_export_imported_with_the_cli_is_the_owners_again(owners: Server) -> None:
+    """Alice's export carries her as its owner: imported with ``agentik
+    import``, she reads the conversation as before, and neither the default
+    owner nor Bob sees it (on main it landed in the default owner's ids)."""
+    from agentik.cli import main
+
+    async with owners.client(ALICE) as alice, owners.client(LEGACY) as legacy:
+        await _turn(alice, "mine", "remember this")
+        before = (await alice.get("/agentik/conversations/mine/messages")).json()
+        archive = (await alice.get("/agentik/conversations/mine/export")).text
+        assert (await alice.delete("/agentik/conversations/mine")).status_code == 204
+        path = owners.database.with_name("mine.jsonl")
+        path.write_text(archive, encoding="utf-8")
+        # This embedded server holds no lock on its file (the test passed it
+        # the storage); `agentik serve` does, and the import would be refused.
+        code = await trio.to_thread.run_sync(
+            main, ["import", str(path), "-d", str(owners.database)]
+        )
+        assert code == 0
+        after = await alice.get("/agentik/conversations/mine/messages")
+        theirs = await legacy.get("/agentik/conversations/mine/messages")
+    assert after.status_code == 200 and after.json() == before
+    assert theirs.status_code == 404
+    assert await owners.storage.message_store.list_conversations() == ["alice\x1fmine"]

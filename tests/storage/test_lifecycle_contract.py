@@ -14,12 +14,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 
 from agentik.storage import (
-    ArchivedApproval,
-    ArchivedFailure,
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
-    ArchivedSummary,
     ArchiveRecord,
     ConversationArchiver,
     ConversationDeleter,
@@ -29,7 +26,7 @@ from agentik.storage import (
 from agentik.storage.sqlite import _lifecycle_queries as lq
 from agentik.testing import MakeBundle, check_message_store
 from tests.postgres import bundles, fresh_schema
-from tests.storage.test_archive_jsonl import RECORDS, TEXT
+from tests.storage.archives import TEXT, conversations
 
 
 @pytest.mark.parametrize("forgotten", lq.CONVERSATION_TABLES)
@@ -184,44 +181,6 @@ async def test_postgres_offers_every_optional_protocol(postgres_dsn: str) -> Non
     assert missing == [], f"{type(store).__name__} lacks {missing}"
 
 
-def _well_formed(records: list[ArchiveRecord]) -> list[ArchiveRecord]:
-    """What an export can hold: messages 1, 2, 3 …, each idempotency key
-    once, one approval per (seq, call), one failure per seq, summaries with
-    growing through_seq within the messages."""
-    out: list[ArchiveRecord] = []
-    keys: set[str] = set()
-    calls: set[tuple[int, str]] = set()
-    failed: set[int] = set()
-    messages = sum(isinstance(r, ArchivedMessage) for r in records)
-    covered = 0
-    seq = 0
-    for record in records:
-        if isinstance(record, ArchivedMessage):
-            seq += 1
-            key = record.idempotency_key
-            key = None if key is None or key in keys else key
-            keys.add(key or "")
-            message = attrs.evolve(record.message, seq=seq)
-            out.append(ArchivedMessage(message=message, idempotency_key=key))
-        elif isinstance(record, ArchivedApproval):
-            call = (record.approval.seq, record.approval.call_id)
-            if call not in calls:
-                calls.add(call)
-                out.append(record)
-        elif isinstance(record, ArchivedFailure):
-            if record.seq not in failed:
-                failed.add(record.seq)
-                out.append(record)
-        elif isinstance(record, ArchivedSummary):
-            through = record.summary.through_seq
-            if covered < through <= messages:
-                covered = through
-                out.append(record)
-        else:
-            out.append(record)
-    return out
-
-
 def _no_ids(records: list[ArchiveRecord]) -> list[ArchiveRecord]:
     """Note and reflection ids are the store's own (an import makes new ones)."""
     out: list[ArchiveRecord] = []
@@ -236,14 +195,14 @@ def _no_ids(records: list[ArchiveRecord]) -> list[ArchiveRecord]:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=RECORDS.map(_well_formed), conversation_id=TEXT.filter(bool))
+@given(records=conversations(), conversation_id=TEXT.filter(bool))
 async def test_postgres_exports_what_sqlite_exports(
     records: list[ArchiveRecord],
     conversation_id: str,
     postgres_dsn: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """Any importable records (any text, U+0000 included; any times; usage,
+    """Any valid conversation (any text, U+0000 included; any times; usage,
     tool calls, keys, decided and waiting approvals, chained summaries):
     PostgreSQL and SQLite export the same records after the import, and on
     PostgreSQL export, delete, import, export gives them back unchanged."""
