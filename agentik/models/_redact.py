@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 
 import attrs
-import httpx
+import httpx2
 
 from agentik._errors import ModelBackendError
 from agentik.models._protocol import ModelResponse, TextDelta, ToolCallDelta
@@ -92,7 +92,7 @@ class Redactor:
             if name.lower() in SECRET_HEADERS:
                 scheme, _, credentials = value.strip().partition(" ")
                 found.add(credentials or scheme)  # "Bearer k" shows as "Bearer ***"
-        userinfo = httpx.URL(url).userinfo.decode(errors="replace")
+        userinfo = httpx2.URL(url).userinfo.decode(errors="replace")
         found |= {userinfo, userinfo.partition(":")[2]}
         found |= {s.strip() for s in found}  # a key read with its newline is quoted without it
         return cls(s for s in found if len(s) >= _MIN_SECRET)
