@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -409,10 +410,8 @@ def main() -> None:
     parser.add_argument("--sigma", type=float, default=0.5, help="log-normal sigma")
     parser.add_argument("--deltas", type=int, default=8, help="content chunks per stream")
     args = parser.parse_args()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.port, args.median, args.sigma, args.deltas))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

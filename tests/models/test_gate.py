@@ -135,8 +135,7 @@ async def test_thousands_of_waiters_cost_nothing_per_other_waiter() -> None:
     async with trio.open_nursery() as nursery:
         for number in range(2000):  # one at a time: trio starts tasks in random order
             nursery.start_soon(call, number)
-            while gate.in_use + gate.waiting <= number:
-                await trio.sleep(0)
+            await trio.testing.wait_all_tasks_blocked()
         trio.lowlevel.add_instrument(steps)
         release.set()
     trio.lowlevel.remove_instrument(steps)
