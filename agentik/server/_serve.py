@@ -122,7 +122,10 @@ async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
         return
     settings = config.model
     async with OpenAICompatibleModel(
-        settings.base_url, settings.model, api_key=settings.api_key
+        settings.base_url,
+        settings.model,
+        api_key=settings.api_key,
+        max_connections=settings.max_connections,
     ) as model:
         shown = httpx2.URL(settings.base_url).copy_with(userinfo=b"")  # no password in /health
         yield model, f"{settings.model} at {shown}"
