@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import psycopg
 import trio
 
@@ -231,7 +231,7 @@ async def _failover_times_in(folder: Path, database: str, lease: float, rounds: 
         ]
         dead: list[Node] = []
         try:
-            async with httpx.AsyncClient(follow_redirects=True, timeout=60) as client:
+            async with httpx2.AsyncClient(follow_redirects=True, timeout=60) as client:
                 load = Load(nodes, client)
                 async with trio.open_nursery() as senders:
                     for conversation in conversations:
