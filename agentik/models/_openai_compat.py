@@ -63,14 +63,16 @@ _T = TypeVar("_T")
 DEFAULT_RETRY = RetryPolicy()
 """The openai SDK's policy: 2 retries, 0.5 s doubling to 8 s, Retry-After up to 120 s."""
 
-DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_CONNECTIONS = 300
 """Model calls on the wire at once (and connections in the model's own pool).
 
-The openai SDK's pool size. Measured with ``python -m bench.model_client``
-(docs/models.md): client CPU per call is flat from 100 to 1,000 connections,
-and with a 0.5 s model 100 connections cap a process at 200 calls/s, so
-1,000 conversations would queue for seconds; set it lower when the provider
-limits concurrent requests."""
+Picked with ``python -m bench.model_client -n 1000 --variants pool100 pool200
+pool300 pool500 pool1000`` (docs/models.md): with a 0.5 s model, 100
+connections cap a process at about 200 calls/s, so 1,000 conversations queue
+for seconds; past about 300 the wall time stops improving while CPU per call
+grows (httpx2's pool looks at each of its connections on every request and
+release), to 2.4-2.6 ms per call at 1,000 against 1.4-1.8 at 100-300. Lower
+it when the provider limits concurrent requests."""
 
 
 class _RetryableFailure(ModelBackendError):

@@ -42,8 +42,7 @@ def fake_server() -> Iterator[str]:
 
 def requests(tag: str, count: int) -> list[ModelRequest]:
     return [
-        ModelRequest(messages=[Message(role=Role.USER, content=f"{tag} {i}")])
-        for i in range(count)
+        ModelRequest(messages=[Message(role=Role.USER, content=f"{tag} {i}")]) for i in range(count)
     ]
 
 
