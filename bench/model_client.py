@@ -25,6 +25,9 @@ CPU per call. Variants:
 - ``stream``: turns through ``agent.stream`` (streaming requests).
 - ``keepalive20``: the model's pool, but only 20 connections kept alive
   (httpx2's default).
+- ``scripted``: no HTTP at all: ``ScriptedModel`` sleeping the same
+  latencies (300 at once), so the agent's own CPU per call shows, and the
+  model client's is the difference.
 
 ``--pydantic-ai`` runs pydantic-ai (``OpenAIChatModel``, the openai SDK, its
 default pool) on the same server in the same invocation, in a child process
@@ -41,15 +44,22 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx2
 import trio
 
 from agentik.agent import open_chat_agent
-from agentik.models import DEFAULT_MAX_CONNECTIONS, OpenAICompatibleModel
+from agentik.models import (
+    DEFAULT_MAX_CONNECTIONS,
+    FifoGate,
+    ModelRequest,
+    ModelResponse,
+    OpenAICompatibleModel,
+    ScriptedModel,
+)
 from agentik.storage import in_memory_storage
 from bench.fake_openai import latency
 
@@ -101,6 +111,29 @@ def fake_server(median: float) -> Iterator[str]:
         process.wait()
 
 
+class _Scripted:
+    """The fake provider's latencies without HTTP, behind the same kind of gate."""
+
+    def __init__(self, median: float) -> None:
+        self.median = median
+        self.gate = FifoGate(DEFAULT_MAX_CONNECTIONS)
+        self.model = ScriptedModel(self.respond)
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        key = request.messages[-1].content
+        async with self.gate.slot(request):
+            await trio.sleep(latency(key, self.median))
+        return ModelResponse(text=f"reply to {key}")
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await self.model.complete(request)
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
 def model_for(
     variant: str, url: str
 ) -> tuple[OpenAICompatibleModel, httpx2.AsyncClient | None, int]:
@@ -134,13 +167,18 @@ def model_for(
 
 async def run_agentik(url: str, variant: str, n: int, turns: int, median: float) -> dict[str, Any]:
     run = f"{variant} {time.time_ns()}"
-    model, client, slots = model_for(variant, url)
+    scripted = variant == "scripted"
+    model: Any
+    if scripted:
+        model, client, slots = _Scripted(median), None, DEFAULT_MAX_CONNECTIONS
+    else:
+        model, client, slots = model_for(variant, url)
     stream = variant == "stream"
     latencies: list[float] = []
     failed = 0
     before = server_stats(url)
     async with (
-        model,
+        model if not scripted else _nothing(),
         open_chat_agent(
             model=model, storage=in_memory_storage(), builtin_tools=False, max_queued_turns=8
         ) as agent,
@@ -173,6 +211,8 @@ async def run_agentik(url: str, variant: str, n: int, turns: int, median: float)
     if client is not None:
         await client.aclose()
     after = server_stats(url)
+    if scripted:
+        after = {**after, "calls": before["calls"] + n * turns}
     return report(
         f"agentik {variant}",
         n,
