@@ -25,6 +25,9 @@ CPU per call. Variants:
 - ``stream``: turns through ``agent.stream`` (streaming requests).
 - ``keepalive20``: the model's pool, but only 20 connections kept alive
   (httpx2's default).
+- ``httpx``: as agentik was before the gate: an ``httpx.AsyncClient()`` with
+  its defaults (100 connections, 20 kept alive) and no queue of agentik's own
+  (when httpx is installed: it is no longer a dependency).
 - ``scripted``: no HTTP at all: ``ScriptedModel`` sleeping the same
   latencies (300 at once), so the agent's own CPU per call shows, and the
   model client's is the difference.
@@ -160,6 +163,12 @@ def model_for(
             client,
             slots,
         )
+    if variant == "httpx":
+        import httpx  # the test extra still installs it
+
+        old = httpx.AsyncClient(timeout=None)
+        model = OpenAICompatibleModel(url, "fake", client=old, max_connections=1_000_000)  # type: ignore[arg-type]
+        return model, old, 100  # type: ignore[return-value]
     if variant in ("default", "stream"):
         return OpenAICompatibleModel(url, "fake"), None, DEFAULT_MAX_CONNECTIONS
     raise SystemExit(f"unknown variant {variant!r}")
