@@ -94,6 +94,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
     Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
+    Setting("model", "max_connections", "int", "AGENTIK_MODEL_MAX_CONNECTIONS"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
@@ -126,6 +127,9 @@ class ModelSettings:
     base_url: str
     model: str
     api_key: str | None = attrs.field(default=None, repr=False)
+    max_connections: int | None = None
+    """Model calls on the wire at once (``OpenAICompatibleModel(max_connections=)``);
+    more wait in agentik's queue. None: the model's default."""
 
 
 @attrs.frozen(kw_only=True)
@@ -528,7 +532,12 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
         raise ConfigError(f"[model] base_url must start with http:// or https://, got {base_url!r}")
     key_env = merged.get(("model", "api_key_env"), DEFAULT_API_KEY_ENV)
     api_key = env.get(key_env) if isinstance(key_env, str) else None
-    return ModelSettings(base_url=base_url, model=model, api_key=api_key or None)
+    connections = merged.get(("model", "max_connections"))
+    if connections is not None and (not isinstance(connections, int) or connections < 1):
+        raise ConfigError(f"[model] max_connections must be an integer >= 1, got {connections!r}")
+    return ModelSettings(
+        base_url=base_url, model=model, api_key=api_key or None, max_connections=connections
+    )
 
 
 def check_entry_point(spec: str, key: str = "toolsets") -> str:

@@ -5,7 +5,7 @@ failure at the first message, or a count of failed turns."""
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 
 PROBE_TIMEOUT = 10.0
 """Seconds the check may take (an address that drops packets must not hang)."""
@@ -23,7 +23,7 @@ def refused_token(url: str) -> ServerCheckError:
     )
 
 
-async def check_server(client: httpx.AsyncClient, url: str) -> None:
+async def check_server(client: httpx2.AsyncClient, url: str) -> None:
     """One authenticated read (``GET /agentik/conversations?limit=1``) through
     ``client``, which carries the token; raise ``ServerCheckError`` unless it
     answers 200."""
@@ -31,7 +31,7 @@ async def check_server(client: httpx.AsyncClient, url: str) -> None:
         response = await client.get(
             "/agentik/conversations", params={"limit": 1}, timeout=PROBE_TIMEOUT
         )
-    except httpx.HTTPError as error:
+    except httpx2.HTTPError as error:
         raise ServerCheckError(f"cannot reach {url}: {error}") from error
     if response.status_code == 401:
         raise refused_token(url)

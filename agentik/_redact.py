@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Self
 
 import attrs
-import httpx
+import httpx2
 
 from agentik._json import JsonValue
 
@@ -82,7 +82,7 @@ class Redactor:
             if name.lower() in SECRET_HEADERS:
                 scheme, _, credentials = value.strip().partition(" ")
                 found.add(credentials or scheme)  # "Bearer k" shows as "Bearer ***"
-        userinfo = httpx.URL(url).userinfo.decode(errors="replace")
+        userinfo = httpx2.URL(url).userinfo.decode(errors="replace")
         found |= {userinfo, userinfo.partition(":")[2]}
         found |= {s.strip() for s in found}  # a key read with its newline is quoted without it
         return cls(s for s in found if len(s) >= MIN_SECRET)

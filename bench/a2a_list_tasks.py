@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from agentik import Message, Role
@@ -62,7 +62,7 @@ async def measure(tasks: int, repeat: int) -> list[float]:
                     config, shutdown_trigger=stop.wait, task_status=task_status
                 )
             )
-            async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+            async with httpx2.AsyncClient(base_url=url, timeout=600) as client:
                 headers = {"A2A-Version": "1.0"}
                 token = ""
                 for _ in range(repeat):

@@ -9,19 +9,22 @@ time) can be told apart from model time.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import attrs
-import httpx
+import httpx2
 import trio
 
 from agentik._errors import OverloadedError, TurnError
 from agentik._probe import check_server, refused_token
 from agentik.agent import open_chat_agent
+from agentik.benchmark._http import BenchClient
 from agentik.benchmark._scripted import bench_tool, workload_responder
 from agentik.models import (
     ChatModel,
@@ -84,6 +87,9 @@ class BenchResult:
     writer_largest_batch: int | None
     rss_mb: float
     peak_rss_mb: float
+    client_cpu_ms_per_turn: float | None = None
+    """Against a server: CPU this process (the bench's HTTP client) spent per turn,
+    which it takes from the machine the server runs on when both share it."""
 
 
 @attrs.define
@@ -257,32 +263,43 @@ async def run_bench(config: BenchConfig) -> BenchResult:
 async def _run_http(config: BenchConfig) -> BenchResult:
     url = config.url
     assert url is not None
-    limits = httpx.Limits(
-        max_connections=config.conversations, max_keepalive_connections=config.conversations
-    )
     headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
-    async with httpx.AsyncClient(
-        base_url=url.rstrip("/"),
-        limits=limits,
-        timeout=config.http_timeout,
-        headers=headers,
-        follow_redirects=True,  # several nodes: a conversation's turns run on its owner
-    ) as client:
-        await check_server(client, url)
+    async with httpx2.AsyncClient(
+        base_url=url.rstrip("/"), headers=headers, follow_redirects=True
+    ) as probe:
+        await check_server(probe, url)
+    clients: dict[str, BenchClient] = {}
 
-        @asynccontextmanager
-        async def send(cid: str, text: str) -> AsyncIterator[None]:
-            response = await client.post(f"/agentik/conversations/{cid}/turns", json={"text": text})
-            if response.status_code == 401:
-                raise refused_token(url)
-            if response.status_code == 429:
-                raise OverloadedError("429 from the server")
-            if response.status_code != 200:
-                raise TurnError(f"HTTP {response.status_code}: {response.text[:200]}")
-            yield
+    @asynccontextmanager
+    async def send(cid: str, text: str) -> AsyncIterator[None]:
+        client = clients.get(cid)
+        if client is None:
+            client = clients[cid] = BenchClient(url, headers)
+        body = json.dumps({"text": text}).encode()
+        try:
+            with trio.fail_after(config.http_timeout):
+                reply = await client.post(f"/agentik/conversations/{cid}/turns", body)
+        except (OSError, trio.TooSlowError) as error:
+            raise TurnError(f"{type(error).__name__}: {error}") from error
+        if reply.status == 401:
+            raise refused_token(url)
+        if reply.status == 429:
+            raise OverloadedError("429 from the server")
+        if reply.status != 200:
+            raise TurnError(f"HTTP {reply.status}: {reply.body[:200]!r}")
+        yield
 
+    cpu = time.process_time()
+    try:
         tally, seconds = await _drive(config, send)
-    return _result(config, f"http {config.url}", tally, seconds, None, None, None)
+    finally:
+        cpu = time.process_time() - cpu
+        for client in clients.values():
+            await client.aclose()
+    return attrs.evolve(
+        _result(config, f"http {config.url}", tally, seconds, None, None, None),
+        client_cpu_ms_per_turn=1000 * cpu / max(1, tally.done),
+    )
 
 
 def _result(
@@ -354,5 +371,7 @@ def format_table(result: BenchResult) -> str:
         ),
         ("RSS now / peak", f"{result.rss_mb:.0f} / {result.peak_rss_mb:.0f} MB"),
     ]
+    if result.client_cpu_ms_per_turn is not None:
+        rows.append(("bench client CPU per turn", f"{result.client_cpu_ms_per_turn:.3f} ms"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

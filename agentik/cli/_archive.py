@@ -118,7 +118,7 @@ async def _delete(database: str, conversation_id: str, owner: str | None) -> int
 async def _delete_through(url: str, conversation_id: str, token: str | None) -> int:
     """``DELETE /agentik/conversations/{id}`` on the running server: it
     deletes through the conversation's queue, after any turn under way."""
-    import httpx
+    import httpx2
 
     from agentik._probe import ServerCheckError, check_server, refused_token
 
@@ -127,13 +127,13 @@ async def _delete_through(url: str, conversation_id: str, token: str | None) -> 
     except InputError as error:
         raise CommandError(str(error)) from None
     headers = {} if not token else {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(
+    async with httpx2.AsyncClient(
         base_url=url, headers=headers, timeout=30.0, follow_redirects=True
     ) as client:
         await check_server(client, url)
         try:
             reply = await client.delete(f"/agentik/conversations/{quote(conversation_id, safe='')}")
-        except httpx.HTTPError as error:
+        except httpx2.HTTPError as error:
             raise ServerCheckError(f"cannot reach {url}: {error}") from error
     if reply.status_code == 401:
         raise refused_token(url)

@@ -37,7 +37,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from agentik.agent import (
@@ -281,7 +281,7 @@ def _remote_result(conversation_id: str, data: dict[str, object]) -> TurnResult:
 
 
 async def _remote_events(
-    response: httpx.Response, conversation_id: str
+    response: httpx2.Response, conversation_id: str
 ) -> AsyncIterator[TurnEvent]:
     from agentik._messages import ToolCall
 
@@ -310,7 +310,7 @@ async def _chat_remote(args: argparse.Namespace) -> int:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     base = f"/agentik/conversations/{args.conversation}"
-    async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=None) as client:
+    async with httpx2.AsyncClient(base_url=args.url, headers=headers, timeout=None) as client:
         from agentik._probe import check_server
 
         await check_server(client, args.url)
@@ -355,8 +355,8 @@ def run_chat(args: argparse.Namespace) -> int:
             return trio.run(_chat_remote if args.url else _chat_in_process, args)
         except* KeyboardInterrupt:
             interrupted = True
-        except* httpx.HTTPError as group:
-            error = first_reportable(group, (httpx.HTTPError,))
+        except* httpx2.HTTPError as group:
+            error = first_reportable(group, (httpx2.HTTPError,))
             failure = CommandError(f"lost {args.url}: {error}")
         except* REPORTED as group:
             failure = first_reportable(group, REPORTED)

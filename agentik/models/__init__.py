@@ -1,5 +1,8 @@
 """Model backends: the protocol, a scripted model, an OpenAI-compatible client."""
 
+from agentik.models._gate import FifoGate as FifoGate
+from agentik.models._gate import Gate as Gate
+from agentik.models._openai_compat import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from agentik.models._openai_compat import DEFAULT_RETRY as DEFAULT_RETRY
 from agentik.models._openai_compat import OpenAICompatibleModel as OpenAICompatibleModel
 from agentik.models._protocol import ChatModel as ChatModel
@@ -17,8 +20,11 @@ from agentik.models._scripted import ScriptedModel as ScriptedModel
 from agentik.models._scripted import replay as replay
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_RETRY",
     "ChatModel",
+    "FifoGate",
+    "Gate",
     "ModelRequest",
     "ModelResponse",
     "ModelStreamEvent",

@@ -1,7 +1,7 @@
-"""``OpenAICompatibleModel``: the Chat Completions API over httpx, on trio.
+"""``OpenAICompatibleModel``: the Chat Completions API over httpx2, on trio.
 
-The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing) and
-``_retry`` (the policy). Invariants:
+The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing),
+``_retry`` (the policy) and ``_gate`` (where calls wait). Invariants:
 
 - Every failure leaves as ``ModelBackendError``; the API key (and any other
   credential it sends) appears in no message and no repr, and is masked in
@@ -12,6 +12,10 @@ The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing) and
   call: every attempt, every backoff, and every read of a stream.
 - Retries are bounded (``RetryPolicy.max_retries``). A stream is retried only
   before its first event was yielded; a stream cut after that raises.
+- A call waits for a connection in the gate (FIFO, cheap per waiter), never
+  in the HTTP client's pool: the pool has as many connections as the gate has
+  slots. A slot is held for one attempt on the wire only; encoding, decoding
+  and the wait before a retry hold none.
 - The object holds no per-call state, so any number of conversations can
   share one instance (and its connection pool).
 """
@@ -21,16 +25,17 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from functools import partial
 from types import TracebackType
 from typing import Self, TypeAlias, TypeVar, final
 
-import httpx
+import httpx2
 import trio
 
 from agentik._errors import ModelBackendError
 from agentik._json import JsonValue
+from agentik.models._gate import FifoGate, Gate
 from agentik.models._protocol import (
     ModelRequest,
     ModelResponse,
@@ -58,6 +63,17 @@ _T = TypeVar("_T")
 DEFAULT_RETRY = RetryPolicy()
 """The openai SDK's policy: 2 retries, 0.5 s doubling to 8 s, Retry-After up to 120 s."""
 
+DEFAULT_MAX_CONNECTIONS = 300
+"""Model calls on the wire at once (and connections in the model's own pool).
+
+Picked with ``python -m bench.model_client -n 1000 --variants pool100 pool200
+pool300 pool500 pool1000`` (docs/models.md): with a 0.5 s model, 100
+connections cap a process at about 200 calls/s, so 1,000 conversations queue
+for seconds; past about 300 the wall time stops improving while CPU per call
+grows (httpx2's pool looks at each of its connections on every request and
+release), to 2.4-2.6 ms per call at 1,000 against 1.4-1.8 at 100-300. Lower
+it when the provider limits concurrent requests."""
+
 
 class _RetryableFailure(ModelBackendError):
     """One failed attempt that another attempt might fix. Never leaves this module."""
@@ -79,9 +95,11 @@ class OpenAICompatibleModel:
         base_url: ``http(s)://host[:port]/…/v1``.
         model: The model name the server expects.
         api_key: Sent as ``Authorization: Bearer …`` when given.
-        client: An ``httpx.AsyncClient`` to share (its pool, proxies, TLS
-            settings); the caller then closes it. Without one, the model makes
-            its own, closed by ``aclose()`` / ``async with``.
+        client: An ``httpx2.AsyncClient`` to share (its pool, proxies, TLS
+            settings); the caller then closes it, and sizes its pool to at
+            least ``max_connections``. Without one, the model makes its own
+            with ``max_connections`` kept-alive connections, closed by
+            ``aclose()`` / ``async with``.
         params: Extra body fields for every call (``temperature``,
             ``max_tokens``, ``tool_choice`` …); they cannot replace ``model``,
             ``messages``, ``tools``, ``stream`` or ``stream_options``.
@@ -90,12 +108,18 @@ class OpenAICompatibleModel:
         retry: When and how patiently to retry.
         sleep: Waits between attempts (inject a fake in tests).
         jitter: Returns a number in [0, 1) for the backoff jitter.
+        max_connections: Calls on the wire at once; more wait in agentik's
+            FIFO queue (within ``timeout``), never in the HTTP client's pool.
+        gate: Where calls wait for a connection, instead of a new
+            ``FifoGate(max_connections)``: share one between models that share
+            a ``client``.
     """
 
     __slots__ = (
         "_api_key",
         "_base_url",
         "_client",
+        "_gate",
         "_headers",
         "_jitter",
         "_model",
@@ -114,13 +138,15 @@ class OpenAICompatibleModel:
         model: str,
         api_key: str | None = None,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: httpx2.AsyncClient | None = None,
         params: Mapping[str, JsonValue] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float = 600.0,
         retry: RetryPolicy = DEFAULT_RETRY,
         sleep: Sleep = trio.sleep,
         jitter: Callable[[], float] = random.random,
+        max_connections: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ModelBackendError(
@@ -131,6 +157,10 @@ class OpenAICompatibleModel:
             raise ModelBackendError(f"params may not set {', '.join(reserved)}; agentik sets them")
         if not timeout > 0:
             raise ModelBackendError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if gate is not None and max_connections is not None:
+            raise ModelBackendError("give max_connections or gate, not both (a gate has its size)")
+        if gate is None:
+            gate = FifoGate(DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
         self._base_url = base_url.rstrip("/")
         self._url = f"{self._base_url}/chat/completions"
         self._model = model
@@ -144,8 +174,9 @@ class OpenAICompatibleModel:
         self._retry = retry
         self._sleep = sleep
         self._jitter = jitter
+        self._gate = gate
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=None)
+        self._client = client if client is not None else _own_client(gate.capacity)
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
@@ -211,13 +242,16 @@ class OpenAICompatibleModel:
         retries = 0
         while True:
             try:
-                response = await self._by(deadline, partial(self._post, body, stream=False))
+                async with AsyncExitStack() as held:
+                    await self._wait_for_slot(held, request, deadline)
+                    response = await self._by(deadline, partial(self._post, body, stream=False))
+                # the slot is free again: decoding needs no connection
                 answer = self._redact.data(response.content)
                 return self._redact.response(
                     decode_completion(parse_json(answer, "model response body"))
                 )
             except _RetryableFailure as failure:
-                await self._backoff(failure, retries, deadline)
+                await self._backoff(failure, retries, deadline)  # holding no slot
                 retries += 1
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelStreamEvent]:
@@ -227,7 +261,7 @@ class OpenAICompatibleModel:
         while True:
             yielded = 0
             try:
-                async with aclosing(self._attempt(body, deadline)) as events:
+                async with aclosing(self._attempt(request, body, deadline)) as events:
                     async for event in events:
                         yielded += 1
                         yield event
@@ -237,18 +271,25 @@ class OpenAICompatibleModel:
                     raise ModelBackendError(
                         f"model stream from {self._url} broke after {yielded} events: {failure}"
                     ) from failure
-                await self._backoff(failure, retries, deadline)
+                await self._backoff(failure, retries, deadline)  # the attempt's slot is free
                 retries += 1
 
-    async def _attempt(self, body: bytes, deadline: float) -> AsyncGenerator[ModelStreamEvent]:
-        """One streaming attempt; a cut or unreachable stream raises ``_RetryableFailure``."""
-        response = await self._by(deadline, partial(self._post, body, stream=True))
-        try:
+    async def _attempt(
+        self, request: ModelRequest, body: bytes, deadline: float
+    ) -> AsyncGenerator[ModelStreamEvent]:
+        """One streaming attempt; a cut or unreachable stream raises ``_RetryableFailure``.
+
+        It holds a slot of the gate until its response is closed (the exit
+        stack closes the response first, then frees the slot)."""
+        async with AsyncExitStack() as held:
+            await self._wait_for_slot(held, request, deadline)
+            response = await self._by(deadline, partial(self._post, body, stream=True))
+            held.push_async_callback(response.aclose)
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 # The server ignored "stream": take its whole answer at once.
                 try:
                     raw = await self._by(deadline, response.aread)
-                except httpx.RequestError as exc:
+                except httpx2.RequestError as exc:
                     raise _RetryableFailure(f"the answer was cut: {_describe(exc)}") from exc
                 answer = self._redact.response(
                     decode_completion(parse_json(self._redact.data(raw), "model response body"))
@@ -271,10 +312,8 @@ class OpenAICompatibleModel:
             for delta in masker.flush():
                 yield delta
             yield answer
-        finally:
-            await response.aclose()
 
-    async def _events(self, response: httpx.Response, deadline: float) -> AsyncGenerator[str]:
+    async def _events(self, response: httpx2.Response, deadline: float) -> AsyncGenerator[str]:
         """The data of each server-sent event, masked, until the stream ends."""
         decoder = SSEDecoder()
         chunks = response.aiter_text()  # closed with the response
@@ -283,12 +322,25 @@ class OpenAICompatibleModel:
                 text = await self._by(deadline, chunks.__anext__)
             except StopAsyncIteration:
                 return
-            except httpx.RequestError as exc:
+            except httpx2.RequestError as exc:
                 raise _RetryableFailure(f"the stream was cut: {_describe(exc)}") from exc
             for data in decoder.feed(text):
                 yield self._redact.text(data)
 
-    async def _post(self, body: bytes, *, stream: bool) -> httpx.Response:
+    async def _wait_for_slot(
+        self, held: AsyncExitStack, request: ModelRequest, deadline: float
+    ) -> None:
+        """Take a slot of the gate into ``held`` (freed when it closes), by the deadline."""
+        try:
+            with trio.fail_at(deadline):
+                await held.enter_async_context(self._gate.slot(request))
+        except trio.TooSlowError:
+            raise ModelBackendError(
+                f"model call to {self._url} timed out after {self._timeout:g} s waiting for"
+                f" a connection (all {self._gate.capacity} in use; see max_connections)"
+            ) from None
+
+    async def _post(self, body: bytes, *, stream: bool) -> httpx2.Response:
         """Send one attempt; return a 2xx response or raise (retryable or not)."""
         headers = {**self._headers, "Accept": "text/event-stream" if stream else "application/json"}
         request = self._client.build_request("POST", self._url, content=body, headers=headers)
@@ -298,7 +350,7 @@ class OpenAICompatibleModel:
                 return response
             await response.aread()
             await response.aclose()
-        except httpx.RequestError as exc:
+        except httpx2.RequestError as exc:
             raise _RetryableFailure(f"could not reach {self._url}: {_describe(exc)}") from exc
         problem = _http_problem(response, self._redact)
         message = f"model backend answered HTTP {response.status_code} for {self._url}: {problem}"
@@ -348,12 +400,23 @@ def _whole_answer_events(answer: ModelResponse) -> list[ModelStreamEvent]:
     return events
 
 
-def _describe(exc: httpx.RequestError) -> str:
+def _own_client(connections: int) -> httpx2.AsyncClient:
+    """The model's own client: ``connections`` connections, all kept alive.
+
+    httpx2's default keeps 20 of 100 alive, so a busy pool would close and
+    reopen connections on every burst. No timeout here: the call's deadline
+    (a trio cancel scope) bounds every step.
+    """
+    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx2.AsyncClient(timeout=None, limits=limits)
+
+
+def _describe(exc: httpx2.RequestError) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _http_problem(response: httpx.Response, redact: Redactor) -> str:
+def _http_problem(response: httpx2.Response, redact: Redactor) -> str:
     """What an error response says, from its JSON error body or its text (masked first)."""
     text = redact.text(response.text)
     try:

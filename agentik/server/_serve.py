@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
-import httpx
+import httpx2
 import trio
 
 from agentik._config import (
@@ -190,9 +190,12 @@ async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
         return
     settings = config.model
     async with OpenAICompatibleModel(
-        settings.base_url, settings.model, api_key=settings.api_key
+        settings.base_url,
+        settings.model,
+        api_key=settings.api_key,
+        max_connections=settings.max_connections,
     ) as model:
-        shown = httpx.URL(settings.base_url).copy_with(userinfo=b"")  # no password in /health
+        shown = httpx2.URL(settings.base_url).copy_with(userinfo=b"")  # no password in /health
         yield model, f"{settings.model} at {shown}"
 
 

@@ -174,7 +174,15 @@ class Hang:
     """Never answer."""
 
 
-Reply = Json | Raw | Sse | Hang
+@attrs.frozen(eq=False)
+class Held:
+    """Answer ``reply`` once ``until`` is set (the test decides when)."""
+
+    reply: Json | Raw | Sse
+    until: trio.Event
+
+
+Reply = Json | Raw | Sse | Hang | Held
 
 
 @attrs.frozen
@@ -183,6 +191,8 @@ class Received:
 
     headers: Mapping[str, str]
     body: Any
+    client_port: int = 0
+    """The client's port: one per connection, so reuse of a kept-alive connection shows."""
 
 
 @attrs.define
@@ -192,6 +202,9 @@ class ChatServer:
     base_url: str = ""
     received: list[Received] = attrs.field(factory=list)
     problems: list[str] = attrs.field(factory=list)
+    in_flight: int = 0
+    """Requests being answered now."""
+    most_in_flight: int = 0
     _replies: deque[Reply] = attrs.field(factory=deque)
 
     def script(self, *replies: Reply) -> None:
@@ -210,7 +223,8 @@ class ChatServer:
             body = json.loads(raw)
         except ValueError:
             body = raw
-        self.received.append(Received(headers=headers, body=body))
+        client = scope.get("client") or ("", 0)
+        self.received.append(Received(headers=headers, body=body, client_port=client[1]))
         problem = self._problem(scope, headers, body)
         if problem is None and not self._replies:
             problem = f"no scripted reply left for request {len(self.received)}"
@@ -218,7 +232,12 @@ class ChatServer:
             self.problems.append(problem)
             await _send(send, 400, "application/json", json.dumps({"error": {"message": problem}}))
             return
-        await _answer(self._replies.popleft(), send)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await _answer(self._replies.popleft(), send)
+        finally:
+            self.in_flight -= 1
 
     def _problem(
         self, scope: dict[str, Any], headers: Mapping[str, str], body: object
@@ -233,6 +252,9 @@ class ChatServer:
 async def _answer(reply: Reply, send: Any) -> None:
     if isinstance(reply, Hang):
         await trio.sleep_forever()
+    if isinstance(reply, Held):
+        await reply.until.wait()
+        reply = reply.reply
     if isinstance(reply, Json):
         await _send(send, reply.status, "application/json", json.dumps(reply.body), reply.headers)
     elif isinstance(reply, Raw) and reply.cut:

@@ -13,7 +13,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-import httpx
+import httpx2
 import pytest
 import trio
 import trio.testing
@@ -368,7 +368,7 @@ class TestComplete:
     async def test_shared_client_stays_open(self, chat_server: ChatServer) -> None:
         """A caller's httpx client is used and left open for its owner to close."""
         chat_server.script(Json(completion("one")), Json(completion("two")))
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             async with OpenAICompatibleModel(chat_server.base_url, "m", client=client) as model:
                 assert (await model.complete(REQUEST)).text == "one"
             assert not client.is_closed
