@@ -410,7 +410,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             if notification:
                 return Response(status_code=204)  # JSON-RPC 2.0 §4.1: nothing runs, no reply
             if call.method in streams:
-                return await streams[call.method](caller, call)
+                try:
+                    return await streams[call.method](caller, call)
+                except A2AError as exc:
+                    # A stream was asked for: its error is the stream's one event,
+                    # as the A2A reference servers answer (SDK clients read either).
+                    return error_stream(call, exc)
             result = await handlers[call.method](caller, call)
         except A2AError as exc:
             if notification and exc.code != -32600:
@@ -436,6 +441,19 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         Route("/.well-known/agent-card.json", card, methods=["GET"]),
         Route("/a2a", rpc, methods=["POST"]),
     ]
+
+
+def error_stream(call: RpcCall, error: A2AError) -> EventStream:
+    """The answer to a stream request refused before its first event: an SSE
+    stream of one ``error`` event carrying the JSON-RPC error response."""
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield sse_frame(rpc_error(call.id, error), event="error")
+
+    async def close() -> None:
+        pass
+
+    return EventStream(frames(), close)
 
 
 def sse_stream(
