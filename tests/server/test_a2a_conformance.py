@@ -87,7 +87,8 @@ async def test_subscribe_to_an_unknown_task_is_task_not_found(tmp_path: Path) ->
         for task_id in ("no-such-task", make_task_id("ctx", "never")):
             with pytest.raises(TaskNotFoundError):
                 await served.sdk.subscribe(SubscribeToTaskRequest(id=task_id)).__anext__()
-            body = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": {"id": task_id}}
+            body = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask"}
+            body["params"] = {"id": task_id}
             headers = {"A2A-Version": "1.0", "Accept": "text/event-stream"}
             response = await served.raw.post("/a2a", json=body, headers=headers)
             assert response.status_code == 200
