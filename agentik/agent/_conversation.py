@@ -579,7 +579,12 @@ class Conversation:
 
         event = resume_event(self.history[start:], record, plan, settings.max_tool_rounds)
         self.runtime.stats.turns_resumed += 1
-        result = await turn.run(machine.resume(event))
+        # Running as its key's turn (``runs_key``): seen running, cancelled by its key.
+        self.running_on = turn
+        try:
+            result = await turn.run(machine.resume(event))
+        finally:
+            self.running_on = None
         assert result is not None
         return self._after(turn, result)
 
@@ -989,9 +994,10 @@ class Conversation:
                 log.warning(
                     "conversation %r: resuming a turn the process stopped in", self.conversation_id
                 )
-            # A waiting turn learns its key: a decision that names none (another
-            # transport) then still runs it on as that key's turn (``runs_key``).
-            key = await self._key_at(start) if state is StoredState.WAITING else None
+            # The turn learns its key: a decision that names none (another
+            # transport) then still runs a waiting one on as that key's turn,
+            # and a resumed one is seen running as that key's (``runs_key``).
+            key = await self._key_at(start)
             try:
                 await self._resume(start, record, None, key)
             except TurnError as exc:
