@@ -237,7 +237,8 @@ async def build(storage: StorageBundle, conversation_id: str, state: str) -> Non
     if state == "finished":
         await store.append(conversation_id, Message(Role.ASSISTANT, "done"))
     elif state in ("mid_tools", "after_tools"):
-        made = await store.append(conversation_id, calls("lookup", "send_mail", tag=conversation_id))
+        made = calls("lookup", "send_mail", tag=conversation_id)
+        await store.append(conversation_id, made)
         if state == "after_tools":
             for call in made.tool_calls:
                 result = Message(Role.TOOL, "before", tool_call_id=call.id)
@@ -269,7 +270,8 @@ async def check(storage: StorageBundle, conversation_id: str, state: str) -> Non
     expected = {
         "finished": ["earlier", "fine", "work", "done"],
         "before_model": ["earlier", "fine", "work", "re: work"],
-        "mid_tools": ["earlier", "fine", "work", "", interrupted, "found", f"{interrupted} | found"],
+        "mid_tools": ["earlier", "fine", "work", "", interrupted, "found"]
+        + [f"{interrupted} | found"],
         "after_tools": ["earlier", "fine", "work", "", "before", "before", "before | before"],
         "failed": ["earlier", "fine", "work", "", "error: stopped"],
         "waiting": ["earlier", "fine", "work", ""],
