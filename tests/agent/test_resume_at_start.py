@@ -266,16 +266,15 @@ async def check(storage: StorageBundle, conversation_id: str, state: str) -> Non
     if state != "waiting":  # its call has no result until it is decided
         assert_valid_history(history)
     contents = [m.content for m in history]
-    interrupted = "interrupted: the process stopped before this call finished"
+    cut = "interrupted: the process stopped before this call finished"
     expected = {
         "finished": ["earlier", "fine", "work", "done"],
         "before_model": ["earlier", "fine", "work", "re: work"],
-        "mid_tools": ["earlier", "fine", "work", "", interrupted, "found"]
-        + [f"{interrupted} | found"],
+        "mid_tools": ["earlier", "fine", "work", "", cut, "found", f"{cut} | found"],
         "after_tools": ["earlier", "fine", "work", "", "before", "before", "before | before"],
         "failed": ["earlier", "fine", "work", "", "error: stopped"],
         "waiting": ["earlier", "fine", "work", ""],
-        "approved": ["earlier", "fine", "work", "", interrupted, interrupted],
+        "approved": ["earlier", "fine", "work", "", cut, cut],
     }[state]
     assert contents == expected, (conversation_id, state, contents)
 
