@@ -45,6 +45,7 @@ import attrs
 
 from agentik._input import InputError, decode_json, shown
 from agentik._json import JsonObject, JsonValue
+from agentik._messages import Message, Role
 from agentik.server._a2a_wire import (
     A2AError,
     TaskView,
@@ -52,12 +53,13 @@ from agentik.server._a2a_wire import (
     history_length,
     invalid_params,
     is_finished,
+    is_interrupted,
     valid_context_id,
     view_from_turn,
 )
 from agentik.server._context import TaskLedger
 from agentik.server._owners import Caller
-from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger
+from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger, TurnRecord
 
 SCAN_LIMIT = 200
 """Tasks one ListTasks call examines at most under a status filter."""
@@ -268,8 +270,10 @@ async def _view(
     messages = list(turn.messages)
     in_progress = ledger.runs(key)
     record = None
+    resumes = False
     if not in_progress and not is_finished(messages) and isinstance(store, TurnLedger):
         record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed
+        resumes = await will_resume(store, ledger, stored, messages, record)
     return view_from_turn(
         turn.key,
         context,
@@ -277,7 +281,24 @@ async def _view(
         running=in_progress,
         cancelled=key in ledger.cancelled,
         record=record,
+        resumes=resumes,
     )
+
+
+async def will_resume(
+    store: MessageStore, ledger: TaskLedger, stored: str, turn: list[Message], record: TurnRecord
+) -> bool:
+    """Whether the agent will resume ``turn`` (its user message first), which
+    stored state shows interrupted: only its conversation's last turn is (one
+    read of the message after it, and only for an interrupted turn)."""
+    seq, last = turn[0].seq, turn[-1].seq
+    assert seq is not None, "stored messages carry their seq"
+    assert last is not None, "stored messages carry their seq"
+    if not is_interrupted(turn, record) or not ledger.turn_resumes(stored, seq):
+        return False
+    async for message in store.get_messages(stored, after_seq=last, page_size=1):
+        return message.role is not Role.USER  # a later turn: this one will not resume
+    return True
 
 
 async def ledger_page(
