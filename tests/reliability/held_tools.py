@@ -1,0 +1,36 @@
+"""A tool the test holds: loaded into ``agentik serve`` with
+``--tool tests.reliability.held_tools:pay_once``.
+
+``pay_once`` needs a person's approval and is not idempotent (a payment).
+Once it runs it records a ``start`` line (``crash_tools.record_run``: one
+``O_APPEND`` write that survives a SIGKILL), then waits until the test
+creates the file ``release`` in ``CRASH_RUNS_DIR``, so a test can kill the
+server exactly while the approved call runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from agentik.toolsets import tool
+from tests.reliability.crash_tools import RUNS_DIR, record_run
+
+RELEASE = "release"
+
+
+@tool(requires_approval=True)
+async def pay_once(amount: int, tag: str = "") -> str:
+    """Pay an amount, once a person approved it.
+
+    Args:
+        amount: How much to pay.
+        tag: Which payment.
+    """
+    record_run("pay_once", "start", tag)
+    release = os.path.join(os.environ.get(RUNS_DIR, "."), RELEASE)
+    while not os.path.exists(release):  # noqa: ASYNC110 (another process creates it)
+        await trio.sleep(0.01)
+    record_run("pay_once", "end", tag)
+    return f"paid {amount}"
