@@ -29,8 +29,8 @@ async def pay_once(amount: int, tag: str = "") -> str:
         tag: Which payment.
     """
     record_run("pay_once", "start", tag)
-    release = os.path.join(os.environ.get(RUNS_DIR, "."), RELEASE)
-    while not os.path.exists(release):  # noqa: ASYNC110 (another process creates it)
+    release = trio.Path(os.environ.get(RUNS_DIR, "."), RELEASE)
+    while not await release.exists():  # noqa: ASYNC110 (another process creates it)
         await trio.sleep(0.01)
     record_run("pay_once", "end", tag)
     return f"paid {amount}"

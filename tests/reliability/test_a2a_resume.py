@@ -112,7 +112,7 @@ async def test_an_approved_call_killed_mid_run_resumes_at_start_and_completes(
             approve = decision_message({"approve": True}, "m2", task.id)
             admitted = await send(server.url, approve, immediately=True)
             assert admitted.status.state == WORKING
-            while not pay_runs(runs):  # the approved call runs
+            while not pay_runs(runs):  # noqa: ASYNC110 (the server's tool writes it)
                 await trio.sleep(0.01)
             killed = server.process.pid
             await server.kill()
