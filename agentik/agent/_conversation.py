@@ -771,7 +771,16 @@ class Conversation:
             # Cleared before the read, so a change while it runs is read next time.
             self.memory_stale = False
             await self._load()
-            await self._recover()
+            recovered = False
+            try:
+                await self._recover()
+                recovered = True
+            finally:
+                # Cut short (cancelled while it read the turn's record, say): the
+                # cache would pass for recovered with the last turn still open,
+                # and the next turn would follow calls that wait for results.
+                # The next request loads and recovers again.
+                self.stale = self.stale or not recovered
         elif self.memory_stale:
             self.memory_stale = False
             notes = await self.storage.working_memory_store.list(self.conversation_id)

@@ -102,7 +102,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     ledger = ctx.tasks
 
     ledger.turn_runs = lambda key: agent.turn_in_progress(*key)
-    ledger.turn_resumes = agent.resumes_interrupted
+    ledger.turn_resumes = lambda stored, seq: agent.resumes_interrupted(stored, seq)
     active: dict[TaskKey, Run] = {}
     """The runs of new messages while they run: where a tool's question is told."""
 

@@ -24,7 +24,16 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall, open_chat_agent, tool
+from agentik import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Role,
+    ToolCall,
+    TurnError,
+    open_chat_agent,
+    tool,
+)
 from agentik.agent import _resume
 from agentik.models import ScriptedModel
 from agentik.storage import (
@@ -326,3 +335,72 @@ def _open(sqlite: bool, path: Path):  # type: ignore[no-untyped-def]
             pass
 
     return _Memory()
+
+
+# --- a recovery cut short ----------------------------------------------------------
+
+
+@attrs.define
+class HeldRead:
+    """The real in-memory message store, holding one read (``point``) of the
+    recovery until released; no ``InterruptedTurnIndex`` (the test's request
+    recovers the turn, not a start-up pass)."""
+
+    inner: object
+    point: str
+    reached: trio.Event = attrs.Factory(trio.Event)
+    held: bool = False
+
+    async def _hold(self) -> None:
+        if not self.held:
+            self.held = True
+            self.reached.set()
+            await trio.sleep_forever()  # until cancelled
+
+    async def turn_record(self, conversation_id: str, seq: int) -> object:
+        if self.point == "turn_record":
+            await self._hold()
+        return await self.inner.turn_record(conversation_id, seq)  # type: ignore[attr-defined]
+
+    async def list_idempotency_keys(self, conversation_id: str, **kwargs: object) -> object:
+        if self.point == "key":
+            await self._hold()
+        return await self.inner.list_idempotency_keys(  # type: ignore[attr-defined]
+            conversation_id, **kwargs
+        )
+
+    def __getattr__(self, name: str) -> object:
+        if name == "interrupted_conversations":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("point", ["turn_record", "key"])
+async def test_a_recovery_cut_short_is_done_again_by_the_next_request(point: str) -> None:
+    """A request whose load recovers an interrupted turn is cancelled while the
+    recovery reads the turn's record (or its key): the next request recovers
+    it (the turn resumes and finishes), never runs a turn after calls that
+    still wait for results."""
+    storage = in_memory_storage()
+    store = storage.message_store
+    await store.append("c", Message(Role.USER, "work"), idempotency_key="k")
+    await store.append("c", calls("send_mail", tag="w"))
+    held = HeldRead(store, point)
+    bundle = attrs.evolve(storage, message_store=held)
+    async with agent_over(bundle) as agent:
+        async with trio.open_nursery() as nursery:
+
+            async def first() -> None:
+                with pytest.raises(TurnError, match="cancelled"):
+                    await agent.send("c", "next")
+
+            nursery.start_soon(first)
+            with trio.fail_after(GUARD_SECONDS):
+                await held.reached.wait()
+            assert agent.cancel("c")
+        assert (await agent.send("c", "again")).text == "re: again"
+    history = await stored(storage, "c")
+    assert_valid_history(history)
+    cut = "interrupted: the process stopped before this call finished"
+    assert [m.content for m in history] == ["work", "", cut, cut, "again", "re: again"]
+    assert RUNS == []
