@@ -36,12 +36,19 @@ from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._gc import relaxed_gc, track_conversations
 from agentik.agent._limits import ContentLimits
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
+from agentik.agent._resume import resume_interrupted_turns
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
 from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
 from agentik.models import ChatModel
-from agentik.storage import ConversationDeleter, Pending, StorageBundle, TurnLedger
+from agentik.storage import (
+    ConversationDeleter,
+    InterruptedTurnIndex,
+    Pending,
+    StorageBundle,
+    TurnLedger,
+)
 from agentik.toolsets import (
     DISABLE_TOOLSET,
     DISABLE_TOOLSET_DESCRIPTION,
@@ -110,6 +117,7 @@ class ChatAgent:
         self._mailboxes: dict[str, trio.MemorySendChannel[TurnRequest]] = {}
         self._closing = False
         self._reaper_scope = trio.CancelScope()
+        self._resume_scope = trio.CancelScope()
         # Several nodes on one database: a conversation's turns run on the node
         # that owns it (docs/scale-out.md); one that loses its lease drops them all.
         self._ownership = runtime.storage.ownership
@@ -372,6 +380,18 @@ class ChatAgent:
             return True
         return idempotency_key in conversation.waiting
 
+    def resumes_interrupted(self, conversation_id: str, seq: int) -> bool:
+        """Whether a turn that storage shows interrupted (its user message at
+        ``seq``; not finished, not failed, no call waiting) will be resumed:
+        the agent resumes interrupted turns (``resume_interrupted``: as it
+        opens, or on the conversation's next request) and has not seen this
+        one fail (a failure whose record could not be written). Such a turn
+        is not over: a transport reports it running."""
+        return (
+            self._runtime.settings.resume_interrupted
+            and (conversation_id, seq) not in self._runtime.failures
+        )
+
     def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:
         """Every toolset, active or not, for this conversation, in catalog order."""
         conversation = self._conversations.get(conversation_id)
@@ -439,6 +459,18 @@ class ChatAgent:
                     conversation.backlog -= 1
                     conversation.taken(request)
 
+    async def _resume_at_start(self, store: InterruptedTurnIndex) -> None:
+        """Resume the turns a stopped process left interrupted (``_resume``)."""
+        with self._resume_scope:
+            await resume_interrupted_turns(store, self._recover)
+
+    async def _recover(self, conversation_id: str) -> None:
+        """Have the conversation's task load it, which resumes its interrupted
+        turn, and wait until it is done."""
+        request = TurnRequest("", None, Pending(), status_only=True)
+        await self._route(conversation_id, request)
+        await request.reply.wait()
+
     def _spawn(self, conversation_id: str) -> Conversation:
         settings = self._runtime.settings
         sender, receiver = trio.open_memory_channel[TurnRequest](settings.turn_queue_size)
@@ -493,6 +525,7 @@ class ChatAgent:
             self._unsubscribe()
         self._closing = True
         self._reaper_scope.cancel()
+        self._resume_scope.cancel()  # turns it resumed finish in their conversations
         for conversation in self._conversations.values():
             conversation.closing = True  # queued turns still run; optional work briefly
             work = conversation.optional_work
@@ -647,10 +680,13 @@ async def open_chat_agent(
             denied (``denied: no decision within N s``); None waits for ever.
             It counts from the pause, or from the conversation's first turn
             after a restart.
-        resume_interrupted: a turn the process stopped in is resumed when its
-            conversation is next used (idempotent calls run again, the others
-            are answered ``interrupted: …``, then the model goes on); False only
-            answers its open calls.
+        resume_interrupted: a turn the process stopped in is resumed
+            (idempotent calls run again, the others are answered
+            ``interrupted: …``, then the model goes on): as the agent opens,
+            when its store can list them (``InterruptedTurnIndex``; at most a
+            few at once; on several nodes, by the node that owns the
+            conversation), else when its conversation is next used; False
+            only answers its open calls, on the conversation's next use.
         context: bounds what each model request carries (``ContextPolicy``):
             the system message, the latest summary and the most recent turns
             that fit in ``max_tokens``; older history is summarized by the
@@ -743,6 +779,9 @@ async def open_chat_agent(
                 agent._tracks_gc = relax_gc
                 try:
                     await runtime.warm()
+                    store = runtime.storage.message_store
+                    if resume_interrupted and isinstance(store, InterruptedTurnIndex):
+                        nursery.start_soon(agent._resume_at_start, store)
                     yield agent
                 finally:
                     agent._close()

@@ -589,7 +589,12 @@ class Conversation:
 
         event = resume_event(self.history[start:], record, plan, settings.max_tool_rounds)
         self.runtime.stats.turns_resumed += 1
-        result = await turn.run(machine.resume(event))
+        # Running as its key's turn (``runs_key``): seen running, cancelled by its key.
+        self.running_on = turn
+        try:
+            result = await turn.run(machine.resume(event))
+        finally:
+            self.running_on = None
         assert result is not None
         return self._after(turn, result)
 
@@ -776,7 +781,16 @@ class Conversation:
             # Cleared before the read, so a change while it runs is read next time.
             self.memory_stale = False
             await self._load()
-            await self._recover()
+            recovered = False
+            try:
+                await self._recover()
+                recovered = True
+            finally:
+                # Cut short (cancelled while it read the turn's record, say): the
+                # cache would pass for recovered with the last turn still open,
+                # and the next turn would follow calls that wait for results.
+                # The next request loads and recovers again.
+                self.stale = self.stale or not recovered
         elif self.memory_stale:
             self.memory_stale = False
             notes = await self.storage.working_memory_store.list(self.conversation_id)
@@ -999,9 +1013,10 @@ class Conversation:
                 log.warning(
                     "conversation %r: resuming a turn the process stopped in", self.conversation_id
                 )
-            # A waiting turn learns its key: a decision that names none (another
-            # transport) then still runs it on as that key's turn (``runs_key``).
-            key = await self._key_at(start) if state is StoredState.WAITING else None
+            # The turn learns its key: a decision that names none (another
+            # transport) then still runs a waiting one on as that key's turn,
+            # and a resumed one is seen running as that key's (``runs_key``).
+            key = await self._key_at(start)
             try:
                 await self._resume(start, record, None, key)
             except TurnError as exc:

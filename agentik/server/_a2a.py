@@ -44,6 +44,7 @@ from agentik.server._a2a_list import (
     ledger_page,
     page_json,
     parse_query,
+    will_resume,
 )
 from agentik.server._a2a_tasks import (
     Recheck,
@@ -76,6 +77,7 @@ from agentik.server._a2a_wire import (
     parse_elicitation_answer,
     parse_send,
     request_id_of,
+    retried_decisions,
     rpc_error,
     rpc_result,
     task_id_param,
@@ -100,6 +102,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     ledger = ctx.tasks
 
     ledger.turn_runs = lambda key: agent.turn_in_progress(*key)
+    ledger.turn_resumes = lambda stored, seq: agent.resumes_interrupted(stored, seq)
     active: dict[TaskKey, Run] = {}
     """The runs of new messages while they run: where a tool's question is told."""
 
@@ -122,14 +125,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             if running:  # accepted, its user message not stored yet
                 return TaskView(task_id, context_id, "TASK_STATE_SUBMITTED", now())
             raise task_not_found(task_id)
-        turn: list[Message] = []
-        async for message in store.get_messages(stored, after_seq=seq - 1):
-            if (turn and message.role.value == "user") or len(turn) >= MAX_TURN_MESSAGES:
-                break
-            turn.append(message)
+        turn = await read_turn(stored, seq)
         record = None
+        resumes = False
         if not running and not is_finished(turn) and isinstance(store, TurnLedger):
             record = await store.turn_record(stored, seq)  # waiting, cancelled, failed
+            resumes = await will_resume(store, ledger, stored, turn, record)
             # Started while we read (a decision over another transport): what
             # we read may be the turn mid-run, not a turn that stopped.
             running = in_progress(key)
@@ -140,10 +141,21 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             running=running,
             cancelled=key in ledger.cancelled,
             record=record,
+            resumes=resumes,
         )
         if running and (question := await asked_now(key)) is not None:
             view = attrs.evolve(view, state=INPUT_REQUIRED, question=question)
         return view
+
+    async def read_turn(stored: str, seq: int) -> list[Message]:
+        """The turn whose user message is ``seq``: it and what follows, up to
+        the next user message (at most ``MAX_TURN_MESSAGES``)."""
+        turn: list[Message] = []
+        async for message in store.get_messages(stored, after_seq=seq - 1):
+            if (turn and message.role.value == "user") or len(turn) >= MAX_TURN_MESSAGES:
+                break
+            turn.append(message)
+        return turn
 
     async def asked_now(key: TaskKey) -> ElicitationRequest | None:
         """The question the task's run was told of, if it still waits."""
@@ -206,9 +218,19 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         ledger.publish(key, status_update(working(send.task_id, send.context_id)))
         return run
 
-    async def waiting_task(caller: Caller, send: SendParams) -> TaskView:
-        """The task a follow-up names, which must wait for input."""
+    async def waiting_task(
+        caller: Caller, send: SendParams
+    ) -> tuple[TaskView, list[Decision] | None]:
+        """The task a follow-up names, which must wait for input; or, if it no
+        longer does, the decisions the follow-up repeats: the last decision
+        sent again (its answer was lost: a crash, a dropped connection), taken
+        the same way. Answered as the first one was: the task as that decision
+        left it, once it settles (a turn a crash interrupted resumes first)."""
         view = await find_task(caller, send.task_id)
+        if view.state != INPUT_REQUIRED:
+            repeated = await repeated_decisions(caller, send)
+            if repeated is not None:
+                return view, repeated
         if view.state in TERMINAL:
             raise A2AError(
                 -32004,
@@ -221,7 +243,35 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 f"This operation is not supported: task {send.task_id!r} is {view.state};"
                 f" a task takes a message only while it waits for input ({INPUT_REQUIRED})",
             )
-        return view
+        return view, None
+
+    async def repeated_decisions(caller: Caller, send: SendParams) -> list[Decision] | None:
+        """The decisions ``send`` repeats (``retried_decisions``), None if none."""
+        stored = caller.internal(send.context_id)
+        seq = await store.find_idempotency_key(stored, send.task_id)
+        if seq is None or not isinstance(store, TurnLedger):
+            return None
+        turn = await read_turn(stored, seq)
+        return retried_decisions(send, turn, await store.turn_record(stored, seq))
+
+    async def answer_repeated(
+        caller: Caller,
+        send: SendParams,
+        view: TaskView,
+        repeated: list[Decision],
+        limit: int | None,
+    ) -> JsonObject:
+        """A repeated decision's answer: the task, once the turn it decided has
+        settled (the decisions, taken already, change nothing: they wait in
+        the conversation's queue behind that turn and read how it ended)."""
+        if view.state in TERMINAL or send.return_immediately:
+            return {"task": view.to_json(history_length=limit)}
+        run = await start_decisions(caller, send, repeated)
+        try:
+            return await answer(run, limit)
+        except A2AError:  # it ended otherwise (failed, cancelled): the task says how
+            shown = await find_task(caller, send.task_id)
+            return {"task": shown.to_json(history_length=limit)}
 
     async def start_decisions(caller: Caller, send: SendParams, decisions: list[Decision]) -> Run:
         """Run the paused task on with ``decisions``, each tied to the task's turn."""
@@ -285,7 +335,9 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         send = parse_send(call.params)
         limit = history_length(call.params)  # bad params refuse before anything runs
         if send.follow_up:
-            view = await waiting_task(caller, send)
+            view, repeated = await waiting_task(caller, send)
+            if repeated is not None:
+                return await answer_repeated(caller, send, view, repeated, limit)
             if view.question is not None:
                 asked = await answer_question(caller, send, view.question)
                 if asked is None or send.return_immediately:
@@ -311,9 +363,13 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         with contextlib.ExitStack() as watching:
             updates = watching.enter_context(ledger.watch(key))  # before the run starts
             if send.follow_up:
-                view = await waiting_task(caller, send)
+                view, repeated = await waiting_task(caller, send)
                 first: JsonObject = {"task": view.to_json()}
-                if view.question is not None:
+                if repeated is not None:
+                    if view.state in TERMINAL:  # as it ended: nothing follows
+                        return sse_stream(call, relay(first, None), watching.pop_all())
+                    await start_decisions(caller, send, repeated)
+                elif view.question is not None:
                     await answer_question(caller, send, view.question)
                 else:
                     await start_decisions(caller, send, parse_decisions(send, view.waiting))
@@ -410,7 +466,12 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             if notification:
                 return Response(status_code=204)  # JSON-RPC 2.0 §4.1: nothing runs, no reply
             if call.method in streams:
-                return await streams[call.method](caller, call)
+                try:
+                    return await streams[call.method](caller, call)
+                except A2AError as exc:
+                    # A stream was asked for: its error is the stream's one event,
+                    # as the A2A reference servers answer (SDK clients read either).
+                    return error_stream(call, exc)
             result = await handlers[call.method](caller, call)
         except A2AError as exc:
             if notification and exc.code != -32600:
@@ -436,6 +497,19 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         Route("/.well-known/agent-card.json", card, methods=["GET"]),
         Route("/a2a", rpc, methods=["POST"]),
     ]
+
+
+def error_stream(call: RpcCall, error: A2AError) -> EventStream:
+    """The answer to a stream request refused before its first event: an SSE
+    stream of one ``error`` event carrying the JSON-RPC error response."""
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield sse_frame(rpc_error(call.id, error), event="error")
+
+    async def close() -> None:
+        pass
+
+    return EventStream(frames(), close)
 
 
 def sse_stream(

@@ -1,5 +1,5 @@
 """A2A ListTasks: one page of tasks, at a cost that follows the page, not the
-number of tasks.
+number of tasks (but for an exact count under a filter, below).
 
 With a contextId, tasks come from stored history: one
 ``IdempotencyKeyIndex.list_keyed_turns`` read returns the page's turns newest
@@ -14,18 +14,17 @@ those the in-process ledger remembers, newest first: walking the bounded
 ledger costs no reads, and only the page's tasks are read from the store. The
 token carries the last task id listed.
 
-A status filter is not an index lookup (a task's state is in its last message,
-its turn's record and the ledger), so a filtered call examines at most
-``SCAN_LIMIT`` tasks and returns the matches among them with a token to go
-on, which can make a page shorter than ``pageSize``, even empty, before the
-end. With a filter, ``totalSize`` still counts every task of the listing (an
-upper bound of the matches): counting exactly would read every task.
-
-``statusTimestampAfter`` keeps the tasks whose status timestamp (their last
-stored message; now, for one not stored yet) is at or after it. A context's
-turns run one after another, so its tasks newest first are also latest
-update first: the listing ends at the first older task, and costs no more
-than the page. Without a contextId it filters like a status filter.
+A filter (``status``, ``statusTimestampAfter``) is not an index lookup (a
+task's state is in its last message, its turn's record and the ledger), and
+``totalSize`` counts the tasks that match it, as the a2a-sdk server counts
+them: so a filtered call examines the listing's tasks, newest first, and
+returns full pages. ``statusTimestampAfter`` keeps the tasks whose status
+timestamp (their last stored message; now, for one not stored yet) is at or
+after it; a context's turns run one after another, so its tasks newest first
+are also latest update first, and the walk ends at the first older task: a
+bound after every task costs two turns' reads. A ``status`` filter in a
+context reads every task of it (without a contextId, every task the ledger
+holds, at most 10,000): the price of an exact count.
 
 Page tokens are opaque to clients (URL-safe base64 of a small JSON object);
 anything that is not one this code made is ``-32602`` invalid params.
@@ -45,6 +44,7 @@ import attrs
 
 from agentik._input import InputError, decode_json, shown
 from agentik._json import JsonObject, JsonValue
+from agentik._messages import Message, Role
 from agentik.server._a2a_wire import (
     A2AError,
     TaskView,
@@ -52,15 +52,16 @@ from agentik.server._a2a_wire import (
     history_length,
     invalid_params,
     is_finished,
+    is_interrupted,
     valid_context_id,
     view_from_turn,
 )
 from agentik.server._context import TaskLedger
 from agentik.server._owners import Caller
-from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger
+from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger, TurnRecord
 
 SCAN_LIMIT = 200
-"""Tasks one ListTasks call examines at most under a status filter."""
+"""Tasks accepted whose user message is not stored yet, listed at most."""
 MAX_TURN_MESSAGES = 1000
 """Messages of one turn read to build its view (GetTask reads as many)."""
 TASK_STATES = frozenset(
@@ -76,7 +77,7 @@ TASK_STATES = frozenset(
     }
 )
 _FILTER_BATCH = 101
-"""Turns read per store call under a status filter (pageSize is at most 100)."""
+"""Turns read per store call under a filter, at most."""
 _TOP = 2**62
 """Above every seq: the position of a listing's first stored task."""
 _MAX_TOKEN = 1024
@@ -219,23 +220,19 @@ async def context_page(
     if isinstance(query.after, str):
         raise invalid_params(_BAD_TOKEN)  # a ledger token, from a listing without contextId
     context, stored = query.context, caller.internal(query.context)
+    fresh: list[TaskView] = []  # accepted, the user message not stored yet: newest of all
+    accepted = [task_id for where, task_id in reversed(ledger.running) if where == stored]
+    for task_id in accepted[:SCAN_LIMIT]:  # a handful, unless streams were left early
+        if await store.find_idempotency_key(stored, task_id) is None:
+            fresh.append(TaskView(task_id, context, "TASK_STATE_SUBMITTED", _now()))
+    if query.state is not None or query.since is not None:
+        return await _filtered_context_page(store, index, ledger, stored, query, fresh)
+    views = fresh[: query.size] if query.after is None else []
     suffix = f".{context}"
-    views: list[TaskView] = []
-    waiting = 0
-    if query.after is None:  # accepted, the user message not stored yet: newest of all
-        accepted = [task_id for where, task_id in reversed(ledger.running) if where == stored]
-        for task_id in accepted[:SCAN_LIMIT]:  # a handful, unless streams were left early
-            if await store.find_idempotency_key(stored, task_id) is None:
-                waiting += 1
-                view = TaskView(task_id, context, "TASK_STATE_SUBMITTED", _now())
-                if query.keeps(view) and len(views) < query.size:
-                    views.append(view)
-    total = waiting + await index.count_idempotency_keys(stored, key_suffix=suffix)
-    before, examined = _TOP if query.after is None else query.after, 0
+    total = len(fresh) + await index.count_idempotency_keys(stored, key_suffix=suffix)
+    before = _TOP if query.after is None else query.after
     while True:
-        # A timestamp bound needs no bigger reads: it keeps every task down to
-        # the first older one, and stops there.
-        batch = _FILTER_BATCH if query.state is not None else query.size - len(views) + 1
+        batch = query.size - len(views) + 1
         turns = await index.list_keyed_turns(
             stored,
             before_seq=before,
@@ -244,19 +241,66 @@ async def context_page(
             max_messages=MAX_TURN_MESSAGES,
         )
         for turn in turns:
-            if len(views) == query.size or examined == SCAN_LIMIT:
+            if len(views) == query.size:
                 return Page(views, before, total)  # this turn, at least, is left
-            examined += 1
+            before = turn.seq
+            found = await _view(store, ledger, stored, context, turn)
+            if found is not None:
+                views.append(found)
+        if len(turns) < batch:
+            return Page(views, None, total)
+
+
+async def _filtered_context_page(
+    store: MessageStore,
+    index: IdempotencyKeyIndex,
+    ledger: TaskLedger,
+    stored: str,
+    query: Query,
+    fresh: list[TaskView],
+) -> Page:
+    """A page under a ``status`` or ``statusTimestampAfter`` filter, and how
+    many tasks match: a walk of the context's tasks newest first, to the
+    first task older than ``statusTimestampAfter`` (tasks newest first are
+    latest update first), else to the oldest."""
+    assert query.context is not None
+    assert not isinstance(query.after, str)
+    context, after = query.context, query.after
+    matching = [view for view in fresh if query.keeps(view)]
+    views = matching[: query.size] if query.after is None else []
+    total, more = len(matching), len(matching) > query.size
+    listed: int | None = None  # the seq of the page's last stored task
+    before, batch = _TOP, 1  # doubled before each read: a bound after every task reads two
+    while True:
+        batch = min(2 * batch, _FILTER_BATCH)
+        turns = await index.list_keyed_turns(
+            stored,
+            before_seq=before,
+            limit=batch,
+            key_suffix=f".{context}",
+            max_messages=MAX_TURN_MESSAGES,
+        )
+        for turn in turns:
             before = turn.seq
             found = await _view(store, ledger, stored, context, turn)
             if found is None:
                 continue
             if query.since is not None and found.at < query.since:
-                return Page(views, None, total)  # every older task is older still
-            if query.keeps(found):
+                turns = []  # every older task is older still
+                break
+            if not query.keeps(found):
+                continue
+            total += 1
+            if after is not None and turn.seq >= after:
+                continue  # on an earlier page
+            if len(views) < query.size:
                 views.append(found)
+                listed = turn.seq
+            else:
+                more = True
         if len(turns) < batch:
-            return Page(views, None, total)
+            break
+    return Page(views, (_TOP if listed is None else listed) if more else None, total)
 
 
 async def _view(
@@ -268,8 +312,10 @@ async def _view(
     messages = list(turn.messages)
     in_progress = ledger.runs(key)
     record = None
+    resumes = False
     if not in_progress and not is_finished(messages) and isinstance(store, TurnLedger):
         record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed
+        resumes = await will_resume(store, ledger, stored, messages, record)
     return view_from_turn(
         turn.key,
         context,
@@ -277,7 +323,24 @@ async def _view(
         running=in_progress,
         cancelled=key in ledger.cancelled,
         record=record,
+        resumes=resumes,
     )
+
+
+async def will_resume(
+    store: MessageStore, ledger: TaskLedger, stored: str, turn: list[Message], record: TurnRecord
+) -> bool:
+    """Whether the agent will resume ``turn`` (its user message first), which
+    stored state shows interrupted: only its conversation's last turn is (one
+    read of the message after it, and only for an interrupted turn)."""
+    seq, last = turn[0].seq, turn[-1].seq
+    assert seq is not None, "stored messages carry their seq"
+    assert last is not None, "stored messages carry their seq"
+    if not is_interrupted(turn, record) or not ledger.turn_resumes(stored, seq):
+        return False
+    async for message in store.get_messages(stored, after_seq=last, page_size=1):
+        return message.role is not Role.USER  # a later turn: this one will not resume
+    return True
 
 
 async def ledger_page(
@@ -296,17 +359,29 @@ async def ledger_page(
         try:
             start = candidates.index(query.after) + 1
         except ValueError:  # the ledger forgot it, and so everything older
-            return Page([], None, len(candidates))
+            start = len(candidates)
+    filtered = query.state is not None or query.since is not None
     views: list[TaskView] = []
-    examined = 0
-    for position in range(start, len(candidates)):
-        if len(views) == query.size or examined == SCAN_LIMIT:
-            return Page(views, candidates[position - 1], len(candidates))
-        examined += 1
+    total, more, listed = 0, False, None
+    for position, task_id in enumerate(candidates):
+        if not filtered and position < start:
+            continue
+        if not filtered and len(views) == query.size:
+            return Page(views, listed, len(candidates))
         try:
-            view = await find_task(caller, candidates[position])
+            view = await find_task(caller, task_id)
         except A2AError:
             continue
-        if query.keeps(view):
+        if not query.keeps(view):
+            continue
+        total += 1
+        if position < start:
+            continue  # counted; on an earlier page
+        if len(views) < query.size:
             views.append(view)
-    return Page(views, None, len(candidates))
+            listed = task_id
+        else:
+            more = True
+    if not filtered:
+        return Page(views, None, len(candidates))
+    return Page(views, listed if more else None, total)

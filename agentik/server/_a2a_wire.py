@@ -590,14 +590,16 @@ def view_from_turn(
     running: bool,
     cancelled: bool,
     record: TurnRecord | None = None,
+    resumes: bool = False,
 ) -> TaskView:
     """A task's state from its stored turn (the user message and what followed
     it) and the turn's record: COMPLETED when it ended with an answer; else
     WORKING while it runs; INPUT_REQUIRED while calls of it wait for a
     decision; CANCELED when it was cancelled (recorded, or here) or a new
-    message in its context replaced it while it waited; else FAILED
-    (failed, or stopped by a crash: it is resumed on the conversation's next
-    turn, but a new turn then follows it)."""
+    message in its context replaced it while it waited; WORKING too when a
+    stop interrupted it (``is_interrupted``) and the agent will resume it
+    (``resumes``): a state A2A calls final must never change again; else
+    FAILED (it failed, or it was interrupted and will not be resumed)."""
     last = turn[-1]
     at = last.created_at or turn[0].created_at
     assert at is not None, "stored messages carry created_at"
@@ -616,6 +618,8 @@ def view_from_turn(
     if cancelled or replaced or record.failure == "cancelled":
         why = "a new message in its context replaced it" if replaced else "the task was canceled"
         return TaskView(task_id, context_id, "TASK_STATE_CANCELED", at, error=why, history=history)
+    if resumes and record.failure is None:
+        return TaskView(task_id, context_id, "TASK_STATE_WORKING", at, history=history)
     return TaskView(
         task_id,
         context_id,
@@ -624,6 +628,44 @@ def view_from_turn(
         error="the turn ended without an answer",
         history=history,
     )
+
+
+def is_interrupted(turn: Sequence[Message], record: TurnRecord) -> bool:
+    """Whether stored state shows a stop cut the turn short: no answer, no
+    failure recorded, no call waiting for a decision, not replaced. Such a
+    turn is resumed if it is its conversation's last and the agent resumes
+    interrupted turns (``ChatAgent.resumes_interrupted``)."""
+    replaced = any(a.approved is False and a.reason == SUPERSEDED_REASON for a in record.approvals)
+    return (
+        not is_finished(turn)
+        and record.failure is None
+        and not replaced
+        and not _waiting(turn, record)
+    )
+
+
+def retried_decisions(
+    send: SendParams, turn: Sequence[Message], record: TurnRecord
+) -> list[Decision] | None:
+    """A follow-up on a task that no longer waits, read as its last decision
+    sent again (a client that got no answer retries): the decisions it makes
+    about the calls decided last (those of the turn's last pause), when each
+    was taken that same way. None otherwise: no decision of those calls, or
+    one the other way (a new decision, which a task that no longer waits
+    does not take)."""
+    decided = [a for a in record.approvals if a.approved is not None]
+    if not decided:
+        return None
+    last = max(a.seq for a in decided)
+    taken = {a.call_id: a.approved for a in decided if a.seq == last}
+    calls = [c for m in turn if m.seq == last for c in m.tool_calls if c.id in taken]
+    try:
+        decisions = parse_decisions(send, calls)
+    except A2AError:
+        return None
+    if any(decision.approve != taken[decision.call_id] for decision in decisions):
+        return None
+    return decisions
 
 
 def _waiting(turn: Sequence[Message], record: TurnRecord) -> tuple[ToolCall, ...]:

@@ -25,6 +25,7 @@ call waits inside it. It becomes a ``CUSTOM`` event named
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -88,6 +89,37 @@ class RunInput:
     text: str | None
     parent_run_id: str | None = None
     resume: tuple[ResumeEntry, ...] = ()
+    message_id: str | None = None
+    """The new user message's id (with ``text``)."""
+
+    @property
+    def turn_key(self) -> str | None:
+        """The idempotency key of the new message's turn (``turn_key``)."""
+        if self.text is None or self.message_id is None:
+            return None
+        return turn_key(self.run_id, self.message_id)
+
+
+def run_ids(run: RunInput) -> str:
+    """What the ids of a run's messages start with (``AguiRun.ids``): made
+    from the run (and its new message), so the run sent again names its
+    messages as the first did."""
+    key = run.turn_key
+    if key is not None:
+        return key
+    digest = hashlib.sha256(f"{run.run_id}\x1fresume".encode()).hexdigest()
+    return f"agui.{digest[:32]}"
+
+
+def turn_key(run_id: str, message_id: str) -> str:
+    """The idempotency key of the turn a run's new user message starts: the
+    run id and the message id, hashed (any length in, a short key out; the
+    ``agui.`` prefix keeps it apart from A2A task ids and native keys). The
+    store keys it per conversation, so it is scoped to the thread and its
+    owner: the run sent again (a client that got no answer retries) is the
+    same turn, answered with its first result, never run twice."""
+    digest = hashlib.sha256(f"{run_id}\x1f{message_id}".encode()).hexdigest()
+    return f"agui.{digest[:32]}"
 
 
 @attrs.frozen
@@ -170,19 +202,22 @@ def _call_ids(message: JsonObject) -> set[str]:
     return ids
 
 
-def _new_text_after(messages: list[JsonValue], answered: set[str]) -> str | None:
-    """A resuming run's new user message: the last message, if it is the user's
-    and comes after the assistant message carrying an answered call (where the
-    client's history puts a message typed after the interrupt)."""
+def _new_text_after(
+    messages: list[JsonValue], answered: set[str]
+) -> tuple[str | None, str | None]:
+    """A resuming run's new user message (its text and id): the last message,
+    if it is the user's and comes after the assistant message carrying an
+    answered call (where the client's history puts a message typed after the
+    interrupt)."""
     last = len(messages) - 1
     for i in range(last - 1, -1, -1):
         message = messages[i]
         if isinstance(message, dict) and _call_ids(message) & answered:
             final = as_object(messages[last])
             if final.get("role") != "user":
-                return None
-            return _user_text(final, f"messages[{last}]")
-    return None
+                return None, None
+            return _user_text(final, f"messages[{last}]"), field_str(final, "id")
+    return None, None
 
 
 def parse_run_input(body: JsonValue) -> RunInput:
@@ -206,8 +241,8 @@ def parse_run_input(body: JsonValue) -> RunInput:
         field_str(message_obj, "role", where=f"messages[{i}].")
     resume = _resume_entries(obj["resume"]) if obj.get("resume") is not None else ()
     if resume:
-        text = _new_text_after(messages, {e.interrupt_id for e in resume})
-        return RunInput(thread_id, run_id, text, parent, resume)
+        text, message_id = _new_text_after(messages, {e.interrupt_id for e in resume})
+        return RunInput(thread_id, run_id, text, parent, resume, message_id)
     if not messages:
         raise _invalid("field 'messages' must end with a user message, got an empty array")
     last = as_object(messages[-1])
@@ -217,7 +252,13 @@ def parse_run_input(body: JsonValue) -> RunInput:
             f" got {last.get('role')!r}"
         )
     text = _user_text(last, f"messages[{len(messages) - 1}]")
-    return RunInput(thread_id=thread_id, run_id=run_id, text=text, parent_run_id=parent)
+    return RunInput(
+        thread_id=thread_id,
+        run_id=run_id,
+        text=text,
+        parent_run_id=parent,
+        message_id=field_str(last, "id"),
+    )
 
 
 def decision_of(entry: ResumeEntry, index: int = 0) -> Decision:
@@ -312,6 +353,10 @@ class AguiRun:
     run_id: str
     model_name: str = "agentik"
     known_calls: frozenset[str] = frozenset()
+    ids: str = attrs.field(factory=lambda: _new_id("run"))
+    """What the ids of the messages this run sends start with: the same for
+    the run sent again (``run_ids``), so its replay names them the same."""
+    _ids_made: int = 0
     _text_id: str | None = None
     _assistant_id: str | None = None
     """The assistant message the open tool calls belong to."""
@@ -365,7 +410,7 @@ class AguiRun:
         if isinstance(event, ToolCallFinished):
             result: JsonObject = {
                 "type": "TOOL_CALL_RESULT",
-                "messageId": _new_id("tool"),
+                "messageId": self._next_id("tool"),
                 "toolCallId": event.call.id,
                 "content": event.content,
                 "role": "tool",
@@ -406,6 +451,17 @@ class AguiRun:
             for event in _events_of(message, calls):
                 out += self.translate(event)
         return out + self.translate(TurnFinished(result, tuple(active_toolsets)))
+
+    def replay_turn(self, finished: TurnFinished) -> list[JsonObject]:
+        """A whole turn from its result, as the run that ran it streamed it: the
+        run sent again, whose turn the agent answered from storage."""
+        result = finished.result
+        calls = {c.id: c for m in result.messages for c in m.tool_calls}
+        out: list[JsonObject] = []
+        for message in result.messages[1:]:
+            for event in _events_of(message, calls):
+                out += self.translate(event)
+        return out + self.translate(finished)
 
     def finish(self) -> list[JsonObject]:
         """End the run: STATE_SNAPSHOT, then RUN_FINISHED (the interrupt outcome
@@ -463,8 +519,12 @@ class AguiRun:
 
     def _assistant(self) -> str:
         if self._assistant_id is None:
-            self._assistant_id = _new_id("msg")
+            self._assistant_id = self._next_id("msg")
         return self._assistant_id
+
+    def _next_id(self, kind: str) -> str:
+        self._ids_made += 1
+        return f"{self.ids}.{kind}{self._ids_made}"
 
     def _text(self, delta: str) -> list[JsonObject]:
         events: list[JsonObject] = []

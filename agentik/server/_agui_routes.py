@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from agentik._errors import AgentikError, ApprovalError
 from agentik._json import JsonObject
-from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnResult
+from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.server._agui import (
     AguiRun,
     AguiRunError,
@@ -35,6 +35,7 @@ from agentik.server._agui import (
     RunInput,
     decisions_of,
     parse_run_input,
+    run_ids,
 )
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError
@@ -63,13 +64,20 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
         # retried resume, after the turn paused again): they are streamed.
         known = answered | frozenset(waiting) if answered.intersection(waiting) else answered
         translator = AguiRun(
-            thread, run_input.run_id, model_name=ctx.model_label, known_calls=known
+            thread,
+            run_input.run_id,
+            model_name=ctx.model_label,
+            known_calls=known,
+            ids=run_ids(run_input),
         )
+        # The run sent again (its new message's turn is stored under the run's
+        # key): answered with that turn, as the agent gives it back.
+        again = await _sent_before(agent, caller, run_input)
         if run_input.resume:
             stack = AsyncExitStack()
-            resumed = _Resumed(agent, caller, run_input, waiting, translator, stack, began)
+            resumed = _Resumed(agent, caller, run_input, waiting, translator, stack, began, again)
             return EventStream(_sse(resumed.events()), stack.aclose)
-        if waiting:
+        if waiting and not again:
             # AG-UI: leaving an interrupt unanswered is not abandoning it, so a
             # new message does not deny what waits (as ``send`` would): refused.
             log_turn("agui", caller, thread, "refused:awaiting_approval", began)
@@ -77,20 +85,50 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
             refused += translator.error(_awaiting(waiting), "awaiting_approval")
             return EventStream(_sse(_each(refused)), AsyncExitStack().aclose)
         assert run_input.text is not None  # a run without resume brings its message
-        events, stack = await open_stream(agent, "agui", caller, thread, run_input.text, None)
+        events, stack = await open_stream(
+            agent, "agui", caller, thread, run_input.text, run_input.turn_key
+        )
 
         async def plain() -> AsyncIterator[JsonObject]:
             for out in translator.start(run_input.parent_run_id):
                 yield out
-            async for event in events:
-                for out in translator.translate(event):
-                    yield out
+            async for out in _translated(translator, events):
+                yield out
             for out in translator.finish():
                 yield out
 
         return EventStream(_sse(plain()), stack.aclose)
 
     return [Route("/agui", run, methods=["POST"])]
+
+
+async def _sent_before(agent: ChatAgent, caller: Caller, run: RunInput) -> bool:
+    """Whether the run's new message was stored before: the run is sent again."""
+    key = run.turn_key
+    if key is None:
+        return False
+    stored = caller.internal(run.thread_id)
+    try:
+        return await agent.storage.message_store.find_idempotency_key(stored, key) is not None
+    except (AgentikError, ValueError):
+        return False  # the turn itself will tell (its key is looked up again)
+
+
+async def _translated(
+    translator: AguiRun, events: AsyncIterator[TurnEvent]
+) -> AsyncIterator[JsonObject]:
+    """A turn's events as AG-UI events. A turn that ends before any event of
+    its own was answered from storage (its run sent again, while or after the
+    first ran): it is sent whole, as the first run sent it."""
+    streamed = False
+    async for event in events:
+        if isinstance(event, TurnFinished) and not streamed:
+            outs = translator.replay_turn(event)
+        else:
+            outs = translator.translate(event)
+        streamed = True
+        for out in outs:
+            yield out
 
 
 @attrs.define
@@ -107,6 +145,8 @@ class _Resumed:
     stack: AsyncExitStack
     """Holds the agent streams open; the response closes it, however it ends."""
     began: float
+    again: bool = False
+    """The run was sent before: its new message's turn is stored."""
     _outcome: str | None = attrs.field(default=None, init=False)
     """``failed:<code>`` once a turn of the run failed (the turn log's word)."""
 
@@ -129,10 +169,10 @@ class _Resumed:
                         yield out
                 if run.text is not None and not translator.ended:
                     events, inner = await open_stream(
-                        self.agent, "agui", self.caller, run.thread_id, run.text, None
+                        self.agent, "agui", self.caller, run.thread_id, run.text, run.turn_key
                     )
                     self.stack.push_async_callback(inner.aclose)
-                    async for out in self._relay(events):
+                    async for out in self._relay(events, whole=True):
                         yield out
             except AguiRunError as exc:
                 outcome = f"refused:{exc.code}"
@@ -172,7 +212,7 @@ class _Resumed:
         decisions = decisions_of(run.resume)
         answered = {d.call_id for d in decisions}
         unanswered = [c for c in self.waiting if c not in answered]
-        if run.text is not None and unanswered:
+        if run.text is not None and unanswered and not self.again:
             raise AguiRunError(_awaiting(unanswered), "awaiting_approval")
         replayed = None
         for decision in decisions:
@@ -193,13 +233,26 @@ class _Resumed:
         )
         return ordered, replayed
 
-    async def _relay(self, events: AsyncIterator[TurnEvent]) -> AsyncIterator[JsonObject]:
-        async for event in events:
-            if isinstance(event, TurnFailed):
-                self._outcome = f"failed:{event.code}"
-                event = TurnFailed(self._scoped(event.message), event.code)
-            for out in self.translator.translate(event):
-                yield out
+    async def _relay(
+        self, events: AsyncIterator[TurnEvent], *, whole: bool = False
+    ) -> AsyncIterator[JsonObject]:
+        """``whole``: a new message's turn, sent whole if the agent answers it
+        from storage (``_translated``)."""
+
+        async def scoped() -> AsyncIterator[TurnEvent]:
+            async for event in events:
+                if isinstance(event, TurnFailed):
+                    self._outcome = f"failed:{event.code}"
+                    event = TurnFailed(self._scoped(event.message), event.code)
+                yield event
+
+        translated = (
+            _translated(self.translator, scoped())
+            if whole
+            else (out async for event in scoped() for out in self.translator.translate(event))
+        )
+        async for out in translated:
+            yield out
             if self.translator.ended:
                 return
 

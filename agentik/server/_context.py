@@ -74,6 +74,11 @@ class TaskLedger:
     has it: a decision over another transport ran it on (the A2A routes set
     it to the agent's ``turn_in_progress``)."""
 
+    turn_resumes: Callable[[str, int], bool] = lambda conversation_id, seq: False
+    """Whether the agent will resume an interrupted turn (its stored context
+    id, its user message's seq): such a task is WORKING, not FAILED (the A2A
+    routes set it to the agent's ``resumes_interrupted``)."""
+
     def runs(self, key: TaskKey) -> bool:
         """Whether the task's turn runs now (WORKING), however it was started."""
         return key in self.running or self.turn_runs(key)

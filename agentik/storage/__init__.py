@@ -35,6 +35,9 @@ from agentik.storage._protocols import (
     IdempotencyKeyIndex as IdempotencyKeyIndex,
 )
 from agentik.storage._protocols import (
+    InterruptedTurnIndex as InterruptedTurnIndex,
+)
+from agentik.storage._protocols import (
     KeyedTurn as KeyedTurn,
 )
 from agentik.storage._protocols import (
@@ -98,6 +101,7 @@ __all__ = [
     "ConversationOwnership",
     "ConversationSnapshot",
     "IdempotencyKeyIndex",
+    "InterruptedTurnIndex",
     "KeyedTurn",
     "MessageStore",
     "NowaitSubmitter",

@@ -62,6 +62,20 @@ class _Conversation:
     summaries: builtins.list[Summary] = attrs.Factory(list)
     """Oldest first; each covers more than the one before."""
 
+    def interrupted(self) -> bool:
+        """Whether the last turn is interrupted (``InterruptedTurnIndex``)."""
+        messages = self.messages
+        last = messages[-1] if messages else None
+        if last is None or (last.role is Role.ASSISTANT and not last.tool_calls):
+            return False
+        start = next((m.seq for m in reversed(messages) if m.role is Role.USER), None)
+        if start is None or start in self.failures:
+            return False
+        return not any(
+            at > start and approval.approved is None
+            for (at, _), approval in self.approvals.items()
+        )
+
 
 @final
 class InMemoryMessageStore:
@@ -295,6 +309,18 @@ class InMemoryMessageStore:
         approvals = tuple(a for (at, _), a in conversation.approvals.items() if seq < at < end)
         failure = conversation.failures.get(seq)
         return TurnRecord(approvals=approvals, failure=None if failure is None else failure[0])
+
+    async def interrupted_conversations(
+        self, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        await trio.lowlevel.checkpoint()
+        found = [
+            conversation_id
+            for conversation_id, conversation in self._conversations.items()
+            if (after is None or conversation_id > after) and conversation.interrupted()
+        ]
+        return sorted(found)[:limit]
 
     # --- ConversationDeleter, ConversationArchiver --------------------------------
 

@@ -291,6 +291,27 @@ class TurnLedger(Protocol):
 
 
 @runtime_checkable
+class InterruptedTurnIndex(Protocol):
+    """Optional: a message store (a ``TurnLedger``) that can find the
+    conversations whose last turn was interrupted: a process stopped in it.
+
+    The agent resumes those turns when it opens, without waiting for their
+    conversations to be used again (``resume_interrupted``). One page walks
+    conversations in id order, a probe or two each (their newest message, the
+    turn's record), so a start-up pass costs about what ``list_conversations``
+    over the same conversations costs."""
+
+    async def interrupted_conversations(
+        self, *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """Ids of the conversations whose last turn (from their last user
+        message on) is interrupted: its last message is not an assistant answer
+        without tool calls, no failure is recorded for it, and no call of it
+        waits for a decision. Sorted, only those ``> after``; at most ``limit``."""
+        ...
+
+
+@runtime_checkable
 class ConversationDeleter(Protocol):
     """Optional: a message store that can delete a conversation whole, and find
     the conversations idle since a given time (retention). The agent needs it

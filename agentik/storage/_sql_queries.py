@@ -72,6 +72,9 @@ class Queries(Protocol[C, S]):
         self, session: S, conversation_id: str, seq: int, code: str
     ) -> None: ...
     def turn_record(self, connection: C, conversation_id: str, seq: int) -> TurnRecord: ...
+    def interrupted_conversations(
+        self, connection: C, after: str | None, limit: int
+    ) -> list[str]: ...
 
     # --- summaries ---
     def insert_summary(

@@ -110,6 +110,14 @@ class SqlMessageStore(Generic[C, S]):
             partial(self._q.turn_record, conversation_id=conversation_id, seq=seq)
         )
 
+    async def interrupted_conversations(
+        self, *, after: str | None = None, limit: int = 100
+    ) -> builtins.list[str]:
+        check_at_least("limit", limit, 0)
+        return await self._readers.read(
+            partial(self._q.interrupted_conversations, after=after, limit=limit)
+        )
+
     async def get_messages(
         self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE
     ) -> AsyncIterator[Message]:

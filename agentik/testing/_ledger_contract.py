@@ -12,7 +12,13 @@ from contextlib import contextmanager
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, ToolCall
-from agentik.storage._protocols import Approval, StorageBundle, TurnLedger, TurnRecord
+from agentik.storage._protocols import (
+    Approval,
+    InterruptedTurnIndex,
+    StorageBundle,
+    TurnLedger,
+    TurnRecord,
+)
 
 Case = Callable[[StorageBundle], Awaitable[None]]
 
@@ -141,10 +147,50 @@ async def _failures_are_recorded_per_turn(bundle: StorageBundle) -> None:
             await (await ledger.submit_turn_failure(conversation_id, seq, "x")).wait()
 
 
+async def _interrupted_turns_are_found(bundle: StorageBundle) -> None:
+    """``InterruptedTurnIndex`` (optional) lists exactly the conversations
+    whose last turn neither finished, failed, nor waits for a decision."""
+    ledger = _ledger(bundle)
+    store = bundle.message_store
+    if ledger is None or not isinstance(store, InterruptedTurnIndex):
+        return
+    user, answer = Message(Role.USER, "q"), Message(Role.ASSISTANT, "a")
+    result = Message(Role.TOOL, "r", tool_call_id="a")
+    await store.append("done", user)
+    await store.append("done", answer)
+    await store.append("open", user)  # stopped before the model answered
+    await store.append("calling", user)
+    await store.append("calling", _calls("a"))  # stopped in the call
+    await store.append("answered", user)
+    await store.append("answered", _calls("a"))
+    await store.append("answered", result)  # stopped before the model went on
+    await store.append("failed", user)
+    await store.append("failed", _calls("a"))
+    await (await ledger.submit_turn_failure("failed", 1, "model_error")).wait()
+    await store.append("waiting", user)
+    await (await ledger.submit_awaiting("waiting", _calls("a"), ["a"])).wait()
+    await store.append("approved", user)  # decided, stopped while the call ran
+    await (await ledger.submit_awaiting("approved", _calls("a"), ["a"])).wait()
+    await (await ledger.submit_decision("approved", 2, "a", approve=True)).wait()
+    await store.append("later", user)  # an older turn failed, then waited ...
+    await (await ledger.submit_awaiting("later", _calls("a"), ["a"])).wait()
+    await (await ledger.submit_turn_failure("later", 1, "cancelled")).wait()
+    await store.append("later", user)  # ... and the last one stopped
+    found = await store.interrupted_conversations()
+    expected = ["answered", "approved", "calling", "later", "open"]
+    assert found == expected, f"interrupted: expected {expected}, got {found}"
+    assert await store.interrupted_conversations(after="calling", limit=1) == ["later"]
+    assert await store.interrupted_conversations(after="open") == []
+    assert await store.interrupted_conversations(limit=0) == []
+    await store.append("open", answer)  # resumed and finished
+    assert "open" not in await store.interrupted_conversations()
+
+
 LEDGER_CASES: tuple[Case, ...] = (
     _waiting_calls_are_stored_with_their_message,
     _awaiting_refuses_calls_the_message_lacks,
     _decisions_are_taken_once,
     _a_record_covers_its_turn_only,
     _failures_are_recorded_per_turn,
+    _interrupted_turns_are_found,
 )

@@ -71,7 +71,9 @@ async def read_lines(stream: trio.abc.ReceiveStream, lines: list[str], bound: tr
 async def test_serve_on_a_read_only_database(tmp_path: Path) -> None:
     database = tmp_path / "agentik.db"
     async with open_sqlite_storage(database) as storage:
+        # A finished turn: an unfinished one would be resumed at start (a write).
         await storage.message_store.append("kept", Message(Role.USER, "hello"))
+        await storage.message_store.append("kept", Message(Role.ASSISTANT, "hi"))
     with read_only(database):
         code, lines, seen = await serve_and_stop(database)
     text = "\n".join(lines)
@@ -85,7 +87,7 @@ async def test_serve_on_a_read_only_database(tmp_path: Path) -> None:
     assert after.status_code == 503, after.text
     assert "attempt to write a readonly database" in after.json()["storage_error"]["message"]
     kept = seen["kept"].json()["messages"]
-    assert [m["content"] for m in kept] == ["hello"]
+    assert [m["content"] for m in kept] == ["hello", "hi"]
 
 
 async def serve_and_stop(

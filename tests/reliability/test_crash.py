@@ -154,10 +154,13 @@ class ServerProcess:
 
 
 @asynccontextmanager
-async def running_server(database: Path) -> AsyncIterator[ServerProcess]:
-    """Start ``agentik serve`` on ``database`` (port 0), wait until /health
-    answers; on exit the process is gone (killed if the body left it running).
-    Its tools record their runs in ``runs/`` beside the database."""
+async def running_server(
+    database: Path, *, toolsets: tuple[str, ...] = (TOOLSET,), tools: tuple[str, ...] = (TOOLS,)
+) -> AsyncIterator[ServerProcess]:
+    """Start ``agentik serve`` on ``database`` (port 0) with ``toolsets`` and
+    ``tools`` (entry points), wait until /health answers; on exit the process
+    is gone (killed if the body left it running). Its tools record their runs
+    in ``runs/`` beside the database."""
     runs = database.parent / "runs"
     runs.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
@@ -172,10 +175,8 @@ async def running_server(database: Path) -> AsyncIterator[ServerProcess]:
         "127.0.0.1:0",
         "--database",
         str(database),
-        "--toolset",
-        TOOLSET,
-        "--tool",
-        TOOLS,
+        *(arg for spec in toolsets for arg in ("--toolset", spec)),
+        *(arg for spec in tools for arg in ("--tool", spec)),
     ]
     process = await trio.lowlevel.open_process(
         command,

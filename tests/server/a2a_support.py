@@ -121,8 +121,7 @@ class Served:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         response = await self.raw.post("/a2a", json=body, headers=headers)
         assert response.status_code == 200, response.text
-        reply: dict[str, Any] = response.json()
-        return reply
+        return rpc_reply(response)
 
     async def history(self, context_id: str, token: str | None = None) -> list[dict[str, Any]]:
         headers = {} if token is None else {"Authorization": f"Bearer {token}"}
@@ -179,6 +178,20 @@ async def serving(
                 await sdk.close()
                 script.release.set()
                 stop.set()
+
+
+def rpc_reply(response: httpx.Response) -> dict[str, Any]:
+    """The reply of a JSON-RPC call: the JSON body, or, for a stream refused
+    before its first event, the stream's one ``error`` event."""
+    if not response.headers["content-type"].startswith("text/event-stream"):
+        reply: dict[str, Any] = response.json()
+        return reply
+    frames = [f for f in response.text.split("\n\n") if f]
+    assert len(frames) == 1, frames
+    event, data = frames[0].split("\n")
+    assert event == "event: error", frames
+    streamed: dict[str, Any] = json.loads(data.removeprefix("data: "))
+    return streamed
 
 
 def user_message(

@@ -10,22 +10,28 @@
 //                          "cancelled"), run
 //   {"sayAnyway": text}    add a user message and run without answering the
 //                          pending interrupts (the client refuses), then drop it
+//   {"again": true}        send the previous run again, as a client that got no
+//                          answer does: a new HttpAgent with the messages that
+//                          run sent, the same runId (the run's newMessages are
+//                          in runs[i].newMessages)
 import { HttpAgent } from "@ag-ui/client";
 
 const [url, threadId, script, token] = process.argv.slice(2);
 const steps = script.startsWith("[") ? JSON.parse(script) : [{ say: script }];
 const headers = token ? { Authorization: `Bearer ${token}` } : {};
-const agent = new HttpAgent({ url, threadId, headers, initialMessages: [] });
+let agent = new HttpAgent({ url, threadId, headers, initialMessages: [] });
 const types = [];
 const runs = [];
 let last = { newMessages: [], result: null, failure: null };
 
 async function run(parameters) {
-  const seen = { types: [], outcome: null, interrupts: [], failure: null };
+  const seen = { types: [], outcome: null, interrupts: [], failure: null, newMessages: [] };
+  const runId = parameters.runId ?? `run-${runs.length + 1}-${Date.now()}`;
+  seen.input = { runId, messages: structuredClone(agent.messages) };
   runs.push(seen);
   try {
     const { result, newMessages } = await agent.runAgent(
-      { runId: `run-${runs.length}-${Date.now()}`, tools: [], context: [], forwardedProps: {}, ...parameters },
+      { tools: [], context: [], forwardedProps: {}, ...parameters, runId },
       {
         onEvent: ({ event }) => {
           types.push(event.type);
@@ -40,6 +46,7 @@ async function run(parameters) {
         },
       },
     );
+    seen.newMessages = newMessages;
     last = { newMessages, result: result ?? null, failure: seen.failure };
   } catch (error) {
     seen.failure = String(error);
@@ -48,7 +55,11 @@ async function run(parameters) {
 }
 
 for (const step of steps) {
-  if (step.say !== undefined || step.sayAnyway !== undefined) {
+  if (step.again) {
+    const previous = runs[runs.length - 1].input;
+    agent = new HttpAgent({ url, threadId, headers, initialMessages: previous.messages });
+    await run({ runId: previous.runId });
+  } else if (step.say !== undefined || step.sayAnyway !== undefined) {
     agent.addMessage({ id: `u-${runs.length}-${Date.now()}`, role: "user", content: step.say ?? step.sayAnyway });
     await run({});
     if (step.sayAnyway !== undefined) agent.messages.pop();

@@ -38,6 +38,7 @@ from tests.server.a2a_support import (
     Served,
     decision_message,
     responses,
+    rpc_reply,
     serving,
     user_message,
     wait_until,
@@ -447,7 +448,7 @@ async def test_another_owner_cannot_see_or_decide_a_paused_task(tmp_path: Path) 
             json=subscribe,
             headers={"A2A-Version": "1.0", "Authorization": f"Bearer {bob}"},
         )
-        assert response.json()["error"]["code"] == -32001
+        assert rpc_reply(response)["error"]["code"] == -32001
         got = await served.sdk.get_task(GetTaskRequest(id=task.id))
         assert got.status.state == INPUT_REQUIRED
         assert PAID == []

@@ -15,6 +15,7 @@ And the agent card declares only what is implemented, each capability tested.
 from __future__ import annotations
 
 import datetime
+import json
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +80,25 @@ async def slow_task(served: Served, message_id: str = "s1") -> str:
 
 
 async def test_subscribe_to_an_unknown_task_is_task_not_found(tmp_path: Path) -> None:
+    """-32001, answered as a stream (a stream was asked for): one SSE ``error``
+    event carrying the JSON-RPC error, as the A2A reference servers send it
+    and the TCK reads it; the SDK client raises TaskNotFoundError from it."""
     async with serving(tmp_path / "a.db", streaming=True) as served:
         for task_id in ("no-such-task", make_task_id("ctx", "never")):
             with pytest.raises(TaskNotFoundError):
                 await served.sdk.subscribe(SubscribeToTaskRequest(id=task_id)).__anext__()
-            reply = await served.rpc("SubscribeToTask", {"id": task_id})
+            body = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask"}
+            body["params"] = {"id": task_id}
+            headers = {"A2A-Version": "1.0", "Accept": "text/event-stream"}
+            response = await served.raw.post("/a2a", json=body, headers=headers)
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            event, data, *rest = response.text.split("\n")
+            assert (event, rest) == ("event: error", ["", ""])
+            reply = json.loads(data.removeprefix("data: "))
+            assert reply["id"] == 9
             assert rpc_error(reply) == -32001
+            assert "not found" in reply["error"]["message"].lower()
 
 
 async def test_subscribe_to_a_finished_task_is_unsupported(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from agentik import Message, Role
 from agentik.server import ServerConfig, serve_agentik
-from agentik.server._a2a_list import SCAN_LIMIT, Query, context_page, ledger_page
+from agentik.server._a2a_list import Query, context_page, ledger_page
 from agentik.server._a2a_wire import TaskView, make_task_id
 from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER, Caller
@@ -143,36 +143,40 @@ async def test_a_page_of_one_reads_a_page_of_one(three_thousand: Served) -> None
     assert store.messages_read <= 4, store.messages_read
 
 
-async def test_a_status_filter_examines_a_bounded_number(three_thousand: Served) -> None:
-    """No task failed: a filtered call examines at most SCAN_LIMIT tasks (plus
-    the rest of the last read), answers none, and a token to go on."""
-    store = three_thousand.store
-    store.reset()
-    page = await three_thousand.call(
+async def test_a_status_filter_counts_every_match(three_thousand: Served) -> None:
+    """totalSize counts the tasks that match the filter (as the a2a-sdk server
+    counts them), exactly: none FAILED of 3,000 is 0 and no token; all of
+    them COMPLETED, with a page of one, is 3,000 and a token to the next."""
+    none = await three_thousand.call(
         {"contextId": "big", "pageSize": 1, "status": "TASK_STATE_FAILED"}
     )
-    assert page["tasks"] == []
-    assert page["nextPageToken"]
-    assert store.messages_read <= 2 * (SCAN_LIMIT + 101), store.messages_read
+    assert (none["tasks"], none["totalSize"], none["nextPageToken"]) == ([], 0, "")
+    every = await three_thousand.call(
+        {"contextId": "big", "pageSize": 1, "status": "TASK_STATE_COMPLETED"}
+    )
+    assert [t["id"] for t in every["tasks"]] == [three_thousand.task_ids[-1]]
+    assert every["totalSize"] == 3000
+    assert every["nextPageToken"]
 
 
 async def test_a_timestamp_filter_stops_at_the_first_older_task(three_thousand: Served) -> None:
     """statusTimestampAfter in a context: tasks newest first are latest update
-    first, so a bound after every task reads no more than a page's turns and
-    ends the listing (no token to follow through 3,000 tasks, no 6,000
-    messages read); a bound before them all pages as usual."""
+    first, so a bound after every task reads two turns, lists none, counts
+    none (totalSize 0) and ends the listing (no token to follow through 3,000
+    tasks, no 6,000 messages read); a bound before them all pages as usual
+    and counts them all."""
     store = three_thousand.store
     store.reset()
     future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
     page = await three_thousand.call({"contextId": "big", "statusTimestampAfter": future})
-    assert page["tasks"] == []
-    assert page["nextPageToken"] == ""
-    assert store.messages_read <= 2 * 51, store.messages_read  # a default page (50) and one
+    assert (page["tasks"], page["totalSize"], page["nextPageToken"]) == ([], 0, "")
+    assert store.messages_read <= 4, store.messages_read
     past = "2000-01-01T00:00:00Z"
     page = await three_thousand.call(
         {"contextId": "big", "pageSize": 2, "statusTimestampAfter": past}
     )
     assert [t["id"] for t in page["tasks"]] == three_thousand.task_ids[:-3:-1]
+    assert page["totalSize"] == 3000
     assert page["nextPageToken"]
 
 
@@ -205,17 +209,22 @@ async def build(kinds: list[str]) -> tuple[StorageBundle, list[tuple[str, str]]]
 async def page_through(
     bundle: StorageBundle, size: int, state: str | None, ledger: TaskLedger
 ) -> list[TaskView]:
+    """Every page, following the tokens; each page but the last is full, and
+    each says the same totalSize: the number of tasks listed in all."""
     store = bundle.message_store
     assert isinstance(store, IdempotencyKeyIndex)
     after: int | str | None = None
     seen: list[TaskView] = []
+    totals: set[int] = set()
     for _ in range(1000):
         query = Query("ctx", size, after, state, history=None, artifacts=False)
         page = await context_page(store, store, ledger, DEFAULT_CALLER, query)
-        assert len(page.views) <= size
         seen += page.views
+        totals.add(page.total)
         if page.after is None:
+            assert totals == {len(seen)}, (totals, len(seen))
             return seen
+        assert len(page.views) == size
         after = page.after
     raise AssertionError("paging never ended")
 
@@ -273,6 +282,43 @@ async def test_the_ledger_pages_by_task_id() -> None:
     )
     assert [v.task_id for v in rest.views] == [tasks[2][0]]
     assert rest.after is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    states=st.lists(st.sampled_from(["TASK_STATE_COMPLETED", "TASK_STATE_FAILED"]), max_size=20),
+    size=st.integers(1, 6),
+    state=st.sampled_from([None, "TASK_STATE_COMPLETED", "TASK_STATE_FAILED"]),
+)
+async def test_the_ledger_listing_counts_and_pages_the_matches(
+    states: list[str], size: int, state: str | None
+) -> None:
+    """Without a contextId, under any status filter: following the tokens
+    lists the matching tasks newest first, each once, full pages but the
+    last, and every page's totalSize is their number."""
+    ledger = TaskLedger()
+    ids = [make_task_id("ctx", f"m{i}") for i in range(len(states))]
+    for task_id in ids:
+        ledger.start(("ctx", task_id))
+    known = dict(zip(ids, states, strict=True))
+
+    async def find_task(caller: Caller, task_id: str) -> TaskView:
+        return TaskView(task_id, "ctx", known[task_id], datetime.now(UTC))
+
+    expected = [t for t in reversed(ids) if state in (None, known[t])]
+    seen: list[str] = []
+    after: int | str | None = None
+    for _ in range(100):
+        page = await ledger_page(
+            ledger, find_task, DEFAULT_CALLER, Query(None, size, after, state, None, False)
+        )
+        seen += [v.task_id for v in page.views]
+        assert page.total == (len(expected) if state is not None else len(ids))
+        if page.after is None:
+            break
+        assert len(page.views) == size
+        after = page.after
+    assert seen == expected
 
 
 @pytest.mark.parametrize(

@@ -387,11 +387,13 @@ async def test_paging_with_status_timestamp_after_lists_exactly_the_later_tasks(
     since = anchor + datetime.timedelta(microseconds=shift)
     seen: list[str] = []
     after: int | str | None = None
+    expected = [key for key, at in reversed(tasks) if at >= since]
     for _ in range(100):
         query = Query("ctx", size, after, None, None, False, since=since)
         page = await context_page(store, store, TaskLedger(), DEFAULT_CALLER, query)
         seen += [v.task_id for v in page.views]
+        assert page.total == len(expected)  # totalSize counts the matches
         if page.after is None:
             break
         after = page.after
-    assert seen == [key for key, at in reversed(tasks) if at >= since]
+    assert seen == expected

@@ -158,3 +158,24 @@ async def test_http_agent_cancels_a_call(bank: Served) -> None:
     assert isinstance(messages, list)
     assert [m["content"] for m in messages if m["role"] == "tool"] == ["denied: the user cancelled"]
     assert RUNS == []
+
+
+async def test_http_agent_sending_a_run_again_gets_the_first_run(bank: Served) -> None:
+    """The npm client sends a run again (a new HttpAgent with the same messages
+    and runId, as after a lost answer): it accepts the stream, and gets the
+    first run's messages, same ids; the wire ran once, its turn stored once."""
+    steps = [
+        {"say": 'call enable_toolset {"name": "bank"}'},
+        {"say": "call bank_balance"},
+        {"again": True},
+    ]
+    seen = await run_node(f"{bank.url}/agui", "node-again", json.dumps(steps))
+    runs = seen["runs"]
+    assert isinstance(runs, list)
+    _, first, again = runs
+    assert (first["failure"], again["failure"]) == (None, None)
+    assert again["outcome"] == first["outcome"] == "success"
+    assert again["newMessages"] == first["newMessages"]
+    assert [m["role"] for m in first["newMessages"]] == ["assistant", "tool", "assistant"]
+    assert first["newMessages"][-1]["content"] == "bank_balance returned: 100"
+    assert RUNS == ["balance"]

@@ -129,7 +129,9 @@ async def test_the_server_runs_retention_and_stops_it(tmp_path: Path) -> None:
     sockets, so real time: the first pass runs at once, polled briefly."""
     calendar = Calendar()
     storage = in_memory_storage(clock=calendar)
+    # Finished turns: an unfinished one would be resumed at start (a new message).
     await storage.message_store.append("stale", Message(Role.USER, "old"))
+    await storage.message_store.append("stale", Message(Role.ASSISTANT, "ok"))
     calendar.now = START + timedelta(days=10)
     config = attrs.evolve(ServerConfig(port=0, database=str(tmp_path / "x.db")), retention_days=2.0)
     stop = trio.Event()
@@ -210,9 +212,12 @@ async def test_the_server_runs_retention_on_postgres(postgres_dsn: str) -> None:
     async with open_postgres_storage(
         postgres_dsn, schema=fresh_schema(), readers=1, clock=calendar
     ) as storage:
+        # Finished turns: an unfinished one would be resumed at start (a new message).
         await storage.message_store.append("stale", Message(Role.USER, "old"))
+        await storage.message_store.append("stale", Message(Role.ASSISTANT, "ok"))
         calendar.now = datetime.now(UTC)
         await storage.message_store.append("fresh", Message(Role.USER, "new"))
+        await storage.message_store.append("fresh", Message(Role.ASSISTANT, "ok"))
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 await nursery.start(

@@ -187,3 +187,44 @@ async def test_retention_on_one_node_leaves_other_nodes_conversations_alone(
             future = datetime.now(UTC) + timedelta(days=1)
             assert await agent_b.delete_idle_conversations(future) == ["on-b"]
             assert await agent_a.delete_idle_conversations(future) == ["free", "on-a"]
+
+
+async def _answered(bundle: StorageBundle, conversation_id: str) -> bool:
+    contents = [m.content async for m in bundle.message_store.get_messages(conversation_id)]
+    return contents == ["work", "echo work"]
+
+
+async def test_a_node_resumes_at_start_only_the_interrupted_turns_it_can_own(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted turns resume as an agent opens (``_resume``), each by the
+    node that can own its conversation: a free one at once; one a live node
+    owns is left to it, and taken over once that node's lease has expired
+    (a dead node's turns do not wait for a request)."""
+    from agentik.agent import _resume
+
+    monkeypatch.setattr(_resume, "RETRY_SECONDS", 0.1)
+    schema = fresh_schema()
+    work = Message(Role.USER, "work")
+    async with open_postgres_storage(
+        postgres_dsn, schema=schema, readers=1, lease_seconds=60, advertise_url="http://a"
+    ) as a:
+        await lease_of(a).claim("free")
+        await a.message_store.append("free", work)  # then a stops cleanly: free
+    async with open_postgres_storage(
+        postgres_dsn, schema=schema, readers=1, lease_seconds=60, advertise_url="http://b"
+    ) as b:
+        await lease_of(b).claim("held")
+        await b.message_store.append("held", work)  # b stays alive, not resuming it
+        async with node(postgres_dsn, schema, "http://c") as (c, agent_c):
+            with trio.fail_after(20):
+                while not await _answered(c, "free"):  # noqa: ASYNC110 (c's own task)
+                    await trio.sleep(0.02)
+            await trio.sleep(0.5)  # several retries: b is alive, c leaves it alone
+            assert not await _answered(c, "held")
+            assert agent_c.stats.turns_resumed == 1
+            expire(postgres_dsn, schema, lease_of(b).node_id)  # b died
+            with trio.fail_after(20):
+                while not await _answered(c, "held"):  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            assert agent_c.stats.turns_resumed == 2

@@ -205,3 +205,45 @@ def conversation_snapshots(
         conversation_snapshot(connection, conversation_id, limit, after_seq)
         for conversation_id, limit, after_seq in requests
     ]
+
+
+# As SQLite's: one index probe per conversation walked and one for its newest
+# message; for a conversation whose last turn did not end with an answer, its
+# last user message and one probe each into turn_failure and approval.
+_INTERRUPTED = """
+WITH RECURSIVE next(id) AS (
+    SELECT (SELECT conversation_id FROM message WHERE conversation_id {first} %(after)s
+            ORDER BY conversation_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT conversation_id FROM message WHERE conversation_id > next.id
+            ORDER BY conversation_id LIMIT 1)
+    FROM next WHERE next.id IS NOT NULL
+), unanswered AS (
+    SELECT next.id, (SELECT seq FROM message WHERE conversation_id = next.id AND role = 'user'
+                     ORDER BY seq DESC LIMIT 1) AS start
+    FROM next
+    WHERE next.id IS NOT NULL
+      AND (SELECT role <> 'assistant' OR tool_calls IS NOT NULL FROM message
+           WHERE conversation_id = next.id ORDER BY seq DESC LIMIT 1)
+)
+SELECT u.id FROM unanswered AS u
+WHERE u.start IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM turn_failure AS f
+                  WHERE f.conversation_id = u.id AND f.seq = u.start)
+  AND NOT EXISTS (SELECT 1 FROM approval AS a
+                  WHERE a.conversation_id = u.id AND a.seq > u.start AND a.approved IS NULL)
+LIMIT %(limit)s
+"""
+_FIRST_INTERRUPTED = _INTERRUPTED.format(first=">=")
+_INTERRUPTED_AFTER = _INTERRUPTED.format(first=">")
+
+
+def interrupted_conversations(
+    connection: psycopg.Connection, after: str | None, limit: int
+) -> list[str]:
+    """``InterruptedTurnIndex.interrupted_conversations``."""
+    rows = connection.execute(
+        _FIRST_INTERRUPTED if after is None else _INTERRUPTED_AFTER,
+        {"after": (after or "").encode(), "limit": limit},
+    ).fetchall()
+    return [bytes(row[0]).decode() for row in rows]

@@ -32,6 +32,9 @@ from agentik.storage.sqlite._turn_queries import decide as decide
 from agentik.storage.sqlite._turn_queries import insert_awaiting as insert_awaiting
 from agentik.storage.sqlite._turn_queries import insert_summary as insert_summary
 from agentik.storage.sqlite._turn_queries import insert_turn_failure as insert_turn_failure
+from agentik.storage.sqlite._turn_queries import (
+    interrupted_conversations as interrupted_conversations,
+)
 from agentik.storage.sqlite._turn_queries import latest_summary as latest_summary
 from agentik.storage.sqlite._turn_queries import list_summaries as list_summaries
 from agentik.storage.sqlite._turn_queries import turn_record as turn_record

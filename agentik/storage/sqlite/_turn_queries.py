@@ -236,3 +236,41 @@ def conversation_snapshots(
 def _summary(row: list[object]) -> Summary:
     through_seq, text, created_us = cast("tuple[int, str, int]", row)
     return Summary(through_seq=through_seq, text=text, created_at=from_micros(created_us))
+
+
+# Each conversation (one seek on message_by_seq, as list_conversations walks
+# them), its newest message (one seek); only for a conversation whose last turn
+# did not end with an answer: its last user message (a short walk back), and
+# one probe each into turn_failure and approval. Reads follow the
+# conversations walked, not their length.
+_INTERRUPTED = """
+WITH RECURSIVE next(id) AS (
+    SELECT (SELECT min(conversation_id) FROM message WHERE conversation_id > :after)
+    UNION ALL
+    SELECT (SELECT min(conversation_id) FROM message WHERE conversation_id > next.id)
+    FROM next WHERE next.id IS NOT NULL
+), unanswered(id, start) AS (
+    SELECT next.id, (SELECT seq FROM message WHERE conversation_id = next.id AND role = 'user'
+                     ORDER BY seq DESC LIMIT 1)
+    FROM next
+    WHERE next.id IS NOT NULL
+      AND (SELECT role <> 'assistant' OR tool_calls IS NOT NULL FROM message
+           WHERE conversation_id = next.id ORDER BY seq DESC LIMIT 1)
+)
+SELECT id FROM unanswered
+WHERE start IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM turn_failure WHERE conversation_id = id AND seq = start)
+  AND NOT EXISTS (SELECT 1 FROM approval
+                  WHERE conversation_id = id AND seq > start AND approved IS NULL)
+LIMIT :limit
+"""
+
+
+def interrupted_conversations(
+    connection: apsw.Connection, after: str | None, limit: int
+) -> list[str]:
+    """``InterruptedTurnIndex.interrupted_conversations``."""
+    rows = connection.execute(
+        _INTERRUPTED, {"after": "" if after is None else after, "limit": limit}
+    ).fetchall()
+    return [cast("str", row[0]) for row in rows]

@@ -1,0 +1,112 @@
+"""Resuming, as the agent opens, the turns a stopped process left interrupted.
+
+Why at start, and not on the conversation's next request: until it resumes,
+an interrupted turn is neither running nor ended, and a client that asks
+(A2A GetTask) must not be told it ended, or it will send the work again as
+new work (a payment twice); and nothing may ever touch its conversation
+again. So the agent resumes every such turn as it opens (its store is an
+``InterruptedTurnIndex``), and transports report them running meanwhile
+(``ChatAgent.resumes_interrupted``).
+
+Invariants:
+- each turn is resumed by its conversation's own task, through the agent's
+  ordinary routing (a ``status_only`` request, whose load recovers the last
+  turn): a request for the conversation that comes meanwhile queues behind
+  it, and a turn is never resumed twice;
+- at most ``RESUME_AT_ONCE`` turns resume at once, and the listing is read a
+  page at a time as they finish: thousands of interrupted turns do not
+  stampede the model, the tools or memory at start;
+- several nodes on one database (PostgreSQL with leases): a node resumes only
+  the conversations it can own. A claim refused (``NotOwnedError``: a live
+  node owns it) leaves the turn to that node. A restarted node has a new id,
+  and its previous life's lease lives on until it expires, so refused
+  conversations still interrupted are tried again every ``RETRY_SECONDS``
+  for ``RETRY_FOR`` seconds: a dead node's turns are taken over once its
+  lease has expired.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from agentik._errors import AgentikError, NotOwnedError, TurnError
+from agentik.storage import InterruptedTurnIndex
+
+log = logging.getLogger("agentik.agent")
+
+RESUME_AT_ONCE = 8
+"""Interrupted turns resumed at the same time, at most."""
+PAGE = 100
+"""Conversations listed per read."""
+RETRY_SECONDS = 10.0
+"""How long a node waits before trying again the conversations it could not claim."""
+RETRY_FOR = 300.0
+"""How long it keeps trying them (many times the default 30 s lease)."""
+
+Recover = Callable[[str], Awaitable[None]]
+"""Resume the conversation's interrupted turn (through its task) and wait
+for it; ``NotOwnedError`` when another live node owns the conversation."""
+
+
+async def resume_interrupted_turns(store: InterruptedTurnIndex, recover: Recover) -> None:
+    """Resume every conversation's interrupted turn (see the module docstring)."""
+    refused = await _pass(store, recover, None)
+    deadline = trio.current_time() + RETRY_FOR
+    while refused and trio.current_time() < deadline:
+        await trio.sleep(RETRY_SECONDS)
+        refused = await _pass(store, recover, refused)
+    if refused:
+        log.warning(
+            "%d conversation(s) with an interrupted turn are owned by other live nodes;"
+            " they resume there",
+            len(refused),
+        )
+
+
+async def _pass(store: InterruptedTurnIndex, recover: Recover, only: set[str] | None) -> set[str]:
+    """One walk of the interrupted conversations (only those in ``only``, when
+    given), resuming each; the ids whose claim was refused."""
+    refused: set[str] = set()
+    resumed = 0
+    slots = trio.Semaphore(RESUME_AT_ONCE)
+
+    async def one(conversation_id: str) -> None:
+        nonlocal resumed
+        try:
+            await recover(conversation_id)
+            resumed += 1
+        except NotOwnedError:
+            refused.add(conversation_id)
+        except TurnError as exc:  # resumed, and ended so (recorded: not resumed again)
+            log.info("conversation %r: its resumed turn ended: %s", conversation_id, exc)
+        except (AgentikError, ValueError) as exc:  # overloaded, storage: its next request
+            log.warning(
+                "conversation %r: its interrupted turn could not be resumed at start (%s);"
+                " it resumes on the conversation's next request",
+                conversation_id,
+                exc,
+            )
+        finally:
+            slots.release()
+
+    after: str | None = None
+    async with trio.open_nursery() as nursery:
+        while True:
+            try:
+                page = await store.interrupted_conversations(after=after, limit=PAGE)
+            except AgentikError as exc:
+                log.warning("could not list the interrupted turns to resume: %s", exc)
+                break
+            for conversation_id in page:
+                if only is None or conversation_id in only:
+                    await slots.acquire()  # released by ``one`` when that turn is done
+                    nursery.start_soon(one, conversation_id)
+            if len(page) < PAGE:
+                break
+            after = page[-1]
+    if resumed:
+        log.info("resumed %d interrupted turn(s) at start", resumed)
+    return refused

@@ -1,0 +1,53 @@
+"""The A2A TCK tests cannot be skipped silently: without the TCK's virtual
+environment a run says so in its summary, and under CI they fail."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def run_without_the_tck(tmp_path: Path, *, ci: bool) -> tuple[int, str]:
+    """pytest on test_a2a_tck.py with a TCK Python that does not exist."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["AGENTIK_TCK_PYTHON"] = str(tmp_path / "no-such-venv" / "bin" / "python")
+    if ci:
+        env["CI"] = "true"
+    with trio.fail_after(120):
+        result = await trio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "-rs",
+                "tests/server/test_a2a_tck.py",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    return result.returncode, result.stdout.decode() + result.stderr.decode()
+
+
+async def test_the_skip_is_in_the_summary(tmp_path: Path) -> None:
+    code, out = await run_without_the_tck(tmp_path, ci=False)
+    assert code == 0, out
+    assert "warnings summary" in out
+    assert "the A2A TCK tests (tests/server/test_a2a_tck.py) are skipped" in out
+    assert "virtual environment is missing" in out
+
+
+async def test_under_ci_a_missing_tck_fails(tmp_path: Path) -> None:
+    code, out = await run_without_the_tck(tmp_path, ci=True)
+    assert code == 1, out
+    assert "CI must run the A2A TCK: the A2A TCK's virtual environment is missing" in out
