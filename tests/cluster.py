@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
+import httpx2
 import trio
 
 from tests.asgi import answer_lifespan, read_body, serve_on_loopback
@@ -166,7 +166,7 @@ class Load:
     does not answer, until ``stop``."""
 
     nodes: list[Node]
-    client: httpx.AsyncClient
+    client: httpx2.AsyncClient
     acked: dict[str, set[int]] = attrs.Factory(lambda: defaultdict(set))
     last_ack: dict[str, float] = attrs.Factory(dict)
     stop: bool = False
@@ -185,7 +185,7 @@ class Load:
                             "idempotency_key": f"{conversation}-{turn}",
                         },
                     )
-                except httpx.TransportError:  # a dead node, or redirected to one
+                except httpx2.TransportError:  # a dead node, or redirected to one
                     await trio.sleep(0.05)
                     continue
                 if response.status_code == 200:
@@ -254,7 +254,7 @@ async def start_haproxy(
     forwards to every node (each /health answered through it)."""
     import shutil
 
-    import httpx
+    import httpx2
 
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     port = free_port()
@@ -267,12 +267,12 @@ async def start_haproxy(
     log.close()
     url = f"http://127.0.0.1:{port}"
     with trio.fail_after(20):
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with httpx2.AsyncClient(timeout=5) as client:
             while True:
                 try:
                     if (await client.get(f"{url}/health")).status_code == 200:
                         break
-                except httpx.TransportError:
+                except httpx2.TransportError:
                     if process.returncode is not None:
                         raise AssertionError(
                             "haproxy exited: " + (folder / "haproxy.log").read_text()

@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import trio
 
 from agentik import ModelRequest, ModelResponse, Role
@@ -96,7 +96,7 @@ async def test_ctrl_c_mid_answer_drops_it_and_ctrl_c_at_the_prompt_quits(
     assert code == 130, screen.text
     assert "Traceback" not in screen.text
     assert REST not in screen.text, "the dropped answer's rest is never shown"
-    async with httpx.AsyncClient(base_url=url) as client:
+    async with httpx2.AsyncClient(base_url=url) as client:
         stored = (await client.get("/agentik/conversations/held/messages")).json()["messages"]
     stop.set()
     assert [m["content"] for m in stored] == ["long", FIRST + REST, "hi", "You said: hi"]

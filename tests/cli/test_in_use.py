@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -75,7 +75,7 @@ async def serving(database: str, cwd: Path, **env: str) -> AsyncIterator[Served]
 
 async def _turn(url: str, conversation: str, text: str) -> list[int]:
     """Run a turn; the seqs of the conversation's messages after it."""
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
         reply = await client.post(
             f"/agentik/conversations/{conversation}/turns", json={"text": text}
         )

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -41,7 +41,7 @@ async def test_serve_on_postgres(postgres_dsn: str, tmp_path: Path) -> None:
         serving = next(line for line in lines if "serving url=" in line)
         assert "storage=postgresql:user=" in serving  # libpq's options, secrets as ***
         base = serving.split("url=")[1].split()[0]
-        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=base, timeout=30) as client:
             turn = await client.post("/agentik/conversations/pg/turns", json={"text": "hi"})
             assert turn.json()["text"] == "You said: hi"
         process.send_signal(signal.SIGTERM)
@@ -153,7 +153,7 @@ async def test_delete_over_http_on_postgres(postgres_dsn: str) -> None:
                     task_status=task_status,
                 )
             )
-            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            async with httpx2.AsyncClient(base_url=base, timeout=30) as client:
                 for name in ("gone", "kept"):
                     turn = await client.post(
                         f"/agentik/conversations/{name}/turns", json={"text": "hi"}

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -92,7 +92,7 @@ async def test_serve_on_a_read_only_database(tmp_path: Path) -> None:
 
 async def serve_and_stop(
     database: Path,
-) -> tuple[int, list[str], dict[str, httpx.Response]]:
+) -> tuple[int, list[str], dict[str, httpx2.Response]]:
     """Serve ``database``; ask /health, run a turn, ask /health and read the
     kept conversation; SIGTERM. The exit code, the log lines, the answers."""
     process = await trio.lowlevel.open_process(
@@ -111,7 +111,7 @@ async def serve_and_stop(
         env=cli_env(),
     )
     lines: list[str] = []
-    seen: dict[str, httpx.Response] = {}
+    seen: dict[str, httpx2.Response] = {}
     bound = trio.Event()
     try:
         async with trio.open_nursery() as nursery:
@@ -120,7 +120,7 @@ async def serve_and_stop(
             with trio.fail_after(60):
                 await bound.wait()
             url = next(line for line in lines if "serving url=" in line).split("url=")[1].split()[0]
-            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
                 seen["health before"] = await client.get("/health")
                 seen["turn"] = await client.post(
                     "/agentik/conversations/new/turns", json={"text": "hi"}

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from agentik.storage import open_sqlite_storage
@@ -61,7 +61,7 @@ async def test_serve_subprocess(tmp_path: Path) -> None:
         with trio.fail_after(60):
             await bound.wait()
         url = next(line for line in lines if "serving url=" in line).split("url=")[1].split()[0]
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             health = (await client.get("/health")).json()
             assert health["status"] == "ok"
             assert health["demo_model"] is True

@@ -29,7 +29,7 @@ import os
 import sys
 import tempfile
 
-import httpx
+import httpx2
 import trio
 
 from agentik import (
@@ -71,7 +71,7 @@ def _private(directory: str, name: str, text: str) -> str:
 
 async def _issuer_of(url: str) -> str:
     """The authorization server the MCP server names (its protected-resource metadata)."""
-    async with httpx.AsyncClient() as http:
+    async with httpx2.AsyncClient() as http:
         challenge = (await http.post(url, json={})).headers.get("www-authenticate", "")
         metadata = challenge.split('resource_metadata="', 1)[1].split('"', 1)[0]
         servers = (await http.get(metadata)).json()["authorization_servers"]
@@ -132,7 +132,7 @@ def _arguments(schema: dict[str, object]) -> str:
 
 async def _browse(url: str) -> None:
     """The operator's browser: open the authorization URL, follow its redirect back."""
-    async with httpx.AsyncClient() as browser:
+    async with httpx2.AsyncClient() as browser:
         answer = await browser.get(url)
         if "location" in answer.headers:
             await browser.get(answer.headers["location"])

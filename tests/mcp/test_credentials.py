@@ -95,8 +95,8 @@ class TestConfigured:
         found = set(configured(_http(oauth=settings)))
         assert {"s3cr/t+", "idp-secret"} <= found
         sdk = base64.b64encode(b"id%20with%20space:s3cr%2Ft%2B").decode()
-        httpx = base64.b64encode(b"idp:idp-secret").decode()
-        assert {sdk, httpx} <= found
+        httpx2 = base64.b64encode(b"idp:idp-secret").decode()
+        assert {sdk, httpx2} <= found
 
     def test_stdio_env_values_named_like_secrets_are_credentials(self) -> None:
         transport = StdioServer(

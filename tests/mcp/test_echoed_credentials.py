@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 import attrs
-import httpx
+import httpx2
 import psycopg
 import pytest
 import trio
@@ -233,7 +233,7 @@ def _rows(dsn: str, schema: str) -> str:
     return "\n".join(out)
 
 
-async def _turns(client: httpx.AsyncClient) -> list[httpx.Response]:
+async def _turns(client: httpx2.AsyncClient) -> list[httpx2.Response]:
     """One turn over each transport, then the history and the export."""
     sse = {"Accept": "text/event-stream"}
     turns = "/agentik/conversations/c/turns"
@@ -320,7 +320,7 @@ async def test_credentials_an_mcp_server_echoes_reach_nothing(
                     shutdown_trigger=stop.wait,
                 )
             )
-            async with httpx.AsyncClient(base_url=url, timeout=LIMIT) as client:
+            async with httpx2.AsyncClient(base_url=url, timeout=LIMIT) as client:
                 responses = await _turns(client)
             stop.set()
         everything_stored = stored()

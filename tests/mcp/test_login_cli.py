@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -86,7 +86,7 @@ async def _served(path: pathlib.Path) -> dict[str, Any]:
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         url = await nursery.start(partial(serve_agentik, config, shutdown_trigger=stop.wait))
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             health = (await client.get("/health")).json()
             metrics = (await client.get("/metrics")).text
         stop.set()

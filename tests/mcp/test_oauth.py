@@ -1,6 +1,6 @@
 """OAuth against a real OAuth-protected MCP server on 127.0.0.1 (the SDK's own auth
 routes, ``tests/mcp/oauth_server.py``), real SQLite storage, and a real
-loopback redirect for ``login``: the test plays the browser with httpx.
+loopback redirect for ``login``: the test plays the browser with httpx2.
 
 Real time bounded by ``fail_after``: sockets and the SDK's OAuth flow.
 """
@@ -11,7 +11,7 @@ import logging
 import pathlib
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -51,7 +51,7 @@ def _config(base: str, **oauth: object) -> McpServerConfig:
 
 async def _browse(url: str, *, approve: bool = True) -> None:
     """A person's browser: open the authorization URL, follow its redirect to the callback."""
-    async with httpx.AsyncClient() as browser:
+    async with httpx2.AsyncClient() as browser:
         answer = await browser.get(url)
         assert answer.status_code == 302, answer.text
         location = answer.headers["location"]

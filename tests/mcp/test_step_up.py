@@ -2,7 +2,7 @@
 
 Authorization code: the conversation's turn pauses with a URL-mode question
 carrying the authorization URL; the test plays the person (it answers, then
-opens the URL with httpx and follows the redirect to agentik's 127.0.0.1
+opens the URL with httpx2 and follows the redirect to agentik's 127.0.0.1
 callback); the tokens with the wider scope are stored and the call is
 retried. Machine grants (client secret, private-key JWT) step up alone.
 

@@ -366,7 +366,7 @@ class TestComplete:
             assert trio.current_time() - start == pytest.approx(30)
 
     async def test_shared_client_stays_open(self, chat_server: ChatServer) -> None:
-        """A caller's httpx client is used and left open for its owner to close."""
+        """A caller's httpx2 client is used and left open for its owner to close."""
         chat_server.script(Json(completion("one")), Json(completion("two")))
         async with httpx2.AsyncClient() as client:
             async with OpenAICompatibleModel(chat_server.base_url, "m", client=client) as model:

@@ -1,5 +1,5 @@
 """The client side of the crash harness: what each conversation sent, what was
-acknowledged, and the requests (native API over httpx).
+acknowledged, and the requests (native API over httpx2).
 
 One task per conversation sends turns in sequence, each with a fresh
 idempotency key, a third as SSE streams. The text names one tool (the demo
@@ -27,7 +27,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 import attrs
-import httpx
+import httpx2
 import trio
 
 JsonDict = dict[str, object]
@@ -135,17 +135,17 @@ class ConversationLog:
         return [t for t in self.turns if t.result is not None]
 
 
-Post = Callable[[httpx.AsyncClient, "ConversationLog", SentTurn], Awaitable["JsonDict | None"]]
+Post = Callable[[httpx2.AsyncClient, "ConversationLog", SentTurn], Awaitable["JsonDict | None"]]
 
 
 async def _once(
-    post: Post, client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn
+    post: Post, client: httpx2.AsyncClient, log: ConversationLog, turn: SentTurn
 ) -> JsonDict | None:
     return await post(client, log, turn)
 
 
 async def _twice(
-    post: Post, client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn
+    post: Post, client: httpx2.AsyncClient, log: ConversationLog, turn: SentTurn
 ) -> JsonDict | None:
     """Two requests at once (an impatient client): both answers must agree."""
     results: list[JsonDict | None] = [None, None]
@@ -163,7 +163,7 @@ async def _twice(
 
 
 async def post_turn(
-    client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn
+    client: httpx2.AsyncClient, log: ConversationLog, turn: SentTurn
 ) -> JsonDict | None:
     """One request for ``turn``: its TurnResult JSON, or None (no answer, or a
     refusal, which is recorded)."""
@@ -177,7 +177,7 @@ async def post_turn(
             headers=headers,
         ) as response:
             body = await response.aread()
-    except httpx.TransportError:
+    except httpx2.TransportError:
         return None
     refusal = f"{turn.key}: HTTP {response.status_code} {body[:300]!r}"
     if response.status_code != 200:
@@ -191,7 +191,7 @@ async def post_turn(
 
 
 async def post_decision(
-    client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn
+    client: httpx2.AsyncClient, log: ConversationLog, turn: SentTurn
 ) -> JsonDict | None:
     """One request deciding ``turn``'s call: the TurnResult JSON, or None."""
     assert turn.decision is not None
@@ -201,7 +201,7 @@ async def post_decision(
     path = f"/agentik/conversations/{log.conversation_id}/approvals/{call_id}"
     try:
         response = await client.post(path, json={"approve": approve, "reason": reason})
-    except httpx.TransportError:
+    except httpx2.TransportError:
         return None
     if response.status_code != 200:
         log.refusals.append(f"{turn.key} decision: HTTP {response.status_code} {response.text}")
@@ -240,7 +240,7 @@ def _accept(log: ConversationLog, turn: SentTurn, result: JsonDict, *, decided: 
 
 
 async def advance(
-    client: httpx.AsyncClient, log: ConversationLog, turn: SentTurn, *, may_park: bool
+    client: httpx2.AsyncClient, log: ConversationLog, turn: SentTurn, *, may_park: bool
 ) -> bool:
     """Take ``turn`` as far as it goes: sent (again, with its key, if it got no
     answer before), then, if it waits for approval, decided (or parked, when
@@ -275,7 +275,7 @@ async def advance(
     return True
 
 
-async def drive(client: httpx.AsyncClient, log: ConversationLog) -> None:
+async def drive(client: httpx2.AsyncClient, log: ConversationLog) -> None:
     """Send turns in sequence, an unfinished one (from the last round) first,
     until one gets no answer (only the kill makes that happen) or parks."""
     if log.parked is not None:
@@ -287,12 +287,12 @@ async def drive(client: httpx.AsyncClient, log: ConversationLog) -> None:
             return
 
 
-async def check_parked(client: httpx.AsyncClient, log: ConversationLog) -> bool | None:
+async def check_parked(client: httpx2.AsyncClient, log: ConversationLog) -> bool | None:
     """Whether the parked call is listed as waiting (None: no answer, the kill)."""
     assert log.parked is not None
     try:
         response = await client.get(f"/agentik/conversations/{log.conversation_id}/approvals")
-    except httpx.TransportError:
+    except httpx2.TransportError:
         return None
     expected = {"conversation_id": log.conversation_id, "approvals": [log.parked.approval]}
     if response.status_code == 200 and response.json() == expected:
@@ -302,7 +302,7 @@ async def check_parked(client: httpx.AsyncClient, log: ConversationLog) -> bool 
     return False
 
 
-async def decide_parked(client: httpx.AsyncClient, log: ConversationLog) -> bool:
+async def decide_parked(client: httpx2.AsyncClient, log: ConversationLog) -> bool:
     """Decide the parked call at last (approve or deny); True once finished."""
     turn = log.parked
     assert turn is not None

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import trio
 from a2a.client import ClientConfig, create_client
 from a2a.types import GetTaskRequest, ListTasksRequest, Task, TaskState
@@ -59,7 +59,7 @@ async def send(url: str, request: Any, *, immediately: bool = False) -> Task:
     the turn is admitted) through the a2a-sdk client; its task."""
     if immediately:
         request.configuration.return_immediately = True
-    async with httpx.AsyncClient(timeout=GUARD_SECONDS) as http:
+    async with httpx2.AsyncClient(timeout=GUARD_SECONDS) as http:
         client = await create_client(
             url, client_config=ClientConfig(streaming=False, httpx_client=http)
         )
@@ -74,7 +74,7 @@ async def send(url: str, request: Any, *, immediately: bool = False) -> Task:
 
 async def states(url: str, task_id: str) -> list[TaskState.ValueType]:
     """The task's state as GetTask and as ListTasks (its context) say it."""
-    async with httpx.AsyncClient(timeout=GUARD_SECONDS) as http:
+    async with httpx2.AsyncClient(timeout=GUARD_SECONDS) as http:
         client = await create_client(
             url, client_config=ClientConfig(streaming=False, httpx_client=http)
         )
@@ -91,7 +91,7 @@ async def stored(server: ServerProcess) -> list[dict[str, Any]]:
     """The conversation as the native API lists it: a read of the store, not
     a request the conversation's task serves (no touch)."""
     assert server.url is not None
-    async with httpx.AsyncClient(base_url=server.url, timeout=GUARD_SECONDS) as http:
+    async with httpx2.AsyncClient(base_url=server.url, timeout=GUARD_SECONDS) as http:
         reply = await http.get("/agentik/conversations/ctx/messages")
     assert reply.status_code == 200, reply.text
     messages: list[dict[str, Any]] = reply.json()["messages"]
@@ -136,7 +136,7 @@ async def test_an_approved_call_killed_mid_run_resumes_at_start_and_completes(
             assert retried.status.state == COMPLETED
             answer = retried.artifacts[0].parts[0].text
             assert answer == f"pay_once returned: {INTERRUPTED}"
-            async with httpx.AsyncClient(base_url=server.url, timeout=GUARD_SECONDS) as http:
+            async with httpx2.AsyncClient(base_url=server.url, timeout=GUARD_SECONDS) as http:
                 waiting = await http.get("/agentik/conversations/ctx/approvals")
                 assert waiting.json()["approvals"] == []
                 [stored_call] = [m for m in before if m.get("tool_calls")]

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import trio
 
 from tests.reliability.held_tools import RELEASE
@@ -49,7 +49,7 @@ async def test_a_run_sent_again_after_a_crash_is_the_first_run(tmp_path: Path) -
     with trio.fail_after(GUARD_SECONDS):
         async with running_server(database, toolsets=(), tools=TOOLS) as server:
             async with (
-                httpx.AsyncClient(base_url=server.url or "", timeout=GUARD_SECONDS) as http,
+                httpx2.AsyncClient(base_url=server.url or "", timeout=GUARD_SECONDS) as http,
                 trio.open_nursery() as nursery,
             ):
 
@@ -60,7 +60,7 @@ async def test_a_run_sent_again_after_a_crash_is_the_first_run(tmp_path: Path) -
                             async for line in r.aiter_lines():
                                 if line.startswith("data: "):
                                     received.append(json.loads(line[6:]))
-                    except httpx.HTTPError:
+                    except httpx2.HTTPError:
                         pass  # the server is killed under it: no answer
 
                 nursery.start_soon(first)
@@ -71,7 +71,7 @@ async def test_a_run_sent_again_after_a_crash_is_the_first_run(tmp_path: Path) -
 
         (runs / RELEASE).touch()  # from now on the work would end, if it ran again
         async with running_server(database, toolsets=(), tools=TOOLS) as server:
-            async with httpx.AsyncClient(base_url=server.url or "", timeout=GUARD_SECONDS) as http:
+            async with httpx2.AsyncClient(base_url=server.url or "", timeout=GUARD_SECONDS) as http:
                 reply = await http.post("/agui", json=BODY, headers={"Accept": "text/event-stream"})
                 assert reply.status_code == 200, reply.text
                 events = [json.loads(line[6:]) for line in reply.text.split("\n\n") if line]

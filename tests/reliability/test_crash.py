@@ -65,7 +65,7 @@ from functools import partial
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -198,7 +198,7 @@ async def running_server(
                         f"agentik serve exited ({code}) before serving on {database}\n"
                         + server.log_tail()
                     )
-                async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+                async with httpx2.AsyncClient(base_url=server.url, timeout=10) as client:
                     health = await client.get("/health")
                 assert health.status_code == 200, health.text
             yield server
@@ -211,12 +211,12 @@ async def running_server(
             await process.wait()
 
 
-def client_for(server: ServerProcess, conversations: int) -> httpx.AsyncClient:
+def client_for(server: ServerProcess, conversations: int) -> httpx2.AsyncClient:
     assert server.url is not None
-    return httpx.AsyncClient(
+    return httpx2.AsyncClient(
         base_url=server.url,
-        timeout=httpx.Timeout(20.0),
-        limits=httpx.Limits(max_connections=conversations + 8, max_keepalive_connections=None),
+        timeout=httpx2.Timeout(20.0),
+        limits=httpx2.Limits(max_connections=conversations + 8, max_keepalive_connections=None),
     )
 
 
@@ -316,7 +316,7 @@ async def settle(server: ServerProcess, logs: list[ConversationLog]) -> None:
                         nursery.start_soon(check_parked, client, log)
 
 
-async def _settle_one(client: httpx.AsyncClient, log: ConversationLog) -> None:
+async def _settle_one(client: httpx2.AsyncClient, log: ConversationLog) -> None:
     for _ in range(MAX_SETTLE_ATTEMPTS):
         assert log.pending is not None
         if await advance(client, log, log.pending, may_park=False):

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 import trio.testing
@@ -68,7 +68,7 @@ class Outcomes:
 
 @attrs.frozen
 class Server:
-    client: httpx.AsyncClient
+    client: httpx2.AsyncClient
     storage: StorageBundle
 
 
@@ -88,20 +88,20 @@ async def running(limits: Limits) -> AsyncIterator[Server]:
             )
         )
         # One connection per request in flight, so the burst is truly concurrent.
-        unbounded = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        async with httpx.AsyncClient(base_url=url, timeout=600, limits=unbounded) as client:
+        unbounded = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx2.AsyncClient(base_url=url, timeout=600, limits=unbounded) as client:
             yield Server(client, storage)
         stop.set()
 
 
-async def turn(client: httpx.AsyncClient, conversation: str, text: str) -> httpx.Response:
+async def turn(client: httpx2.AsyncClient, conversation: str, text: str) -> httpx2.Response:
     return await client.post(
         f"/agentik/conversations/{conversation}/turns",
         json={"text": text, "idempotency_key": text},
     )
 
 
-async def burst(client: httpx.AsyncClient, requests: list[tuple[str, str]]) -> Outcomes:
+async def burst(client: httpx2.AsyncClient, requests: list[tuple[str, str]]) -> Outcomes:
     """Send every (conversation, text) at once; sort the answers."""
     seen = Outcomes()
     start = trio.current_time()
@@ -137,7 +137,7 @@ async def check_store(storage: StorageBundle, seen: Outcomes, conversations: lis
         assert not set(users) & set(seen.refused[conversation])
 
 
-async def metric(client: httpx.AsyncClient, name: str) -> float:
+async def metric(client: httpx2.AsyncClient, name: str) -> float:
     for line in (await client.get("/metrics")).text.splitlines():
         if line.startswith(f"{name} "):
             return float(line.split()[1])

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -59,10 +59,10 @@ class Server:
     model: Recorder
     database: Path
 
-    def client(self, token: str | None) -> httpx.AsyncClient:
+    def client(self, token: str | None) -> httpx2.AsyncClient:
         """A client sending ``token`` (None: no Authorization header). Close it."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
+        return httpx2.AsyncClient(base_url=self.url, headers=headers, timeout=30)
 
 
 @asynccontextmanager

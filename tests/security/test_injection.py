@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -38,7 +38,7 @@ async def server(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Server]
 
 
 @pytest.fixture
-async def client(server: Server) -> AsyncIterator[httpx.AsyncClient]:
+async def client(server: Server) -> AsyncIterator[httpx2.AsyncClient]:
     async with server.client(None) as http:
         yield http
 
@@ -70,7 +70,7 @@ def a2a(message: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
 
 
-async def a2a_call(client: httpx.AsyncClient, message: dict[str, Any]) -> Any:
+async def a2a_call(client: httpx2.AsyncClient, message: dict[str, Any]) -> Any:
     response = await client.post("/a2a", json=a2a(message), headers={"A2A-Version": "1.0"})
     assert response.status_code == 200, response.text
     return response.json()
@@ -97,7 +97,7 @@ FORGED_HISTORY = [
 
 class TestAgui:
     async def test_earlier_messages_of_any_role_are_ignored(
-        self, server: Server, client: httpx.AsyncClient
+        self, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """system, developer, assistant (with tool calls) and tool messages before the
         user's, plus context, state, tools and forwardedProps: none reaches the model
@@ -122,7 +122,7 @@ class TestAgui:
 
     @pytest.mark.parametrize("role", ["system", "developer", "assistant", "tool", "activity"])
     async def test_the_last_message_must_be_the_users(
-        self, role: str, server: Server, client: httpx.AsyncClient
+        self, role: str, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """A run ending in any other role is refused with 422, before anything is
         stored or the model is asked."""
@@ -138,7 +138,7 @@ class TestAgui:
         assert server.model.requests == []
 
     async def test_a_tool_result_cannot_be_forged(
-        self, server: Server, client: httpx.AsyncClient
+        self, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """After a real tool call, a client sending a tool message with that call's id
         changes nothing: the call keeps its one real result, and the model sees it."""
@@ -166,7 +166,7 @@ class TestAgui:
         assert not any(INJECTED in content for _, content in server.model.seen())
 
     async def test_extra_fields_on_the_user_message_are_ignored(
-        self, server: Server, client: httpx.AsyncClient
+        self, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """A user message claiming a name, a toolCallId or non-text parts is still
         just its text."""
@@ -200,7 +200,7 @@ MARKERS = [
 @pytest.mark.parametrize("text", MARKERS, ids=range(len(MARKERS)))
 @pytest.mark.parametrize("transport", ["native", "agui", "a2a"])
 async def test_role_markers_in_text_stay_user_content(
-    transport: str, text: str, server: Server, client: httpx.AsyncClient
+    transport: str, text: str, server: Server, client: httpx2.AsyncClient
 ) -> None:
     """Text that looks like a role marker is stored, shown to the model and encoded
     for the Chat Completions API as one user message, byte for byte."""
@@ -233,7 +233,7 @@ async def test_role_markers_in_text_stay_user_content(
 class TestA2a:
     @pytest.mark.parametrize("role", ["ROLE_AGENT", "ROLE_SYSTEM", "system", "user", None])
     async def test_only_user_messages_are_accepted(
-        self, role: str | None, server: Server, client: httpx.AsyncClient
+        self, role: str | None, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """Any role but ROLE_USER is -32602 (invalid params); nothing is stored."""
         message: dict[str, Any] = {"messageId": "1", "parts": [{"text": INJECTED}]}
@@ -246,7 +246,7 @@ class TestA2a:
         assert await stored(server, "a1") == []
         assert server.model.requests == []
 
-    async def test_a_data_part_is_refused(self, server: Server, client: httpx.AsyncClient) -> None:
+    async def test_a_data_part_is_refused(self, server: Server, client: httpx2.AsyncClient) -> None:
         """A structured part (which could carry a message object) is -32005."""
         message = {
             "messageId": "1",
@@ -259,7 +259,7 @@ class TestA2a:
         assert await stored(server, "a2") == []
 
     async def test_continuing_a_task_is_refused(
-        self, server: Server, client: httpx.AsyncClient
+        self, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """taskId naming no task is -32001 (A2A 1.0 §3.4.2), and stores nothing: a
         follow-up only decides a task waiting for approval, it never adds text."""
@@ -274,7 +274,7 @@ class TestA2a:
         assert await stored(server, "a3") == []
 
     async def test_metadata_claiming_a_role_is_ignored(
-        self, server: Server, client: httpx.AsyncClient
+        self, server: Server, client: httpx2.AsyncClient
     ) -> None:
         """Role claims in message or part metadata, extensions and referenceTaskIds
         change nothing: the text is the user's."""
@@ -303,7 +303,7 @@ class TestNative:
         ],
     )
     async def test_only_text_and_a_key_are_accepted(
-        self, extra: dict[str, Any], server: Server, client: httpx.AsyncClient
+        self, extra: dict[str, Any], server: Server, client: httpx2.AsyncClient
     ) -> None:
         """Any field but ``text`` and ``idempotency_key`` is 422; nothing is stored."""
         response = await client.post(

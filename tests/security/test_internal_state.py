@@ -31,7 +31,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 from urllib.parse import quote
 
-import httpx
+import httpx2
 import pytest
 import trio
 from cryptography.fernet import Fernet
@@ -75,7 +75,7 @@ def _served_routes() -> list[tuple[str, str]]:
     )
 
 
-Probe = Callable[[httpx.AsyncClient, str], Awaitable[list[httpx.Response]]]
+Probe = Callable[[httpx2.AsyncClient, str], Awaitable[list[httpx2.Response]]]
 SSE = {"Accept": "text/event-stream"}
 A2A = {"A2A-Version": "1.0"}
 
@@ -88,21 +88,21 @@ def _path(template: str, cid: str) -> str:
 
 
 def _get(template: str) -> Probe:
-    async def probe(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+    async def probe(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
         return [await client.get(_path(template, cid))]
 
     return probe
 
 
 def _delete(template: str) -> Probe:
-    async def probe(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+    async def probe(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
         return [await client.delete(_path(template, cid))]
 
     return probe
 
 
 def _post(template: str, body: object) -> Probe:
-    async def probe(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+    async def probe(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
         return [await client.post(_path(template, cid), json=body)]
 
     return probe
@@ -112,7 +112,7 @@ PLANT = 'call memory_add {"text": "planted by a client"}'
 CONVERSATION = "/agentik/conversations/{conversation_id}"
 
 
-async def _turns(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+async def _turns(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
     path = _path("/agentik/conversations/{conversation_id}/turns", cid)
     return [
         await client.post(path, json={"text": PLANT}),
@@ -121,14 +121,14 @@ async def _turns(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
     ]
 
 
-async def _archive(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+async def _archive(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
     """The first note ids one by one (a list with an id that is not the
     conversation's active note is refused whole)."""
     path = _path(f"{CONVERSATION}/memory/archive", cid)
     return [await client.post(path, json={"entry_ids": [i]}) for i in range(1, 9)]
 
 
-async def _agui(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+async def _agui(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
     out = []
     for i, text in enumerate((PLANT, "what is in your memory?")):
         body = {
@@ -144,7 +144,7 @@ async def _agui(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
     return out
 
 
-async def _a2a(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+async def _a2a(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
     def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
 
@@ -212,7 +212,7 @@ PROBES: dict[tuple[str, str], Probe] = {
 }
 
 
-async def _put_skill(client: httpx.AsyncClient, cid: str) -> list[httpx.Response]:
+async def _put_skill(client: httpx2.AsyncClient, cid: str) -> list[httpx2.Response]:
     body = {"description": "a skill named like the vault", "body": "steps"}
     return [await client.put(_path("/agentik/skills/{name}", cid), json=body)]
 
@@ -266,7 +266,7 @@ async def test_no_route_reaches_the_token_vault(
         for cid in IDS:  # each conversation exists (routes answer 404 for one that does not)
             await server.storage.message_store.append(cid, Message(Role.USER, "hello"))
             await server.storage.message_store.append(cid, Message(Role.ASSISTANT, "hi"))
-        responses: list[httpx.Response] = []
+        responses: list[httpx2.Response] = []
         async with server.client(None) as client:
             for cid in IDS:
                 responses += await probe(client, cid)

@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,7 +31,7 @@ from tests.server.approval_tools import RUNS, serve_bank
 
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]
 W1 = {"call_id": "w1", "name": "bank_wire", "arguments": '{"amount": 5}'}
-Clients = Callable[[str], AbstractAsyncContextManager[httpx.AsyncClient]]
+Clients = Callable[[str], AbstractAsyncContextManager[httpx2.AsyncClient]]
 
 
 @pytest.fixture(autouse=True)
@@ -45,14 +45,14 @@ async def clients(tmp_path: Path) -> AsyncIterator[Clients]:
     backend = Backend("sqlite", tmp_path / "owners.db")
     async with serve_bank(backend, clients=OWNER_CLIENTS, auth_token=LEGACY) as url:
 
-        def client(token: str) -> AbstractAsyncContextManager[httpx.AsyncClient]:
+        def client(token: str) -> AbstractAsyncContextManager[httpx2.AsyncClient]:
             headers = {"Authorization": f"Bearer {token}"}
-            return httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
+            return httpx2.AsyncClient(base_url=url, headers=headers, timeout=30)
 
         yield client
 
 
-async def pay(client: httpx.AsyncClient, conversation: str) -> Any:
+async def pay(client: httpx2.AsyncClient, conversation: str) -> Any:
     response = await client.post(
         f"/agentik/conversations/{conversation}/turns", json={"text": "pay"}
     )
@@ -60,7 +60,7 @@ async def pay(client: httpx.AsyncClient, conversation: str) -> Any:
     return response.json()
 
 
-def swapped(response: httpx.Response, old: str, new: str) -> tuple[int, str]:
+def swapped(response: httpx2.Response, old: str, new: str) -> tuple[int, str]:
     return response.status_code, response.text.replace(old, new)
 
 

@@ -4,7 +4,7 @@ changes nothing. Real HTTP to a server on 127.0.0.1 with a real SQLite file."""
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import trio
 
 from tests.security.conftest import LEGACY, TOKENS, Server
@@ -12,7 +12,7 @@ from tests.security.conftest import LEGACY, TOKENS, Server
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]
 
 
-async def _turn(client: httpx.AsyncClient, conversation: str, text: str) -> None:
+async def _turn(client: httpx2.AsyncClient, conversation: str, text: str) -> None:
     reply = await client.post(f"/agentik/conversations/{conversation}/turns", json={"text": text})
     assert reply.status_code == 200, reply.text
 

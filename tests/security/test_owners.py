@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 from a2a.client import ClientConfig, create_client
@@ -35,7 +35,7 @@ from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS, Server, start
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]
 
 
-async def turn(client: httpx.AsyncClient, conversation: str, text: str, **extra: Any) -> Any:
+async def turn(client: httpx2.AsyncClient, conversation: str, text: str, **extra: Any) -> Any:
     response = await client.post(
         f"/agentik/conversations/{conversation}/turns", json={"text": text, **extra}
     )
@@ -43,7 +43,7 @@ async def turn(client: httpx.AsyncClient, conversation: str, text: str, **extra:
     return response.json()
 
 
-def swapped(response: httpx.Response, old: str, new: str) -> tuple[int, str]:
+def swapped(response: httpx2.Response, old: str, new: str) -> tuple[int, str]:
     """Status and body with one id replaced by another, to compare two refusals."""
     return response.status_code, response.text.replace(old, new)
 
@@ -227,7 +227,7 @@ class TestTokens:
             {"Authorization": ALICE},
         ]
         for headers in near_misses:
-            async with httpx.AsyncClient(base_url=owners.url, headers=headers) as client:
+            async with httpx2.AsyncClient(base_url=owners.url, headers=headers) as client:
                 for path in ("/agentik/conversations", "/metrics"):
                     response = await client.get(path)
                     assert response.status_code == 401, (headers, path)
@@ -241,7 +241,7 @@ class TestTokens:
         # RFC 9110 §11.1: the scheme is case-insensitive; 1*SP before the token.
         for value in (f"bearer {ALICE}", f"BEARER {ALICE}", f"bEaReR   {ALICE}"):
             headers = {"Authorization": value}
-            async with httpx.AsyncClient(base_url=owners.url, headers=headers) as client:
+            async with httpx2.AsyncClient(base_url=owners.url, headers=headers) as client:
                 assert (await client.get("/agentik/conversations")).status_code == 200, value
 
     def test_authenticator_maps_each_token_to_its_owner(self) -> None:
@@ -323,7 +323,7 @@ def rpc(method: str, params: dict[str, Any], request_id: int = 1) -> dict[str, A
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
 
-async def call(client: httpx.AsyncClient, method: str, params: dict[str, Any]) -> Any:
+async def call(client: httpx2.AsyncClient, method: str, params: dict[str, Any]) -> Any:
     response = await client.post("/a2a", json=rpc(method, params), headers={"A2A-Version": "1.0"})
     assert response.status_code == 200, response.text
     return response.json()

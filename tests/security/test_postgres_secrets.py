@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import quote, quote_from_bytes
 
-import httpx
+import httpx2
 import psycopg
 import pytest
 import trio
@@ -237,7 +237,7 @@ async def serve_and_look(dsn: str) -> list[str]:
     seen: list[str] = []
     async with trio.open_nursery() as nursery:
         url = await nursery.start(partial(serve_agentik, config, shutdown_trigger=stop.wait))
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             turn = await client.post("/agentik/conversations/c/turns", json={"text": "hi"})
             assert turn.status_code == 200, turn.text
             health = await client.get("/health")
@@ -293,7 +293,7 @@ async def serve_process(dsn: str, tmp_path: Path) -> tuple[int, str, list[str]]:
                 return await process.wait(), output.decode(), seen
             output += chunk
     url = output.split(b"serving url=")[1].split()[0].decode()
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
         turn = await client.post("/agentik/conversations/c/turns", json={"text": "hi"})
         assert turn.status_code == 200, turn.text
         health = await client.get("/health")

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -80,7 +80,7 @@ api_key_env = "PLANTED_KEY"
 ENV = {"PLANTED_KEY": KEY, "ALICE_TOKEN": ALICE}
 
 
-def shown(response: httpx.Response) -> str:
+def shown(response: httpx2.Response) -> str:
     return f"{response.status_code} {dict(response.headers)} {response.text}"
 
 
@@ -104,7 +104,7 @@ async def drive(url: str, *, turns: bool = True) -> list[str]:
     seen: list[str] = []
     a2a = {"A2A-Version": "1.0"}
     sse = {"Accept": "text/event-stream"}
-    async with httpx.AsyncClient(
+    async with httpx2.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=30
     ) as alice:
         turn = "/agentik/conversations/c1/turns"
@@ -132,7 +132,7 @@ async def drive(url: str, *, turns: bool = True) -> list[str]:
         seen.append(shown(await alice.post(turn, content=b"{not json")))
         seen.append(shown(await alice.post(turn, json={"text": 5})))
     for token in (KEY, f"{ALICE}x", LEGACY[:-1]):
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {token}"}
         ) as stranger:
             refused = await stranger.get("/agentik/conversations")
@@ -211,7 +211,7 @@ async def test_the_subprocess_logs_no_secret(tmp_path: Path, nursery: trio.Nurse
             assert chunk, output.decode()
             output += chunk
     url = output.split(b"serving url=")[1].split()[0].decode()
-    async with httpx.AsyncClient(
+    async with httpx2.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=30
     ) as alice:
         failed = await alice.post("/agentik/conversations/c/turns", json={"text": "hi"})
@@ -219,7 +219,7 @@ async def test_the_subprocess_logs_no_secret(tmp_path: Path, nursery: trio.Nurse
         assert "Bearer ***" in failed.text
         assert_clean("the 502 answer", failed.text)
         assert (await alice.get("/health")).status_code == 200
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as c:
+    async with httpx2.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as c:
         assert (await c.get("/metrics")).status_code == 401
     process.send_signal(signal.SIGTERM)
     with trio.fail_after(30):
@@ -302,7 +302,7 @@ class TestModelErrors:
     """The model's own errors, for credentials a server never sees but a user sets."""
 
     async def test_a_key_with_a_newline(self, nursery: trio.Nursery) -> None:
-        """A key read with its trailing newline makes httpx refuse the header and quote
+        """A key read with its trailing newline makes httpx2 refuse the header and quote
         it; the error still does not show the key."""
         backend = EchoBackend()
         await backend.start(nursery)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -111,7 +111,7 @@ async def serve_and_drive(backend: DripBackend, folder: Path) -> Shown:
                 done.set()
 
         url = await nursery.start(run)
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             native_sse = await client.post(TURNS, json={"text": "hello"}, headers=SSE)
             agui = await client.post("/agui", json=agui_input("t1"), headers=SSE)
             a2a = await client.post("/a2a", json=a2a_stream_request(), headers={**A2A, **SSE})

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
+import httpx2
 import trio
 from a2a.client import Client, ClientConfig, create_client
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse
@@ -106,7 +106,7 @@ class Script:
 @attrs.frozen
 class Served:
     url: str
-    raw: httpx.AsyncClient
+    raw: httpx2.AsyncClient
     sdk: Client
     script: Script
     storage: StorageBundle
@@ -166,8 +166,8 @@ async def serving(
             )
         )
         async with (
-            httpx.AsyncClient(base_url=url, timeout=GUARD_SECONDS) as raw,
-            httpx.AsyncClient(timeout=GUARD_SECONDS, headers=headers) as for_sdk,
+            httpx2.AsyncClient(base_url=url, timeout=GUARD_SECONDS) as raw,
+            httpx2.AsyncClient(timeout=GUARD_SECONDS, headers=headers) as for_sdk,
         ):
             sdk = await create_client(
                 url, client_config=ClientConfig(streaming=streaming, httpx_client=for_sdk)
@@ -180,7 +180,7 @@ async def serving(
                 stop.set()
 
 
-def rpc_reply(response: httpx.Response) -> dict[str, Any]:
+def rpc_reply(response: httpx2.Response) -> dict[str, Any]:
     """The reply of a JSON-RPC call: the JSON body, or, for a stream refused
     before its first event, the stream's one ``error`` event."""
     if not response.headers["content-type"].startswith("text/event-stream"):

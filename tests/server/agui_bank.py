@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import trio
 
 from agentik import ModelRequest, ModelResponse, Role, ScriptedModel
@@ -73,9 +73,9 @@ class Served:
     url: str
     database: Path
 
-    def client(self, owner: str | None = None) -> httpx.AsyncClient:
+    def client(self, owner: str | None = None) -> httpx2.AsyncClient:
         headers = {"Authorization": f"Bearer {TOKENS[owner]}"} if owner else {}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
+        return httpx2.AsyncClient(base_url=self.url, headers=headers, timeout=30)
 
 
 @asynccontextmanager

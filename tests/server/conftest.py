@@ -1,6 +1,6 @@
 """Servers started in-process on a free 127.0.0.1 port, on a real SQLite file.
 
-Every test talks HTTP to them through a real client (httpx, the a2a-sdk, the
+Every test talks HTTP to them through a real client (httpx2, the a2a-sdk, the
 AG-UI models); nothing is mocked. The server runs in the test's nursery and
 is cancelled at teardown.
 """
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -24,7 +24,7 @@ TOOLSETS = ("tests.server.sample_toolsets:clock",)
 @attrs.frozen
 class Running:
     url: str
-    client: httpx.AsyncClient
+    client: httpx2.AsyncClient
     config: ServerConfig
     stop: trio.Event
 
@@ -44,7 +44,7 @@ async def start_server(
     url = await nursery.start(
         lambda task_status: serve_agentik(config, shutdown_trigger=trigger, task_status=task_status)
     )
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
         yield Running(url=url, client=client, config=config, stop=stop)
     stop.set()
 

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 from a2a.client import Client as A2AClient
 from a2a.client import ClientConfig, create_client
@@ -78,12 +78,12 @@ async def serve_web(
             stop.set()
 
 
-def client(url: str, owner: str | None = None) -> httpx.AsyncClient:
+def client(url: str, owner: str | None = None) -> httpx2.AsyncClient:
     headers = {"Authorization": f"Bearer {TOKENS[owner]}"} if owner else {}
-    return httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
+    return httpx2.AsyncClient(base_url=url, headers=headers, timeout=30)
 
 
-async def asked(http: httpx.AsyncClient, cid: str) -> list[dict[str, object]]:
+async def asked(http: httpx2.AsyncClient, cid: str) -> list[dict[str, object]]:
     """``GET …/elicitations`` until a question waits (it comes over HTTP from the
     MCP server, so a short real-time poll)."""
     while True:
@@ -96,7 +96,7 @@ async def asked(http: httpx.AsyncClient, cid: str) -> list[dict[str, object]]:
 @asynccontextmanager
 async def a2a_client(url: str, *, streaming: bool = False) -> AsyncIterator[A2AClient]:
     """An a2a-sdk client of the server at ``url``."""
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         sdk = await create_client(
             url, client_config=ClientConfig(streaming=streaming, httpx_client=http)
         )

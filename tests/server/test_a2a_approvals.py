@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 from a2a.types import (
@@ -488,7 +488,7 @@ async def test_shutdown_ends_a_subscription_to_a_paused_task(tmp_path: Path) -> 
     frames: list[dict[str, Any]] = []
     subscribed = trio.Event()
     with trio.fail_after(15):  # well under graceful_timeout
-        async with httpx.AsyncClient(timeout=GUARD_SECONDS) as raw, trio.open_nursery() as nursery:
+        async with httpx2.AsyncClient(timeout=GUARD_SECONDS) as raw, trio.open_nursery() as nursery:
             async with serving(tmp_path / "a.db", limits=Limits(graceful_timeout=30)) as served:
                 task = await send(served, user_message("pay 1", "m1", "ctx"))
                 body = {

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import apsw
-import httpx
+import httpx2
 import trio
 from a2a.client import Client, ClientConfig, create_client
 from a2a.types import (
@@ -278,7 +278,7 @@ async def test_a_task_whose_client_left_reports_how_its_turn_ended(tmp_path: Pat
     }
     path = tmp_path / "agentik.db"
     async with serving(path, model=ScriptedModel(failing)) as (client, _):
-        async with httpx.AsyncClient(timeout=GUARD_SECONDS) as raw:
+        async with httpx2.AsyncClient(timeout=GUARD_SECONDS) as raw:
             url = f"{served_url(client)}/a2a"
             with trio.move_on_after(GUARD_SECONDS) as left:
                 async with trio.open_nursery() as nursery:

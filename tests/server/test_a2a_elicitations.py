@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import trio
 from a2a.client import Client as A2AClient
 from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, Task, TaskState
@@ -65,7 +65,7 @@ async def _rpc(url: str, task_id: str, data: Any) -> dict[str, Any]:
         "taskId": task_id,
     }
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
-    async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as raw:
         response = await raw.post("/a2a", json=body, headers=A2A_1)
     assert response.status_code == 200, response.text
     reply: dict[str, Any] = response.json()
@@ -152,7 +152,7 @@ async def test_cancelling_a_task_that_asks_cancels_its_turn(mcp_url: str, tmp_pa
             with trio.fail_after(5):  # far below the question's own 120 s timeout
                 canceled = await sdk.cancel_task(CancelTaskRequest(id=task.id))
             assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-            async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+            async with httpx2.AsyncClient(base_url=url, timeout=30) as raw:
                 while True:
                     got = await sdk.get_task(GetTaskRequest(id=task.id))
                     if got.status.state not in (INPUT_REQUIRED, WORKING):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 from hypothesis import given, settings
@@ -89,7 +89,7 @@ class CountingStore:
 
 @attrs.frozen
 class Served:
-    client: httpx.AsyncClient
+    client: httpx2.AsyncClient
     store: CountingStore
     task_ids: list[str]
 
@@ -116,7 +116,7 @@ async def three_thousand(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator
                 config, storage=counted, shutdown_trigger=stop.wait, task_status=task_status
             )
         )
-        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=60) as client:
             yield Served(client, store, task_ids)
         stop.set()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 from ag_ui.core import CustomEvent, EventType, RunAgentInput, UserMessage
@@ -38,7 +38,7 @@ def _run_input(thread: str, text: str) -> dict[str, Any]:
     return run.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-async def _run_answering(http: httpx.AsyncClient, answer: dict[str, Any]) -> list[Any]:
+async def _run_answering(http: httpx2.AsyncClient, answer: dict[str, Any]) -> list[Any]:
     """One AG-UI run of a booking: answer the question the stream announces with
     ``answer`` (the native route), read the run to its end; its events, checked."""
     async with http.stream(

@@ -236,7 +236,7 @@ class TestRefusedBeforeTheBody:
         self, server: Running, head: bytes, status: bytes
     ) -> None:
         """A refusal sent before the request body arrived ended the connection
-        without saying so, and a client reusing it (the fuzz's httpx) got
+        without saying so, and a client reusing it (the fuzz's httpx2) got
         'Server disconnected'. Now it says ``Connection: close``."""
         if b"chunked" in head:
             head = head.replace(b"/agui", b"/agui%FF")

@@ -18,7 +18,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -61,7 +61,7 @@ async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
             for _ in range(count - 1)
         ]
         try:
-            async with httpx.AsyncClient(follow_redirects=True, timeout=30) as client:
+            async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
 
                 async def sender(conversation: str, turns: range) -> None:
                     nonlocal redirected
@@ -113,7 +113,7 @@ async def test_a_killed_node_loses_nothing_and_its_conversations_move(
         ]
         dead: list[Node] = []
         try:
-            async with httpx.AsyncClient(follow_redirects=True, timeout=30) as client:
+            async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
                 load = Load(nodes, client)
                 async with trio.open_nursery() as senders:
                     for conversation in conversations:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -47,7 +47,7 @@ async def owners(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Server]
         yield server
 
 
-async def turn(client: httpx.AsyncClient, conversation: str, text: str) -> httpx.Response:
+async def turn(client: httpx2.AsyncClient, conversation: str, text: str) -> httpx2.Response:
     return await client.post(f"/agentik/conversations/{conversation}/turns", json={"text": text})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -55,7 +55,7 @@ async def test_an_embedding_program_passes_its_tools_as_objects(
         )
     )
     turns = "/agentik/conversations/c/turns"
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
         said = [
             (await client.post(turns, json={"text": text})).json()["text"]
             for text in (

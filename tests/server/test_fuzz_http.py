@@ -14,7 +14,7 @@ path ids with percent-encoded invalid UTF-8.
 One real server (``serve_agentik`` on 127.0.0.1, a SQLite file, a scripted model that
 answers every turn) serves the whole module. pytest-trio runs each async test
 in its own event loop, so the server runs in a thread with its own
-``trio.run``; the tests are synchronous and talk to it with ``httpx.Client``.
+``trio.run``; the tests are synchronous and talk to it with ``httpx2.Client``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, cast
 from urllib.parse import quote
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -85,7 +85,7 @@ def answer(request: ModelRequest) -> ModelResponse:
 @attrs.frozen
 class Server:
     url: str
-    client: httpx.Client
+    client: httpx2.Client
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if "url" not in found:
         raise RuntimeError(f"the fuzz server did not start: {found.get('error')!r}")
     try:
-        with httpx.Client(base_url=found["url"], timeout=60) as client:
+        with httpx2.Client(base_url=found["url"], timeout=60) as client:
             yield Server(found["url"], client)
     finally:
         token, stop = found["stop"]
@@ -153,7 +153,7 @@ def test_the_route_table_is_complete() -> None:
 # --- what a response must look like ----------------------------------------------------
 
 
-def check_response(response: httpx.Response) -> None:
+def check_response(response: httpx2.Response) -> None:
     """No undocumented 5xx; errors are ``{"error": {"code", "message"}}``; JSON
     parses; every SSE frame is one JSON object and the stream ends properly."""
     status = response.status_code
@@ -195,14 +195,14 @@ def check_response(response: httpx.Response) -> None:
         assert response.request.url.path in ("/metrics", "/health"), kind
 
 
-def metrics(client: httpx.Client) -> dict[str, str]:
+def metrics(client: httpx2.Client) -> dict[str, str]:
     text = client.get("/metrics").text
     return dict(
         line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
     )
 
 
-def assert_still_serving(client: httpx.Client) -> None:
+def assert_still_serving(client: httpx2.Client) -> None:
     """After the fuzz: healthy, a valid turn runs, and nothing failed or crashed."""
     assert client.get("/health").json()["status"] == "ok"
     reply = client.post("/agentik/conversations/after-fuzz/turns", json={"text": "still there?"})
@@ -218,7 +218,7 @@ SENT: list[int] = []
 
 
 def send(
-    client: httpx.Client,
+    client: httpx2.Client,
     method: str,
     path: str,
     *,

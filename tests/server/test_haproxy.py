@@ -12,7 +12,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -101,7 +101,9 @@ async def _turns_through_the_balancer(
             nursery, [n.url for n in nodes], tmp_path, balance=balance
         )
         try:
-            async with httpx.AsyncClient(base_url=url, follow_redirects=True, timeout=30) as client:
+            async with httpx2.AsyncClient(
+                base_url=url, follow_redirects=True, timeout=30
+            ) as client:
 
                 async def sender(conversation: str) -> None:
                     nonlocal redirected

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from agentik._config import ServerConfig
@@ -27,19 +27,19 @@ from tests.storage.vfs_faults import readonly_vfs as readonly_vfs
 
 
 @asynccontextmanager
-async def serving(storage: StorageBundle, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def serving(storage: StorageBundle, tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
     config = ServerConfig(port=0, database=str(tmp_path / "unused.db"))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         url = await nursery.start(
             partial(serve_agentik, config, storage=storage, shutdown_trigger=stop.wait)
         )
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             yield client
         stop.set()
 
 
-async def turn(client: httpx.AsyncClient, conversation: str) -> httpx.Response:
+async def turn(client: httpx2.AsyncClient, conversation: str) -> httpx2.Response:
     return await client.post(f"/agentik/conversations/{conversation}/turns", json={"text": "hi"})
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import apsw
 import attrs
-import httpx
+import httpx2
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -130,14 +130,14 @@ def test_checks_are_bounded_single_flight_and_spaced(
 
 
 @asynccontextmanager
-async def serving(storage: StorageBundle, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def serving(storage: StorageBundle, tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
     config = ServerConfig(port=0, database=str(tmp_path / "unused.db"))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         url = await nursery.start(
             partial(serve_agentik, config, storage=storage, shutdown_trigger=stop.wait)
         )
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             yield client
         stop.set()
 
@@ -157,7 +157,7 @@ async def test_a_writer_stuck_behind_another_writer_is_degraded_in_time(tmp_path
         other = apsw.Connection(str(path))
         other.execute("BEGIN IMMEDIATE")
         async with trio.open_nursery() as nursery:
-            turned: list[httpx.Response] = []
+            turned: list[httpx2.Response] = []
 
             async def turn() -> None:
                 turned.append(

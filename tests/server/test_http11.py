@@ -5,7 +5,7 @@ the app does not read, a client that leaves, app failures, the lifespan
 protocol, and bytes h11 cannot parse (400 or 431, and the server stays up).
 
 A real server on 127.0.0.1 in the test's trio run, an echo app, and real
-clients: httpx, or a raw socket whose bytes the test writes itself. Time is
+clients: httpx2, or a raw socket whose bytes the test writes itself. Time is
 trio's mock clock (it jumps after 50 ms of real idleness).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 import h11
-import httpx
+import httpx2
 import pytest
 import trio
 import trio.testing
@@ -184,8 +184,8 @@ CLOSE = b"Connection: close\r\n"
 async def test_requests_on_one_keep_alive_connection(
     server: Running, clock: trio.testing.MockClock
 ) -> None:
-    """httpx reuses the connection: every request comes from the same port."""
-    async with httpx.AsyncClient(base_url=server.url) as client:
+    """httpx2 reuses the connection: every request comes from the same port."""
+    async with httpx2.AsyncClient(base_url=server.url) as client:
         for i in range(5):
             response = await client.post("/echo", content=b"x" * i)
             assert (response.status_code, response.content) == (200, b"%d:%s" % (i, b"x" * i))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from tests.cluster import RecordingModel, owner_url, start_node, stop_nodes
@@ -27,7 +27,7 @@ async def test_delete_on_a_node_that_does_not_own_it_redirects_to_the_owner(
         ]
         try:
             with trio.fail_after(60):
-                async with httpx.AsyncClient(timeout=30) as client:
+                async with httpx2.AsyncClient(timeout=30) as client:
                     path = "/agentik/conversations/d1"
                     turn = await client.post(f"{nodes[0].url}{path}/turns", json={"text": "d1 0"})
                     assert turn.status_code == 200, turn.text

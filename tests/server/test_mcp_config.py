@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -45,7 +45,7 @@ args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
         )
     )
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             health = (await client.get("/health")).json()
             assert health["status"] == "ok"
             assert health["mcp"][0]["name"] == "time"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from agentik import ModelResponse, ScriptedModel, TokenUsage
@@ -43,7 +43,7 @@ async def test_token_counters_follow_the_model_usage(tmp_path: Path) -> None:
         url = await nursery.start(
             lambda task_status: serve_agentik(config, model=model, task_status=task_status)
         )
-        async with httpx.AsyncClient(base_url=url) as client:
+        async with httpx2.AsyncClient(base_url=url) as client:
             for text in ("one", "two"):
                 reply = await client.post("/agentik/conversations/c/turns", json={"text": text})
                 assert reply.status_code == 200

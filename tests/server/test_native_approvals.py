@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from agentik import Message, Role, ToolCall
@@ -37,22 +37,22 @@ def _clear_runs() -> None:
 
 
 @asynccontextmanager
-async def serving(backend: Backend) -> AsyncIterator[httpx.AsyncClient]:
+async def serving(backend: Backend) -> AsyncIterator[httpx2.AsyncClient]:
     """A client of a server on ``backend`` (``serve_bank``), until the block ends."""
     async with (
         serve_bank(backend) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as client,
+        httpx2.AsyncClient(base_url=url, timeout=30) as client,
     ):
         yield client
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def client(tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
     async with serving(Backend("sqlite", tmp_path / "db")) as client:
         yield client
 
 
-async def turn(client: httpx.AsyncClient, cid: str, text: str, **extra: Any) -> Any:
+async def turn(client: httpx2.AsyncClient, cid: str, text: str, **extra: Any) -> Any:
     response = await client.post(
         f"/agentik/conversations/{cid}/turns", json={"text": text, **extra}
     )
@@ -60,17 +60,19 @@ async def turn(client: httpx.AsyncClient, cid: str, text: str, **extra: Any) -> 
     return response.json()
 
 
-async def decide(client: httpx.AsyncClient, cid: str, call_id: str, **body: Any) -> httpx.Response:
+async def decide(
+    client: httpx2.AsyncClient, cid: str, call_id: str, **body: Any
+) -> httpx2.Response:
     return await client.post(f"/agentik/conversations/{cid}/approvals/{call_id}", json=body)
 
 
-async def pending(client: httpx.AsyncClient, cid: str) -> Any:
+async def pending(client: httpx2.AsyncClient, cid: str) -> Any:
     response = await client.get(f"/agentik/conversations/{cid}/approvals")
     assert response.status_code == 200, response.text
     return response.json()
 
 
-async def history(client: httpx.AsyncClient, cid: str) -> list[Message]:
+async def history(client: httpx2.AsyncClient, cid: str) -> list[Message]:
     body = (await client.get(f"/agentik/conversations/{cid}/messages")).json()
     return [
         Message(
@@ -85,7 +87,7 @@ async def history(client: httpx.AsyncClient, cid: str) -> list[Message]:
 
 
 class TestTheTurnJson:
-    async def test_a_finished_turn_says_finished(self, client: httpx.AsyncClient) -> None:
+    async def test_a_finished_turn_says_finished(self, client: httpx2.AsyncClient) -> None:
         body = await turn(client, "c", "hello")
         assert (body["status"], body["approvals"], body["text"]) == (
             "finished",
@@ -118,7 +120,7 @@ class TestTheTurnJson:
             assert_valid_history(await history(client, "c"))
 
     async def test_the_streamed_turn_finished_frame_carries_the_status(
-        self, client: httpx.AsyncClient
+        self, client: httpx2.AsyncClient
     ) -> None:
         response = await client.post(
             "/agentik/conversations/s/turns", json={"text": "pay and look"}, headers=SSE
@@ -133,7 +135,7 @@ class TestTheTurnJson:
         assert RUNS == ["balance"]
 
     async def test_a_call_with_invalid_arguments_is_never_asked_about(
-        self, client: httpx.AsyncClient
+        self, client: httpx2.AsyncClient
     ) -> None:
         """Its result is the schema's error at once; the turn finishes (or waits
         only for the valid calls), and no listing ever shows it."""
@@ -162,7 +164,7 @@ class TestTheTurnJson:
         for cid in ("c", "d", "s"):
             assert_valid_history(await history(client, cid))
 
-    async def test_a_denied_call_never_runs(self, client: httpx.AsyncClient) -> None:
+    async def test_a_denied_call_never_runs(self, client: httpx2.AsyncClient) -> None:
         await turn(client, "c", "pay")
         done = (await decide(client, "c", "w1", approve=False, reason="too much")).json()
         assert (done["status"], done["text"]) == ("finished", "denied: too much")
@@ -170,7 +172,7 @@ class TestTheTurnJson:
         assert RUNS == []
 
     async def test_each_decision_answers_the_turn_as_it_stands(
-        self, client: httpx.AsyncClient
+        self, client: httpx2.AsyncClient
     ) -> None:
         paused = await turn(client, "c", "pay twice")
         assert paused["approvals"] == [W1, W2]
@@ -182,7 +184,7 @@ class TestTheTurnJson:
         assert (done["status"], done["text"]) == ("finished", "denied | sent 5")
         assert RUNS == ["wire 5"]
 
-    async def test_a_new_message_denies_what_waits(self, client: httpx.AsyncClient) -> None:
+    async def test_a_new_message_denies_what_waits(self, client: httpx2.AsyncClient) -> None:
         await turn(client, "c", "pay")
         assert (await turn(client, "c", "never mind"))["status"] == "finished"
         assert (await pending(client, "c"))["approvals"] == []
@@ -216,7 +218,7 @@ async def test_a_waiting_call_survives_a_restart(backend: str, tmp_path: Path) -
 
 
 class TestErrors:
-    async def test_a_call_that_does_not_wait_is_404(self, client: httpx.AsyncClient) -> None:
+    async def test_a_call_that_does_not_wait_is_404(self, client: httpx2.AsyncClient) -> None:
         await turn(client, "c", "pay")
         response = await decide(client, "c", "nope", approve=True)
         assert response.status_code == 404
@@ -227,7 +229,7 @@ class TestErrors:
         assert (await pending(client, "c"))["approvals"] == [W1], "nothing changed"
 
     async def test_the_other_decision_is_409_the_same_one_a_no_op(
-        self, client: httpx.AsyncClient
+        self, client: httpx2.AsyncClient
     ) -> None:
         await turn(client, "c", "pay")
         done = await decide(client, "c", "w1", approve=True)
@@ -241,7 +243,7 @@ class TestErrors:
         }
         assert RUNS == ["wire 5"]
 
-    async def test_an_unknown_conversation_is_404(self, client: httpx.AsyncClient) -> None:
+    async def test_an_unknown_conversation_is_404(self, client: httpx2.AsyncClient) -> None:
         listed = await client.get("/agentik/conversations/nope/approvals")
         decided = await decide(client, "nope", "w1", approve=True)
         for response in (listed, decided):
@@ -253,7 +255,7 @@ class TestErrors:
         assert (await client.get("/agentik/conversations")).json()["conversations"] == []
 
     async def test_a_model_failure_after_approval_is_a_failed_turn(
-        self, client: httpx.AsyncClient
+        self, client: httpx2.AsyncClient
     ) -> None:
         await turn(client, "c", "pay then fail")
         response = await decide(client, "c", "w1", approve=True)
@@ -289,7 +291,7 @@ class TestErrors:
         ],
     )
     async def test_a_bad_body_is_refused_and_changes_nothing(
-        self, client: httpx.AsyncClient, body: bytes, status: int, code: str, message: str
+        self, client: httpx2.AsyncClient, body: bytes, status: int, code: str, message: str
     ) -> None:
         await turn(client, "c", "pay")
         response = await client.post(
@@ -304,14 +306,14 @@ class TestErrors:
         assert (await pending(client, "c"))["approvals"] == [W1]
         assert RUNS == []
 
-    async def test_a_bad_call_id_is_422(self, client: httpx.AsyncClient) -> None:
+    async def test_a_bad_call_id_is_422(self, client: httpx2.AsyncClient) -> None:
         await turn(client, "c", "pay")
         response = await decide(client, "c", "x" * 201, approve=True)
         assert response.status_code == 422
         assert response.json()["error"]["message"].startswith("call id must be 1..200")
         assert (await pending(client, "c"))["approvals"] == [W1]
 
-    async def test_only_post_decides(self, client: httpx.AsyncClient) -> None:
+    async def test_only_post_decides(self, client: httpx2.AsyncClient) -> None:
         await turn(client, "c", "pay")
         response = await client.get("/agentik/conversations/c/approvals/w1")
         assert response.status_code == 405
@@ -319,7 +321,7 @@ class TestErrors:
 
 
 async def test_the_log_says_what_became_of_each_turn_and_decision(
-    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+    client: httpx2.AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``outcome=awaiting_approval`` for a paused turn; one ``decision`` line per
     decision, in the turn log's vocabulary; no body text in either."""

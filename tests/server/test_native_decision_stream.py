@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from tests.reliability.helpers import Backend
@@ -20,29 +20,29 @@ SSE = {"Accept": "text/event-stream"}
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def client(tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
     RUNS.clear()
     async with (
         serve_bank(Backend("sqlite", tmp_path / "db")) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as client,
+        httpx2.AsyncClient(base_url=url, timeout=30) as client,
     ):
         yield client
 
 
-async def paused(client: httpx.AsyncClient, text: str) -> Any:
+async def paused(client: httpx2.AsyncClient, text: str) -> Any:
     response = await client.post("/agentik/conversations/c/turns", json={"text": text})
     assert response.json()["status"] == "awaiting_approval", response.text
     return response.json()
 
 
-async def streamed(client: httpx.AsyncClient, call_id: str, **body: Any) -> httpx.Response:
+async def streamed(client: httpx2.AsyncClient, call_id: str, **body: Any) -> httpx2.Response:
     return await client.post(
         f"/agentik/conversations/c/approvals/{call_id}", json=body, headers=SSE
     )
 
 
 async def test_an_approved_call_streams_its_run_and_the_answer(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
 ) -> None:
     await paused(client, "pay")
     response = await streamed(client, "w1", approve=True)
@@ -59,7 +59,7 @@ async def test_an_approved_call_streams_its_run_and_the_answer(
     assert RUNS == ["wire 5"]
 
 
-async def test_a_denied_call_streams_its_result(client: httpx.AsyncClient) -> None:
+async def test_a_denied_call_streams_its_result(client: httpx2.AsyncClient) -> None:
     await paused(client, "pay")
     frames = parse_sse((await streamed(client, "w1", approve=False, reason="no")).text)
     assert frames[0]["type"] == "tool_call_finished"
@@ -69,7 +69,7 @@ async def test_a_denied_call_streams_its_result(client: httpx.AsyncClient) -> No
 
 
 async def test_the_first_of_two_decisions_streams_the_turn_still_waiting(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
 ) -> None:
     await paused(client, "pay twice")
     frames = parse_sse((await streamed(client, "w1", approve=True)).text)
@@ -86,7 +86,7 @@ async def test_the_first_of_two_decisions_streams_the_turn_still_waiting(
     ],
 )
 async def test_a_decision_not_taken_is_refused_before_any_frame(
-    client: httpx.AsyncClient, call_id: str, body: dict[str, Any], status: int, code: str
+    client: httpx2.AsyncClient, call_id: str, body: dict[str, Any], status: int, code: str
 ) -> None:
     await paused(client, "pay twice")
     assert (await streamed(client, "w1", approve=True)).status_code == 200

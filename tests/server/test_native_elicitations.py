@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -28,12 +28,12 @@ def _tool_result(turn: dict[str, Any]) -> str:
     return next(m["content"] for m in turn["messages"] if m["role"] == "tool")
 
 
-async def _booking(http: httpx.AsyncClient, cid: str, results: list[Any]) -> None:
+async def _booking(http: httpx2.AsyncClient, cid: str, results: list[Any]) -> None:
     response = await http.post(f"/agentik/conversations/{cid}/turns", json={"text": "please book"})
     results.append(response)
 
 
-async def _answer(http: httpx.AsyncClient, cid: str, eid: str, **body: Any) -> httpx.Response:
+async def _answer(http: httpx2.AsyncClient, cid: str, eid: str, **body: Any) -> httpx2.Response:
     return await http.post(f"/agentik/conversations/{cid}/elicitations/{eid}", json=body)
 
 
@@ -41,7 +41,7 @@ class TestNativeElicitations:
     async def test_a_question_is_listed_and_answered(self, mcp_url: str, tmp_path: Path) -> None:
         with trio.fail_after(LIMIT):
             async with serve_web(mcp_url, tmp_path) as url, client(url) as http:
-                results: list[httpx.Response] = []
+                results: list[httpx2.Response] = []
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_booking, http, "c", results)
                     (question,) = await asked(http, "c")
@@ -64,7 +64,7 @@ class TestNativeElicitations:
         a malformed body, 404 for a question that does not wait; then a decline."""
         with trio.fail_after(LIMIT):
             async with serve_web(mcp_url, tmp_path) as url, client(url) as http:
-                results: list[httpx.Response] = []
+                results: list[httpx2.Response] = []
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_booking, http, "c", results)
                     (question,) = await asked(http, "c")
@@ -96,7 +96,7 @@ class TestNativeElicitations:
                 client(url, "alice") as alice,
                 client(url, "bob") as bob,
             ):
-                results: list[httpx.Response] = []
+                results: list[httpx2.Response] = []
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_booking, alice, "c", results)
                     (question,) = await asked(alice, "c")

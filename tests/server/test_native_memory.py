@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import cast
 
-import httpx
+import httpx2
 import pytest
 import trio
 from hypothesis import given, settings
@@ -46,7 +46,7 @@ async def served(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Server]
         yield server
 
 
-async def add_notes(client: httpx.AsyncClient, cid: str, *texts: str) -> list[int]:
+async def add_notes(client: httpx2.AsyncClient, cid: str, *texts: str) -> list[int]:
     """Notes added by the model (the demo model calls ``memory_add``); their ids."""
     for text in texts:
         response = await client.post(
@@ -420,7 +420,7 @@ async def test_a_backend_without_the_readers_answers_501(nursery: trio.Nursery) 
         )
     )
     try:
-        async with httpx.AsyncClient(base_url=url) as client:
+        async with httpx2.AsyncClient(base_url=url) as client:
             await client.post("/agentik/conversations/c/turns", json={"text": "hi"})
             for path, what in (("summaries", "summaries"), ("memory/archived", "archived notes")):
                 response = await client.get(f"/agentik/conversations/c/{path}")

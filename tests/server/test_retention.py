@@ -172,7 +172,7 @@ class _CannotDelete:
 async def test_storage_that_cannot_delete_is_refused_clearly(tmp_path: Path) -> None:
     """retention_days on such storage: the server starts (a warning, no task);
     DELETE and export answer 501, not a 500 from a TypeError."""
-    import httpx
+    import httpx2
 
     bundle = in_memory_storage()
     storage = attrs.evolve(bundle, message_store=_CannotDelete(bundle.message_store))
@@ -189,7 +189,7 @@ async def test_storage_that_cannot_delete_is_refused_clearly(tmp_path: Path) -> 
                     task_status=task_status,
                 )
             )
-            async with httpx.AsyncClient(base_url=url) as client:
+            async with httpx2.AsyncClient(base_url=url) as client:
                 turn = await client.post("/agentik/conversations/c/turns", json={"text": "hi"})
                 assert turn.status_code == 200, turn.text
                 deleted = await client.delete("/agentik/conversations/c")

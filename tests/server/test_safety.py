@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 
@@ -104,7 +104,7 @@ class TestAuth:
 
 
 async def _post_into(
-    client: httpx.AsyncClient, sink: trio.MemorySendChannel[httpx.Response]
+    client: httpx2.AsyncClient, sink: trio.MemorySendChannel[httpx2.Response]
 ) -> None:
     await sink.send(await client.post(TURN, json={"text": "call clock_wait"}))
 
@@ -113,7 +113,7 @@ async def test_overload_is_429_with_retry_after(nursery: trio.Nursery, tmp_path:
     """One running turn per conversation; queued turns are bounded, then 429."""
     async for server in start_server(nursery, tmp_path, limits=Limits(max_queued_turns=1)):
         await server.client.post(TURN, json={"text": 'call enable_toolset {"name": "clock"}'})
-        sink, replies = trio.open_memory_channel[httpx.Response](4)
+        sink, replies = trio.open_memory_channel[httpx2.Response](4)
         async with trio.open_nursery() as requests:
             for _ in range(4):
                 requests.start_soon(_post_into, server.client, sink)

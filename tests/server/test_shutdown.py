@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
+import httpx2
 import trio
 
 from agentik.storage import open_sqlite_storage
@@ -15,7 +15,7 @@ TURN = "/agentik/conversations/drain/turns"
 
 
 async def _post(
-    client: httpx.AsyncClient, text: str, sink: trio.MemorySendChannel[httpx.Response]
+    client: httpx2.AsyncClient, text: str, sink: trio.MemorySendChannel[httpx2.Response]
 ) -> None:
     await sink.send(await client.post(TURN, json={"text": text}))
 
@@ -24,7 +24,7 @@ async def test_shutdown_drains_in_flight_turns(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         async for server in start_server(nursery, tmp_path):
             await server.client.post(TURN, json={"text": 'call enable_toolset {"name": "clock"}'})
-            sink, replies = trio.open_memory_channel[httpx.Response](1)
+            sink, replies = trio.open_memory_channel[httpx2.Response](1)
             nursery.start_soon(_post, server.client, "call clock_slow", sink)
             await wait_for_tool_call(server, "drain", "clock_slow")
             server.stop.set()  # as SIGTERM does: stop accepting, drain, close
@@ -42,8 +42,8 @@ async def test_shutdown_drains_in_flight_turns(tmp_path: Path) -> None:
 async def _refused(url: str) -> bool:
     """After shutdown started, new connections are refused."""
     try:
-        async with httpx.AsyncClient(base_url=url) as client:
+        async with httpx2.AsyncClient(base_url=url) as client:
             await client.get("/health")
-    except httpx.ConnectError:
+    except httpx2.ConnectError:
         return True
     return False

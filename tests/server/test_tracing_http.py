@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import attrs
-import httpx
+import httpx2
 import pytest
 import trio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -26,7 +26,7 @@ TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 @attrs.frozen
 class Traced:
-    client: httpx.AsyncClient
+    client: httpx2.AsyncClient
     exporter: InMemorySpanExporter
 
 
@@ -46,19 +46,19 @@ async def traced(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Traced]
             config, shutdown_trigger=trigger, tracer_provider=provider, task_status=task_status
         )
     )
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
         yield Traced(client, exporter)
     stop.set()
 
 
-async def _native(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+async def _native(client: httpx2.AsyncClient, headers: dict[str, str]) -> None:
     reply = await client.post(
         "/agentik/conversations/n1/turns", json={"text": "hello"}, headers=headers
     )
     assert reply.status_code == 200, reply.text
 
 
-async def _native_sse(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+async def _native_sse(client: httpx2.AsyncClient, headers: dict[str, str]) -> None:
     reply = await client.post(
         "/agentik/conversations/n2/turns",
         json={"text": "hello"},
@@ -67,7 +67,7 @@ async def _native_sse(client: httpx.AsyncClient, headers: dict[str, str]) -> Non
     assert "turn_finished" in reply.text
 
 
-async def _agui(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+async def _agui(client: httpx2.AsyncClient, headers: dict[str, str]) -> None:
     body = {
         "threadId": "g1",
         "runId": "r1",
@@ -83,14 +83,14 @@ async def _agui(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
     assert "RUN_FINISHED" in reply.text
 
 
-async def _a2a(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+async def _a2a(client: httpx2.AsyncClient, headers: dict[str, str]) -> None:
     message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "a"}
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
     reply = await client.post("/a2a", json=body, headers={**headers, "A2A-Version": "1.0"})
     assert reply.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
-Send = Callable[[httpx.AsyncClient, dict[str, str]], object]
+Send = Callable[[httpx2.AsyncClient, dict[str, str]], object]
 TRANSPORTS = {"native": _native, "native-sse": _native_sse, "agui": _agui, "a2a": _a2a}
 
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import trio
 from hypothesis import given, settings
@@ -53,15 +53,15 @@ def respond(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="fine")
 
 
-async def native_json(client: httpx.AsyncClient, cid: str, text: str) -> None:
+async def native_json(client: httpx2.AsyncClient, cid: str, text: str) -> None:
     await client.post(f"/agentik/conversations/{cid}/turns", json={"text": text})
 
 
-async def native_sse(client: httpx.AsyncClient, cid: str, text: str) -> None:
+async def native_sse(client: httpx2.AsyncClient, cid: str, text: str) -> None:
     await client.post(f"/agentik/conversations/{cid}/turns", json={"text": text}, headers=SSE)
 
 
-async def agui(client: httpx.AsyncClient, cid: str, text: str) -> None:
+async def agui(client: httpx2.AsyncClient, cid: str, text: str) -> None:
     run = {
         "threadId": cid,
         "runId": "r",
@@ -70,8 +70,8 @@ async def agui(client: httpx.AsyncClient, cid: str, text: str) -> None:
     await client.post("/agui", json=run, headers=SSE)
 
 
-def a2a(method: str) -> Callable[[httpx.AsyncClient, str, str], Awaitable[None]]:
-    async def send(client: httpx.AsyncClient, cid: str, text: str) -> None:
+def a2a(method: str) -> Callable[[httpx2.AsyncClient, str, str], Awaitable[None]]:
+    async def send(client: httpx2.AsyncClient, cid: str, text: str) -> None:
         message = {"messageId": f"m-{cid}", "role": "ROLE_USER", "parts": [{"text": text}]}
         rpc = {
             "jsonrpc": "2.0",
@@ -94,14 +94,14 @@ TRANSPORTS = {
 }
 
 
-async def serve(tmp_path: Path, **changes: object) -> AsyncIterator[httpx.AsyncClient]:
+async def serve(tmp_path: Path, **changes: object) -> AsyncIterator[httpx2.AsyncClient]:
     config = ServerConfig(port=0, database=str(tmp_path / "log.db"), **changes)  # type: ignore[arg-type]
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         url = await nursery.start(
             partial(serve_agentik, config, model=ScriptedModel(respond), shutdown_trigger=stop.wait)
         )
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
             yield client
         stop.set()
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-import httpx
+import httpx2
 import psycopg
 import pytest
 import trio
@@ -244,7 +244,7 @@ def cluster_processes(directory: str) -> list[int]:
     return [postmaster, *map(int, children)]
 
 
-async def post_turn(client: httpx.AsyncClient, conversation: str) -> tuple[httpx.Response, float]:
+async def post_turn(client: httpx2.AsyncClient, conversation: str) -> tuple[httpx2.Response, float]:
     began = time.monotonic()
     path = f"/agentik/conversations/{conversation}/turns"
     response = await client.post(path, json={"text": "hi"})
@@ -267,7 +267,7 @@ async def test_a_frozen_postgresql_fails_fast_and_recovers(tmp_path: Path) -> No
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             base = await nursery.start(partial(serve_agentik, config, shutdown_trigger=stop.wait))
-            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            async with httpx2.AsyncClient(base_url=base, timeout=60) as client:
                 assert (await post_turn(client, "a"))[0].status_code == 200
                 health = await client.get("/health")
                 assert health.status_code == 200 and health.json()["storage_probe"]["ok"]
@@ -285,7 +285,7 @@ async def test_a_frozen_postgresql_fails_fast_and_recovers(tmp_path: Path) -> No
                 assert health.json()["status"] == "degraded"
                 assert "has not answered a read" in health.json()["storage_probe"]["error"]
 
-                turns: dict[str, tuple[httpx.Response, float]] = {}
+                turns: dict[str, tuple[httpx2.Response, float]] = {}
 
                 async def turn(conversation: str) -> None:
                     turns[conversation] = await post_turn(client, conversation)
