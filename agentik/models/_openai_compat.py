@@ -64,14 +64,13 @@ DEFAULT_RETRY = RetryPolicy()
 """The openai SDK's policy: 2 retries, 0.5 s doubling to 8 s, Retry-After up to 120 s."""
 
 DEFAULT_MAX_CONNECTIONS = 300
-"""Model calls on the wire at once (and connections in the model's own pool).
+"""Model calls on the wire at once (and connections in the model's own pools).
 
-Picked with ``python -m bench.model_client -n 1000 --variants pool100 pool200
-pool300 pool500 pool1000`` (docs/models.md): with a 0.5 s model, 100
-connections cap a process at about 200 calls/s, so 1,000 conversations queue
-for seconds; past about 300 the wall time stops improving while CPU per call
-grows (httpx2's pool looks at each of its connections on every request and
-release), to 2.4-2.6 ms per call at 1,000 against 1.4-1.8 at 100-300. Lower
+Picked with ``python -m bench.model_client -n 1000 --variants pool100 default
+pool1000`` (docs/models.md): with a 0.5 s model, 100 connections cap a
+process at about 200 calls/s, so 1,000 conversations queue for seconds; 300
+run within 1.1x of the ideal for their width at the same CPU per call as
+1,000, and hosted providers cap concurrent requests well below that. Lower
 it when the provider limits concurrent requests."""
 
 
@@ -118,7 +117,8 @@ class OpenAICompatibleModel:
     __slots__ = (
         "_api_key",
         "_base_url",
-        "_client",
+        "_clients",
+        "_free",
         "_gate",
         "_headers",
         "_jitter",
@@ -176,7 +176,8 @@ class OpenAICompatibleModel:
         self._jitter = jitter
         self._gate = gate
         self._owns_client = client is None
-        self._client = client if client is not None else _own_client(gate.capacity)
+        self._clients = (client,) if client is not None else _own_clients(gate.capacity)
+        self._free = _free_connections(self._clients, gate.capacity)
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
@@ -196,7 +197,8 @@ class OpenAICompatibleModel:
     async def aclose(self) -> None:
         """Close the HTTP client, if this model made it."""
         if self._owns_client:
-            await self._client.aclose()
+            for client in self._clients:
+                await client.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -243,8 +245,10 @@ class OpenAICompatibleModel:
         while True:
             try:
                 async with AsyncExitStack() as held:
-                    await self._wait_for_slot(held, request, deadline)
-                    response = await self._by(deadline, partial(self._post, body, stream=False))
+                    client = await self._wait_for_slot(held, request, deadline)
+                    response = await self._by(
+                        deadline, partial(self._post, client, body, stream=False)
+                    )
                 # the slot is free again: decoding needs no connection
                 answer = self._redact.data(response.content)
                 return self._redact.response(
@@ -282,8 +286,8 @@ class OpenAICompatibleModel:
         It holds a slot of the gate until its response is closed (the exit
         stack closes the response first, then frees the slot)."""
         async with AsyncExitStack() as held:
-            await self._wait_for_slot(held, request, deadline)
-            response = await self._by(deadline, partial(self._post, body, stream=True))
+            client = await self._wait_for_slot(held, request, deadline)
+            response = await self._by(deadline, partial(self._post, client, body, stream=True))
             held.push_async_callback(response.aclose)
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 # The server ignored "stream": take its whole answer at once.
@@ -329,8 +333,9 @@ class OpenAICompatibleModel:
 
     async def _wait_for_slot(
         self, held: AsyncExitStack, request: ModelRequest, deadline: float
-    ) -> None:
-        """Take a slot of the gate into ``held`` (freed when it closes), by the deadline."""
+    ) -> httpx2.AsyncClient:
+        """Take a slot of the gate into ``held`` (freed when it closes), by the
+        deadline; return the client whose pool has a connection for it."""
         try:
             with trio.fail_at(deadline):
                 await held.enter_async_context(self._gate.slot(request))
@@ -339,13 +344,23 @@ class OpenAICompatibleModel:
                 f"model call to {self._url} timed out after {self._timeout:g} s waiting for"
                 f" a connection (all {self._gate.capacity} in use; see max_connections)"
             ) from None
+        free = self._free
+        if free is None:
+            return self._clients[0]
+        # A held slot always finds a free connection: the shards' pools have
+        # as many as the gate has slots. Last freed, first taken: warm ones.
+        shard = free.pop()
+        held.callback(free.append, shard)
+        return self._clients[shard]
 
-    async def _post(self, body: bytes, *, stream: bool) -> httpx2.Response:
+    async def _post(
+        self, client: httpx2.AsyncClient, body: bytes, *, stream: bool
+    ) -> httpx2.Response:
         """Send one attempt; return a 2xx response or raise (retryable or not)."""
         headers = {**self._headers, "Accept": "text/event-stream" if stream else "application/json"}
-        request = self._client.build_request("POST", self._url, content=body, headers=headers)
+        request = client.build_request("POST", self._url, content=body, headers=headers)
         try:
-            response = await self._client.send(request, stream=stream)
+            response = await client.send(request, stream=stream)
             if response.is_success:
                 return response
             await response.aread()
@@ -400,15 +415,46 @@ def _whole_answer_events(answer: ModelResponse) -> list[ModelStreamEvent]:
     return events
 
 
-def _own_client(connections: int) -> httpx2.AsyncClient:
-    """The model's own client: ``connections`` connections, all kept alive.
+SHARD_CONNECTIONS = 16
+"""Connections in each of the model's own pools (``_own_clients``)."""
 
-    httpx2's default keeps 20 of 100 alive, so a busy pool would close and
-    reopen connections on every burst. No timeout here: the call's deadline
-    (a trio cancel scope) bounds every step.
+
+def _own_clients(connections: int) -> tuple[httpx2.AsyncClient, ...]:
+    """The model's own clients: ``connections`` connections in all, all kept
+    alive, in pools of at most ``SHARD_CONNECTIONS``.
+
+    httpx2's pool looks at each of its connections (and each request in
+    flight) on every request and every release, so its CPU per call grows
+    with its size: at 300 connections that scan was most of the client's
+    cost (``python -m bench.model_client``, docs/models.md). Several small
+    pools behind the one gate keep it flat. httpx2's default keeps 20 of 100
+    alive, so a busy pool would close and reopen connections on every burst.
+    No timeout here: the call's deadline (a trio cancel scope) bounds every
+    step.
     """
-    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx2.AsyncClient(timeout=None, limits=limits)
+    sizes = [SHARD_CONNECTIONS] * (connections // SHARD_CONNECTIONS)
+    if connections % SHARD_CONNECTIONS:
+        sizes.append(connections % SHARD_CONNECTIONS)
+    # One TLS context for all (loading the trust store costs ~20 ms each).
+    tls = httpx2.create_ssl_context()
+    return tuple(
+        httpx2.AsyncClient(
+            timeout=None,
+            verify=tls,
+            limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
+        )
+        for size in sizes
+    )
+
+
+def _free_connections(clients: tuple[httpx2.AsyncClient, ...], slots: int) -> list[int] | None:
+    """One entry per free connection of the model's own pools, naming its
+    pool; None for a caller's one client (its pool is its own business)."""
+    if len(clients) == 1:
+        return None
+    free = [shard for shard in range(len(clients)) for _ in range(SHARD_CONNECTIONS)][:slots]
+    free.reverse()  # the first pool's connections are taken first
+    return free
 
 
 def _describe(exc: httpx2.RequestError) -> str:

@@ -16,6 +16,7 @@ import trio.testing
 from agentik._errors import ModelBackendError
 from agentik._messages import Message, Role
 from agentik.models import FifoGate, ModelRequest, OpenAICompatibleModel
+from agentik.models._openai_compat import SHARD_CONNECTIONS
 from tests.models.chat_server import ChatServer, Hang, Held, Json, Sse, chunk, completion
 
 
@@ -175,3 +176,28 @@ def test_max_connections_and_gate_are_exclusive() -> None:
 def test_max_connections_must_be_positive(size: int) -> None:
     with pytest.raises(ModelBackendError, match=r"^max_connections must be an integer >= 1, got"):
         OpenAICompatibleModel("http://x/v1", "m", max_connections=size)
+
+
+async def test_every_slot_finds_a_connection_in_the_models_own_pools(
+    chat_server: ChatServer,
+) -> None:
+    """45 calls on 40 slots, kept in pools of ``SHARD_CONNECTIONS`` (16, 16, 8):
+    40 reach the server at once (a slot sent to a full pool would wait in its
+    queue instead), 5 wait in the gate, and a second burst reuses the first's
+    40 connections."""
+    assert SHARD_CONNECTIONS < 40
+    gate = FifoGate(40)
+    async with OpenAICompatibleModel(chat_server.base_url, "m", gate=gate) as model:
+        ports: list[set[int]] = []
+        for burst in range(2):
+            release = trio.Event()
+            chat_server.script(*(Held(Json(completion("x")), release) for _ in range(45)))
+            async with trio.open_nursery() as nursery:
+                for _ in range(45):
+                    nursery.start_soon(model.complete, request())
+                await until(lambda: chat_server.in_flight == 40 and gate.waiting == 5)
+                release.set()
+            ports.append({r.client_port for r in chat_server.received[45 * burst :]})
+    assert chat_server.most_in_flight == 40
+    assert len(ports[0]) == 40
+    assert ports[1] == ports[0]
