@@ -192,6 +192,7 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
                 if health.state.value in ("failed", "restarting"):
                     body["status"] = "degraded"
             body["mcp"] = servers
+        answer = await probe.check(ctx.background)  # first: it may find writes work again
         writer = ctx.writer_gauges()
         if writer is not None and writer.failing:
             body["status"] = "degraded"
@@ -201,7 +202,6 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
                 "at": None if at is None else at.isoformat(),
             }
             status = 503
-        answer = await probe.check(ctx.background)
         if answer.ok:
             body["storage_probe"] = {"ok": True, "ms": answer.ms}
         else:

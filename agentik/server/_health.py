@@ -5,7 +5,11 @@ worker thread, a read connection) and writes through the writer. The probe
 takes the same read (``load_conversation`` of an id no client can name, one
 message per page: a few index look-ups) and looks at the writer's state
 without touching the database: stopped, or stuck on one commit longer than
-the probe's bound. A database that hangs (a frozen PostgreSQL, a disk that
+the probe's bound. While writes are failing (``WriterStats.failing``: the last
+write failed for a reason of the storage, and none committed since) the probe
+also writes one small internal record, so a storage that recovered is seen to
+have recovered though no turn came (a load balancer sends none to a node it
+took out). A database that hangs (a frozen PostgreSQL, a disk that
 stopped answering) so shows within ``PROBE_TIMEOUT``, though no write has
 failed yet.
 
@@ -36,6 +40,9 @@ PROBE_REUSE = 1.0
 """Seconds a probe's answer is reused."""
 PROBE_CONVERSATION = "\x00agentik-health-probe"
 """No transport accepts a conversation id with U+0000, so this one is empty."""
+PROBE_RECORD = "agentik.health-probe"
+"""The internal record (``SecretStore``, a namespace no client names) the
+probe writes while writes are failing: the write a turn would make."""
 
 
 @attrs.frozen(kw_only=True)
@@ -150,6 +157,16 @@ class StorageProbe:
             run.done.set()
 
     async def _read(self) -> None:
+        await self._read_conversation()
+        stats = self._writer()
+        secrets = self._storage.secret_store
+        if stats is not None and stats.failing and stats.running and secrets is not None:
+            # Writes failed and none has committed since: try one, as the next
+            # turn would. Without it a node a load balancer took out (no more
+            # turns) would stay failing after the storage recovered.
+            await secrets.put_secret(PROBE_RECORD, datetime.now(UTC).isoformat())
+
+    async def _read_conversation(self) -> None:
         store = self._storage.message_store
         if isinstance(store, ConversationLoader):
             await store.load_conversation(PROBE_CONVERSATION, page_size=1)

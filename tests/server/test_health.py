@@ -100,8 +100,33 @@ async def test_health_is_degraded_on_a_read_only_database(
         health = await client.get("/health")
         assert health.status_code == 503
         assert health.json()["status"] == "degraded"
-        assert "read-only" in health.json()["storage_error"]["message"]
+        # Opened read-only, then the probe's own write was refused: SQLite's words.
+        message = health.json()["storage_error"]["message"]
+        assert "read-only" in message or "readonly database" in message
         assert (await turn(client, "a")).status_code == 503
         health = await client.get("/health")
         assert health.status_code == 503
         assert "attempt to write a readonly database" in health.json()["storage_error"]["message"]
+
+
+async def test_health_sees_a_recovered_disk_without_any_turn(
+    tmp_path: Path, disk_full_vfs: DiskFullVFS
+) -> None:
+    """A load balancer sends no turn to a node whose /health said 503, so the
+    probe itself tries a write while writes are failing: degraded while the
+    disk is full (that write fails too), ok once it is not, no turn needed."""
+    vfs = disk_full_vfs
+    async with (
+        open_sqlite_storage(tmp_path / "db", vfs=DiskFullVFS.NAME) as storage,
+        serving(storage, tmp_path) as client,
+    ):
+        vfs.fail = "write"
+        assert (await turn(client, "a")).status_code == 503
+        for _ in range(3):  # the probe's answer is reused for a second: ask past it
+            assert (await client.get("/health")).status_code == 503
+            await trio.sleep(0.6)
+        vfs.fail = None
+        with trio.fail_after(5):
+            while (await client.get("/health")).status_code != 200:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        assert "storage_error" not in (await client.get("/health")).json()
