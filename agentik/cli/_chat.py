@@ -36,6 +36,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx2
 import trio
@@ -51,6 +52,9 @@ from agentik.agent import (
 )
 from agentik.cli._failures import REPORTED, CommandError, first_reportable, report
 from agentik.models import TextDelta
+
+if TYPE_CHECKING:
+    from agentik._config import ServerConfig
 
 PROMPT = "you> "
 
@@ -214,6 +218,20 @@ def _line_editing() -> Iterator[None]:
 
 async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
+    from agentik.storage._in_use import hold_sqlite_database
+    from agentik.storage._location import is_postgres_url
+
+    overrides = {("storage", "database"): args.database} if args.database else {}
+    config = load_config(Path(args.config) if args.config else None, overrides=overrides)
+    with contextlib.ExitStack() as held:
+        if not is_postgres_url(config.database):
+            # An in-process chat caches its conversation as a server does: one
+            # holder of the file at a time, and `agentik delete`/`import` refuse.
+            held.enter_context(hold_sqlite_database(config.database, "chat"))
+        return await _chat_on(args, config)
+
+
+async def _chat_on(args: argparse.Namespace, config: ServerConfig) -> int:
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
     from agentik.server._demo import demo_toolsets
     from agentik.server._serve import (
@@ -225,8 +243,6 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
     )
     from agentik.storage._location import open_storage
 
-    overrides = {("storage", "database"): args.database} if args.database else {}
-    config = load_config(Path(args.config) if args.config else None, overrides=overrides)
     async with (
         open_storage(config.database) as storage,
         _model(config) as (model, label),

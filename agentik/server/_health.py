@@ -160,7 +160,9 @@ class StorageProbe:
         await self._read_conversation()
         stats = self._writer()
         secrets = self._storage.secret_store
-        if stats is not None and stats.failing and stats.running and secrets is not None:
+        if stats is None or secrets is None or stats.read_only or not stats.running:
+            return
+        if stats.failing:
             # Writes failed and none has committed since: try one, as the next
             # turn would. Without it a node a load balancer took out (no more
             # turns) would stay failing after the storage recovered.

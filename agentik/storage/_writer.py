@@ -87,6 +87,8 @@ class WriterStats:
     database``), kept after writes recover; None if there was none."""
     last_error_at: datetime | None = None
     """When ``last_error`` happened (the bundle's clock)."""
+    read_only: bool = False
+    """The database was opened read-only: every write fails, for as long as it is open."""
     busy_seconds: float = 0.0
     """How long the batch under way has been in the database (trio's clock),
     0.0 while the writer waits for work: a writer stuck on a database that
@@ -234,6 +236,7 @@ class Writer(Generic[S]):
         self._last_error: str | None = None
         self._last_error_at: datetime | None = None
         self._batch_began: float | None = None
+        self._read_only = read_only
         if read_only:
             self._record_fault("the database is read-only: every write will fail")
 
@@ -325,6 +328,7 @@ class Writer(Generic[S]):
             failing=self._failing or self._failure is not None,
             last_error=self._last_error,
             last_error_at=self._last_error_at,
+            read_only=self._read_only,
             busy_seconds=0.0
             if self._batch_began is None
             else trio.current_time() - self._batch_began,

@@ -213,3 +213,49 @@ async def test_postgres_commands_refuse_while_a_node_is_live(
             capsys.readouterr()
             await trio.sleep(0.2)
     assert await _cli("delete", "pg", "-d", url) == 0
+
+
+async def test_an_in_process_chat_holds_its_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentik chat --database`` caches its conversation as a server does:
+    a delete beside it refuses, naming the chat; a chat refuses beside a
+    server; once the chat has quit the delete goes through."""
+    database = str(tmp_path / "chat.db")
+    chat = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "agentik.cli", "chat", "--database", database],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert chat.stdin is not None and chat.stdout is not None
+    await chat.stdin.send_all(b"hello\n")
+    seen = b""
+    with trio.fail_after(60):
+        while b"agent> " not in seen:  # the answer: the chat holds the file now
+            seen += await chat.stdout.receive_some()
+    capsys.readouterr()
+    assert await _cli("delete", "cli", "-d", database) == 1
+    assert re.fullmatch(
+        rf"agentik delete: database {re.escape(repr(database))} is in use by agentik chat"
+        rf" \(pid {chat.pid}\)\n",
+        _one_line(capsys),
+    )
+    await chat.stdin.aclose()  # Ctrl-D: the chat quits
+    with trio.fail_after(30):
+        assert await chat.wait() == 0
+    async with serving(database, tmp_path) as served:
+        refused = await trio.run_process(
+            [sys.executable, "-m", "agentik.cli", "chat", "--database", database],
+            stdin=b"hi\n",
+            env=_env(),
+            cwd=tmp_path,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert refused.returncode == 1
+        assert "is in use by the agentik server at" in refused.stderr.decode()
+        await _stop(served)
+    assert await _cli("delete", "cli", "-d", database) == 0
