@@ -38,7 +38,9 @@ from agentik._clients import (
 from agentik._errors import AgentikError
 from agentik._input import InputError, decimal_float, decimal_int, shown
 
-Kind: TypeAlias = Literal["str", "int", "float", "list", "bind", "bool"]
+Kind: TypeAlias = Literal["str", "int", "count", "float", "interval", "list", "bind", "bool"]
+"""``int`` is positive, ``count`` may be 0 too; ``float`` is positive seconds,
+``interval`` may be 0 too, or ``"off"`` (read as 0: the thing it times is off)."""
 Raw: TypeAlias = "str | int | float | bool | list[str]"
 
 
@@ -86,6 +88,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
     Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
     Setting("server", "advertise_url", "str", "AGENTIK_ADVERTISE_URL"),
+    Setting("server", "sse_heartbeat", "interval", "AGENTIK_SSE_HEARTBEAT"),
     Setting("storage", "database", "str", "AGENTIK_DATABASE"),
     Setting("storage", "retention_days", "float", "AGENTIK_RETENTION_DAYS"),
     Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
@@ -95,6 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "api_key_env", "str", None),
     Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
     Setting("model", "max_connections", "int", "AGENTIK_MODEL_MAX_CONNECTIONS"),
+    Setting("model", "timeout", "float", "AGENTIK_MODEL_TIMEOUT"),
+    Setting("model", "connect_timeout", "float", "AGENTIK_MODEL_CONNECT_TIMEOUT"),
+    Setting("model", "max_retries", "count", "AGENTIK_MODEL_MAX_RETRIES"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
@@ -118,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 
 DEFAULT_API_KEY_ENV = "AGENTIK_API_KEY"
+DEFAULT_SSE_HEARTBEAT = 15.0
+"""Seconds of silence before an event stream carries a ``: keep-alive`` comment:
+under the 30-60 s after which proxies and load balancers drop an idle connection."""
 
 
 @attrs.frozen(kw_only=True)
@@ -130,6 +139,16 @@ class ModelSettings:
     max_connections: int | None = None
     """Model calls on the wire at once (``OpenAICompatibleModel(max_connections=)``);
     more wait in agentik's queue. None: the model's default."""
+    timeout: float | None = None
+    """Seconds one model call may take in total, retries and waits included
+    (``OpenAICompatibleModel(timeout=)``). None: the model's default, 600 s."""
+    connect_timeout: float | None = None
+    """Seconds to open one connection to the backend
+    (``OpenAICompatibleModel(connect_timeout=)``); a connection not open by
+    then is a failed attempt, retried. None: only ``timeout`` bounds it."""
+    max_retries: int | None = None
+    """Retries after a failed attempt (``RetryPolicy(max_retries=)``); 0: none.
+    None: the model's default, 2."""
 
 
 @attrs.frozen(kw_only=True)
@@ -212,6 +231,10 @@ class ServerConfig:
     retention_days: float | None = None
     """Delete conversations idle (no new message) for longer than this many
     days, checked hourly, in small batches; None keeps them for ever."""
+    sse_heartbeat: float | None = DEFAULT_SSE_HEARTBEAT
+    """Seconds an event stream may stay silent before the server sends a
+    ``: keep-alive`` comment (proxies and browsers drop idle connections);
+    None: never."""
 
     @property
     def is_loopback(self) -> bool:
@@ -236,8 +259,12 @@ _MAX_INT = 2**63 - 1
 
 
 def _shown(value: object) -> str:
-    """A setting's value for an error message, long text cut short."""
-    return shown(value) if isinstance(value, str) else repr(value)
+    """A setting's value for an error message, long text (or a 4,000-digit
+    integer from TOML) cut short."""
+    if isinstance(value, str):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _is_loopback(host: str) -> bool:
@@ -338,16 +365,24 @@ def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false, got {value!r}")
         return value
-    if setting.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_INT:
-            raise ConfigError(f"{where} must be a positive integer, got {_shown(value)}")
+    if setting.kind in ("int", "count"):
+        low = 0 if setting.kind == "count" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INT:
+            expected = "an integer >= 0" if low == 0 else "a positive integer"
+            raise ConfigError(f"{where} must be {expected}, got {_shown(value)}")
         return value
-    if setting.kind == "float":
-        if isinstance(value, int) and not isinstance(value, bool) and value <= _MAX_INT:
+    if setting.kind in ("float", "interval"):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_INT:
             value = float(value)
-        if not isinstance(value, float) or not 0 < value < math.inf:  # also false for nan
+        if isinstance(value, float) and 0 < value < math.inf:  # also false for nan
+            return value
+        if setting.kind == "float":
             raise ConfigError(f"{where} must be a positive number, got {_shown(value)}")
-        return value
+        if value == "off" or (isinstance(value, float) and value == 0):
+            return 0.0
+        raise ConfigError(
+            f"{where} must be a number of seconds >= 0, or 'off', got {_shown(value)}"
+        )
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of strings, got {value!r}")
     return [str(v) for v in value]
@@ -363,12 +398,12 @@ def read_env(env: Mapping[str, str]) -> dict[tuple[str, str], Raw]:
         value: object = text
         if setting.kind == "bool":
             value = {"1": True, "true": True, "0": False, "false": False}.get(text.lower(), text)
-        elif setting.kind == "int":
+        elif setting.kind in ("int", "count"):
             try:  # ASCII digits only: int() also reads '٣', ' 7 ' and '1_0'
                 value = decimal_int(text, setting.env, minimum=-_MAX_INT, maximum=_MAX_INT)
             except InputError:
                 value = text
-        elif setting.kind == "float":
+        elif setting.kind in ("float", "interval"):
             try:  # float() also reads 'nan', 'inf', '١' and '1_0'
                 value = decimal_float(text, setting.env)
             except InputError:
@@ -498,6 +533,7 @@ def _build(
         retention_days=retention if isinstance(retention, float) else None,
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
+        sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
     )
 
 
@@ -519,6 +555,24 @@ def _lease_seconds(value: Raw | None) -> float:
     return float(value)
 
 
+MIN_SSE_HEARTBEAT = 1.0
+"""Seconds: a shorter heartbeat only costs bytes (proxies drop a connection
+after tens of seconds of silence)."""
+
+
+def _sse_heartbeat(value: Raw | None) -> float | None:
+    if not isinstance(value, float):
+        return DEFAULT_SSE_HEARTBEAT
+    if value == 0:
+        return None
+    if value < MIN_SSE_HEARTBEAT:
+        raise ConfigError(
+            f"[server] sse_heartbeat must be 0 or 'off' (no heartbeat) or at least"
+            f" {MIN_SSE_HEARTBEAT:g} second, got {value!r}"
+        )
+    return value
+
+
 def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ModelSettings | None:
     base_url = merged.get(("model", "base_url"))
     model = merged.get(("model", "model"))
@@ -535,8 +589,18 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
     connections = merged.get(("model", "max_connections"))
     if connections is not None and (not isinstance(connections, int) or connections < 1):
         raise ConfigError(f"[model] max_connections must be an integer >= 1, got {connections!r}")
+    timeout = merged.get(("model", "timeout"))
+    connect_timeout = merged.get(("model", "connect_timeout"))
+    retries = merged.get(("model", "max_retries"))
     return ModelSettings(
-        base_url=base_url, model=model, api_key=api_key or None, max_connections=connections
+        base_url=base_url,
+        model=model,
+        api_key=api_key or None,
+        max_connections=connections,
+        # each checked by its kind already (_check_kind)
+        timeout=timeout if isinstance(timeout, float) else None,
+        connect_timeout=connect_timeout if isinstance(connect_timeout, float) else None,
+        max_retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
     )
 
 

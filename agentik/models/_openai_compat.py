@@ -23,6 +23,7 @@ The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing),
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, aclosing
@@ -104,6 +105,10 @@ class OpenAICompatibleModel:
             ``messages``, ``tools``, ``stream`` or ``stream_options``.
         headers: Extra HTTP headers for every call.
         timeout: Seconds one call may take in total, retries included.
+        connect_timeout: Seconds the model's own clients may take to open a
+            connection (TCP and TLS); past it the attempt fails and is retried
+            like a refused connection. None: only ``timeout`` bounds it. Not
+            with ``client``: a caller's client keeps its own timeouts.
         retry: When and how patiently to retry.
         sleep: Waits between attempts (inject a fake in tests).
         jitter: Returns a number in [0, 1) for the backoff jitter.
@@ -147,6 +152,7 @@ class OpenAICompatibleModel:
         jitter: Callable[[], float] = random.random,
         max_connections: int | None = None,
         gate: Gate | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ModelBackendError(
@@ -157,6 +163,15 @@ class OpenAICompatibleModel:
             raise ModelBackendError(f"params may not set {', '.join(reserved)}; agentik sets them")
         if not timeout > 0:
             raise ModelBackendError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if connect_timeout is not None and not 0 < connect_timeout < math.inf:
+            raise ModelBackendError(
+                f"connect_timeout must be > 0 seconds, or None, got {connect_timeout!r}"
+            )
+        if connect_timeout is not None and client is not None:
+            raise ModelBackendError(
+                "give connect_timeout or client, not both: a client keeps its own"
+                " timeouts (httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=...)))"
+            )
         if gate is not None and max_connections is not None:
             raise ModelBackendError("give max_connections or gate, not both (a gate has its size)")
         if gate is None:
@@ -176,7 +191,9 @@ class OpenAICompatibleModel:
         self._jitter = jitter
         self._gate = gate
         self._owns_client = client is None
-        self._clients = (client,) if client is not None else _own_clients(gate.capacity)
+        self._clients = (
+            (client,) if client is not None else _own_clients(gate.capacity, connect_timeout)
+        )
         self._free = _free_connections(self._clients, gate.capacity)
 
     def __repr__(self) -> str:
@@ -419,7 +436,9 @@ SHARD_CONNECTIONS = 16
 """Connections in each of the model's own pools (``_own_clients``)."""
 
 
-def _own_clients(connections: int) -> tuple[httpx2.AsyncClient, ...]:
+def _own_clients(
+    connections: int, connect_timeout: float | None = None
+) -> tuple[httpx2.AsyncClient, ...]:
     """The model's own clients: ``connections`` connections in all, all kept
     alive, in pools of at most ``SHARD_CONNECTIONS``.
 
@@ -429,8 +448,9 @@ def _own_clients(connections: int) -> tuple[httpx2.AsyncClient, ...]:
     cost (``python -m bench.model_client``, docs/models.md). Several small
     pools behind the one gate keep it flat. httpx2's default keeps 20 of 100
     alive, so a busy pool would close and reopen connections on every burst.
-    No timeout here: the call's deadline (a trio cancel scope) bounds every
-    step.
+    No other timeout here: the call's deadline (a trio cancel scope) bounds
+    every step; ``connect_timeout`` only makes one unanswered connect fail (and
+    be retried) sooner.
     """
     sizes = [SHARD_CONNECTIONS] * (connections // SHARD_CONNECTIONS)
     if connections % SHARD_CONNECTIONS:
@@ -439,7 +459,7 @@ def _own_clients(connections: int) -> tuple[httpx2.AsyncClient, ...]:
     tls = httpx2.create_ssl_context()
     return tuple(
         httpx2.AsyncClient(
-            timeout=None,
+            timeout=httpx2.Timeout(None, connect=connect_timeout),
             verify=tls,
             limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
         )

@@ -16,13 +16,14 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import trio
 
 from agentik._config import (
     ConfigError,
+    ModelSettings,
     ServerConfig,
     ToolEntry,
     ToolsetEntry,
@@ -35,7 +36,13 @@ from agentik.agent import (
     ToolsetSource,
     open_chat_agent,
 )
-from agentik.models import ChatModel, OpenAICompatibleModel, ScriptedModel, demo_responder
+from agentik.models import (
+    ChatModel,
+    OpenAICompatibleModel,
+    RetryPolicy,
+    ScriptedModel,
+    demo_responder,
+)
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
@@ -182,6 +189,19 @@ def content_limits(config: ServerConfig) -> ContentLimits:
     )
 
 
+def model_timeouts(settings: ModelSettings) -> dict[str, Any]:
+    """``OpenAICompatibleModel`` keywords for the ``[model]`` timeouts and retries
+    that are set; the model's defaults stand for the others."""
+    given: dict[str, Any] = {}
+    if settings.timeout is not None:
+        given["timeout"] = settings.timeout
+    if settings.connect_timeout is not None:
+        given["connect_timeout"] = settings.connect_timeout
+    if settings.max_retries is not None:
+        given["retry"] = RetryPolicy(max_retries=settings.max_retries)
+    return given
+
+
 @asynccontextmanager
 async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
     if config.model is None:
@@ -194,6 +214,7 @@ async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
         settings.model,
         api_key=settings.api_key,
         max_connections=settings.max_connections,
+        **model_timeouts(settings),
     ) as model:
         shown = httpx2.URL(settings.base_url).copy_with(userinfo=b"")  # no password in /health
         yield model, f"{settings.model} at {shown}"

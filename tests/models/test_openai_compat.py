@@ -9,6 +9,7 @@ runs on trio's autojump clock.
 from __future__ import annotations
 
 import json
+import math
 import socket
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -32,9 +33,11 @@ from agentik.models import (
     ToolCallDelta,
 )
 from agentik.toolsets._named_tool import NamedTool
+from tests.models.blackhole import blackholed_port
 from tests.models.chat_server import (
     ChatServer,
     Hang,
+    Held,
     Json,
     Raw,
     Sse,
@@ -764,3 +767,87 @@ def test_request_bodies_are_valid_json() -> None:
     model = OpenAICompatibleModel("http://x/v1", "m")
     request = ModelRequest(messages=[Message(role=Role.USER, content="héllo ☃")])
     assert json.loads(model._encode(request, stream=True))["messages"][0]["content"] == "héllo ☃"
+
+
+class TestConnectTimeout:
+    """``connect_timeout``: a connect nobody answers fails after it, as a
+    refused connection does (a failed attempt, retried), not at ``timeout``."""
+
+    async def test_a_blackholed_connect_fails_after_connect_timeout(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        with blackholed_port() as port:
+            async with OpenAICompatibleModel(
+                f"http://127.0.0.1:{port}/v1",
+                "m",
+                timeout=600,
+                connect_timeout=5,
+                retry=RetryPolicy(max_retries=1, initial_delay=1.0),
+                jitter=lambda: 0.0,
+            ) as model:
+                start = trio.current_time()
+                with pytest.raises(
+                    ModelBackendError,
+                    match=r"^could not reach .*: ConnectTimeout.* \(gave up after 2 attempts\)$",
+                ):
+                    await model.complete(REQUEST)
+                # two attempts of 5 s each, and the 1 s wait between them
+                assert trio.current_time() - start == pytest.approx(11)
+
+    async def test_without_it_only_the_call_timeout_ends_the_connect(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        with blackholed_port() as port:
+            async with OpenAICompatibleModel(
+                f"http://127.0.0.1:{port}/v1", "m", timeout=30
+            ) as model:
+                start = trio.current_time()
+                with pytest.raises(ModelBackendError, match=r"timed out after 30 s$"):
+                    await model.complete(REQUEST)
+                assert trio.current_time() - start == pytest.approx(30)
+
+    async def test_a_stream_connects_within_it_too(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        with blackholed_port() as port:
+            async with OpenAICompatibleModel(
+                f"http://127.0.0.1:{port}/v1",
+                "m",
+                connect_timeout=2,
+                retry=RetryPolicy(max_retries=0),
+            ) as model:
+                start = trio.current_time()
+                events, error = await collect(model)
+                assert events == []
+                assert "ConnectTimeout" in str(error)
+                assert trio.current_time() - start == pytest.approx(2)
+
+    async def test_an_answering_server_is_unaffected(
+        self, chat_server: ChatServer, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        """It bounds the connect only: an answer slower than it still arrives."""
+        release = trio.Event()
+        chat_server.script(Held(Json(completion("late")), release))
+        async with OpenAICompatibleModel(
+            chat_server.base_url, "m", connect_timeout=1, retry=RetryPolicy(max_retries=0)
+        ) as model:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_release_after, release, 10)
+                assert (await model.complete(REQUEST)).text == "late"
+
+    @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+    def test_nonsense_is_refused(self, bad: float) -> None:
+        with pytest.raises(ModelBackendError, match=r"^connect_timeout must be > 0 seconds"):
+            OpenAICompatibleModel("http://127.0.0.1:9/v1", "m", connect_timeout=bad)
+
+    async def test_a_callers_client_keeps_its_own_timeouts(self) -> None:
+        async with httpx2.AsyncClient() as client:
+            with pytest.raises(ModelBackendError, match=r"^give connect_timeout or client"):
+                OpenAICompatibleModel(
+                    "http://127.0.0.1:9/v1", "m", client=client, connect_timeout=1
+                )
+
+
+async def _release_after(event: trio.Event, seconds: float) -> None:
+    await trio.sleep(seconds)
+    event.set()
