@@ -25,6 +25,20 @@ of each (process CPU, threads included; the sketch's start-up left out) and
 sketch / agentik by CPU, which a loaded machine moves far less than turns/s.
 
 ``--rss-conversations 0`` skips the resident-memory measurement.
+
+Against a model with latency (issue 30): each turn's model answer makes
+``--tool-calls`` calls of a tool that takes ``--tool-latency`` seconds, and
+every model call takes ``--model-latency`` seconds (fixed, or log-normal with
+that median and ``--latency-sigma``); the turn ends with a text answer, so a
+turn is two model calls and one round of tools::
+
+    python -m bench.turns --model-latency 0.5 --tool-latency 0.2 --tool-calls 3
+
+It reports turns/s, turn latency p50/p99, agentik's own CPU a turn, and the
+tool time of a turn as measured (from the first call's start to the last
+call's end) beside what it would be with the calls run one after another
+(serial: calls x latency) and all at once (parallel: one latency). Any of the
+three options selects this mode (default N = 100, 1000; no sketch, no RSS).
 """
 
 from __future__ import annotations
@@ -33,7 +47,9 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -43,9 +59,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+import attrs
 import trio
 
-from agentik import tool
+from agentik import ModelRequest, ModelResponse, NamedTool, Role, ToolCall, tool
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel, bench_responder
 from agentik.storage import StorageBundle, in_memory_storage, open_sqlite_storage
@@ -266,11 +283,197 @@ def measure_idle_rss(args: argparse.Namespace) -> dict[str, float]:
     return result
 
 
+# --- a model and tools with latency ---------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Latency:
+    """The workload against a slow model: what each turn waits for."""
+
+    model: float = 0.0
+    """Seconds a model call takes (the median, when ``sigma`` > 0)."""
+    sigma: float = 0.0
+    """0: every model call takes ``model``; else log-normal around it."""
+    tool: float = 0.0
+    """Seconds each tool call takes."""
+    calls: int = 1
+    """Tool calls in the model's first answer of a turn."""
+    seed: int = 1
+
+
+@attrs.define
+class LatentWorkload:
+    """The model, the tool and what they saw: each model call's delay, and
+    per turn (keyed by its user text) when its first call started and its
+    last one ended."""
+
+    latency: Latency
+    model_seconds: list[float] = attrs.Factory(list)
+    tool_spans: dict[str, list[float]] = attrs.Factory(dict)
+    _rng: random.Random = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._rng = random.Random(self.latency.seed)
+
+    def delay(self) -> float:
+        median, sigma = self.latency.model, self.latency.sigma
+        if sigma == 0 or median == 0:
+            return median
+        return self._rng.lognormvariate(math.log(median), sigma)
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        """``calls`` tool calls when the user spoke last, else a short text;
+        the calls carry the user's text, so the tool knows the turn."""
+        seconds = self.delay()
+        self.model_seconds.append(seconds)
+        await trio.sleep(seconds)
+        last = request.messages[-1]
+        if last.role is Role.USER:
+            arguments = json.dumps({"turn": last.content})
+            calls = tuple(
+                ToolCall(f"call_{len(request.messages)}_{i}", "wait", arguments)
+                for i in range(self.latency.calls)
+            )
+            return ModelResponse(tool_calls=calls, finish_reason="tool_calls")
+        return ModelResponse(text="ok " * 20, finish_reason="stop")
+
+    def tool(self) -> NamedTool:
+        spans = self.tool_spans
+        seconds = self.latency.tool
+
+        @tool
+        async def wait(turn: str) -> str:
+            """Wait as a slow tool does.
+
+            Args:
+                turn: The turn this call belongs to.
+            """
+            start = trio.current_time()
+            await trio.sleep(seconds)
+            span = spans.setdefault(turn, [start, start])
+            span[0] = min(span[0], start)
+            span[1] = max(span[1], trio.current_time())
+            return "done"
+
+        return wait
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
+async def run_latency_load(
+    open_storage: Callable[[], AbstractAsyncContextManager[StorageBundle]],
+    n: int,
+    turns: int,
+    latency: Latency,
+) -> dict[str, float]:
+    """``n`` conversations of ``turns`` turns each against the slow model."""
+    work = LatentWorkload(latency)
+    latencies: list[float] = []
+    async with (
+        open_storage() as storage,
+        open_chat_agent(
+            model=ScriptedModel(work.respond),
+            storage=storage,
+            tools=[work.tool()],
+            builtin_tools=False,
+        ) as agent,
+    ):
+
+        async def conversation(i: int) -> None:
+            for t in range(turns):
+                start = trio.current_time()
+                await agent.send(f"bench-{i}", f"bench-{i} turn {t}")
+                latencies.append(trio.current_time() - start)
+
+        start = trio.current_time()
+        cpu = time.process_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(conversation, i)
+        elapsed = trio.current_time() - start
+        cpu = time.process_time() - cpu
+    tool_times = [end - begin for begin, end in work.tool_spans.values()]
+    done = n * turns
+    assert len(latencies) == done, latencies
+    assert len(tool_times) == (done if latency.calls else 0), tool_times
+    return {
+        "turns_per_s": done / elapsed,
+        "p50_ms": 1000 * _percentile(latencies, 0.50),
+        "p99_ms": 1000 * _percentile(latencies, 0.99),
+        "seconds": elapsed,
+        "cpu_us_per_turn": 1e6 * cpu / done,
+        "model_ms_per_turn": 1000 * sum(work.model_seconds) / done,
+        "tool_ms_p50": 1000 * _percentile(tool_times, 0.50) if tool_times else 0.0,
+        "tool_ms_p99": 1000 * _percentile(tool_times, 0.99) if tool_times else 0.0,
+        "tool_ms_serial": 1000 * latency.calls * latency.tool,
+        "tool_ms_parallel": 1000 * latency.tool if latency.calls else 0.0,
+    }
+
+
+async def latency_main(args: argparse.Namespace, latency: Latency) -> dict[str, object]:
+    report: dict[str, object] = {"turns": args.turns, "latency": attrs.asdict(latency)}
+    runs: list[dict[str, object]] = []
+    for n in args.n:
+        with tempfile.TemporaryDirectory() as tmp:
+            backends = {"memory": memory_backend} | {
+                f"sqlite-{sync}": sqlite_backend(f"{tmp}/bench.db", sync)
+                for sync in args.synchronous
+            }
+            figures: dict[str, list[dict[str, float]]] = {name: [] for name in backends}
+            for repeat in range(args.repeat):
+                for name, backend in backends.items():
+                    for suffix in ("", "-wal", "-shm"):  # a fresh database for every run
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(f"{tmp}/bench.db{suffix}")
+                    figures[name].append(await run_latency_load(backend, n, args.turns, latency))
+                    print(
+                        f"  N={n} {name} run {repeat + 1}:"
+                        f" {figures[name][-1]['turns_per_s']:.0f} turns/s",
+                        file=sys.stderr,
+                    )
+        row: dict[str, object] = {"conversations": n}
+        for name, results in figures.items():
+            row[name] = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        runs.append(row)
+    report["runs"] = runs
+    return report
+
+
+def print_latency_report(report: dict[str, object], latency: Latency) -> None:
+    shape = "fixed" if latency.sigma == 0 else f"log-normal, sigma {latency.sigma:g}"
+    print(
+        f"model {latency.model:g} s a call ({shape}); {latency.calls} tool calls of"
+        f" {latency.tool:g} s in a turn's first answer; {report['turns']} turns per"
+        " conversation; medians of the runs"
+    )
+    print(
+        f"{'N':>6} | {'backend':<12} | {'turns/s':>8} | {'turn p50 / p99 ms':>19}"
+        f" | {'model ms/turn':>13} | {'tool ms/turn p50 / p99':>22} | {'serial':>6}"
+        f" | {'parallel':>8} | {'CPU µs/turn':>11}"
+    )
+    for row in report["runs"]:  # type: ignore[attr-defined]
+        for name, f in row.items():
+            if name == "conversations":
+                continue
+            print(
+                f"{row['conversations']:>6} | {name:<12} | {f['turns_per_s']:>8.0f} |"
+                f" {f['p50_ms']:>8.0f} / {f['p99_ms']:<8.0f} | {f['model_ms_per_turn']:>13.0f} |"
+                f" {f['tool_ms_p50']:>10.0f} / {f['tool_ms_p99']:<9.0f} |"
+                f" {f['tool_ms_serial']:>6.0f} | {f['tool_ms_parallel']:>8.0f} |"
+                f" {f['cpu_us_per_turn']:>11.0f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("-n", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument(
+        "-n", type=int, nargs="+", help="conversations (100 1000 10000; with latency: 100 1000)"
+    )
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
@@ -287,6 +490,20 @@ def main() -> None:
         help="the bare trio+apsw sketch (sketch_trio.py): run it as the baseline, alternating",
     )
     parser.add_argument(
+        "--model-latency", type=float, default=0.0, help="seconds a model call takes (median)"
+    )
+    parser.add_argument(
+        "--latency-sigma",
+        type=float,
+        default=0.0,
+        help="0: every model call takes --model-latency; else log-normal with this sigma",
+    )
+    parser.add_argument("--tool-latency", type=float, default=0.0, help="seconds a tool call takes")
+    parser.add_argument(
+        "--tool-calls", type=int, default=None, help="tool calls in a turn's first answer"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="of the log-normal delays")
+    parser.add_argument(
         "--rss-conversations",
         type=int,
         default=10_000,
@@ -297,6 +514,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.gc_freeze:
         tune_gc()
+    if args.model_latency or args.tool_latency or args.tool_calls is not None or args.latency_sigma:
+        latency = Latency(
+            model=args.model_latency,
+            sigma=args.latency_sigma,
+            tool=args.tool_latency,
+            calls=1 if args.tool_calls is None else args.tool_calls,
+            seed=args.seed,
+        )
+        if min(latency.model, latency.sigma, latency.tool, latency.calls) < 0:
+            parser.error("latencies, --latency-sigma and --tool-calls must be >= 0")
+        if args.sketch or args.rss_only:
+            parser.error("--sketch and the RSS measurement go with the instant model only")
+        args.n = args.n or [100, 1000]
+        latency_report = trio.run(latency_main, args, latency)
+        if args.json:
+            print(json.dumps(latency_report, indent=2))
+        else:
+            print_latency_report(latency_report, latency)
+        return
+    args.n = args.n or [100, 1000, 10000]
     if args.rss_only:
         print(json.dumps(trio.run(idle_rss, args.rss_conversations)))
         return
