@@ -100,6 +100,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
     agent = ctx.agent
     store = agent.storage.message_store
     ledger = ctx.tasks
+    heartbeat = ctx.config.sse_heartbeat
 
     ledger.turn_runs = lambda key: agent.turn_in_progress(*key)
     ledger.turn_resumes = lambda stored, seq: agent.resumes_interrupted(stored, seq)
@@ -367,7 +368,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 first: JsonObject = {"task": view.to_json()}
                 if repeated is not None:
                     if view.state in TERMINAL:  # as it ended: nothing follows
-                        return sse_stream(call, relay(first, None), watching.pop_all())
+                        return sse_stream(call, relay(first, None), watching.pop_all(), heartbeat)
                     await start_decisions(caller, send, repeated)
                 elif view.question is not None:
                     await answer_question(caller, send, view.question)
@@ -377,7 +378,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 submitted = TaskView(send.task_id, send.context_id, "TASK_STATE_SUBMITTED", now())
                 first = {"task": submitted.to_json()}
                 await start_message(caller, send)
-            return sse_stream(call, relay(first, updates), watching.pop_all())
+            return sse_stream(call, relay(first, updates), watching.pop_all(), heartbeat)
 
     async def subscribe(caller: Caller, call: RpcCall) -> EventStream:
         task_id = task_id_param(call.params)
@@ -402,7 +403,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 state=view.state,
                 waiting=tuple(call.id for call in view.waiting),
             )
-            return sse_stream(call, relay(current, follow, recheck), watching.pop_all())
+            return sse_stream(call, relay(current, follow, recheck), watching.pop_all(), heartbeat)
 
     async def get_task(caller: Caller, call: RpcCall) -> JsonObject:
         view = await find_task(caller, task_id_param(call.params))
@@ -509,14 +510,18 @@ def error_stream(call: RpcCall, error: A2AError) -> EventStream:
     async def close() -> None:
         pass
 
-    return EventStream(frames(), close)
+    return EventStream(frames(), close, heartbeat=None)  # one frame, sent at once
 
 
 def sse_stream(
-    call: RpcCall, results: AsyncIterator[JsonObject], watching: contextlib.ExitStack
+    call: RpcCall,
+    results: AsyncIterator[JsonObject],
+    watching: contextlib.ExitStack,
+    heartbeat: float | None,
 ) -> EventStream:
-    """The SSE response of a task stream: each result a JSON-RPC response frame;
-    the watch ends with the stream, however it ends."""
+    """The SSE response of a task stream: each result a JSON-RPC response frame,
+    a heartbeat after ``heartbeat`` seconds without one (``EventStream``); the
+    watch ends with the stream, however it ends."""
 
     async def frames() -> AsyncIterator[bytes]:
         async for result in results:
@@ -525,4 +530,4 @@ def sse_stream(
     async def close() -> None:
         watching.close()
 
-    return EventStream(frames(), close)
+    return EventStream(frames(), close, heartbeat=heartbeat)

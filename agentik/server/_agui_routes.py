@@ -48,6 +48,7 @@ from agentik.server._turns import EventStream, log_turn, open_stream, refuse, to
 def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
     agent = ctx.agent
     limit = ctx.config.limits.max_body_bytes
+    heartbeat = ctx.config.sse_heartbeat
 
     async def run(request: Request) -> EventStream:
         run_input = parse_run_input(await read_json(request, limit))
@@ -76,14 +77,14 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
         if run_input.resume:
             stack = AsyncExitStack()
             resumed = _Resumed(agent, caller, run_input, waiting, translator, stack, began, again)
-            return EventStream(_sse(resumed.events()), stack.aclose)
+            return EventStream(_sse(resumed.events()), stack.aclose, heartbeat=heartbeat)
         if waiting and not again:
             # AG-UI: leaving an interrupt unanswered is not abandoning it, so a
             # new message does not deny what waits (as ``send`` would): refused.
             log_turn("agui", caller, thread, "refused:awaiting_approval", began)
             refused = translator.start(run_input.parent_run_id)
             refused += translator.error(_awaiting(waiting), "awaiting_approval")
-            return EventStream(_sse(_each(refused)), AsyncExitStack().aclose)
+            return EventStream(_sse(_each(refused)), AsyncExitStack().aclose, heartbeat=None)
         assert run_input.text is not None  # a run without resume brings its message
         events, stack = await open_stream(
             agent, "agui", caller, thread, run_input.text, run_input.turn_key
@@ -97,7 +98,7 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
             for out in translator.finish():
                 yield out
 
-        return EventStream(_sse(plain()), stack.aclose)
+        return EventStream(_sse(plain()), stack.aclose, heartbeat=heartbeat)
 
     return [Route("/agui", run, methods=["POST"])]
 

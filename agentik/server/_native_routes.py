@@ -115,6 +115,7 @@ class TurnEndpoint:
     def __init__(self, ctx: ServerContext) -> None:
         self.agent = ctx.agent
         self.limit = ctx.config.limits.max_body_bytes
+        self.heartbeat = ctx.config.sse_heartbeat
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         caller = scope.get(CALLER_KEY)
@@ -146,7 +147,7 @@ class TurnEndpoint:
                 name, data = native_event(event)
                 yield sse_frame(data, event=name)
 
-        await EventStream(frames(), stack.aclose)(scope, receive, send)
+        await EventStream(frames(), stack.aclose, heartbeat=self.heartbeat)(scope, receive, send)
 
 
 def _not_implemented(what: str) -> HttpError:
@@ -312,7 +313,7 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
                     name, data = native_event(event)
                     yield sse_frame(data, event=name)
 
-            return EventStream(frames(), stack.aclose)
+            return EventStream(frames(), stack.aclose, heartbeat=ctx.config.sse_heartbeat)
         result = await decide_call(
             agent,
             "native",

@@ -196,20 +196,33 @@ async def send_json(send: Send, data: JsonObject, status: int = 200) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+HEARTBEAT = b": keep-alive\n\n"
+"""An SSE comment, alone in its block: every client skips it (a comment line,
+then a blank line that ends no event), and a client that splits the stream
+at blank lines sees a block of its own, never a comment glued to an event."""
+
+
 class EventStream:
     """An ASGI response streaming SSE frames until they end or the client leaves.
 
-    ``close`` always runs, shielded, whichever way the stream ends."""
+    With ``heartbeat`` seconds (``[server] sse_heartbeat``), a stream that has
+    sent nothing for that long sends ``HEARTBEAT``, so proxies and browsers
+    that drop idle connections keep it while a slow model thinks. Frames and
+    heartbeats go out one whole ASGI message each, under one lock: a heartbeat
+    never lands inside a frame, nor after the end. ``close`` always runs,
+    shielded, whichever way the stream ends."""
 
     def __init__(
         self,
         frames: AsyncIterator[bytes],
         close: Callable[[], Awaitable[object]],
         *,
+        heartbeat: float | None,
         headers: dict[str, str] | None = None,
     ) -> None:
         self.frames = frames
         self.close = close
+        self.heartbeat = heartbeat
         self.headers = {"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -232,10 +245,40 @@ class EventStream:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(watch_disconnect)
-                async for frame in self.frames:
-                    await send({"type": "http.response.body", "body": frame, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if self.heartbeat is None:
+                    async for frame in self.frames:
+                        await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                else:
+                    await _send_beating(self.frames, send, self.heartbeat, nursery)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await self.close()
+
+
+async def _send_beating(
+    frames: AsyncIterator[bytes], send: Send, interval: float, nursery: trio.Nursery
+) -> None:
+    """Send ``frames`` and then the end, with a heartbeat after each ``interval``
+    seconds in which nothing was sent. The heartbeat task runs in ``nursery``;
+    the caller cancels it once this returns."""
+    lock = trio.Lock()  # one ASGI message at a time: never a heartbeat mid-frame
+    due = trio.current_time() + interval
+
+    async def beat() -> None:
+        nonlocal due
+        while True:
+            await trio.sleep_until(due)
+            async with lock:
+                if trio.current_time() >= due:  # no frame went out meanwhile
+                    await send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
+                    due = trio.current_time() + interval
+
+    nursery.start_soon(beat)
+    async for frame in frames:
+        async with lock:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+            due = trio.current_time() + interval
+    async with lock:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

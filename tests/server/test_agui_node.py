@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from tests.server.agui_bank import RUNS, Served, serving
 from tests.server.conftest import Running
@@ -179,3 +180,28 @@ async def test_http_agent_sending_a_run_again_gets_the_first_run(bank: Served) -
     assert [m["role"] for m in first["newMessages"]] == ["assistant", "tool", "assistant"]
     assert first["newMessages"][-1]["content"] == "bank_balance returned: 100"
     assert RUNS == ["balance"]
+
+
+async def test_http_agent_skips_heartbeats(idle_clock: trio.testing.MockClock) -> None:
+    """A run whose model takes 50 s (virtual) carries three heartbeats
+    (``: keep-alive``): the npm client skips them and sees the same events as
+    with heartbeats off."""
+    from tests.server.test_heartbeats import serving as slow_serving
+
+    seen = []
+    for heartbeat in (15.0, None):
+        async with slow_serving(heartbeat) as url:
+            seen.append(await run_node(f"{url}/agui", "node-beat", "hello"))
+    beating, plain = seen
+    assert beating["failure"] is None, beating
+    assert beating["types"] == plain["types"]
+    assert beating["types"][0] == "RUN_STARTED"
+    assert beating["types"][-1] == "RUN_FINISHED"
+    assert beating["newMessages"][-1]["content"] == "You said: hello"  # type: ignore[index]
+
+
+@pytest.fixture
+def idle_clock() -> trio.testing.MockClock:
+    """Virtual time that jumps after 50 ms of real idleness: node's start-up
+    and its loopback writes do not move it, the model's wait does."""
+    return trio.testing.MockClock(autojump_threshold=0.05)
