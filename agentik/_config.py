@@ -37,6 +37,7 @@ from agentik._clients import (
 )
 from agentik._errors import AgentikError
 from agentik._input import InputError, decimal_float, decimal_int, shown
+from agentik.models import ModelLimits
 
 Kind: TypeAlias = Literal["str", "int", "float", "list", "bind", "bool"]
 Raw: TypeAlias = "str | int | float | bool | list[str]"
@@ -95,6 +96,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "api_key_env", "str", None),
     Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
     Setting("model", "max_connections", "int", "AGENTIK_MODEL_MAX_CONNECTIONS"),
+    Setting("model", "requests_per_minute", "int", "AGENTIK_MODEL_REQUESTS_PER_MINUTE"),
+    Setting("model", "tokens_per_minute", "int", "AGENTIK_MODEL_TOKENS_PER_MINUTE"),
+    Setting("model", "max_concurrent", "int", "AGENTIK_MODEL_MAX_CONCURRENT"),
+    Setting("model", "max_queue_wait", "float", "AGENTIK_MODEL_MAX_QUEUE_WAIT"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
@@ -212,6 +217,10 @@ class ServerConfig:
     retention_days: float | None = None
     """Delete conversations idle (no new message) for longer than this many
     days, checked hourly, in small batches; None keeps them for ever."""
+    model_limits: ModelLimits | None = None
+    """The model provider's budget (``[model] requests_per_minute``,
+    ``tokens_per_minute``, ``max_concurrent``, ``max_queue_wait``), kept for
+    every model call (``open_chat_agent(model_limits=)``); None: no limits."""
 
     @property
     def is_loopback(self) -> bool:
@@ -498,6 +507,7 @@ def _build(
         retention_days=retention if isinstance(retention, float) else None,
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
+        model_limits=_model_limits(merged),
     )
 
 
@@ -538,6 +548,20 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
     return ModelSettings(
         base_url=base_url, model=model, api_key=api_key or None, max_connections=connections
     )
+
+
+_LIMIT_KEYS = ("requests_per_minute", "tokens_per_minute", "max_concurrent", "max_queue_wait")
+
+
+def _model_limits(merged: Mapping[tuple[str, str], Raw]) -> ModelLimits | None:
+    """``ModelLimits`` from the ``[model]`` settings of its fields; None if none is set."""
+    given = {key: merged[("model", key)] for key in _LIMIT_KEYS if ("model", key) in merged}
+    if not given:
+        return None
+    try:
+        return ModelLimits(**given)  # type: ignore[arg-type]
+    except ValueError as error:  # the kinds were checked; this is a range
+        raise ConfigError(f"[model] {error}") from None
 
 
 def check_entry_point(spec: str, key: str = "toolsets") -> str:

@@ -97,7 +97,7 @@ class TestFairQueue:
         """``pop`` on an empty queue raises; ``head`` is None."""
         queue: FairQueue[int] = FairQueue(lambda key: 1.0)
         assert queue.head() is None
-        with pytest.raises(IndexError, match="^pop from an empty FairQueue$"):
+        with pytest.raises(IndexError, match=r"^pop from an empty FairQueue$"):
             queue.pop()
 
     def test_a_retried_item_keeps_its_place(self) -> None:
