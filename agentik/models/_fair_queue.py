@@ -144,6 +144,14 @@ class FairQueue(Generic[T]):
             self._active.rotate(-1)
         return item
 
+    def refund(self, key: str, amount: float) -> None:
+        """Give ``key`` back ``amount`` of what it was charged (negative: charge
+        it more), while it is in the round: its items cost what they used,
+        not what they were estimated to. A key out of the round is owed nothing."""
+        flow = self._flows.get(key)
+        if flow is not None:
+            flow.deficit += amount
+
     def remove(self, key: str, item: T) -> bool:
         """Take ``item`` out of ``key``'s queue (a waiter cancelled); False if absent."""
         flow = self._flows.get(key)

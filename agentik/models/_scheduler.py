@@ -84,10 +84,13 @@ class ScheduledCall:
     """Its fairness key."""
     priority: int
     """0 for a turn, 1 for a summary or reflection."""
-    tokens: float
-    """What one attempt is charged: prompt estimate plus output allowance."""
+    prompt: float
+    """Its prompt's tokens, estimated (0 when tokens are not limited)."""
     grant: Grant | None = None
     """Its last admitted attempt's tokens (a correction replaces them)."""
+    charged: float | None = None
+    """What its fairness key was charged for its last admitted attempt (None:
+    admitted with nobody waiting, so charged nothing); corrected too."""
     attempts: int = 0
 
 
@@ -113,8 +116,9 @@ class SchedulerStats:
 @attrs.define(eq=False)
 class _Ticket:
     call: ScheduledCall
-    tokens: float
     since: float
+    cost: float = 0.0
+    """What its fairness key is charged when it is served."""
     event: trio.Event = attrs.Factory(trio.Event)
     granted: bool = False
     request: Grant | None = None
@@ -197,12 +201,18 @@ class ModelScheduler:
 
     def call(self, request: ModelRequest, key: str) -> ScheduledCall:
         """What ``request`` is, as this scheduler sees it (estimated once per call)."""
-        tokens = 0.0
+        prompt = 0.0
         if self._tokens is not None:
             count = self._count
-            tokens = sum(message_tokens(m, count) for m in request.messages) + self._allowance
+            prompt = float(sum(message_tokens(m, count) for m in request.messages))
         priority = _TURN if request.purpose == "turn" else _BACKGROUND
-        return ScheduledCall(key, priority, tokens)
+        return ScheduledCall(key, priority, prompt)
+
+    def tokens_of(self, call: ScheduledCall) -> float:
+        """What an attempt at ``call`` is charged now: its prompt and the output
+        allowance (as it is when charged: a call that waited long is charged
+        what is known by then)."""
+        return call.prompt + self._allowance
 
     def attempt(self, call: ScheduledCall) -> _Slot:
         """A slot for one attempt at ``call`` (``async with``)."""
@@ -223,10 +233,13 @@ class ModelScheduler:
         budget, grant = self._tokens, call.grant
         if budget is None or grant is None:
             return
-        actual = max(0, usage.prompt_tokens) + max(0, completion)
+        actual = float(max(0, usage.prompt_tokens) + max(0, completion))
         correction = actual - grant.amount
         self.stats.tokens_granted += correction
         budget.correct(grant, actual, trio.current_time())
+        if call.charged is not None:  # fairness counts what was used, too
+            self._queues[call.priority].refund(call.key, call.charged - actual)
+            call.charged = actual
         if correction < 0:
             self._dispatch()  # the head may go sooner
 
@@ -299,7 +312,7 @@ class ModelScheduler:
     async def _enter(self, call: ScheduledCall) -> _Ticket:
         await trio.lowlevel.checkpoint_if_cancelled()
         now = trio.current_time()
-        ticket = _Ticket(call, call.tokens, now)
+        ticket = _Ticket(call, now)
         self._follow_nodes(now)
         if (
             not self._queues[_TURN]
@@ -311,7 +324,8 @@ class ModelScheduler:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return ticket
         queue = self._queues[call.priority]
-        queue.push(call.key, ticket, self._cost(ticket), front=call.attempts > 0)
+        ticket.cost = self.tokens_of(call) if self._tokens is not None else 1.0
+        queue.push(call.key, ticket, ticket.cost, front=call.attempts > 0)
         used = False
         try:
             self._dispatch()
@@ -336,16 +350,12 @@ class ModelScheduler:
                         self._head = None
                 self._dispatch()
 
-    def _cost(self, ticket: _Ticket) -> float:
-        """What fairness counts: tokens when they are limited, else requests."""
-        return ticket.tokens if self._tokens is not None else 1.0
-
     def _ready_in(self, ticket: _Ticket, now: float) -> float:
         wait = self._paused_until - now
         if self._requests is not None:
             wait = max(wait, self._requests.ready_in(1.0, now))
         if self._tokens is not None:
-            wait = max(wait, self._tokens.ready_in(ticket.tokens, now))
+            wait = max(wait, self._tokens.ready_in(self.tokens_of(ticket.call), now))
         return wait
 
     def _dispatch(self) -> None:
@@ -365,6 +375,7 @@ class ModelScheduler:
             queue.pop()
             if self._head is ticket:
                 self._head = None
+            ticket.call.charged = ticket.cost if self._tokens is not None else None
             self._grant(ticket, now)
         self._designate(None, math.inf)
 
@@ -380,10 +391,10 @@ class ModelScheduler:
 
     def _grant(self, ticket: _Ticket, now: float) -> None:
         call = ticket.call
-        tokens = ticket.tokens
         if self._requests is not None:
             ticket.request = self._requests.take(1.0, now)
         if self._tokens is not None:
+            tokens = self.tokens_of(call)
             call.grant = self._tokens.take(tokens, now)
             self.stats.tokens_granted += tokens
             self._mean_tokens += _ALPHA * (tokens - self._mean_tokens)
@@ -408,6 +419,7 @@ class ModelScheduler:
             self.stats.tokens_granted -= grant.amount
             self._tokens.correct(grant, 0.0, now)
             ticket.call.grant = None
+        self._refund_fairness(ticket.call)
 
     def _leave(self, ticket: _Ticket, exc: BaseException | None) -> None:
         """The attempt is over: free its slot, heed what the provider said."""
@@ -430,6 +442,7 @@ class ModelScheduler:
             stats.tokens_granted -= grant.amount
             self._tokens.correct(grant, 0.0, now)  # it took none of them
             ticket.call.grant = None
+        self._refund_fairness(ticket.call)  # it goes again, and is charged again
         until = now + answer.pause
         if until > self._paused_until:
             if self._paused_until <= now:
@@ -440,6 +453,11 @@ class ModelScheduler:
             self._requests.drain_to(answer.remaining_requests / share, now)
         if self._tokens is not None and answer.remaining_tokens is not None:
             self._tokens.drain_to(answer.remaining_tokens / share, now)
+
+    def _refund_fairness(self, call: ScheduledCall) -> None:
+        if call.charged is not None:
+            self._queues[call.priority].refund(call.key, call.charged)
+            call.charged = None
 
     def _follow_nodes(self, now: float) -> None:
         """Keep this node's share of the limits as nodes come and go."""

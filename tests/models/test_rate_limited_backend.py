@@ -33,8 +33,8 @@ from agentik import (
     open_chat_agent,
 )
 from agentik.agent import TurnFailed
-from agentik.models import ModelScheduler, current_fairness_key, schedule
-from tests.models.chat_server import ChatServer, Json, completion
+from agentik.models import FifoGate, ModelScheduler, current_fairness_key, schedule
+from tests.models.chat_server import ChatServer, Held, Json, completion
 from tests.models.conftest import RecordedSleep
 
 LIMITED = {"error": {"message": "slow down", "type": "rate_limit_error"}}
@@ -165,7 +165,7 @@ async def test_the_admission_drains_to_what_the_provider_says_is_left(
         ModelLimits(tokens_per_minute=60_000, max_queue_wait=1e9), capacity=16
     )
     request = ModelRequest([Message(Role.USER, "x")])
-    assert scheduler.call(request, "k").tokens == 5 + 256  # the prompt and the allowance
+    assert scheduler.tokens_of(scheduler.call(request, "k")) == 5 + 256  # prompt, allowance
     async with _model(
         chat_server, sleep, max_connections=16, timeout=math.inf, retry=RetryPolicy(max_retries=1)
     ) as model:
@@ -181,3 +181,32 @@ async def test_the_admission_drains_to_what_the_provider_says_is_left(
             mock_clock.jump(0.15)
             await _settle(lambda: len(chat_server.received) == 2)
     assert sleep.delays == []
+
+
+async def test_calls_wait_in_the_scheduler_not_behind_it(
+    chat_server: ChatServer, sleep: RecordedSleep
+) -> None:
+    """Through the agent, with ``ModelLimits`` and a model of two connections:
+    six turns at once put two on the wire and four in the scheduler, none in
+    the model's own FIFO gate (the one queue); released, all finish."""
+    release = trio.Event()
+    chat_server.script(*[Held(Json(completion("ok")), release)] * 6)
+    limits = ModelLimits(requests_per_minute=60_000)
+    async with (
+        _model(chat_server, sleep, max_connections=2) as model,
+        open_chat_agent(
+            model=model, storage=in_memory_storage(), builtin_tools=False, model_limits=limits
+        ) as agent,
+    ):
+        scheduler = agent.model_scheduler
+        assert scheduler is not None
+        assert scheduler.capacity == 2
+        gate = model.gate
+        assert isinstance(gate, FifoGate)
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(agent.send, f"c{i}", "hello")
+            await _settle(lambda: chat_server.in_flight == 2 and scheduler.waiting == 4)
+            assert (gate.in_use, gate.waiting) == (2, 0)
+            release.set()
+    assert len(chat_server.received) == 6

@@ -504,3 +504,30 @@ async def test_no_limits_schedule_nothing() -> None:
         ) as agent:
             assert agent.model_scheduler is None
             await agent.send("c", "hi")
+
+
+async def test_one_owner_sending_ten_times_more_gets_a_tenth(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ten owners, owner 0 with ten times the conversations of each other one,
+    all sending without pause: each owner is served a tenth of the tokens the
+    model reports (Jain's index over owners >= 0.99). Owner 0's calls wait
+    longest, so they were estimated when little was known of the output:
+    fairness counts what calls used, not what they were estimated to."""
+    recorder = Recorder(latency=0.5)
+    limits = ModelLimits(tokens_per_minute=300_000, requests_per_minute=6_000)
+    async with open_chat_agent(
+        model=recorder.model, storage=in_memory_storage(), builtin_tools=False, model_limits=limits
+    ) as agent:
+        conversations = {
+            f"owner{o}{SEP}c{i}": 10_000 for o in range(10) for i in range(15 if o else 150)
+        }
+        await run_conversations(agent.send, conversations, 60)
+    tokens: Counter[str] = Counter()
+    for call in recorder.calls:
+        if 10 <= call.at < 60:
+            tokens[call.key] += call.tokens
+    values = [tokens[f"owner{o}"] for o in range(10)]
+    jain = sum(values) ** 2 / (10 * sum(v * v for v in values))
+    assert jain >= 0.99
+    assert 0.08 <= values[0] / sum(values) <= 0.12
