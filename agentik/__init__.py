@@ -55,6 +55,7 @@ from agentik.agent import TurnFinished as TurnFinished
 from agentik.agent import TurnResult as TurnResult
 from agentik.agent import open_chat_agent as open_chat_agent
 from agentik.models import ChatModel as ChatModel
+from agentik.models import ModelLimits as ModelLimits
 from agentik.models import ModelRequest as ModelRequest
 from agentik.models import ModelResponse as ModelResponse
 from agentik.models import ModelStreamEvent as ModelStreamEvent
@@ -196,6 +197,7 @@ __all__ = [
     "Message",
     "MessageStore",
     "ModelBackendError",
+    "ModelLimits",
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",

@@ -37,6 +37,7 @@ from agentik._clients import (
 )
 from agentik._errors import AgentikError
 from agentik._input import InputError, decimal_float, decimal_int, shown
+from agentik.models import ModelLimits
 
 Kind: TypeAlias = Literal["str", "int", "count", "float", "interval", "list", "bind", "bool"]
 """``int`` is positive, ``count`` may be 0 too; ``float`` is positive seconds,
@@ -101,6 +102,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "timeout", "float", "AGENTIK_MODEL_TIMEOUT"),
     Setting("model", "connect_timeout", "float", "AGENTIK_MODEL_CONNECT_TIMEOUT"),
     Setting("model", "max_retries", "count", "AGENTIK_MODEL_MAX_RETRIES"),
+    Setting("model", "requests_per_minute", "int", "AGENTIK_MODEL_REQUESTS_PER_MINUTE"),
+    Setting("model", "tokens_per_minute", "int", "AGENTIK_MODEL_TOKENS_PER_MINUTE"),
+    Setting("model", "max_concurrent", "int", "AGENTIK_MODEL_MAX_CONCURRENT"),
+    Setting("model", "max_queue_wait", "float", "AGENTIK_MODEL_MAX_QUEUE_WAIT"),
     Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
@@ -235,6 +240,10 @@ class ServerConfig:
     """Seconds an event stream may stay silent before the server sends a
     ``: keep-alive`` comment (proxies and browsers drop idle connections);
     None: never."""
+    model_limits: ModelLimits | None = None
+    """The model provider's budget (``[model] requests_per_minute``,
+    ``tokens_per_minute``, ``max_concurrent``, ``max_queue_wait``), kept for
+    every model call (``open_chat_agent(model_limits=)``); None: no limits."""
 
     @property
     def is_loopback(self) -> bool:
@@ -534,6 +543,7 @@ def _build(
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
         sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
+        model_limits=_model_limits(merged),
     )
 
 
@@ -602,6 +612,20 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
         connect_timeout=connect_timeout if isinstance(connect_timeout, float) else None,
         max_retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
     )
+
+
+_LIMIT_KEYS = ("requests_per_minute", "tokens_per_minute", "max_concurrent", "max_queue_wait")
+
+
+def _model_limits(merged: Mapping[tuple[str, str], Raw]) -> ModelLimits | None:
+    """``ModelLimits`` from the ``[model]`` settings of its fields; None if none is set."""
+    given = {key: merged[("model", key)] for key in _LIMIT_KEYS if ("model", key) in merged}
+    if not given:
+        return None
+    try:
+        return ModelLimits(**given)  # type: ignore[arg-type]
+    except ValueError as error:  # the kinds were checked; this is a range
+        raise ConfigError(f"[model] {error}") from None
 
 
 def check_entry_point(spec: str, key: str = "toolsets") -> str:

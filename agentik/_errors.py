@@ -20,6 +20,8 @@ Lower-layer errors (apsw, httpx) are mapped at the boundary with ``raise … fro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class AgentikError(Exception):
     """Root of every error agentik raises on purpose."""
@@ -46,19 +48,47 @@ class ToolError(AgentikError):
 
 
 class ModelBackendError(AgentikError):
-    """The model backend failed, timed out, or answered something malformed."""
+    """The model backend failed, timed out, or answered something malformed.
+
+    ``status`` is the HTTP status of the backend's last answer when it gave
+    one (429 or 503 say it is rate limited or overloaded); ``retry_after`` the
+    seconds its ``Retry-After`` (or ``retry-after-ms``) asked for, if it did;
+    ``headers`` that answer's headers, names in lowercase (the
+    ``x-ratelimit-*`` headers say how much of its budget is left). A model
+    backend of your own may set them too: the model-limits scheduler reads
+    them (docs/models.md, "Rate limits and fairness")."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.headers: Mapping[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
 
 
 class TurnError(AgentikError):
     """A turn could not finish; history stays valid.
 
     ``code`` says why, for machines: ``step_limit``, ``model_error``,
-    ``store_error``, ``cancelled``, ``internal_error``, ``turn_failed``.
+    ``model_unavailable`` (the backend answered 429 or 503 past its retries:
+    rate limited or overloaded; ``retry_after`` is the seconds it asked to
+    wait, or None), ``store_error``, ``cancelled``, ``internal_error``,
+    ``turn_failed``.
     """
 
-    def __init__(self, message: str, *, code: str = "turn_failed") -> None:
+    def __init__(
+        self, message: str, *, code: str = "turn_failed", retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.retry_after = retry_after
+        """Seconds the model backend asked to wait (``model_unavailable``), or None."""
 
 
 class ApprovalError(AgentikError):
@@ -75,7 +105,9 @@ class ApprovalError(AgentikError):
 
 
 class OverloadedError(AgentikError):
-    """Too many turns are queued for a conversation or the agent; retry later."""
+    """Too many turns are queued for a conversation or the agent, or the model's
+    limits would keep a new turn waiting longer than ``max_queue_wait``; retry
+    in ``retry_after`` seconds. Nothing of the refused turn was stored."""
 
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)

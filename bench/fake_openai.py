@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible Chat Completions server for client benchmarks, in its own process.
 
     python -m bench.fake_openai [--median 0.5] [--sigma 0.5] [--deltas 8]
+                                [--rpm N] [--tpm N] [--burst 1.0]
 
 prints its base URL (``http://127.0.0.1:PORT/v1``) on stdout, then serves
 until killed. It is built to cost little, so that a client measured against
@@ -16,10 +17,19 @@ hand (the clients are well-behaved), one timer per answer.
   (``--deltas`` content chunks, the first after half the latency, the rest
   spread over the other half, then ``finish_reason``, a usage chunk and
   ``[DONE]``), otherwise one JSON completion.
+- With ``--rpm`` / ``--tpm`` it keeps a hosted provider's budget: requests
+  and tokens per minute, each a continuous token bucket holding ``--burst``
+  seconds of its refill (1 s by default: enforced per second, as OpenAI says
+  it may enforce a per-minute limit). A request costs the tokens its answer
+  reports (prompt and completion). Past a budget it answers 429 with
+  ``Retry-After`` (whole seconds until both buckets could take it, at least
+  1) and OpenAI's ``x-ratelimit-limit-*``, ``-remaining-*`` and ``-reset-*``
+  headers (Go durations), which it also sends with every answer.
 - ``GET /stats``: ``{"cpu": process CPU seconds, "calls": answers started,
   "latency": their latencies summed, "connections": connections opened,
   "open": open now, "most_open": most open at once, "most_in_flight": most
-  calls waiting at once}``.
+  calls waiting at once, "rate_limited": 429s answered, "served_tokens":
+  tokens of the answers started}``.
 - HTTP/1.1 with keep-alive, and HTTP/2 with prior knowledge (h2c, the ``h2``
   package) on the same port, told apart by the HTTP/2 connection preface.
 """
@@ -48,9 +58,66 @@ def latency(key: str, median: float = 0.5, sigma: float = 0.5) -> float:
     return median * math.exp(sigma * _NORMAL.inv_cdf(quantile))
 
 
+class Bucket:
+    """A budget per minute: a continuous token bucket of ``burst`` seconds' refill."""
+
+    def __init__(self, limit: int, burst: float) -> None:
+        self.limit = limit
+        self.rate = limit / 60.0
+        self.capacity = max(1.0, self.rate * burst)
+        self.level = self.capacity
+        self.at = time.monotonic()
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
+        self.at = now
+
+    def wait(self, amount: float) -> float:
+        """Seconds until ``amount`` fits (a full bucket, for more than it holds)."""
+        need = min(amount, self.capacity)
+        return 0.0 if self.level >= need else (need - self.level) / self.rate
+
+    def headers(self, kind: str) -> list[tuple[str, str]]:
+        reset = (self.capacity - self.level) / self.rate
+        return [
+            (f"x-ratelimit-limit-{kind}", str(self.limit)),
+            (f"x-ratelimit-remaining-{kind}", str(max(0, int(self.level)))),
+            (f"x-ratelimit-reset-{kind}", f"{max(0.0, reset):.3f}s"),
+        ]
+
+
+class Budget:
+    """A hosted provider's requests and tokens per minute."""
+
+    def __init__(self, rpm: int | None, tpm: int | None, burst: float) -> None:
+        self.requests = None if rpm is None else Bucket(rpm, burst)
+        self.tokens = None if tpm is None else Bucket(tpm, burst)
+
+    def admit(self, tokens: int) -> tuple[float, list[tuple[str, str]]]:
+        """``(0, headers)`` and the cost taken, or ``(seconds to wait, headers)``."""
+        now = time.monotonic()
+        wait = 0.0
+        for bucket, amount in ((self.requests, 1), (self.tokens, tokens)):
+            if bucket is not None:
+                bucket.refill(now)
+                wait = max(wait, bucket.wait(amount))
+        if wait == 0.0:
+            for bucket, amount in ((self.requests, 1), (self.tokens, tokens)):
+                if bucket is not None:
+                    bucket.level -= amount
+        headers: list[tuple[str, str]] = []
+        if self.requests is not None:
+            headers += self.requests.headers("requests")
+        if self.tokens is not None:
+            headers += self.tokens.headers("tokens")
+        return wait, headers
+
+
 class Stats:
     def __init__(self) -> None:
         self.calls = 0
+        self.rate_limited = 0
+        self.served_tokens = 0
         self.latency = 0.0
         self.connections = 0
         self.open = 0
@@ -68,6 +135,8 @@ class Stats:
                 "open": self.open,
                 "most_open": self.most_open,
                 "most_in_flight": self.most_in_flight,
+                "rate_limited": self.rate_limited,
+                "served_tokens": self.served_tokens,
             }
         ).encode()
 
@@ -75,34 +144,49 @@ class Stats:
 class Answers:
     """What a call answers and when: shared by both HTTP versions."""
 
-    def __init__(self, median: float, sigma: float, deltas: int, stats: Stats) -> None:
+    def __init__(
+        self, median: float, sigma: float, deltas: int, stats: Stats, budget: Budget
+    ) -> None:
         self.median = median
         self.sigma = sigma
         self.deltas = deltas
         self.stats = stats
+        self.budget = budget
         self.loop = asyncio.get_running_loop()
 
     def start(
-        self, body: bytes, send: Callable[[bytes, bool], None], start_stream: Callable[[], None]
+        self,
+        body: bytes,
+        send: Callable[[bytes, bool], None],
+        start_stream: Callable[[list[tuple[str, str]]], None],
+        refuse: Callable[[int, list[tuple[str, str]], bytes], None],
     ) -> None:
         """Schedule the answer to one request: ``send(data, last)`` writes body bytes;
-        ``start_stream()`` writes the head of an SSE response."""
+        ``start_stream(headers)`` writes the head of an SSE response; ``refuse(status,
+        headers, body)`` answers an error at once."""
         request = json.loads(body)
         messages = request["messages"]
         key = str(messages[-1].get("content") or "")
         model = request.get("model", "fake")
-        seconds = latency(key, self.median, self.sigma)
-        stats = self.stats
-        stats.calls += 1
-        stats.latency += seconds
-        stats.in_flight += 1
-        stats.most_in_flight = max(stats.most_in_flight, stats.in_flight)
         text = f"reply to {key}"
         usage = {
             "prompt_tokens": sum(len(str(m.get("content") or "")) for m in messages) // 4,
             "completion_tokens": len(text) // 4,
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        stats = self.stats
+        wait, headers = self.budget.admit(usage["total_tokens"])
+        if wait > 0:
+            stats.rate_limited += 1
+            headers.append(("retry-after", str(max(1, math.ceil(wait)))))
+            refuse(429, headers, _RATE_LIMITED)
+            return
+        seconds = latency(key, self.median, self.sigma)
+        stats.calls += 1
+        stats.latency += seconds
+        stats.served_tokens += usage["total_tokens"]
+        stats.in_flight += 1
+        stats.most_in_flight = max(stats.most_in_flight, stats.in_flight)
         if not request.get("stream"):
 
             def answer() -> None:
@@ -123,7 +207,7 @@ class Answers:
         step = seconds / 2 / max(1, len(pieces))
 
         def first() -> None:
-            start_stream()
+            start_stream(headers)
             emit(0)
 
         def emit(i: int) -> None:
@@ -135,6 +219,17 @@ class Answers:
                 send(b"".join(events[i:]), True)
 
         self.loop.call_later(seconds / 2, first)
+
+
+_RATE_LIMITED = json.dumps(
+    {
+        "error": {
+            "message": "Rate limit reached: retry after the time in Retry-After.",
+            "type": "requests",
+            "code": "rate_limit_exceeded",
+        }
+    }
+).encode()
 
 
 def _split(text: str, count: int) -> list[str]:
@@ -244,23 +339,35 @@ class Connection(asyncio.Protocol):
         if method == "GET" and target == "/stats":
             self.respond(200, "application/json", self.stats.as_json())
         elif method == "POST" and target.endswith("/chat/completions"):
-            self.answers.start(body, self.send_stream, self.start_stream)
+            self.answers.start(body, self.send_stream, self.start_stream, self.refuse)
         else:
             self.respond(404, "text/plain", b"not found")
 
-    def respond(self, status: int, content_type: str, body: bytes) -> None:
+    def respond(
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers or ())
         self.write(
-            f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n"
+            f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n{extra}"
             f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
         self.done()
 
-    def start_stream(self) -> None:
+    def refuse(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.respond(status, "application/json", body, headers)
+
+    def start_stream(self, headers: list[tuple[str, str]]) -> None:
         self.streaming = True
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
         self.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\n\r\n"
+            + extra.encode()
+            + b"transfer-encoding: chunked\r\n\r\n"
         )
 
     def send_stream(self, data: bytes, last: bool) -> None:
@@ -340,7 +447,7 @@ class H2:
 
         started = False
 
-        def start() -> None:
+        def start(headers: list[tuple[str, str]]) -> None:
             nonlocal started
             started = True
             self.head(stream, "text/event-stream")
@@ -350,10 +457,22 @@ class H2:
                 self.head(stream, "application/json")
             self.send(stream, data, last)
 
-        self.answers.start(body, send, start)
+        def refuse(status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+            self.head(stream, "application/json", status, headers)
+            self.send(stream, body, True)
 
-    def head(self, stream: int, content_type: str) -> None:
-        self.connection.send_headers(stream, [(":status", "200"), ("content-type", content_type)])
+        self.answers.start(body, send, start, refuse)
+
+    def head(
+        self,
+        stream: int,
+        content_type: str,
+        status: int = 200,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.connection.send_headers(
+            stream, [(":status", str(status)), ("content-type", content_type), *(headers or ())]
+        )
         self.flush()
 
     def send(self, stream: int, data: bytes, last: bool) -> None:
@@ -390,9 +509,15 @@ class H2:
             self.transport.write(data)
 
 
-async def serve(port: int, median: float, sigma: float, deltas: int) -> None:
+async def serve(
+    port: int,
+    median: float,
+    sigma: float,
+    deltas: int,
+    budget: Budget | None = None,
+) -> None:
     stats = Stats()
-    answers = Answers(median, sigma, deltas, stats)
+    answers = Answers(median, sigma, deltas, stats, budget or Budget(None, None, 1.0))
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: Connection(answers), "127.0.0.1", port, backlog=4096, reuse_address=True
@@ -409,9 +534,13 @@ def main() -> None:
     parser.add_argument("--median", type=float, default=0.5, help="median latency, seconds")
     parser.add_argument("--sigma", type=float, default=0.5, help="log-normal sigma")
     parser.add_argument("--deltas", type=int, default=8, help="content chunks per stream")
+    parser.add_argument("--rpm", type=int, default=None, help="requests per minute")
+    parser.add_argument("--tpm", type=int, default=None, help="tokens per minute")
+    parser.add_argument("--burst", type=float, default=1.0, help="seconds of refill a bucket holds")
     args = parser.parse_args()
+    budget = Budget(args.rpm, args.tpm, args.burst)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.port, args.median, args.sigma, args.deltas))
+        asyncio.run(serve(args.port, args.median, args.sigma, args.deltas, budget))
 
 
 if __name__ == "__main__":

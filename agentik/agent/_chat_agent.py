@@ -35,13 +35,14 @@ from agentik.agent._elicitation import (
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._gc import relaxed_gc, track_conversations
 from agentik.agent._limits import ContentLimits
+from agentik.agent._model_limits import fairness_key, limited_model
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._resume import resume_interrupted_turns
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
 from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
-from agentik.models import ChatModel
+from agentik.models import ChatModel, ModelLimits, ModelScheduler
 from agentik.storage import (
     ConversationDeleter,
     InterruptedTurnIndex,
@@ -129,6 +130,8 @@ class ChatAgent:
         self._tracks_gc = False
         """The agent relaxed the collector: its live conversations scale the
         first threshold (``_gc.track_conversations``)."""
+        self._scheduler: ModelScheduler | None = None
+        """Admits every model call under ``model_limits`` (None: no limits)."""
         nursery.start_soon(self._reap)
 
     @property
@@ -151,6 +154,12 @@ class ChatAgent:
         return len(self._conversations)
 
     @property
+    def model_scheduler(self) -> ModelScheduler | None:
+        """The one queue of the agent's model calls under ``model_limits``
+        (its state and stats), or None without limits."""
+        return self._scheduler
+
+    @property
     def tracing(self) -> bool:
         """Whether the agent emits OpenTelemetry spans (``tracer_provider``)."""
         return self._runtime.tracing is not None
@@ -164,7 +173,11 @@ class ChatAgent:
         ``OverloadedError`` past ``max_queued_turns`` waiting turns, and
         ``TurnError`` when the turn fails (its history stays valid). With
         ``idempotency_key``, a retry returns the first result and adds nothing.
+        With ``model_limits``, raises ``OverloadedError`` at once when the turn
+        would expect to wait for the model longer than ``max_queue_wait``.
         """
+        if self._scheduler is not None:  # refused before anything is stored
+            self._scheduler.check(fairness_key(conversation_id))
         request = TurnRequest(text, idempotency_key, Pending())
         await self._route(conversation_id, request, schedule=False)
         return await request.reply.wait()  # the call's schedule point
@@ -175,6 +188,8 @@ class ChatAgent:
     ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
         """Run one turn, yielding its events as they happen; the last one is
         ``TurnFinished`` or ``TurnFailed``. Leaving early does not stop the turn."""
+        if self._scheduler is not None:  # refused before anything is stored
+            self._scheduler.check(fairness_key(conversation_id))
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
         request = TurnRequest(text, idempotency_key, Pending(), sender)
         try:
@@ -646,6 +661,7 @@ async def open_chat_agent(
     capture_content: bool = False,
     agent_name: str = "agentik",
     relax_gc: bool = True,
+    model_limits: ModelLimits | None = None,
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -711,6 +727,13 @@ async def open_chat_agent(
             cyclic garbage, and with thousands of live conversations the
             default makes collections walking every object take most of the
             time. False leaves the collector alone.
+        model_limits: the model provider's budget (``ModelLimits``: requests
+            and tokens per minute, concurrent requests): every model call of
+            the agent (turns first, then summaries and reflections) waits in
+            one scheduler, fair across owners (or conversations), paused for
+            everyone when the provider says so; a new turn that would wait
+            past ``max_queue_wait`` is refused (``OverloadedError``). None (or
+            no limit set): calls go straight to the model.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     _positive("tool_timeout", tool_timeout)
@@ -735,8 +758,9 @@ async def open_chat_agent(
     tracing = tracing_for(
         tracer_provider, model=model, agent_name=agent_name, capture_content=capture_content
     )
+    admitted, scheduler = limited_model(model, model_limits, context=context, storage=storage)
     runtime = AgentRuntime.build(
-        model=model,
+        model=admitted,
         storage=storage,
         core_tools=core,
         offered_core=offered,
@@ -777,6 +801,7 @@ async def open_chat_agent(
                 agent = ChatAgent(runtime, nursery)
                 agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
                 agent._tracks_gc = relax_gc
+                agent._scheduler = scheduler
                 try:
                     await runtime.warm()
                     store = runtime.storage.message_store

@@ -35,6 +35,7 @@ from agentik._scope import scope_of
 from agentik.agent._compaction import fit_summary, fold_point, summary_message, summary_request
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
+from agentik.agent._model_limits import fairness_key
 from agentik.agent._recovery import (
     StoredState,
     last_turn_start,
@@ -53,7 +54,7 @@ from agentik.agent._turn_machine import (
     TurnState,
     TurnStateError,
 )
-from agentik.models import ModelRequest, ModelResponse
+from agentik.models import ModelRequest, ModelResponse, current_fairness_key
 from agentik.storage import (
     ConversationDeleter,
     IdempotencyKeyIndex,
@@ -204,6 +205,9 @@ class Conversation:
     async def run(self, retire: Callable[[Conversation], None]) -> None:
         """Serve turns until the inbox closes (the agent closes it when this
         conversation has been idle long enough, or when the agent shuts down)."""
+        # Every model call made in this task (and its children) takes this
+        # conversation's share under the model's limits (``_model_limits``).
+        current_fairness_key.set(fairness_key(self.conversation_id))
         inbox = self.inbox
         try:
             while not await self._serve_in_scope(self._receive):
@@ -508,7 +512,8 @@ class Conversation:
             assert isinstance(result, outcome.Error)
             error = result.error
             code = error.code if isinstance(error, TurnError | ApprovalError) else "turn_failed"
-            final = TurnFailed(str(error), code)
+            retry_after = error.retry_after if isinstance(error, TurnError) else None
+            final = TurnFailed(str(error), code, retry_after)
         # A slow reader gets the end by waiting (briefly); a gone one needs nothing.
         with (
             trio.move_on_after(_FINAL_EVENT_SECONDS, shield=True),

@@ -10,7 +10,7 @@ raise, even for an exception whose ``str()`` does.
 
 from __future__ import annotations
 
-from agentik._errors import TurnError
+from agentik._errors import AgentikError, ModelBackendError, TurnError
 
 _GROUP_MEMBERS_SHOWN = 3
 
@@ -40,3 +40,21 @@ def component_error(what: str, exc: Exception) -> TurnError:
     """The ``TurnError`` for ``what`` (say "the model") having raised ``exc``:
     a bug there, so code ``internal_error``. Raise it ``from exc``."""
     return TurnError(f"{what} raised {describe(exc)}", code="internal_error")
+
+
+UNAVAILABLE_STATUSES = (429, 503)
+"""A backend answering these is rate limited or overloaded: it may work later."""
+
+
+def model_failure(exc: AgentikError) -> TurnError:
+    """The ``TurnError`` for the model backend having failed with ``exc``:
+    ``model_unavailable`` (with the backend's ``retry_after``) when it last
+    answered 429 or 503, past its retries; else ``model_error``. Raise it
+    ``from exc``."""
+    if isinstance(exc, ModelBackendError) and exc.status in UNAVAILABLE_STATUSES:
+        return TurnError(
+            f"the model is unavailable: {message_of(exc)}",
+            code="model_unavailable",
+            retry_after=exc.retry_after,
+        )
+    return TurnError(f"the model failed: {message_of(exc)}", code="model_error")

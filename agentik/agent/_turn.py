@@ -49,7 +49,7 @@ from agentik.agent._events import (
     TurnEvent,
     TurnResult,
 )
-from agentik.agent._failures import component_error, describe, message_of
+from agentik.agent._failures import component_error, describe, message_of, model_failure
 from agentik.agent._prompt import PromptContext, render_system_prompt
 from agentik.agent._recovery import open_calls
 from agentik.agent._turn_machine import (
@@ -566,7 +566,7 @@ class Turn:
                 response = await runtime.model.complete(request)
         except AgentikError as exc:
             stats.model_errors += 1
-            raise TurnError(f"the model failed: {message_of(exc)}", code="model_error") from exc
+            raise model_failure(exc) from exc
         except Exception as exc:
             stats.model_errors += 1
             raise component_error("the model", exc) from exc

@@ -2,6 +2,7 @@
 
 from agentik.models._gate import FifoGate as FifoGate
 from agentik.models._gate import Gate as Gate
+from agentik.models._limits import ModelLimits as ModelLimits
 from agentik.models._openai_compat import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from agentik.models._openai_compat import DEFAULT_RETRY as DEFAULT_RETRY
 from agentik.models._openai_compat import OpenAICompatibleModel as OpenAICompatibleModel
@@ -12,9 +13,18 @@ from agentik.models._protocol import ModelStreamEvent as ModelStreamEvent
 from agentik.models._protocol import StreamingChatModel as StreamingChatModel
 from agentik.models._protocol import TextDelta as TextDelta
 from agentik.models._protocol import ToolCallDelta as ToolCallDelta
+from agentik.models._rate_limits import RateLimitAnswer as RateLimitAnswer
+from agentik.models._rate_limits import read_rate_limit as read_rate_limit
 from agentik.models._responders import bench_responder as bench_responder
 from agentik.models._responders import demo_responder as demo_responder
 from agentik.models._retry import RetryPolicy as RetryPolicy
+from agentik.models._scheduled import AdmissionAware as AdmissionAware
+from agentik.models._scheduled import ScheduledModel as ScheduledModel
+from agentik.models._scheduled import schedule as schedule
+from agentik.models._scheduler import ModelScheduler as ModelScheduler
+from agentik.models._scheduler import ScheduledCall as ScheduledCall
+from agentik.models._scheduler import SchedulerStats as SchedulerStats
+from agentik.models._scheduler import current_fairness_key as current_fairness_key
 from agentik.models._scripted import Responder as Responder
 from agentik.models._scripted import ScriptedModel as ScriptedModel
 from agentik.models._scripted import replay as replay
@@ -22,20 +32,30 @@ from agentik.models._scripted import replay as replay
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_RETRY",
+    "AdmissionAware",
     "ChatModel",
     "FifoGate",
     "Gate",
+    "ModelLimits",
     "ModelRequest",
     "ModelResponse",
+    "ModelScheduler",
     "ModelStreamEvent",
     "OpenAICompatibleModel",
+    "RateLimitAnswer",
     "Responder",
     "RetryPolicy",
+    "ScheduledCall",
+    "ScheduledModel",
+    "SchedulerStats",
     "ScriptedModel",
     "StreamingChatModel",
     "TextDelta",
     "ToolCallDelta",
     "bench_responder",
+    "current_fairness_key",
     "demo_responder",
+    "read_rate_limit",
     "replay",
+    "schedule",
 ]

@@ -44,8 +44,9 @@ from agentik.models._protocol import (
     TextDelta,
     ToolCallDelta,
 )
+from agentik.models._rate_limits import read_rate_limit
 from agentik.models._redact import Redactor, StreamMasker
-from agentik.models._retry import RetryPolicy
+from agentik.models._retry import RetryPolicy, _requested_delay
 from agentik.models._sse import SSEDecoder
 from agentik.models._wire import (
     RESERVED_PARAMS,
@@ -76,11 +77,9 @@ it when the provider limits concurrent requests."""
 
 
 class _RetryableFailure(ModelBackendError):
-    """One failed attempt that another attempt might fix. Never leaves this module."""
-
-    def __init__(self, message: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.headers: Mapping[str, str] = headers or {}
+    """One failed attempt that another attempt might fix. Never leaves this module
+    but through the slot of the gate it was made in (an admission scheduler
+    reads its status and headers there)."""
 
 
 @final
@@ -117,9 +116,14 @@ class OpenAICompatibleModel:
         gate: Where calls wait for a connection, instead of a new
             ``FifoGate(max_connections)``: share one between models that share
             a ``client``.
+
+    An agent with ``ModelLimits`` admits each attempt through its scheduler
+    first (``with_admission``): the one queue, with this model's gate behind
+    it never waiting (the scheduler's slots are at most its connections).
     """
 
     __slots__ = (
+        "_admission",
         "_api_key",
         "_base_url",
         "_clients",
@@ -176,6 +180,11 @@ class OpenAICompatibleModel:
             raise ModelBackendError("give max_connections or gate, not both (a gate has its size)")
         if gate is None:
             gate = FifoGate(DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
+        elif client is None and gate.capacity > MAX_OWN_CONNECTIONS:
+            raise ModelBackendError(
+                f"gate capacity must be at most {MAX_OWN_CONNECTIONS} (the model opens that"
+                f" many connections), got {gate.capacity}; give the gate a capacity"
+            )
         self._base_url = base_url.rstrip("/")
         self._url = f"{self._base_url}/chat/completions"
         self._model = model
@@ -190,6 +199,7 @@ class OpenAICompatibleModel:
         self._sleep = sleep
         self._jitter = jitter
         self._gate = gate
+        self._admission: Gate | None = None
         self._owns_client = client is None
         self._clients = (
             (client,) if client is not None else _own_clients(gate.capacity, connect_timeout)
@@ -210,6 +220,39 @@ class OpenAICompatibleModel:
     def model_name(self) -> str:
         """The model requested (``gen_ai.request.model`` on spans)."""
         return self._model
+
+    @property
+    def gate(self) -> Gate:
+        """Where this model's calls wait for a connection."""
+        return self._gate
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The output limit every call asks for (``params`` ``max_completion_tokens``
+        or ``max_tokens``), if any: what the model-limits scheduler charges for
+        an answer before its usage is known."""
+        for name in ("max_completion_tokens", "max_tokens"):
+            value = self._params.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    def with_admission(self, admission: Gate) -> OpenAICompatibleModel:
+        """This model (its connections, settings and gate), whose every attempt
+        first waits for a slot of ``admission``: a ``ModelScheduler``, the one
+        queue. Closing the copy closes nothing (the original owns the clients).
+
+        An attempt that fails leaves ``admission``'s slot with its
+        ``ModelBackendError`` (``status``, ``headers``). When the provider says
+        it is rate limited there (``read_rate_limit``), the admission pauses
+        every call; this model then retries without a backoff of its own (it
+        waits in the admission), counting the retry as any other."""
+        clone = object.__new__(OpenAICompatibleModel)
+        for name in OpenAICompatibleModel.__slots__:
+            object.__setattr__(clone, name, getattr(self, name))
+        clone._admission = admission
+        clone._owns_client = False
+        return clone
 
     async def aclose(self) -> None:
         """Close the HTTP client, if this model made it."""
@@ -353,6 +396,16 @@ class OpenAICompatibleModel:
     ) -> httpx2.AsyncClient:
         """Take a slot of the gate into ``held`` (freed when it closes), by the
         deadline; return the client whose pool has a connection for it."""
+        admission = self._admission
+        if admission is not None:
+            try:
+                with trio.fail_at(deadline):
+                    await held.enter_async_context(admission.slot(request))
+            except trio.TooSlowError:
+                raise ModelBackendError(
+                    f"model call to {self._url} timed out after {self._timeout:g} s waiting"
+                    " for its turn under the model's limits (ModelLimits)"
+                ) from None
         try:
             with trio.fail_at(deadline):
                 await held.enter_async_context(self._gate.slot(request))
@@ -385,10 +438,15 @@ class OpenAICompatibleModel:
         except httpx2.RequestError as exc:
             raise _RetryableFailure(f"could not reach {self._url}: {_describe(exc)}") from exc
         problem = _http_problem(response, self._redact)
-        message = f"model backend answered HTTP {response.status_code} for {self._url}: {problem}"
-        if self._retry.should_retry(response.status_code, response.headers):
-            raise _RetryableFailure(message, response.headers)
-        raise ModelBackendError(message)
+        status = response.status_code
+        message = f"model backend answered HTTP {status} for {self._url}: {problem}"
+        headers = dict(response.headers.items())
+        retry_after = _requested_delay(response.headers, None)
+        if self._retry.should_retry(status, response.headers):
+            raise _RetryableFailure(
+                message, status=status, retry_after=retry_after, headers=headers
+            )
+        raise ModelBackendError(message, status=status, retry_after=retry_after, headers=headers)
 
     async def _backoff(
         self, failure: _RetryableFailure, retries_done: int, deadline: float
@@ -396,13 +454,21 @@ class OpenAICompatibleModel:
         """Wait before the next attempt, or raise if there should be none."""
         if retries_done >= self._retry.max_retries:
             raise ModelBackendError(
-                f"{failure} (gave up after {retries_done + 1} attempts)"
+                f"{failure} (gave up after {retries_done + 1} attempts)",
+                status=failure.status,
+                retry_after=failure.retry_after,
+                headers=failure.headers,
             ) from failure
+        if self._admission is not None and read_rate_limit(failure.status, failure.headers):
+            return  # the admission heard it and holds every call back: wait there
         delay = self._retry.delay(retries_done, failure.headers, jitter=self._jitter())
         if trio.current_time() + delay >= deadline:  # waiting could only end in a timeout
             raise ModelBackendError(
                 f"{failure} (not retried: waiting {delay:g} s would pass the "
-                f"{self._timeout:g} s timeout)"
+                f"{self._timeout:g} s timeout)",
+                status=failure.status,
+                retry_after=failure.retry_after,
+                headers=failure.headers,
             ) from failure
         await self._by(deadline, partial(self._sleep, delay))
 
@@ -431,6 +497,9 @@ def _whole_answer_events(answer: ModelResponse) -> list[ModelStreamEvent]:
     events.append(answer)
     return events
 
+
+MAX_OWN_CONNECTIONS = 100_000
+"""Most connections a model opens itself (its gate's capacity sizes its pools)."""
 
 SHARD_CONNECTIONS = 16
 """Connections in each of the model's own pools (``_own_clients``)."""

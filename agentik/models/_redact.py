@@ -62,7 +62,11 @@ class Redactor(_redact.Redactor):
         chained causes, whose messages may show it too)."""
         message = str(exc)
         masked = self.text(message)
-        return exc if masked == message else ModelBackendError(masked)
+        if masked == message:
+            return exc
+        return ModelBackendError(
+            masked, status=exc.status, retry_after=exc.retry_after, headers=exc.headers
+        )
 
 
 @attrs.define

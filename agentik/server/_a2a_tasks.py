@@ -140,7 +140,7 @@ async def consume(
     if result is not None:
         return result
     if failure is not None:
-        raise TurnError(failure.message, code=failure.code)
+        raise TurnError(failure.message, code=failure.code, retry_after=failure.retry_after)
     raise TurnError("the turn ended without telling how", code="turn_failed")
 
 
@@ -202,11 +202,18 @@ async def _stored_view(find_task: FindTask, run: Run) -> TaskView:
     """The task as stored after a run that did not finish: failed, cancelled,
     or (a refused decision) still waiting."""
     try:
-        return await find_task(run.caller, run.task_id)
+        view = await find_task(run.caller, run.task_id)
     except A2AError:  # cut short before its user message was stored
         cancelled = isinstance(run.error, TurnError) and run.error.code == "cancelled"
         state = "TASK_STATE_CANCELED" if cancelled else "TASK_STATE_FAILED"
         return TaskView(run.task_id, run.context_id, state, now(), error=str(run.error))
+    error = run.error
+    if view.state == "TASK_STATE_FAILED" and isinstance(error, TurnError):
+        # The run knows why its turn failed; stored history only that it did.
+        stored = run.caller.internal(run.context_id)
+        reason = str(error).replace(stored, run.context_id)
+        view = attrs.evolve(view, error=f"the turn failed ({error.code}): {reason}")
+    return view
 
 
 async def outcome_view(find_task: FindTask, run: Run) -> TaskView:

@@ -36,7 +36,7 @@ from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError, Redirect
 from agentik.server._health import StorageProbe
 from agentik.server._http11 import REFUSED
-from agentik.server._metrics import CONTENT_TYPE, render_metrics
+from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._request import undecodable_url
 from agentik.server._sse import dumps
@@ -172,6 +172,9 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
             "uptime_seconds": round(ctx.uptime, 3),
             "live_conversations": ctx.agent.live_conversations,
         }
+        scheduler = ctx.agent.model_scheduler
+        if scheduler is not None:
+            body["model_limits"] = limits_health(scheduler)
         if ctx.demo_model:
             body["warning"] = (
                 "no model is configured: answers come from the built-in scripted demo model"
@@ -220,6 +223,7 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
             uptime=ctx.uptime,
             http_requests=dict(ctx.http_requests),
             writer=ctx.writer_gauges(),
+            scheduler=ctx.agent.model_scheduler,
         )
         return Response(text, media_type=CONTENT_TYPE)
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from agentik._histogram import Histogram
+from agentik._json import JsonObject
 from agentik.agent import AgentStats
+from agentik.models import ModelScheduler
 from agentik.storage import WriterStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -48,6 +51,12 @@ class _Out:
         else:
             self.lines.append(f"{name} {_number(samples)}")
 
+    def histogram(self, name: str, help_text: str, histogram: Histogram) -> None:
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+        for bound, count in histogram.cumulative():
+            self.lines.append(f'{name}_bucket{{le="{_number(bound)}"}} {count}')
+        self.lines += [f"{name}_sum {_number(histogram.total)}", f"{name}_count {histogram.count}"]
+
 
 def render_metrics(
     stats: AgentStats,
@@ -55,6 +64,7 @@ def render_metrics(
     uptime: float,
     http_requests: Mapping[str, int],
     writer: WriterStats | None,
+    scheduler: ModelScheduler | None = None,
 ) -> str:
     out = _Out()
     out.metric("agentik_uptime_seconds", "gauge", "Seconds since the server started.", uptime)
@@ -92,15 +102,9 @@ def render_metrics(
         {"input": stats.input_tokens, "output": stats.output_tokens},
         "kind",
     )
-    histogram = stats.model_latency
-    name = "agentik_model_latency_seconds"
-    out.lines += [
-        f"# HELP {name} Model call latency.",
-        f"# TYPE {name} histogram",
-    ]
-    for bound, count in histogram.cumulative():
-        out.lines.append(f'{name}_bucket{{le="{_number(bound)}"}} {count}')
-    out.lines += [f"{name}_sum {_number(histogram.total)}", f"{name}_count {histogram.count}"]
+    out.histogram("agentik_model_latency_seconds", "Model call latency.", stats.model_latency)
+    if scheduler is not None:
+        _scheduler_metrics(out, scheduler)
     out.metric(
         "agentik_live_conversations",
         "gauge",
@@ -158,3 +162,79 @@ def render_metrics(
             int(writer.failing),
         )
     return "\n".join(out.lines) + "\n"
+
+
+def _scheduler_metrics(out: _Out, scheduler: ModelScheduler) -> None:
+    """The model-limits scheduler's series (only with ``model_limits``)."""
+    stats = scheduler.stats
+    out.metric(
+        "agentik_model_queue_depth",
+        "gauge",
+        "Model calls waiting for the model's limits, by purpose.",
+        {"turn": scheduler.queued("turn"), "background": scheduler.queued("background")},
+        "purpose",
+    )
+    out.metric(
+        "agentik_model_in_flight",
+        "gauge",
+        "Model calls admitted and on the wire.",
+        scheduler.in_use,
+    )
+    out.histogram(
+        "agentik_model_queue_wait_seconds",
+        "Seconds each model call waited for the model's limits.",
+        stats.wait,
+    )
+    out.metric(
+        "agentik_model_requests_granted_total",
+        "counter",
+        "Model requests admitted under the limits (each attempt counts).",
+        stats.requests_granted,
+    )
+    out.metric(
+        "agentik_model_tokens_granted_total",
+        "counter",
+        "Tokens admitted under the limits: estimates, corrected with reported usage.",
+        round(stats.tokens_granted),
+    )
+    out.metric(
+        "agentik_model_rate_limited_total",
+        "counter",
+        "Answers of the provider that it is rate limited (429, or 503 saying so).",
+        stats.rate_limited,
+    )
+    out.metric(
+        "agentik_model_pauses_total",
+        "counter",
+        "Times every model call was paused at the provider's word.",
+        stats.pauses,
+    )
+    out.metric(
+        "agentik_model_paused_seconds",
+        "gauge",
+        "Seconds the provider's pause still holds every model call back.",
+        scheduler.paused_for(),
+    )
+    out.metric(
+        "agentik_model_refused_total",
+        "counter",
+        "New turns refused because they would wait past max_queue_wait (429).",
+        stats.refused,
+    )
+
+
+def limits_health(scheduler: ModelScheduler) -> JsonObject:
+    """What ``/health`` says of the model's limits: the limits (this node's
+    share of them), the pause the provider asked for, and the queue."""
+    limits = scheduler.limits
+    paused = scheduler.paused_for()
+    return {
+        "requests_per_minute": limits.requests_per_minute,
+        "tokens_per_minute": limits.tokens_per_minute,
+        "max_concurrent": limits.max_concurrent,
+        "max_queue_wait": limits.max_queue_wait,
+        "nodes": scheduler.nodes,
+        "paused_for_seconds": round(paused, 3) if paused > 0 else None,
+        "queued": scheduler.waiting,
+        "in_flight": scheduler.in_use,
+    }

@@ -207,4 +207,6 @@ def native_event(event: TurnEvent) -> tuple[str, JsonObject]:
         }
     else:
         name, data = "turn_failed", {"code": event.code, "message": event.message}
+        if event.retry_after is not None:  # model_unavailable: what the backend asked
+            data["retry_after"] = event.retry_after
     return name, {"type": name, **data}

@@ -286,6 +286,7 @@ async def serve_agentik(
                 context=context_policy(config),
                 content_limits=content_limits(config),
                 tracer_provider=tracer_provider,
+                model_limits=config.model_limits,
             )
         )
         bundle = storage

@@ -2,9 +2,12 @@
 SSE responses.
 
 Errors the agent raises become HTTP refusals here and nowhere else:
-``OverloadedError`` is 429 with ``Retry-After``, a closed agent (shutting
-down) 503, bad input 422, a failed turn a status by its code (a storage
-failure, ``store_error``: 503 with ``Retry-After``; a turn that does not fit
+``OverloadedError`` is 429 with ``Retry-After`` (a queue is full, or the
+model's limits would keep the turn waiting past ``max_queue_wait``), a closed
+agent (shutting down) 503, bad input 422, a failed turn a status by its code
+(a storage failure, ``store_error``: 503 with ``Retry-After``; a rate-limited
+or overloaded model backend, ``model_unavailable``: 503 with the
+``Retry-After`` it asked for; a turn that does not fit
 the context window, ``context_exhausted``, 413), and a decision
 the agent cannot take (``ApprovalError``) 404 when the call does not wait,
 409 when it was decided the other way. A streamed
@@ -52,6 +55,9 @@ log = logging.getLogger("agentik.server")
 
 _TURN_STATUS = {
     "model_error": 502,
+    # The model backend is rate limited or overloaded (429/503 past its
+    # retries): retry after what it asked for.
+    "model_unavailable": 503,
     "cancelled": 409,
     "step_limit": 500,
     "turn_failed": 500,
@@ -74,12 +80,12 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         message = message.replace(repr(stored), repr(conversation_id))
         message = message.replace(stored, conversation_id)
     if isinstance(exc, OverloadedError):
-        seconds = max(1, math.ceil(exc.retry_after))
-        return HttpError(429, message, code="overloaded", headers={"Retry-After": str(seconds)})
+        headers = {"Retry-After": _retry_after(exc.retry_after)}
+        return HttpError(429, message, code="overloaded", headers=headers)
     if isinstance(exc, TurnError):
         code = getattr(exc, "code", "turn_failed")
         status = _TURN_STATUS.get(code, 500)
-        headers = {"Retry-After": "1"} if status == 503 else {}
+        headers = {"Retry-After": _retry_after(exc.retry_after)} if status == 503 else {}
         return HttpError(status, message, code=code, headers=headers)
     if isinstance(exc, ApprovalError):
         return HttpError(_APPROVAL_STATUS.get(exc.code, 409), message, code=exc.code)
@@ -95,6 +101,13 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         code="unavailable",
         headers={"Retry-After": "1"},
     )
+
+
+def _retry_after(seconds: float | None) -> str:
+    """A ``Retry-After`` value: whole seconds, at least 1 (1 when unknown)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "1"
+    return str(max(1, math.ceil(seconds)))
 
 
 def outcome_of(exc: Exception, error: HttpError) -> str:

@@ -44,6 +44,9 @@ from agentik.storage._protocols import (
     MessageStore as MessageStore,
 )
 from agentik.storage._protocols import (
+    NodeCount as NodeCount,
+)
+from agentik.storage._protocols import (
     NowaitSubmitter as NowaitSubmitter,
 )
 from agentik.storage._protocols import (
@@ -104,6 +107,7 @@ __all__ = [
     "InterruptedTurnIndex",
     "KeyedTurn",
     "MessageStore",
+    "NodeCount",
     "NowaitSubmitter",
     "Pending",
     "PendingStatistics",

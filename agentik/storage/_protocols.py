@@ -411,6 +411,18 @@ class ConversationOwnership(Protocol):
         ...
 
 
+@runtime_checkable
+class NodeCount(Protocol):
+    """Optional: a ``ConversationOwnership`` that knows how many nodes are live
+    (PostgreSQL's node leases, counted at every renewal), so each node keeps
+    its share of the model's limits (``ModelLimits``)."""
+
+    @property
+    def live_nodes(self) -> int:
+        """Nodes whose lease was live at the last renewal; at least 1."""
+        ...
+
+
 @attrs.frozen(kw_only=True)
 class Summary:
     """What the model wrote to stand for a conversation's history up to a seq."""

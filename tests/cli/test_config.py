@@ -244,3 +244,46 @@ class TestContextTokens:
     def test_nonsense_is_a_config_error(self, value: str) -> None:
         with pytest.raises(ConfigError, match=r"context_tokens|AGENTIK_CONTEXT_TOKENS"):
             load_config(None, env={"AGENTIK_CONTEXT_TOKENS": value})
+
+
+class TestModelLimits:
+    def test_read_from_the_file_and_the_environment(self, tmp_path: Path) -> None:
+        """``[model]`` limits, with or without a model configured; the
+        environment wins; none set is no limits at all."""
+        from agentik import ModelLimits
+
+        path = write(
+            tmp_path,
+            "[model]\nrequests_per_minute = 500\ntokens_per_minute = 90000\n"
+            "max_concurrent = 20\nmax_queue_wait = 12.5\n",
+        )
+        assert load_config(path, env={}).model_limits == ModelLimits(
+            requests_per_minute=500,
+            tokens_per_minute=90_000,
+            max_concurrent=20,
+            max_queue_wait=12.5,
+        )
+        env = {
+            "AGENTIK_MODEL_REQUESTS_PER_MINUTE": "60",
+            "AGENTIK_MODEL_TOKENS_PER_MINUTE": "1000",
+            "AGENTIK_MODEL_MAX_CONCURRENT": "2",
+            "AGENTIK_MODEL_MAX_QUEUE_WAIT": "3",
+        }
+        assert load_config(path, env=env).model_limits == ModelLimits(
+            requests_per_minute=60, tokens_per_minute=1000, max_concurrent=2, max_queue_wait=3.0
+        )
+        assert load_config(None, env={}).model_limits is None
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "message"),
+        [
+            ("AGENTIK_MODEL_REQUESTS_PER_MINUTE", "0", r"requests_per_minute must be a positive"),
+            ("AGENTIK_MODEL_TOKENS_PER_MINUTE", "1.5", r"tokens_per_minute must be a positive"),
+            ("AGENTIK_MODEL_MAX_CONCURRENT", "-1", r"max_concurrent must be a positive"),
+            ("AGENTIK_MODEL_MAX_QUEUE_WAIT", "inf", r"max_queue_wait must be a positive"),
+            ("AGENTIK_MODEL_MAX_QUEUE_WAIT", "0", r"max_queue_wait must be a positive"),
+        ],
+    )
+    def test_nonsense_is_a_config_error(self, variable: str, value: str, message: str) -> None:
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, env={variable: value})

@@ -10,9 +10,10 @@ from pathlib import Path
 import httpx2
 import trio
 
-from agentik import ModelResponse, ScriptedModel, TokenUsage
+from agentik import ModelLimits, ModelResponse, ScriptedModel, TokenUsage
 from agentik._config import ServerConfig
 from agentik.agent import AgentStats
+from agentik.models import ModelScheduler
 from agentik.server import serve_agentik
 from agentik.server._metrics import render_metrics
 from agentik.storage import WriterStats
@@ -53,9 +54,9 @@ async def test_token_counters_follow_the_model_usage(tmp_path: Path) -> None:
     assert _sample(metrics, "agentik_tokens_total", '{kind="output"}') == 8
 
 
-def test_the_documented_series_are_the_served_ones() -> None:
-    """Every series /metrics serves (with a SQLite writer) is named in
-    docs/server.md's "Health and metrics", and nothing else is."""
+async def test_the_documented_series_are_the_served_ones() -> None:
+    """Every series /metrics serves (with a SQLite writer and model limits) is
+    named in docs/server.md's "Health and metrics", and nothing else is."""
     writer = WriterStats(
         running=True,
         batches=0,
@@ -67,7 +68,12 @@ def test_the_documented_series_are_the_served_ones() -> None:
         queue_depth=0,
         queue_capacity=1,
     )
-    served = _series(render_metrics(AgentStats(), uptime=1.0, http_requests={}, writer=writer))
+    scheduler = ModelScheduler(ModelLimits(requests_per_minute=60))
+    served = _series(
+        render_metrics(
+            AgentStats(), uptime=1.0, http_requests={}, writer=writer, scheduler=scheduler
+        )
+    )
     assert served == _documented(), (
         f"served, not documented: {sorted(served - _documented())};"
         f" documented, not served: {sorted(_documented() - served)}"

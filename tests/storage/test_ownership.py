@@ -228,3 +228,44 @@ async def test_a_node_resumes_at_start_only_the_interrupted_turns_it_can_own(
                 while not await _answered(c, "held"):  # noqa: ASYNC110
                     await trio.sleep(0.02)
             assert agent_c.stats.turns_resumed == 2
+
+
+async def test_each_node_keeps_its_share_of_the_model_limits(postgres_dsn: str) -> None:
+    """The leases count the live nodes at every renewal; an agent with
+    ``model_limits`` on each node keeps the limit divided by them, and all of
+    it again once the other node has left."""
+    from agentik import ModelLimits
+
+    schema = fresh_schema()
+    limits = ModelLimits(requests_per_minute=600)
+
+    async def until_nodes(bundle: StorageBundle, count: int) -> None:
+        with trio.fail_after(10):
+            while lease_of(bundle).live_nodes != count:  # noqa: ASYNC110 (real leases)
+                await trio.sleep(0.05)
+
+    async with open_postgres_storage(
+        postgres_dsn, schema=schema, readers=1, lease_seconds=1.0, advertise_url="http://a"
+    ) as a:
+        await until_nodes(a, 1)
+        async with (
+            open_chat_agent(model=ScriptedModel(echo), storage=a, model_limits=limits) as agent,
+            node(postgres_dsn, schema, "http://b"),
+        ):
+            await until_nodes(a, 2)
+            scheduler = agent.model_scheduler
+            assert scheduler is not None
+            await agent.send("x", "hi")  # the scheduler looks at the nodes as it admits
+            assert scheduler.nodes == 2
+            assert scheduler._requests is not None
+            assert scheduler._requests.limit == 300
+        async with open_chat_agent(
+            model=ScriptedModel(echo), storage=a, model_limits=limits
+        ) as agent:
+            await until_nodes(a, 1)
+            await agent.send("x", "again")
+            scheduler = agent.model_scheduler
+            assert scheduler is not None
+            assert scheduler.nodes == 1
+            assert scheduler._requests is not None
+            assert scheduler._requests.limit == 600

@@ -105,8 +105,18 @@ def _register(connection: psycopg.Connection, me: str, url: str, lease: float) -
         connection.execute(_REGISTER, {"me": me, "url": url, "lease": lease})
 
 
-def _renew(connection: psycopg.Connection, me: str, lease: float) -> bool:
-    return connection.execute(_RENEW, {"me": me, "lease": lease}).fetchone() is not None
+_LIVE_NODES = "SELECT count(*) FROM agentik_node WHERE expires_at > clock_timestamp()"
+
+
+def _renew(connection: psycopg.Connection, me: str, lease: float) -> tuple[bool, int]:
+    """Push this node's lease on; with how many nodes are live (for the model's limits)."""
+    renewed = connection.execute(_RENEW, {"me": me, "lease": lease}).fetchone() is not None
+    return renewed, _live_nodes(connection)
+
+
+def _live_nodes(connection: psycopg.Connection) -> int:
+    row = connection.execute(_LIVE_NODES).fetchone()
+    return max(1, int(row[0])) if row is not None else 1
 
 
 def _advertise(connection: psycopg.Connection, me: str, url: str) -> None:
@@ -150,6 +160,7 @@ class NodeLease:
         self._owned: set[str] = set()
         self._valid_until = -math.inf
         self._subscribers: list[Callable[[], None]] = []
+        self._live_nodes = 1
 
     # --- the database, from a worker thread ---
 
@@ -205,6 +216,12 @@ class NodeLease:
 
         return unsubscribe
 
+    @property
+    def live_nodes(self) -> int:
+        """Nodes live at the last renewal (``NodeCount``): each keeps its share
+        of the model's limits."""
+        return self._live_nodes
+
     async def advertise(self, url: str) -> None:
         self._url = url
         await self._db(_advertise, self.node_id, url)
@@ -217,6 +234,10 @@ class NodeLease:
         began = trio.current_time()
         await self._db(_register, node_id, self._url, self.lease)
         self.node_id = node_id
+        try:
+            self._live_nodes = await self._db(_live_nodes)
+        except StoreError as error:  # the count can wait for the next renewal
+            log.warning("could not count the live nodes: %s", error)
         self._valid_until = began + self.lease - self._margin
         log.info("node %s joined (lease %.0f s)", node_id, self.lease)
 
@@ -252,7 +273,7 @@ class NodeLease:
             await trio.sleep(period)
             began = trio.current_time()
             try:
-                renewed = await self._db(_renew, self.node_id, self.lease)
+                renewed, self._live_nodes = await self._db(_renew, self.node_id, self.lease)
             except StoreError as error:
                 log.warning("node lease renewal failed: %s", error)
                 continue  # the watchdog gives the claims up when the lease runs out
