@@ -50,6 +50,7 @@ import trio
 
 from agentik import ContextPolicy, Message, ModelRequest, ModelResponse, Role
 from agentik.agent import ChatAgent, open_chat_agent
+from agentik.agent._conversation import Conversation
 from agentik.models import ScriptedModel, bench_responder
 from agentik.storage import Pending, StorageBundle, open_sqlite_storage
 from bench.turns import CLOCK, rss_bytes
@@ -67,9 +68,10 @@ def cached_messages(agent: ChatAgent) -> dict[str, int]:
     out: dict[str, int] = {}
     for task in agent._nursery.child_tasks:
         frame = task.coro.cr_frame
-        if frame is not None and frame.f_code.co_name == "_run_conversation":
-            conversation = frame.f_locals["conversation"]
-            out[conversation.conversation_id] = len(conversation.history)
+        if frame is not None and frame.f_code.co_name == "run":
+            conversation = frame.f_locals.get("self")
+            if isinstance(conversation, Conversation):
+                out[conversation.conversation_id] = len(conversation.history)
     return out
 
 

@@ -25,7 +25,6 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -192,12 +191,17 @@ class ChatAgent:
         ``OverloadedError`` past ``max_queued_turns`` waiting turns, and
         ``TurnError`` when the turn fails (its history stays valid). With
         ``idempotency_key``, a retry returns the first result and adds nothing.
+        A caller that stops waiting (cancelled) while the turn is still queued
+        leaves it unstarted; once started, the turn goes on and is committed.
         """
         request = NewTurn(
             text=text, idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
         )
-        await self._route(conversation_id, request, text=text, schedule=False)
-        return await request.reply.wait()  # the call's schedule point
+        handle = await self._route(conversation_id, request, text=text, schedule=False)
+        try:
+            return await request.reply.wait()  # the call's schedule point
+        finally:
+            handle.forget(request)
 
     @asynccontextmanager
     async def stream(
@@ -214,13 +218,16 @@ class ChatAgent:
             trace_context=self._trace(),
         )
         try:
-            await self._route(conversation_id, request, text=text)
+            handle = await self._route(conversation_id, request, text=text)
         except BaseException:
             sender.close()
             receiver.close()
             raise
-        with receiver:
-            yield receiver
+        try:
+            with receiver:
+                yield receiver
+        finally:
+            handle.forget(request)
 
     async def decide(
         self,
@@ -251,8 +258,11 @@ class ChatAgent:
             reply=Reply(),
             trace_context=self._trace(),
         )
-        await self._route(conversation_id, request)
-        return await request.reply.wait()
+        handle = await self._route(conversation_id, request)
+        try:
+            return await request.reply.wait()
+        finally:
+            handle.forget(request)
 
     async def cancel_paused(self, conversation_id: str, *, idempotency_key: str) -> None:
         """End the conversation's turn that waits for approval, and carries
@@ -285,13 +295,16 @@ class ChatAgent:
             trace_context=self._trace(),
         )
         try:
-            await self._route(conversation_id, request)
+            handle = await self._route(conversation_id, request)
         except BaseException:
             sender.close()
             receiver.close()
             raise
-        with receiver:
-            yield receiver
+        try:
+            with receiver:
+                yield receiver
+        finally:
+            handle.forget(request)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation whole: its messages, idempotency keys, notes,
@@ -439,7 +452,8 @@ class ChatAgent:
         )
 
     def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:
-        """Every toolset, active or not, for this conversation, in catalog order."""
+        """Every toolset, active or not, for this conversation, in catalog order,
+        as its task saw them at the end of its last request (``_handle``)."""
         handle = self._handles.get(conversation_id)
         now = trio.current_time()
         out = []
@@ -494,9 +508,9 @@ class ChatAgent:
         *,
         text: str | None = None,
         schedule: bool = True,
-    ) -> None:
-        """Hand ``request`` to its conversation's task (spawned if need be);
-        ``text``: a new turn's message, checked here.
+    ) -> ConversationHandle:
+        """Hand ``request`` to its conversation's task (spawned if need be) and
+        return its handle; ``text``: a new turn's message, checked here.
 
         ``schedule=False`` when the caller's next step is a schedule point of
         its own (``send`` waits for the reply): the request then goes in
@@ -519,32 +533,41 @@ class ChatAgent:
                         f" (max_conversations={settings.max_conversations}); retry later"
                     )
                 handle = self._spawn(conversation_id)
-            backlog = handle.backlog
-            if backlog >= settings.max_queued_turns:
-                self._runtime.stats.overloaded += 1
-                raise OverloadedError(
-                    f"conversation {conversation_id!r} has {backlog} turns"
-                    f" queued (max_queued_turns={settings.max_queued_turns}); retry later"
-                )
+            if settings.turn_queue_size > settings.max_queued_turns:
+                self._check_backlog(handle)
             handle.sent(request)  # before it is taken: ``cancel`` reaches it from now
             sent = False
             mailbox = handle.mailbox
             try:
-                if schedule:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                try:
+                    # Room in the inbox: fewer than ``turn_queue_size`` queued and
+                    # nobody waiting for room, within bounds (checked above else).
+                    mailbox.send_nowait(request)
+                except trio.WouldBlock:
+                    self._check_backlog(handle)
                     await mailbox.send(request)
                 else:
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                    try:
-                        mailbox.send_nowait(request)
-                    except trio.WouldBlock:
-                        await mailbox.send(request)
+                    if schedule:
+                        await trio.lowlevel.cancel_shielded_checkpoint()
                 sent = True
-                return
+                return handle
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # it retired as we sent; the next loop respawns it
             finally:
                 if not sent:
-                    handle.unsent(request)
+                    handle.forget(request)
+
+    def _check_backlog(self, handle: ConversationHandle) -> None:
+        """Refuse a turn past ``max_queued_turns`` waiting (``OverloadedError``)."""
+        limit = self._runtime.settings.max_queued_turns
+        backlog = handle.backlog
+        if backlog >= limit:
+            self._runtime.stats.overloaded += 1
+            raise OverloadedError(
+                f"conversation {handle.conversation_id!r} has {backlog} turns"
+                f" queued (max_queued_turns={limit}); retry later"
+            )
 
     async def _resume_at_start(self, store: InterruptedTurnIndex) -> None:
         """Resume the turns a stopped process left interrupted (``_resume``)."""
@@ -574,19 +597,14 @@ class ChatAgent:
         self._runtime.stats.live_conversations += 1
         if self._tracks_gc:
             track_conversations(1)
-        self._nursery.start_soon(self._run_conversation, conversation, handle)
+        self._nursery.start_soon(conversation.run, self._retire, self._exit)
         return handle
 
-    async def _run_conversation(
-        self, conversation: Conversation, handle: ConversationHandle
-    ) -> None:
-        """The conversation's task: it runs until its inbox closes."""
-        try:
-            await conversation.run(partial(self._retire, handle))
-        finally:
-            self._tasks.discard(handle)
-            if self._closing and not self._tasks:
-                self._exited.set()
+    def _exit(self, handle: ConversationHandle) -> None:
+        """The conversation's task is over (its last act)."""
+        self._tasks.discard(handle)
+        if self._closing and not self._tasks:
+            self._exited.set()
 
     def _retire(self, handle: ConversationHandle) -> None:
         """Take the conversation out of the registry and close its inbox: its

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar, assert_never
 
 import attrs
@@ -40,7 +39,7 @@ from agentik._scope import scope_of
 from agentik.agent._compaction import fold_point, summary_message
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
-from agentik.agent._handle import ConversationHandle
+from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
 from agentik.agent._optional_work import (
     OPTIONAL_WORK_GRACE,
     ReflectionJob,
@@ -104,7 +103,6 @@ _REPLAY_LIMIT = 1000
 STALLED_READER_SECONDS = 30.0
 """A stream reader that takes no event for this long is dropped (its stream
 ends); the turn goes on and commits as if nobody were watching."""
-_NO_TOOLSETS: MappingProxyType[str, float] = MappingProxyType({})
 
 RunRequest = TypeVar("RunRequest", NewTurn, Decision, Abandon, StatusQuery)
 
@@ -170,7 +168,8 @@ class Conversation:
     reflecting: ReflectionJob | None = None
     """The reflection under way beside this task."""
     background: trio.Nursery | None = None
-    """Where summaries and reflections run (``run`` opens it)."""
+    """Where summaries and reflections run (``run`` opens it when the agent
+    has a context policy or reflects)."""
     optional_deadline: float = math.inf
     """When optional work must be done: set once serving ends (the agent
     closing, or this task retiring), ``OPTIONAL_WORK_GRACE`` later."""
@@ -197,56 +196,77 @@ class Conversation:
         interrupted (resumed at the next start), not cancelled."""
         return self.handle.interrupted
 
-    async def run(self, retire: Callable[[], None]) -> None:
+    async def run(
+        self,
+        retire: Callable[[ConversationHandle], None],
+        exited: Callable[[ConversationHandle], None],
+    ) -> None:
         """Serve requests until the inbox closes (the agent closes it when this
-        conversation has been idle long enough, or when the agent shuts down),
-        then give the summary or reflection under way ``OPTIONAL_WORK_GRACE``."""
-        async with trio.open_nursery() as background:
-            self.background = background
-            try:
-                await self._serve_inbox(retire)
-            finally:
-                self.optional_deadline = trio.current_time() + OPTIONAL_WORK_GRACE
-                for scope in self.handle.optional:
-                    scope.deadline = min(scope.deadline, self.optional_deadline)
-
-    async def _serve_inbox(self, retire: Callable[[], None]) -> None:
+        conversation has been idle long enough, or when the agent shuts down);
+        then give the summary or reflection under way ``OPTIONAL_WORK_GRACE``.
+        ``retire`` takes it out of the agent's registry; ``exited`` says the
+        task is over."""
+        settings = self.runtime.settings
+        optional = settings.context is not None or settings.reflection
+        # Summaries and reflections run in this task's own nursery, opened only
+        # when they are configured: most agents need none, and each costs.
         inbox = self.inbox
         try:
-            while not await self._serve_in_scope(self._receive):
+            async with trio.open_nursery() if optional else contextlib.nullcontext() as beside:
+                self.background = beside
+                try:
+                    while not await self._serve_in_scope(self._receive):
+                        pass
+                    if self.inflight:
+                        # Writes a cut-short turn left in flight (its clean-up gave
+                        # up waiting) are resolved before the task ends, so whoever
+                        # reads the store once the agent closed reads them (a next
+                        # request would have waited for them the same way).
+                        await self._settle_inflight()
+                finally:
+                    cut = self.handle.running
+                    if cut is not None:  # cut short from outside (the agent's nursery)
+                        _fail_now(cut)
+                        self._ran()
+                    # Leave the registry, take what was already queued and close, with
+                    # no checkpoint in between: a later send fails and goes to a new
+                    # task, and no accepted request is dropped.
+                    retire(self.handle)
+                    queued: list[Request] = []
+                    while True:
+                        try:
+                            queued.append(inbox.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                            break
+                    inbox.close()
+                    try:
+                        await self._serve_queued(queued)
+                    finally:
+                        self.optional_deadline = trio.current_time() + OPTIONAL_WORK_GRACE
+                        for scope in self.handle.optional:
+                            scope.deadline = min(scope.deadline, self.optional_deadline)
+        finally:
+            exited(self.handle)
+
+    async def _serve_queued(self, queued: list[Request]) -> None:
+        """Serve what was queued when the inbox closed (cut short, every one
+        still waiting is told it did not happen)."""
+        left = iter(queued)
+
+        async def next_queued() -> Request | None:
+            request = next(left, None)
+            if request is None:
+                raise trio.EndOfChannel
+            return request
+
+        try:
+            while not await self._serve_in_scope(next_queued):
                 pass
         finally:
-            cut = self.handle.running
-            if cut is not None:  # cut short from outside (the agent's nursery cancelled)
-                _fail_now(cut)
-                self._ran()
-            # Leave the registry, take what was already queued and close, with no
-            # checkpoint in between: a later send fails and goes to a new task,
-            # and no accepted request is dropped.
-            retire()
-            queued: list[Request] = []
-            while True:
-                try:
-                    queued.append(inbox.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-            inbox.close()
-            left = iter(queued)
-
-            async def next_queued() -> Request | None:
-                request = next(left, None)
-                if request is None:
-                    raise trio.EndOfChannel
-                return request
-
-            try:
-                while not await self._serve_in_scope(next_queued):
-                    pass
-            finally:
-                if self.handle.running is not None:  # cut short by the agent closing
-                    _fail_now(self.handle.running)
-                for request in queued:
-                    _fail_now(request)
+            if self.handle.running is not None:  # cut short by the agent closing
+                _fail_now(self.handle.running)
+            for request in queued:
+                _fail_now(request)
 
     async def _receive(self) -> Request | None:
         """The next request from the inbox (``EndOfChannel`` once it is closed),
@@ -307,16 +327,14 @@ class Conversation:
         request's type is matched."""
         reply = request.reply
         try:
+            refusal = None
             if self.handle.interrupted:
-                _fail_now(
-                    request,
-                    TurnError(
-                        "the agent shut down before this request ran; send it again",
-                        code="unavailable",
-                    ),
+                refusal = TurnError(
+                    "the agent shut down before this request ran; send it again",
+                    code="unavailable",
                 )
             elif reply.cancelled:
-                _fail_now(request, TurnError("the turn was cancelled", code="cancelled"))
+                refusal = TurnError("the turn was cancelled", code="cancelled")
             elif reply.gone:
                 # Its caller left while it waited (a client that disconnected):
                 # nobody would read the answer, so the model is not asked.
@@ -324,9 +342,12 @@ class Conversation:
                     "conversation %r: a request whose caller left was dropped before it ran",
                     self.conversation_id,
                 )
-                _fail_now(request, TurnError("the caller left", code="cancelled"))
+                refusal = TurnError("the caller left", code="cancelled")
+            if refusal is not None:
+                self._publish()
+                _fail_now(request, refusal)
             else:
-                match request:
+                match request:  # each answers its caller, ``_publish`` first
                     case NewTurn():
                         await self._run(request, self._new_turn)
                     case Decision():
@@ -342,7 +363,6 @@ class Conversation:
         finally:
             if self.handle.running is not request or not self.scope.cancel_called:
                 _fail_now(request)  # else the scope's end answers it (``_serve_in_scope``)
-        self._publish()
 
     def _ran(self) -> None:
         """Nothing cancellable runs any more (the handle says so)."""
@@ -362,17 +382,18 @@ class Conversation:
 
     def _publish(self) -> None:
         """Tell the supervisor how things stand (the handle): when this task
-        was last active, until when it must live, which toolsets are active."""
+        was last active, until when it must live, which toolsets are active.
+        Once per request, before its caller hears back."""
         handle = self.handle
         now = trio.current_time()
         handle.last_active = now
-        names = self.activation.active_names()
+        names = self.activation.active_names() if self.runtime.toolsets()[0] else None
         if names:
             toolsets = {n: now + (self.activation.expires_in(n) or 0.0) for n in names}
             handle.toolsets = toolsets
             keep = max(toolsets.values())
         else:
-            handle.toolsets = _NO_TOOLSETS
+            handle.toolsets = NO_TOOLSETS
             keep = -math.inf
         # It must live to deny the waiting calls on time.
         handle.keep_until = math.inf if self.approval_deadline != math.inf else keep
@@ -394,6 +415,7 @@ class Conversation:
             )
         except AgentikError as exc:
             self.stale = True  # the store may or may not have done it
+            self._publish()
             reply.set(outcome.Error(exc))
             return
         if deleted or request.idle_before is None:
@@ -404,6 +426,7 @@ class Conversation:
             self.toolsets_seen = frozenset()
             self.activation = ToolsetActivation(self.activation.timeout)
             self.runtime.forget_conversation(self.conversation_id)
+        self._publish()
         reply.set(outcome.Value(deleted))
 
     async def _run(
@@ -535,14 +558,14 @@ class Conversation:
     ) -> None:
         """Run ``work(*args)`` beside this task, its scope shown on the handle
         (a shutdown past its grace cancels it) while it runs."""
-        optional = self.handle.optional
-        optional.add(scope)
+        handle = self.handle
+        handle.optional = (*handle.optional, scope)
 
         async def beside() -> None:
             try:
                 await work(*args)
             finally:
-                optional.discard(scope)
+                handle.optional = tuple(s for s in handle.optional if s is not scope)
                 done.set()
 
         assert self.background is not None

@@ -43,16 +43,17 @@ immediate: it does not wait in the inbox behind the turn it cancels.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import math
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import final
 
 import attrs
 import trio
 
 from agentik.agent._requests import Decision, NewTurn, Request, TurnRequest
+
+NO_TOOLSETS: Mapping[str, float] = MappingProxyType({})
 
 
 @final
@@ -65,9 +66,9 @@ class ConversationHandle:
     """The inbox's send end: the supervisor sends, and closes it to retire the task."""
 
     # --- written by the supervisor --------------------------------------------------
-    outstanding: collections.deque[TurnRequest] = attrs.Factory(collections.deque)
-    """Turns sent and not answered yet, oldest first (answered ones are dropped
-    from the front as new ones come): what ``cancel`` may reach."""
+    outstanding: tuple[TurnRequest, ...] = ()
+    """Turns sent whose callers wait for them, oldest first: what ``cancel``
+    may reach (the running one among them is reached through ``scope``)."""
     notes_version: int = 0
     """Bumped when the conversation's notes change from outside its task
     (``ChatAgent.archive_memory``): it reads them again before its next turn."""
@@ -86,14 +87,14 @@ class ConversationHandle:
     running_key: str | None = None
     """The idempotency key of the turn running now: its request's, or the
     paused turn's that a decision runs on."""
-    optional: set[trio.CancelScope] = attrs.Factory(set)
+    optional: tuple[trio.CancelScope, ...] = ()
     """The scopes of the summary and reflection running beside the conversation."""
     last_active: float = attrs.field(factory=trio.current_time)
     keep_until: float = -math.inf
     """The task must live until then: its last active toolset expires then (it
     must not forget it), or never (``inf``) while calls wait for a decision
     that may time out."""
-    toolsets: Mapping[str, float] = attrs.Factory(dict)
+    toolsets: Mapping[str, float] = NO_TOOLSETS
     """Active toolsets and when each expires unless used (``trio.current_time``
     clock), as of the end of the last request."""
 
@@ -106,19 +107,16 @@ class ConversationHandle:
         return stats.current_buffer_used + stats.tasks_waiting_send
 
     def sent(self, request: Request) -> None:
-        """``request`` went into the inbox (a turn is then ``outstanding``)."""
+        """``request`` goes into the inbox: a turn is ``outstanding`` until
+        its caller is done with it (``forget``)."""
         if isinstance(request, NewTurn | Decision):
-            outstanding = self.outstanding
-            while outstanding and outstanding[0].reply.pending.done:
-                outstanding.popleft()
-            outstanding.append(request)
+            self.outstanding = (*self.outstanding, request)
 
-    def unsent(self, request: Request) -> None:
-        """``request`` did not go in after all (the sender was cancelled, or the
-        task retired as it sent)."""
-        if isinstance(request, NewTurn | Decision):
-            with contextlib.suppress(ValueError):
-                self.outstanding.remove(request)
+    def forget(self, request: Request) -> None:
+        """``request``'s caller is done with it (it has the outcome, or left),
+        or it never went in: nothing here keeps it (nor its result) alive."""
+        if isinstance(request, NewTurn | Decision) and request in self.outstanding:
+            self.outstanding = tuple(r for r in self.outstanding if r is not request)
 
     def cancel(self, key: str | None = None) -> int:
         """Cancel the running turn and the queued ones (with ``key``: only

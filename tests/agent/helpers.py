@@ -56,10 +56,9 @@ def live_conversation(agent: ChatAgent, conversation_id: str) -> Conversation:
     handle = agent._handles.get(conversation_id)
     for task in agent._nursery.child_tasks:
         frame = task.coro.cr_frame
-        if frame is None or frame.f_code.co_name != "_run_conversation":
+        if frame is None or frame.f_code.co_name != "run":
             continue
-        conversation = frame.f_locals["conversation"]
-        assert isinstance(conversation, Conversation)
-        if conversation.handle is handle:
+        conversation = frame.f_locals.get("self")
+        if isinstance(conversation, Conversation) and conversation.handle is handle:
             return conversation
     raise LookupError(f"conversation {conversation_id!r} is not live")

@@ -76,8 +76,8 @@ def _owns(conversation: Conversation, task: trio.lowlevel.Task) -> bool:
         frame = current.coro.cr_frame
         if (
             frame is not None
-            and frame.f_code.co_name == "_run_conversation"
-            and frame.f_locals.get("conversation") is conversation
+            and frame.f_code.co_name == "run"
+            and frame.f_locals.get("self") is conversation
         ):
             return True
         nursery = current.parent_nursery
@@ -214,7 +214,7 @@ async def test_cancel_marks_queued_turns_and_cancels_only_a_matching_running_one
     )
     for request in (running, first, second, delete):
         handle.sent(request)
-    assert list(handle.outstanding) == [running, first, second], "a delete is no turn"
+    assert handle.outstanding == (running, first, second), "a delete is no turn"
     with trio.CancelScope() as scope:
         handle.scope, handle.running, handle.running_key = scope, running, "k0"
         assert handle.in_progress("k0") and handle.in_progress("k1")
@@ -230,16 +230,28 @@ async def test_cancel_marks_queued_turns_and_cancels_only_a_matching_running_one
     assert scope.cancelled_caught
 
 
-async def test_answered_turns_leave_the_outstanding_queue() -> None:
+async def test_a_turn_leaves_the_outstanding_queue_when_its_caller_is_done() -> None:
     handle, _ = _handle()
-    old = _turn()
-    handle.sent(old)
-    old.reply.pending.set_value(None)  # type: ignore[arg-type]
-    new = _turn()
-    handle.sent(new)
-    assert list(handle.outstanding) == [new]
-    handle.unsent(new)
-    assert list(handle.outstanding) == []
+    first, second = _turn(), _turn()
+    handle.sent(first)
+    handle.sent(second)
+    handle.forget(first)
+    assert handle.outstanding == (second,)
+    handle.forget(first)  # twice: nothing happens
+    handle.forget(second)
+    assert handle.outstanding == ()
+
+
+async def test_the_agent_keeps_no_answered_turn_alive(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Once its caller has the result, nothing the agent holds keeps a turn's
+    request (nor its result) alive: an idle conversation costs no more."""
+    async with open_chat_agent(model=ScriptedModel(respond), storage=in_memory_storage()) as a:
+        await a.send("c", "hello")
+        async with a.stream("c", "again") as events:
+            assert [e async for e in events]
+        assert a._handles["c"].outstanding == ()
 
 
 async def test_idle_for_says_busy_for_every_reason_to_live() -> None:
@@ -252,9 +264,9 @@ async def test_idle_for_says_busy_for_every_reason_to_live() -> None:
     handle.keep_until = math.inf  # calls wait for a decision that may time out
     assert handle.idle_for(1e9) == 0.0
     handle.keep_until = -math.inf
-    handle.optional.add(trio.CancelScope())  # a summary runs beside it
+    handle.optional = (trio.CancelScope(),)  # a summary runs beside it
     assert handle.idle_for(100.0) == 0.0
-    handle.optional.clear()
+    handle.optional = ()
     handle.mailbox.send_nowait(_turn())
     assert handle.idle_for(100.0) == 0.0
     handle.toolsets = {"dice": 50.0}
@@ -266,7 +278,7 @@ async def test_idle_for_says_busy_for_every_reason_to_live() -> None:
 async def test_interrupt_cancels_the_running_turn_and_the_work_beside_it() -> None:
     handle, _ = _handle()
     beside = trio.CancelScope()
-    handle.optional.add(beside)
+    handle.optional = (beside,)
     with trio.CancelScope() as scope:
         handle.scope = scope
         handle.interrupt()
