@@ -843,8 +843,8 @@ class Conversation:
         """No decision came in time: deny every waiting call, and let the turn go on."""
         paused = self.paused
         self.approval_deadline = math.inf
-        if paused is None:
-            return
+        if paused is None or self.handle.interrupted:
+            return  # (shutting down: the calls wait on, stored; a restart times them out)
         timeout = self.runtime.settings.approval_timeout
         reason = f"no decision within {timeout:g} s"
         self.handle.scope = self.scope  # ``cancel`` stops the denials (``_serve_in_scope``)
