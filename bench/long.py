@@ -50,6 +50,7 @@ import trio
 
 from agentik import ContextPolicy, Message, ModelRequest, ModelResponse, Role
 from agentik.agent import ChatAgent, open_chat_agent
+from agentik.agent._conversation import Conversation
 from agentik.models import ScriptedModel, bench_responder
 from agentik.storage import Pending, StorageBundle, open_sqlite_storage
 from bench.turns import CLOCK, rss_bytes
@@ -59,6 +60,19 @@ SKETCH_PLACES = [up / "shared" / "bench" / "sketch_trio.py" for up in ROOT.paren
 """Where ``../shared/bench/sketch_trio.py`` is, from a checkout or a worktree."""
 SUMMARY_TEXT = ("the user asked for the time and got it; " * 10)[:400]
 FILL_TEXT = "a question about something the user cares about, in a sentence or two. " * 2
+
+
+def cached_messages(agent: ChatAgent) -> dict[str, int]:
+    """Messages each live conversation caches, by id. The agent holds only
+    handles; a conversation's state is in the frame of its task's coroutine."""
+    out: dict[str, int] = {}
+    for task in agent._nursery.child_tasks:
+        frame = task.coro.cr_frame
+        if frame is not None and frame.f_code.co_name == "run":
+            conversation = frame.f_locals.get("self")
+            if isinstance(conversation, Conversation):
+                out[conversation.conversation_id] = len(conversation.history)
+    return out
 
 
 def responder() -> Callable[[ModelRequest], ModelResponse]:
@@ -116,7 +130,8 @@ async def turn_cost(
                 async with trio.open_nursery() as nursery:
                     for cid in ids:
                         nursery.start_soon(agent.send, cid, text)
-            cached = statistics.mean(len(agent._conversations[c].history) for c in ids)
+            sizes = cached_messages(agent)
+            cached = statistics.mean(sizes[c] for c in ids)
 
             async def run(cid: str) -> None:
                 for t in range(turns):
@@ -184,8 +199,8 @@ async def idle_rss(conversations: int, turns: int, budget: int | None) -> dict[s
                     nursery.start_soon(run, i)
             gc.collect()
             after = rss_bytes()
-            live = [c for cid, c in agent._conversations.items() if cid != "warm-up"]
-            cached = statistics.mean(len(c.history) for c in live)
+            live = [n for cid, n in cached_messages(agent).items() if cid != "warm-up"]
+            cached = statistics.mean(live)
     return {
         "bytes_per_conversation": (after - before) / conversations,
         "conversations": conversations,
@@ -328,7 +343,7 @@ async def flat(turns: int, budget: int, every: int) -> dict[str, object]:
                             "sqlite_mib": round(apsw.memory_used() / 2**20, 2),
                             "python_blocks": sys.getallocatedblocks(),
                             "largest_request_tokens": largest,
-                            "cached_messages": len(agent._conversations["long"].history),
+                            "cached_messages": cached_messages(agent)["long"],
                             "seconds": round(time.perf_counter() - began, 1),
                         }
                     )

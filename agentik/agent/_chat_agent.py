@@ -1,17 +1,26 @@
 """The supervisor: ``open_chat_agent`` and the ``ChatAgent`` it yields.
 
 The agent owns the nursery every conversation task runs in. It routes each
-turn to its conversation's bounded inbox, spawning the conversation task on
-first use, and refuses turns past a bound rather than queueing without limit.
-Leaving ``open_chat_agent`` closes every inbox: queued turns finish, then the
-tasks exit. If the block raises, the nursery cancels them, and each turn
-records results for the tool calls it could not finish.
+request (``_requests``) to its conversation's bounded inbox, spawning the
+conversation task on first use, and refuses turns past a bound rather than
+queueing without limit. It never touches a ``Conversation``: it holds each
+one's ``ConversationHandle`` (``_handle`` says what it may do through it).
+
+Closing (``ChatAgent.close``, or leaving ``open_chat_agent``) refuses new
+requests and closes every inbox: queued turns run, then the tasks exit. With
+a grace (``close(grace=...)``, ``open_chat_agent(close_grace=...)``), turns
+still running when it is over are interrupted: each records
+``interrupted: …`` for its open calls and is resumed at the next start, and
+queued requests are answered without running. If the block raises, the
+nursery cancels the tasks, and each turn records results for the tool calls
+it could not finish.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +34,7 @@ from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._context import ContextPolicy
-from agentik.agent._conversation import OPTIONAL_WORK_GRACE, Conversation, TurnRequest
+from agentik.agent._conversation import Conversation
 from agentik.agent._elicitation import (
     ElicitationAction,
     ElicitationError,
@@ -34,9 +43,19 @@ from agentik.agent._elicitation import (
 )
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
 from agentik.agent._gc import relaxed_gc, track_conversations
+from agentik.agent._handle import ConversationHandle
 from agentik.agent._limits import ContentLimits
 from agentik.agent._model_limits import fairness_key, limited_model
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
+from agentik.agent._requests import (
+    Abandon,
+    Decision,
+    Delete,
+    NewTurn,
+    Reply,
+    Request,
+    StatusQuery,
+)
 from agentik.agent._resume import resume_interrupted_turns
 from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, ToolsetSource
 from agentik.agent._stats import AgentStats
@@ -46,7 +65,6 @@ from agentik.models import ChatModel, ModelLimits, ModelScheduler
 from agentik.storage import (
     ConversationDeleter,
     InterruptedTurnIndex,
-    Pending,
     StorageBundle,
     TurnLedger,
 )
@@ -64,6 +82,7 @@ from agentik.toolsets import (
 )
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("agentik.agent")
@@ -114,9 +133,17 @@ class ChatAgent:
     def __init__(self, runtime: AgentRuntime, nursery: trio.Nursery) -> None:
         self._runtime = runtime
         self._nursery = nursery
-        self._conversations: dict[str, Conversation] = {}
-        self._mailboxes: dict[str, trio.MemorySendChannel[TurnRequest]] = {}
+        self._handles: dict[str, ConversationHandle] = {}
+        """The live conversations, by id (a retired one leaves at once)."""
+        self._tasks: set[ConversationHandle] = set()
+        """Conversations whose task has not exited yet (a retired one still
+        answers what was queued)."""
         self._closing = False
+        self._interrupt_at = math.inf
+        """When running turns are interrupted (``close``'s grace); inf: never."""
+        self._grace: trio.CancelScope | None = None
+        self._exited = trio.Event()
+        """Set once closing and every conversation task has exited."""
         self._reaper_scope = trio.CancelScope()
         self._resume_scope = trio.CancelScope()
         # Several nodes on one database: a conversation's turns run on the node
@@ -151,7 +178,7 @@ class ChatAgent:
 
     @property
     def live_conversations(self) -> int:
-        return len(self._conversations)
+        return len(self._handles)
 
     @property
     def model_scheduler(self) -> ModelScheduler | None:
@@ -173,33 +200,49 @@ class ChatAgent:
         ``OverloadedError`` past ``max_queued_turns`` waiting turns, and
         ``TurnError`` when the turn fails (its history stays valid). With
         ``idempotency_key``, a retry returns the first result and adds nothing.
+        A caller that stops waiting (cancelled) while the turn is still queued
+        leaves it unstarted; once started, the turn goes on and is committed.
         With ``model_limits``, raises ``OverloadedError`` at once when the turn
         would expect to wait for the model longer than ``max_queue_wait``.
         """
         if self._scheduler is not None:  # refused before anything is stored
             self._scheduler.check(fairness_key(conversation_id))
-        request = TurnRequest(text, idempotency_key, Pending())
-        await self._route(conversation_id, request, schedule=False)
-        return await request.reply.wait()  # the call's schedule point
+        request = NewTurn(
+            text=text, idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
+        )
+        handle = await self._route(conversation_id, request, text=text, schedule=False)
+        try:
+            return await request.reply.wait()  # the call's schedule point
+        finally:
+            handle.forget(request)
 
     @asynccontextmanager
     async def stream(
         self, conversation_id: str, text: str, *, idempotency_key: str | None = None
     ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
         """Run one turn, yielding its events as they happen; the last one is
-        ``TurnFinished`` or ``TurnFailed``. Leaving early does not stop the turn."""
+        ``TurnFinished`` or ``TurnFailed``. Leaving early does not stop a turn
+        that started; one still queued then never starts."""
         if self._scheduler is not None:  # refused before anything is stored
             self._scheduler.check(fairness_key(conversation_id))
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
-        request = TurnRequest(text, idempotency_key, Pending(), sender)
+        request = NewTurn(
+            text=text,
+            idempotency_key=idempotency_key,
+            reply=Reply(events=sender),
+            trace_context=self._trace(),
+        )
         try:
-            await self._route(conversation_id, request)
+            handle = await self._route(conversation_id, request, text=text)
         except BaseException:
             sender.close()
             receiver.close()
             raise
-        with receiver:
-            yield receiver
+        try:
+            with receiver:
+                yield receiver
+        finally:
+            handle.forget(request)
 
     async def decide(
         self,
@@ -224,11 +267,17 @@ class ChatAgent:
         the turn it runs on is then that key's: ``turn_in_progress`` sees it and
         ``cancel(..., idempotency_key=...)`` stops it, as for the turn's first run.
         """
-        request = TurnRequest(
-            "", idempotency_key, Pending(), decision=_decision(call_id, approve, reason)
+        request = Decision(
+            decided=_decision(call_id, approve, reason),
+            idempotency_key=idempotency_key,
+            reply=Reply(),
+            trace_context=self._trace(),
         )
-        await self._route(conversation_id, request)
-        return await request.reply.wait()
+        handle = await self._route(conversation_id, request)
+        try:
+            return await request.reply.wait()
+        finally:
+            handle.forget(request)
 
     async def cancel_paused(self, conversation_id: str, *, idempotency_key: str) -> None:
         """End the conversation's turn that waits for approval, and carries
@@ -238,7 +287,9 @@ class ChatAgent:
         resume it). Raises ``ApprovalError`` (``not_waiting``) when no such
         turn waits. (``cancel`` stops a turn that runs; a paused one does not.)
         """
-        request = TurnRequest("", idempotency_key, Pending(), abandon=True)
+        request = Abandon(
+            idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
+        )
         await self._route(conversation_id, request)
         await request.reply.wait()
 
@@ -252,16 +303,23 @@ class ChatAgent:
         ``TurnFailed`` (also for an ``ApprovalError``, with its code). For
         transports that stream the continued turn; leaving early does not stop it."""
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
-        decision = _decision(call_id, approve, reason)
-        request = TurnRequest("", None, Pending(), sender, decision=decision)
+        request = Decision(
+            decided=_decision(call_id, approve, reason),
+            idempotency_key=None,
+            reply=Reply(events=sender),
+            trace_context=self._trace(),
+        )
         try:
-            await self._route(conversation_id, request)
+            handle = await self._route(conversation_id, request)
         except BaseException:
             sender.close()
             receiver.close()
             raise
-        with receiver:
-            yield receiver
+        try:
+            with receiver:
+                yield receiver
+        finally:
+            handle.forget(request)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation whole: its messages, idempotency keys, notes,
@@ -289,8 +347,7 @@ class ChatAgent:
         store = self._runtime.storage.message_store
         if not isinstance(store, ConversationDeleter):
             raise TypeError(
-                f"{type(store).__name__} cannot delete conversations (it is no"
-                " ConversationDeleter)"
+                f"{type(store).__name__} cannot delete conversations (it is no ConversationDeleter)"
             )
         deleted: list[str] = []
 
@@ -310,18 +367,15 @@ class ChatAgent:
         store = self._runtime.storage.message_store
         if not isinstance(store, ConversationDeleter):
             raise TypeError(
-                f"{type(store).__name__} cannot delete conversations (it is no"
-                " ConversationDeleter)"
+                f"{type(store).__name__} cannot delete conversations (it is no ConversationDeleter)"
             )
-        request = TurnRequest("", None, Pending(), status_only=True)
-        request.deletion = deletion = Pending[bool]()
-        request.idle_before = idle_before
+        request = Delete(idle_before=idle_before, reply=Reply[bool]())
         await self._route(conversation_id, request)
-        return await deletion.wait()
+        return await request.reply.wait()
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
         """The tool calls of the conversation that wait for a decision, oldest first."""
-        request = TurnRequest("", None, Pending(), status_only=True)
+        request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
         return (await request.reply.wait()).approvals
 
@@ -363,37 +417,42 @@ class ChatAgent:
         again). Returns how many were archived; ids that are not active notes
         of this conversation are left alone."""
         count = await self.storage.working_memory_store.archive(conversation_id, entry_ids)
-        conversation = self._conversations.get(conversation_id)
-        if conversation is not None:
-            conversation.memory_stale = True
+        handle = self._handles.get(conversation_id)
+        if handle is not None:
+            handle.notes_version += 1  # it reads them again before its next turn
         return count
 
-    def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> bool:
-        """Cancel the conversation's running turn; True if there was one.
+    async def cancel(self, conversation_id: str, *, idempotency_key: str | None = None) -> int:
+        """Cancel the conversation's running turn and its queued ones; return
+        how many.
 
-        With ``idempotency_key``, only the turn carrying that key: cancelled if
-        it runs, and if it still waits in the queue, answered ``cancelled``
-        without running when its turn comes; other turns are left alone."""
-        conversation = self._conversations.get(conversation_id)
-        if conversation is None:
-            return False
-        if idempotency_key is not None:
-            return conversation.cancel_key(idempotency_key)
-        if conversation.cancel_scope is None:
-            return False
-        conversation.cancel_scope.cancel()
-        return True
+        The running turn stops at once (it does not wait in the queue behind
+        itself) and ends as a failed turn does, code ``cancelled``: every call
+        it made is answered, history stays valid, and a restart does not
+        resume it (its caller hears so once its clean-up is committed). A
+        queued turn is answered
+        ``cancelled`` when its turn comes, without running. A turn waiting for
+        approval is not running (``cancel_paused`` ends one); requests that
+        run no turn (deletes, queries) are left alone.
+
+        With ``idempotency_key``, only the turns carrying that key (a turn's
+        key, or its paused turn's that a decision runs on). Bad input raises
+        ``ValueError``; an unknown conversation has nothing to cancel (0)."""
+        _check_turn(conversation_id, None, idempotency_key)
+        handle = self._handles.get(conversation_id)
+        if handle is None:
+            await trio.lowlevel.checkpoint()
+            return 0
+        count = handle.cancel(idempotency_key)
+        await trio.lowlevel.checkpoint()
+        return count
 
     def turn_in_progress(self, conversation_id: str, idempotency_key: str) -> bool:
         """Whether the turn carrying ``idempotency_key`` is running or queued now
         (its caller may have left: a turn goes on without it), also when it runs
         on after a decision that named no key."""
-        conversation = self._conversations.get(conversation_id)
-        if conversation is None:
-            return False
-        if conversation.runs_key(idempotency_key):
-            return True
-        return idempotency_key in conversation.waiting
+        handle = self._handles.get(conversation_id)
+        return handle is not None and handle.in_progress(idempotency_key)
 
     def resumes_interrupted(self, conversation_id: str, seq: int) -> bool:
         """Whether a turn that storage shows interrupted (its user message at
@@ -408,71 +467,122 @@ class ChatAgent:
         )
 
     def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:
-        """Every toolset, active or not, for this conversation, in catalog order."""
-        conversation = self._conversations.get(conversation_id)
+        """Every toolset, active or not, for this conversation, in catalog order,
+        as its task saw them at the end of its last request (``_handle``)."""
+        handle = self._handles.get(conversation_id)
+        now = trio.current_time()
         out = []
         for c in self.contributions:
-            expires = None if conversation is None else conversation.activation.expires_in(c.name)
+            expires = None if handle is None else handle.expires_in(c.name, now)
             out.append(ToolsetStatus(c.name, c.description, expires is not None, expires))
         return out
 
+    def close(self, *, grace: float | None = None) -> None:
+        """Stop taking requests, and end the turns under way within ``grace``.
+
+        From now on every request raises ``AgentikError`` ("the agent is
+        closed"; HTTP 503 with ``Retry-After``), and each conversation task
+        exits once it has answered what it had queued: queued turns run (but
+        not one whose caller has left), and a summary or reflection under way
+        gets ``OPTIONAL_WORK_GRACE`` seconds. With ``grace``, turns still
+        running ``grace`` seconds from now are interrupted: each records
+        ``interrupted: …`` for its open calls, stays resumable (the agent
+        resumes it at its next start, as after a crash) and its caller gets
+        ``TurnError(code="interrupted")``; requests still queued are answered
+        ``TurnError(code="unavailable")`` without running. None: no deadline.
+
+        Leaving ``open_chat_agent``'s block calls it (with ``close_grace``) and
+        waits for the tasks. A later call may only bring the deadline nearer
+        (a second signal: ``grace=0``). Call it from a task of the agent's trio
+        run."""
+        if grace is not None and not (isinstance(grace, int | float) and grace >= 0):
+            raise ValueError(f"grace must be a number of seconds >= 0 or None, got {grace!r}")
+        if not self._closing:
+            self._begin_close()
+        if grace is None:
+            return
+        deadline = trio.current_time() + grace
+        if deadline >= self._interrupt_at:
+            return
+        self._interrupt_at = deadline
+        if self._grace is not None:
+            self._grace.deadline = deadline
+        elif self._tasks:  # a task of the nursery: it is still open
+            self._grace = trio.CancelScope(deadline=deadline)
+            self._nursery.start_soon(self._interrupt_when_due, self._grace)
+
+    def _trace(self) -> Context | None:
+        """The caller's OpenTelemetry context, when the agent traces."""
+        tracing = self._runtime.tracing
+        return None if tracing is None else tracing.current()
+
     async def _route(
-        self, conversation_id: str, request: TurnRequest, *, schedule: bool = True
-    ) -> None:
-        """Hand ``request`` to its conversation's task (spawned if need be).
+        self,
+        conversation_id: str,
+        request: Request,
+        *,
+        text: str | None = None,
+        schedule: bool = True,
+    ) -> ConversationHandle:
+        """Hand ``request`` to its conversation's task (spawned if need be) and
+        return its handle; ``text``: a new turn's message, checked here.
 
         ``schedule=False`` when the caller's next step is a schedule point of
         its own (``send`` waits for the reply): the request then goes in
         without one when the inbox has room, one task switch a turn fewer.
         A cancelled caller still sends nothing."""
-        plain = request.is_message
-        _check_turn(conversation_id, request.text if plain else None, request.idempotency_key)
+        _check_turn(conversation_id, text, request.idempotency_key)
         ownership = self._ownership
         if ownership is not None and not ownership.owns(conversation_id):
             await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
-        runtime = self._runtime
-        if runtime.tracing is not None:
-            request.trace_context = runtime.tracing.current()
-        settings = runtime.settings
+        settings = self._runtime.settings
         while True:
             if self._closing:
                 raise AgentikError("the agent is closed")
-            conversation = self._conversations.get(conversation_id)
-            if conversation is None:
-                if len(self._conversations) >= settings.max_conversations:
+            handle = self._handles.get(conversation_id)
+            if handle is None:
+                if len(self._handles) >= settings.max_conversations:
                     self._runtime.stats.overloaded += 1
                     raise OverloadedError(
-                        f"{len(self._conversations)} conversations are live"
+                        f"{len(self._handles)} conversations are live"
                         f" (max_conversations={settings.max_conversations}); retry later"
                     )
-                conversation = self._spawn(conversation_id)
-            if conversation.backlog >= settings.max_queued_turns:
-                self._runtime.stats.overloaded += 1
-                raise OverloadedError(
-                    f"conversation {conversation_id!r} has {conversation.backlog} turns"
-                    f" queued (max_queued_turns={settings.max_queued_turns}); retry later"
-                )
-            conversation.backlog += 1
-            conversation.queued(request)
+                handle = self._spawn(conversation_id)
+            if settings.turn_queue_size > settings.max_queued_turns:
+                self._check_backlog(handle)
+            handle.sent(request)  # before it is taken: ``cancel`` reaches it from now
             sent = False
-            mailbox = self._mailboxes[conversation_id]
+            mailbox = handle.mailbox
             try:
-                if schedule:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                try:
+                    # Room in the inbox: fewer than ``turn_queue_size`` queued and
+                    # nobody waiting for room, within bounds (checked above else).
+                    mailbox.send_nowait(request)
+                except trio.WouldBlock:
+                    self._check_backlog(handle)
                     await mailbox.send(request)
                 else:
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                    try:
-                        mailbox.send_nowait(request)
-                    except trio.WouldBlock:
-                        await mailbox.send(request)
+                    if schedule:
+                        await trio.lowlevel.cancel_shielded_checkpoint()
                 sent = True
-                return
+                return handle
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # it retired as we sent; the next loop respawns it
             finally:
                 if not sent:
-                    conversation.backlog -= 1
-                    conversation.taken(request)
+                    handle.forget(request)
+
+    def _check_backlog(self, handle: ConversationHandle) -> None:
+        """Refuse a turn past ``max_queued_turns`` waiting (``OverloadedError``)."""
+        limit = self._runtime.settings.max_queued_turns
+        backlog = handle.backlog
+        if backlog >= limit:
+            self._runtime.stats.overloaded += 1
+            raise OverloadedError(
+                f"conversation {handle.conversation_id!r} has {backlog} turns"
+                f" queued (max_queued_turns={limit}); retry later"
+            )
 
     async def _resume_at_start(self, store: InterruptedTurnIndex) -> None:
         """Resume the turns a stopped process left interrupted (``_resume``)."""
@@ -482,32 +592,42 @@ class ChatAgent:
     async def _recover(self, conversation_id: str) -> None:
         """Have the conversation's task load it, which resumes its interrupted
         turn, and wait until it is done."""
-        request = TurnRequest("", None, Pending(), status_only=True)
+        request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
         await request.reply.wait()
 
-    def _spawn(self, conversation_id: str) -> Conversation:
+    def _spawn(self, conversation_id: str) -> ConversationHandle:
         settings = self._runtime.settings
-        sender, receiver = trio.open_memory_channel[TurnRequest](settings.turn_queue_size)
+        sender, receiver = trio.open_memory_channel[Request](settings.turn_queue_size)
+        handle = ConversationHandle(conversation_id, sender)
         conversation = Conversation(
             conversation_id,
             self._runtime,
             receiver,
+            handle,
             ToolsetActivation(settings.activation_timeout),
         )
-        self._conversations[conversation_id] = conversation
-        self._mailboxes[conversation_id] = sender
+        self._handles[conversation_id] = handle
+        self._tasks.add(handle)
         self._runtime.stats.live_conversations += 1
         if self._tracks_gc:
             track_conversations(1)
-        self._nursery.start_soon(conversation.run, self._retire)
-        return conversation
+        self._nursery.start_soon(conversation.run, self._retire, self._exit)
+        return handle
 
-    def _retire(self, conversation: Conversation) -> None:
-        cid = conversation.conversation_id
-        if self._conversations.get(cid) is conversation:
-            del self._conversations[cid]
-            self._mailboxes.pop(cid).close()
+    def _exit(self, handle: ConversationHandle) -> None:
+        """The conversation's task is over (its last act)."""
+        self._tasks.discard(handle)
+        if self._closing and not self._tasks:
+            self._exited.set()
+
+    def _retire(self, handle: ConversationHandle) -> None:
+        """Take the conversation out of the registry and close its inbox: its
+        task answers what was queued, then exits."""
+        cid = handle.conversation_id
+        if self._handles.get(cid) is handle:
+            del self._handles[cid]
+            handle.mailbox.close()
             self._runtime.stats.live_conversations -= 1
             if self._tracks_gc:
                 track_conversations(-1)
@@ -522,32 +642,40 @@ class ChatAgent:
             while True:
                 await trio.sleep(period)
                 now = trio.current_time()
-                for conversation in list(self._conversations.values()):
-                    if conversation.idle_for(now) >= idle_timeout:
-                        self._retire(conversation)
+                for handle in list(self._handles.values()):
+                    if handle.idle_for(now) >= idle_timeout:
+                        self._retire(handle)
 
     def _drop_all(self) -> None:
         """This node lost every conversation (its lease lapsed): stop their
         turns and forget what it cached of them, so nothing stale runs on
         if it owns them again later."""
-        for conversation in list(self._conversations.values()):
-            if conversation.cancel_scope is not None:
-                conversation.cancel_scope.cancel()
-            self._retire(conversation)
+        for handle in list(self._handles.values()):
+            handle.cancel_running()
+            self._retire(handle)
 
-    def _close(self) -> None:
+    def _begin_close(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
         self._closing = True
         self._reaper_scope.cancel()
         self._resume_scope.cancel()  # turns it resumed finish in their conversations
-        for conversation in self._conversations.values():
-            conversation.closing = True  # queued turns still run; optional work briefly
-            work = conversation.optional_work
-            if work is not None:
-                work.deadline = min(work.deadline, trio.current_time() + OPTIONAL_WORK_GRACE)
-        for mailbox in self._mailboxes.values():
-            mailbox.close()
+        for handle in list(self._handles.values()):
+            handle.mailbox.close()  # queued turns still run; then the task exits
+        if not self._tasks:
+            self._exited.set()
+
+    async def _interrupt_when_due(self, grace: trio.CancelScope) -> None:
+        """Interrupt what still runs once ``grace`` is over (``close``)."""
+        with grace:
+            await self._exited.wait()
+        if grace.cancelled_caught and self._tasks:
+            log.info(
+                "closing: the grace is over; interrupting the turns of %d conversation(s)",
+                len(self._tasks),
+            )
+            for handle in list(self._tasks):
+                handle.interrupt()
 
 
 def schema_tokens(tools: Sequence[NamedTool], count: Callable[[str], int]) -> int:
@@ -662,6 +790,7 @@ async def open_chat_agent(
     agent_name: str = "agentik",
     relax_gc: bool = True,
     model_limits: ModelLimits | None = None,
+    close_grace: float | None = None,
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -734,6 +863,10 @@ async def open_chat_agent(
             everyone when the provider says so; a new turn that would wait
             past ``max_queue_wait`` is refused (``OverloadedError``). None (or
             no limit set): calls go straight to the model.
+        close_grace: leaving the block closes the agent (``ChatAgent.close``)
+            with this grace: turns still running that many seconds later are
+            interrupted (resumed at the next start). None (the default): the
+            block's end waits for them however long they take.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     _positive("tool_timeout", tool_timeout)
@@ -746,6 +879,10 @@ async def open_chat_agent(
         raise ValueError(f"turn_queue_size must be >= 0, got {turn_queue_size!r}")
     if approval_timeout is not None:
         _positive("approval_timeout", approval_timeout)
+    if close_grace is not None and not (isinstance(close_grace, int | float) and close_grace >= 0):
+        raise ValueError(
+            f"close_grace must be a number of seconds >= 0 or None, got {close_grace!r}"
+        )
     if context is not None and not isinstance(context, ContextPolicy):
         raise TypeError(f"context must be a ContextPolicy or None, got {context!r}")
     if content_limits is not None and not isinstance(content_limits, ContentLimits):
@@ -809,7 +946,7 @@ async def open_chat_agent(
                         nursery.start_soon(agent._resume_at_start, store)
                     yield agent
                 finally:
-                    agent._close()
+                    agent.close(grace=close_grace)
     except BaseExceptionGroup as group:
         # Conversation tasks and the reaper never raise, so a lone error is the
         # body's own: hand it out as itself, as if there were no nursery here.

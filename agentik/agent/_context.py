@@ -36,6 +36,15 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
         raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
+def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value < float("inf")
+    ):
+        raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
 def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0 < value <= 1:
         raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
@@ -53,6 +62,10 @@ class ContextPolicy:
     summarize_at: float = attrs.field(default=0.75, validator=_fraction)
     """Summarize older history once what the summary does not cover takes this
     fraction of ``max_tokens``: well before the window must drop anything."""
+    summary_timeout: float = attrs.field(default=60.0, validator=_seconds)
+    """Seconds a summary may take (all its model requests and its write); past
+    that it is dropped, changing nothing (the next turn tries again). No turn
+    waits for a summary either way: it runs beside the conversation."""
 
 
 def cut_to_tokens(text: str, budget: int, count: Callable[[str], int]) -> str:

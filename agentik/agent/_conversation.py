@@ -2,10 +2,17 @@
 
 It owns everything that is this conversation's alone: the cached history
 (loaded once from the store), the working-memory notes, the toolset
-activation, and the idempotency keys it has seen. Turns arrive over its
-bounded inbox and run one at a time, in order. When idle, and only once
-none of its toolsets is still active, it retires; the next turn respawns it
-from storage, so a user sees no difference.
+activation, and the idempotency keys it has seen. Requests (``_requests``)
+arrive over its bounded inbox and run one at a time, in order; ``_serve`` is
+the one place their type is matched. When idle, and only once none of its
+toolsets is still active, it retires; the next request respawns it from
+storage, so a user sees no difference.
+
+Only this task touches a ``Conversation`` (and the summary and reflection
+tasks it starts in its own nursery, which read snapshots and send results
+back: ``_optional_work``). The supervisor holds a ``ConversationHandle``
+(``_handle``): it sends requests, cancels what runs through a cancel scope,
+and reads what this task publishes there.
 """
 
 from __future__ import annotations
@@ -13,10 +20,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, assert_never
 
 import attrs
 import outcome
@@ -25,17 +30,25 @@ import trio
 from agentik._errors import (
     AgentikError,
     ApprovalError,
-    ModelBackendError,
     StoreError,
     TurnError,
 )
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role, ToolCall
 from agentik._scope import scope_of
-from agentik.agent._compaction import fit_summary, fold_point, summary_message, summary_request
+from agentik.agent._compaction import fold_point, summary_message
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import describe, message_of
+from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
 from agentik.agent._model_limits import fairness_key
+from agentik.agent._optional_work import (
+    OPTIONAL_WORK_GRACE,
+    ReflectionJob,
+    SummaryJob,
+    log_failure,
+    reflect,
+    summarize,
+)
 from agentik.agent._recovery import (
     StoredState,
     last_turn_start,
@@ -46,15 +59,25 @@ from agentik.agent._recovery import (
     turn_messages,
     usage_of,
 )
+from agentik.agent._requests import (
+    Abandon,
+    Decision,
+    Delete,
+    NewTurn,
+    Reply,
+    Request,
+    StatusQuery,
+)
 from agentik.agent._turn import EmitFn, PromptInputs, Turn, tool_for
 from agentik.agent._turn_machine import (
+    INTERRUPTED,
     CallPlan,
     Decided,
     TurnMachine,
     TurnState,
     TurnStateError,
 )
-from agentik.models import ModelRequest, ModelResponse, current_fairness_key
+from agentik.models import current_fairness_key
 from agentik.storage import (
     ConversationDeleter,
     IdempotencyKeyIndex,
@@ -74,55 +97,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentik.conversation")
 
-INTERRUPTED = "interrupted: the process stopped before this call finished"
 CANCELLED_REASON = "the turn was cancelled"
-REFLECTION_PROMPT = (
-    "You review a finished conversation and state one short, general lesson that"
-    " would help in future conversations. Answer with the lesson only, one or two sentences."
-)
 _FINAL_EVENT_SECONDS = 5.0
 _LOAD_PAGE = 500
-OPTIONAL_WORK_GRACE = 5.0
-"""Seconds a summary or reflection under way may still take once the agent
-closes; past that it is cancelled and stores nothing (a slow model must not
-hold a shutdown)."""
 _REPLAY_LIMIT = 1000
 """Messages of one turn read back at most to replay it from the store."""
 STALLED_READER_SECONDS = 30.0
 """A stream reader that takes no event for this long is dropped (its stream
 ends); the turn goes on and commits as if nobody were watching."""
-REFLECT = "What is the one lesson from this conversation?"
 
-
-@attrs.define(eq=False)
-class TurnRequest:
-    """A turn waiting in a conversation's inbox."""
-
-    text: str
-    idempotency_key: str | None
-    reply: Pending[TurnResult]
-    events: trio.MemorySendChannel[TurnEvent] | None = None
-    """Where a streaming caller reads events; None for ``send``."""
-    cancelled: bool = False
-    """Cancelled by its idempotency key while it waited: it will not run."""
-    decision: Decided | None = None
-    """For ``ChatAgent.decide``: the decision to take, instead of a new message."""
-    status_only: bool = False
-    """For ``ChatAgent.pending_approvals``: report, run nothing."""
-    trace_context: Context | None = None
-    """The caller's OpenTelemetry context, when the agent traces: the parent of
-    the turn's span, carried over the hop into the conversation's task."""
-    deletion: Pending[bool] | None = None
-    """For ``ChatAgent.delete_conversation``: delete the conversation, run nothing."""
-    idle_before: datetime | None = None
-    """With ``deletion``: only if its newest message is older (retention)."""
-    abandon: bool = False
-    """For ``ChatAgent.cancel_paused``: end the paused turn with this key, cancelled."""
-
-    @property
-    def is_message(self) -> bool:
-        """Whether this request brings a new user message (a turn of its own)."""
-        return self.decision is None and not self.status_only and not self.abandon
+RunRequest = TypeVar("RunRequest", NewTurn, Decision, Abandon, StatusQuery)
 
 
 @attrs.define(eq=False)
@@ -131,7 +115,10 @@ class Conversation:
 
     conversation_id: str
     runtime: AgentRuntime
-    inbox: trio.MemoryReceiveChannel[TurnRequest]
+    inbox: trio.MemoryReceiveChannel[Request]
+    handle: ConversationHandle
+    """What the supervisor sees and may do (``_handle``): this task writes
+    only the fields the table there gives it."""
     activation: ToolsetActivation
     history: list[Message] = attrs.Factory(list)
     memory: list[MemoryEntry] = attrs.Factory(list)
@@ -152,9 +139,10 @@ class Conversation:
     tail: counted once per message, not once per request (they were most of a
     turn's CPU with a tail of a few hundred messages). Trimmed with the tail."""
     loaded: bool = False
-    memory_stale: bool = False
-    """Notes were changed from outside this task (``ChatAgent.archive_memory``):
-    read them again before the next turn."""
+    notes_seen: int = 0
+    """The handle's ``notes_version`` when the notes were last read: notes
+    changed from outside this task (``ChatAgent.archive_memory``) are read
+    again before the next turn."""
     had_history: bool = False
     """Whether the store held messages at load (older keys must be looked up there)."""
     stale: bool = False
@@ -162,27 +150,14 @@ class Conversation:
     inflight: list[Pending[Message]] = attrs.Factory(list)
     """Writes accepted by the store that may not be committed yet (a turn was
     cut short while they waited); a reload waits for them first."""
-    backlog: int = 0
-    """Turns sent to the inbox and not yet taken (maintained by the agent)."""
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    """The conversation task's cancel scope, for many turns (``_serve_in_scope``)."""
-    cancel_scope: trio.CancelScope | None = None
-    """What cancels the running turn (``scope``, while one runs; None between turns)."""
-    running: TurnRequest | None = None
-    """The turn ``cancel_scope`` belongs to."""
+    """The task's cancel scope, for many requests (``_serve_in_scope``); the
+    handle shows it while something cancellable runs."""
     running_on: Turn | None = None
     """The paused turn a decision runs on now: it counts as its own key's, how
-    ever the decision was addressed (``runs_key``)."""
-    waiting: dict[str, list[TurnRequest]] = attrs.Factory(dict)
-    """Keyed turns in the inbox, by key, so one can be cancelled by its key
-    before it runs (unkeyed turns are not tracked: they cost nothing here)."""
-    last_active: float = attrs.field(factory=trio.current_time)
+    ever the decision was addressed (the handle's ``running_key``)."""
     paused: Turn | None = None
     """The last turn, while calls of it wait for a person's decision."""
-    optional_work: trio.CancelScope | None = None
-    """Around summaries and reflections while they run: when the agent closes
-    it gives them ``OPTIONAL_WORK_GRACE`` seconds (and sets ``closing``)."""
-    closing: bool = False
     system_prompt: tuple[PromptInputs, Message] | None = None
     """The last system message and what it was built from (``Turn._call_model``)."""
     approval_deadline: float = math.inf
@@ -190,6 +165,16 @@ class Conversation:
     toolsets_seen: frozenset[str] = frozenset()
     """The active toolsets when the agent last looked, when it traces: the
     next look tells which expired (span events, ``_spans``)."""
+    summarizing: SummaryJob | None = None
+    """The summary under way beside this task, or landed and not applied yet."""
+    reflecting: ReflectionJob | None = None
+    """The reflection under way beside this task."""
+    background: trio.Nursery | None = None
+    """Where summaries and reflections run (``run`` opens it when the agent
+    has a context policy or reflects)."""
+    optional_deadline: float = math.inf
+    """When optional work must be done: set once serving ends (the agent
+    closing, or this task retiring), ``OPTIONAL_WORK_GRACE`` later."""
     skill_scope: str = attrs.field(init=False)
     """The owner scope of this conversation's skills (``_scope``): ``""``
     unless its id names an owner."""
@@ -202,67 +187,108 @@ class Conversation:
     def storage(self) -> StorageBundle:
         return self.runtime.storage
 
-    async def run(self, retire: Callable[[Conversation], None]) -> None:
-        """Serve turns until the inbox closes (the agent closes it when this
-        conversation has been idle long enough, or when the agent shuts down)."""
+    @property
+    def running(self) -> Request | None:
+        """The request running now (``Turn`` reads its trace context)."""
+        return self.handle.running
+
+    @property
+    def interrupted(self) -> bool:
+        """The agent's shutdown grace is over: a turn cut short now ends
+        interrupted (resumed at the next start), not cancelled."""
+        return self.handle.interrupted
+
+    async def run(
+        self,
+        retire: Callable[[ConversationHandle], None],
+        exited: Callable[[ConversationHandle], None],
+    ) -> None:
+        """Serve requests until the inbox closes (the agent closes it when this
+        conversation has been idle long enough, or when the agent shuts down);
+        then give the summary or reflection under way ``OPTIONAL_WORK_GRACE``.
+        ``retire`` takes it out of the agent's registry; ``exited`` says the
+        task is over."""
+        settings = self.runtime.settings
+        optional = settings.context is not None or settings.reflection
+        # Summaries and reflections run in this task's own nursery, opened only
+        # when they are configured: most agents need none, and each costs.
         # Every model call made in this task (and its children) takes this
         # conversation's share under the model's limits (``_model_limits``).
         current_fairness_key.set(fairness_key(self.conversation_id))
         inbox = self.inbox
         try:
-            while not await self._serve_in_scope(self._receive):
+            async with trio.open_nursery() if optional else contextlib.nullcontext() as beside:
+                self.background = beside
+                try:
+                    while not await self._serve_in_scope(self._receive):
+                        pass
+                    if self.inflight:
+                        # Writes a cut-short turn left in flight (its clean-up gave
+                        # up waiting) are resolved before the task ends, so whoever
+                        # reads the store once the agent closed reads them (a next
+                        # request would have waited for them the same way).
+                        await self._settle_inflight()
+                finally:
+                    cut = self.handle.running
+                    if cut is not None:  # cut short from outside (the agent's nursery)
+                        _fail_now(cut)
+                        self._ran()
+                    # Leave the registry, take what was already queued and close, with
+                    # no checkpoint in between: a later send fails and goes to a new
+                    # task, and no accepted request is dropped.
+                    retire(self.handle)
+                    queued: list[Request] = []
+                    while True:
+                        try:
+                            queued.append(inbox.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                            break
+                    inbox.close()
+                    try:
+                        await self._serve_queued(queued)
+                    finally:
+                        self.optional_deadline = trio.current_time() + OPTIONAL_WORK_GRACE
+                        for scope in self.handle.optional:
+                            scope.deadline = min(scope.deadline, self.optional_deadline)
+        finally:
+            exited(self.handle)
+
+    async def _serve_queued(self, queued: list[Request]) -> None:
+        """Serve what was queued when the inbox closed (cut short, every one
+        still waiting is told it did not happen)."""
+        left = iter(queued)
+
+        async def next_queued() -> Request | None:
+            request = next(left, None)
+            if request is None:
+                raise trio.EndOfChannel
+            return request
+
+        try:
+            while not await self._serve_in_scope(next_queued):
                 pass
         finally:
-            cut = self.running
-            if cut is not None:  # cut short from outside (the agent closing)
-                _fail_now(cut)
-                self.running = self.cancel_scope = None
-            # Leave the registry, take what was already queued and close, with no
-            # checkpoint in between: a later send fails and goes to a new task,
-            # and no accepted turn is dropped.
-            retire(self)
-            queued: list[TurnRequest] = []
-            while True:
-                try:
-                    queued.append(inbox.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-            inbox.close()
-            self.backlog -= len(queued)
-            left = iter(queued)
+            if self.handle.running is not None:  # cut short by the agent closing
+                _fail_now(self.handle.running)
+            for request in queued:
+                _fail_now(request)
 
-            async def next_queued() -> TurnRequest | None:
-                request = next(left, None)
-                if request is None:
-                    raise trio.EndOfChannel
-                self.backlog += 1  # ``_serve_in_scope`` counts it taken
-                return request
-
-            try:
-                while not await self._serve_in_scope(next_queued):
-                    pass
-            finally:
-                if self.running is not None:  # cut short by the agent closing
-                    _fail_now(self.running)
-                for request in queued:
-                    _fail_now(request)
-
-    async def _receive(self) -> TurnRequest | None:
+    async def _receive(self) -> Request | None:
         """The next request from the inbox (``EndOfChannel`` once it is closed),
         or None once a paused turn's approval deadline passed."""
         if self.approval_deadline == math.inf:
             return await self.inbox.receive()
         return await self._receive_or_time_out()
 
-    async def _serve_in_scope(self, receive: Callable[[], Awaitable[TurnRequest | None]]) -> bool:
+    async def _serve_in_scope(self, receive: Callable[[], Awaitable[Request | None]]) -> bool:
         """Serve requests from ``receive`` in one cancel scope until there are
-        no more (True), or until ``cancel`` cancelled what ran (False: the
+        no more (True), or until the supervisor cancelled what ran (False: the
         caller opens a new scope and goes on).
 
-        One scope for many turns, not one per turn: trio spends about 8 µs
-        entering and leaving one, a twentieth of a turn. Only what runs is
-        ever cancelled (``cancel_scope`` is set while a turn or a timed-out
-        decision runs); a cancel that comes as a turn ends without a
+        One scope for many requests, not one per request: trio spends about
+        8 µs entering and leaving one, a twentieth of a turn. Only what runs is
+        ever cancelled (the handle shows the scope only while a turn or a
+        timed-out decision runs); a cancel that comes as a turn ends without a
         checkpoint left fires at the next receive, which takes nothing then.
         """
         with trio.CancelScope() as scope:
@@ -272,25 +298,28 @@ class Conversation:
                     request = await receive()
                 except trio.EndOfChannel:
                     return True
-                if request is None:
-                    continue
-                self.backlog -= 1
-                await self._serve(request)
-                self.last_active = trio.current_time()
-        # Only a cancel of this scope lands here: answer the turn it cut short.
-        request = self.running
-        self.cancel_scope = self.running = None
-        self.running_on = None
+                if request is not None:
+                    await self._serve(request)
+        # Only a cancel of this scope lands here: answer the request it cut short.
+        request = self.handle.running
+        self._ran()
         if request is not None:
             self.runtime.stats.turns_failed += 1
-            await self._deliver(
-                request, outcome.Error(TurnError("the turn was cancelled", code="cancelled"))
-            )
+            if self.interrupted:
+                error = TurnError(
+                    "the agent shut down before the turn finished; it resumes when the"
+                    " agent starts again",
+                    code="interrupted",
+                )
+            else:
+                error = TurnError("the turn was cancelled", code="cancelled")
+            if not isinstance(request, Delete):
+                await self._deliver(request.reply, outcome.Error(error))
             _fail_now(request)
-            self.last_active = trio.current_time()
+        self._publish()
         return False
 
-    async def _receive_or_time_out(self) -> TurnRequest | None:
+    async def _receive_or_time_out(self) -> Request | None:
         """The next request, or None once the paused turn's approval deadline
         passed (its waiting calls are then denied)."""
         with trio.move_on_at(self.approval_deadline):
@@ -298,80 +327,103 @@ class Conversation:
         await self._approval_timed_out()
         return None
 
-    def idle_for(self, now: float) -> float:
-        """Seconds this conversation has had nothing to do, 0 while it is busy
-        or while one of its toolsets is still active (it must not forget it)."""
-        if self.backlog or self.cancel_scope is not None or self.activation.active_names():
-            return 0.0
-        if self.approval_deadline != math.inf:
-            return 0.0  # it must live to deny the waiting calls on time
-        return now - self.last_active
-
-    def queued(self, request: TurnRequest) -> None:
-        """``request`` is about to enter the inbox (the agent tells)."""
-        key = request.idempotency_key
-        if key is not None:
-            self.waiting.setdefault(key, []).append(request)
-
-    def taken(self, request: TurnRequest) -> None:
-        """``request`` left the inbox (served, or never sent after all)."""
-        key = request.idempotency_key
-        if key is None:
-            return
-        waiting = self.waiting.get(key)
-        if waiting is not None and request in waiting:
-            waiting.remove(request)
-            if not waiting:
-                del self.waiting[key]
-
-    def runs_key(self, key: str) -> bool:
-        """Whether the turn running now carries ``key``: a keyed message's, or
-        the paused turn keyed so that a decision runs on."""
-        running = self.running
-        if running is not None and running.idempotency_key == key:
-            return True
-        turn = self.running_on
-        return turn is not None and turn.key == key
-
-    def cancel_key(self, key: str) -> bool:
-        """Cancel the turns carrying ``key``: the running one, and any still in
-        the inbox (each is answered ``cancelled`` when its turn comes, without
-        running). True if there was one. Other turns are left alone."""
-        found = False
-        if self.cancel_scope is not None and self.runs_key(key):
-            self.cancel_scope.cancel()
-            found = True
-        for request in self.waiting.get(key, ()):
-            request.cancelled = found = True
-        return found
-
-    async def _serve(self, request: TurnRequest) -> None:
-        """Run one turn and deliver its outcome; the caller always hears back."""
-        self.taken(request)
+    async def _serve(self, request: Request) -> None:
+        """Serve one request; its caller always hears back. The one place a
+        request's type is matched."""
+        reply = request.reply
         try:
-            if request.deletion is not None:
-                await self._delete(request.deletion, request.idle_before)
-            elif not request.cancelled:
-                await self._serve_inner(request)
+            refusal = None
+            if self.handle.interrupted:
+                refusal = TurnError(
+                    "the agent shut down before this request ran; send it again",
+                    code="unavailable",
+                )
+            elif reply.cancelled:
+                refusal = TurnError("the turn was cancelled", code="cancelled")
+            elif reply.gone:
+                # Its caller left while it waited (a client that disconnected):
+                # nobody would read the answer, so the model is not asked.
+                log.info(
+                    "conversation %r: a request whose caller left was dropped before it ran",
+                    self.conversation_id,
+                )
+                refusal = TurnError("the caller left", code="cancelled")
+            if refusal is not None:
+                self._publish()
+                _fail_now(request, refusal)
+            else:
+                match request:  # each answers its caller, ``_publish`` first
+                    case NewTurn():
+                        await self._run(request, self._new_turn)
+                    case Decision():
+                        await self._run(request, self._decision)
+                    case Abandon():
+                        await self._run(request, self._abandon)
+                    case StatusQuery():
+                        await self._run(request, self._status)
+                    case Delete():
+                        await self._delete(request)
+                    case _:
+                        assert_never(request)
         finally:
-            if self.running is not request or not self.scope.cancel_called:
+            if self.handle.running is not request or not self.scope.cancel_called:
                 _fail_now(request)  # else the scope's end answers it (``_serve_in_scope``)
 
-    async def _delete(self, reply: Pending[bool], idle_before: datetime | None) -> None:
+    def _ran(self) -> None:
+        """Nothing cancellable runs any more (the handle says so)."""
+        handle = self.handle
+        handle.scope = handle.running = handle.running_key = None
+        self.running_on = None
+
+    def _runs_on(self, turn: Turn | None) -> None:
+        """A paused or resumed ``turn`` runs now (None: no longer): it is its
+        key's turn, seen running and cancelled by that key."""
+        self.running_on = turn
+        running = self.handle.running
+        key = None if running is None else running.idempotency_key
+        if turn is not None and turn.key is not None:
+            key = turn.key
+        self.handle.running_key = key
+
+    def _publish(self) -> None:
+        """Tell the supervisor how things stand (the handle): when this task
+        was last active, until when it must live, which toolsets are active.
+        Once per request, before its caller hears back."""
+        handle = self.handle
+        now = trio.current_time()
+        handle.last_active = now
+        names = self.activation.active_names() if self.runtime.toolsets()[0] else None
+        if names:
+            toolsets = {n: now + (self.activation.expires_in(n) or 0.0) for n in names}
+            handle.toolsets = toolsets
+            keep = max(toolsets.values())
+        else:
+            handle.toolsets = NO_TOOLSETS
+            keep = -math.inf
+        # It must live to deny the waiting calls on time.
+        handle.keep_until = math.inf if self.approval_deadline != math.inf else keep
+
+    async def _delete(self, request: Delete) -> None:
         """Delete the conversation in the store, then forget it here: whatever
         comes next in the inbox starts from nothing, as in a new task. Writes a
-        cut-short turn left are settled first, so none lands after the delete."""
+        cut-short turn left are settled first, and the summary or reflection
+        under way is stopped, so none lands after the delete."""
+        reply = request.reply.pending
         store = self.storage.message_store
         assert isinstance(store, ConversationDeleter)  # ChatAgent checked
         try:
+            await self._stop_optional_work()
             if self.inflight:
                 await self._settle_inflight()
-            deleted = await store.delete_conversation(self.conversation_id, idle_before=idle_before)
+            deleted = await store.delete_conversation(
+                self.conversation_id, idle_before=request.idle_before
+            )
         except AgentikError as exc:
             self.stale = True  # the store may or may not have done it
+            self._publish()
             reply.set(outcome.Error(exc))
             return
-        if deleted or idle_before is None:
+        if deleted or request.idle_before is None:
             self._forget()
             self.memory.clear()
             self.had_history = False
@@ -379,17 +431,29 @@ class Conversation:
             self.toolsets_seen = frozenset()
             self.activation = ToolsetActivation(self.activation.timeout)
             self.runtime.forget_conversation(self.conversation_id)
+        self._publish()
         reply.set(outcome.Value(deleted))
 
-    async def _serve_inner(self, request: TurnRequest) -> None:
+    async def _run(
+        self, request: RunRequest, body: Callable[[RunRequest], Awaitable[TurnResult]]
+    ) -> None:
+        """Run ``body`` for ``request`` (a turn, a decision, a query) in the
+        cancel scope the handle shows, and deliver its outcome."""
         stats = self.runtime.stats
-        stats.turns_started += request.is_message
+        message = isinstance(request, NewTurn)
+        stats.turns_started += message
+        handle = self.handle
+        # ``ChatAgent.cancel`` cancels the task's scope while this runs (``_serve_in_scope``).
+        handle.scope = self.scope
+        handle.running = request
+        handle.running_key = request.idempotency_key
         result: outcome.Outcome[TurnResult]
-        # ``cancel`` cancels the conversation's scope while this turn runs (``_serve_in_scope``).
-        self.cancel_scope = self.scope
-        self.running = request
         try:
-            result = outcome.Value(await self._turn(request))
+            if self.inflight or self.stale or not self.loaded or self.notes_stale:
+                await self._ready()
+            if self.summarizing is not None and self.summarizing.result.done:
+                self._land()
+            result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
         except AgentikError as exc:
@@ -408,101 +472,157 @@ class Conversation:
             )
             error.__cause__ = exc
             result = outcome.Error(error)
-        self.cancel_scope = None
-        self.running = None
-        message = request.is_message
+        self._ran()
         if isinstance(result, outcome.Value):
             stats.turns_finished += message
         else:
             assert isinstance(result, outcome.Error)
             if isinstance(result.error, TurnError):  # not an ApprovalError: nothing ran
                 stats.turns_failed += 1
-                self._log_failure(result.error)
-        await self._deliver(request, result)
+                log_failure(self.conversation_id, result.error)
+        await self._deliver(request.reply, result)
         # A query or a cancelled pause has no new answer to learn from.
-        quiet = request.status_only or request.abandon
+        if isinstance(result, outcome.Value) and isinstance(request, NewTurn | Decision):
+            self._start_optional_work(request.trace_context)
+
+    @property
+    def notes_stale(self) -> bool:
+        """Notes were changed from outside this task since they were read."""
+        return self.notes_seen != self.handle.notes_version
+
+    # --- summaries and reflections, beside the conversation (``_optional_work``) ------
+
+    def _start_optional_work(self, parent: Context | None) -> None:
+        """After a turn's answer was delivered: start a summary when what the
+        latest one does not cover outgrew ``summarize_at`` of the budget, and a
+        reflection (``reflection=True``), each in a task of its own unless one
+        runs already. No turn waits for either."""
         settings = self.runtime.settings
-        if (
-            isinstance(result, outcome.Value)
-            and not quiet
-            and (settings.reflection or (settings.context is not None and self.paused is None))
-        ):
-            # Off the turn's latency path: its caller has the answer already.
-            # Optional work: shutting down cancels it (it then stores nothing).
-            # No scope when there is nothing to do: entering and leaving one
-            # was a third of the cancel-scope cost of a turn (profiled).
-            with trio.CancelScope() as self.optional_work:
-                if self.closing:
-                    self.optional_work.deadline = trio.current_time() + OPTIONAL_WORK_GRACE
-                if self.runtime.settings.context is not None and self.paused is None:
-                    await self._compact(request)
-                if self.runtime.settings.reflection:
-                    await self._reflect(request)
-            self.optional_work = None
-
-    def _log_failure(self, error: TurnError) -> None:
-        """Log a failed turn or step once: with the traceback of what caused it
-        when that was a bug (not an agentik error); a cancellation is no failure."""
-        if error.code == "cancelled":
-            return
-        cause = error.__cause__
-        if cause is not None and not isinstance(cause, AgentikError):
-            log.error(
-                "conversation %r: %s [%s]", self.conversation_id, error, error.code, exc_info=cause
-            )
-        else:
-            log.warning("conversation %r: %s [%s]", self.conversation_id, error, error.code)
-
-    async def _reflect(self, turn: TurnRequest) -> None:
-        """Ask the model for one short lesson from the history and store it.
-
-        The turn has finished and its caller has its answer, so whatever fails
-        here (the model, the reflection store, anything they raise) fails this
-        step alone: logged once and counted, never raised."""
-        request = ModelRequest(
-            (Message(Role.SYSTEM, REFLECTION_PROMPT), *self.history, Message(Role.USER, REFLECT)),
-            purpose="reflection",
-        )
-        try:
-            response = await self._ask(request, turn.trace_context)
-            if not isinstance(response, ModelResponse):
-                raise ModelBackendError(
-                    f"the model returned {type(response).__name__}, expected ModelResponse"
+        if settings.context is not None and self.paused is None:
+            self._start_summary(parent)
+        if settings.reflection:
+            job = self.reflecting
+            if job is None or job.done.is_set():
+                self.reflecting = job = ReflectionJob(
+                    trio.CancelScope(deadline=self.optional_deadline)
                 )
-            usage = response.usage
-            if usage is not None:
-                self.runtime.stats.input_tokens += usage.prompt_tokens
-                self.runtime.stats.output_tokens += usage.completion_tokens
-            text = (response.text or "").strip()
-            if text:
-                await self.storage.reflection_store.insert(self.conversation_id, text)
-        except Exception as exc:
-            self.runtime.stats.reflections_failed += 1
-            error = TurnError(
-                f"the reflection step failed: {describe(exc)}", code="reflection_failed"
-            )
-            error.__cause__ = exc
-            self._log_failure(error)
+                self._spawn_optional(
+                    job.scope,
+                    job.done,
+                    reflect,
+                    self.runtime,
+                    self.conversation_id,
+                    job.scope,
+                    tuple(self.history),
+                    parent,
+                )
 
-    async def _ask(self, request: ModelRequest, parent: Context | None) -> ModelResponse:
-        """A model request outside a turn (a reflection, a summary), in a
-        ``chat`` span of its purpose when the agent traces."""
-        model = self.runtime.model
-        tracing = self.runtime.tracing
-        if tracing is None:
-            return await model.complete(request)
-        chat = tracing.start_chat(parent, self.conversation_id, request)
-        response = None
-        try:
-            response = await model.complete(request)
-            return response
-        finally:
-            answer = response if isinstance(response, ModelResponse) else None
-            tracing.end_chat(*chat, answer, sys.exc_info()[1])
+    def _start_summary(self, parent: Context | None) -> None:
+        """Fold the oldest turns into the summary (``_compaction``) once what it
+        does not cover passes ``summarize_at`` of the budget."""
+        job = self.summarizing
+        if job is not None:
+            if not job.result.done:
+                return  # one at a time
+            self._land()
+        policy = self.runtime.settings.context
+        store = self.storage.message_store
+        history = self.history
+        if policy is None or not isinstance(store, SummaryStore) or not history:
+            return
+        if sum(map(self.cost, history)) < policy.summarize_at * policy.max_tokens:
+            return
+        fold = fold_point(history, self.cost, policy.max_tokens // 2)
+        if fold == 0:
+            return
+        through = history[fold - 1].seq
+        if through is None:
+            return  # not committed yet: next time
+        job = SummaryJob(trio.CancelScope(deadline=self.optional_deadline), through)
+        self.summarizing = job
+        previous = None if self.summary is None else self.summary.text
+        done = trio.Event()
+        self._spawn_optional(
+            job.scope,
+            done,
+            summarize,
+            self.runtime,
+            self.conversation_id,
+            job,
+            previous,
+            tuple(history[:fold]),
+            parent,
+        )
 
-    async def _deliver(self, request: TurnRequest, result: outcome.Outcome[TurnResult]) -> None:
-        request.reply.set(result)
-        events = request.events
+    def _spawn_optional(
+        self,
+        scope: trio.CancelScope,
+        done: trio.Event,
+        work: Callable[..., Awaitable[None]],
+        *args: object,
+    ) -> None:
+        """Run ``work(*args)`` beside this task, its scope shown on the handle
+        (a shutdown past its grace cancels it) while it runs."""
+        handle = self.handle
+        handle.optional = (*handle.optional, scope)
+
+        async def beside() -> None:
+            try:
+                await work(*args)
+            finally:
+                handle.optional = tuple(s for s in handle.optional if s is not scope)
+                done.set()
+
+        assert self.background is not None
+        self.background.start_soon(beside)
+
+    def _land(self) -> None:
+        """Apply the summary the summary task sent back: drop what it covers
+        from the cache, if the cache still holds that and no paused turn holds
+        indexes into it (else later, or never: the store has it and the next
+        load reads it). A summary that failed changes nothing."""
+        job = self.summarizing
+        assert job is not None
+        assert job.result.done
+        if self.paused is not None:
+            return
+        self.summarizing = None
+        stored = job.result.result()
+        if stored is None:
+            return
+        through = stored.through_seq
+        if self.summary is not None and self.summary.through_seq >= through:
+            return  # a load since read it, or a later one
+        history = self.history
+        fold = through - self.first_seq + 1
+        if not self.loaded or not 0 < fold <= len(history) or history[fold - 1].seq != through:
+            return  # the cache was read again meanwhile: it is not what the summary covers
+        self.summary = stored
+        self.summary_message = summary_message(stored)
+        del history[:fold]
+        self.first_seq = through + 1
+        self.keys = {k: seq for k, seq in self.keys.items() if seq > through}
+        self.costs = {seq: c for seq, c in self.costs.items() if seq > through}
+        self.had_history = True  # older keys are now looked up in the store
+
+    async def _stop_optional_work(self) -> None:
+        """Cancel the summary and the reflection under way and wait until they
+        are over (a deleted conversation must not get either afterwards)."""
+        job = self.summarizing
+        if job is not None:
+            job.scope.cancel()
+            await job.result.wait()
+            self.summarizing = None
+        reflecting = self.reflecting
+        if reflecting is not None:
+            reflecting.scope.cancel()
+            await reflecting.done.wait()
+            self.reflecting = None
+
+    async def _deliver(self, reply: Reply[TurnResult], result: outcome.Outcome[TurnResult]) -> None:
+        self._publish()  # before the caller wakes: ``toolset_status`` is current
+        reply.pending.set(result)
+        events = reply.events
         if events is None:
             return
         if isinstance(result, outcome.Value):
@@ -522,24 +642,11 @@ class Conversation:
             await events.send(final)
         events.close()
 
-    async def _turn(self, request: TurnRequest) -> TurnResult:
-        if self.inflight or self.stale or not self.loaded or self.memory_stale:
-            await self._ready()
-        if request.decision is not None:
-            key = request.idempotency_key
-            if not await self._paused_by(key):
-                return await self._decided_earlier(request.decision, key)
-            paused = self.paused
-            if key is not None and paused is not None and paused.key is None:
-                paused.key = key  # resumed after a restart, it did not know its key
-            return await self._decide(request.decision, self._emitter(request))
-        if request.abandon:
-            return await self._abandon(request.idempotency_key)
-        if request.status_only:
-            paused = self.paused
-            return TurnResult("", ()) if paused is None else self._paused_result(paused)
+    # --- the requests that run ---------------------------------------------------------
+
+    async def _new_turn(self, request: NewTurn) -> TurnResult:
         key = request.idempotency_key
-        emit = None if request.events is None else self._emitter(request)
+        emit = self._emitter(request.reply)
         if key is not None:
             seq = await self._find_key(key)
             if seq is not None:
@@ -555,6 +662,21 @@ class Conversation:
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)
+
+    async def _decision(self, request: Decision) -> TurnResult:
+        key = request.idempotency_key
+        if not await self._paused_by(key):
+            return await self._decided_earlier(request.decided, key)
+        paused = self.paused
+        if key is not None and paused is not None and paused.key is None:
+            paused.key = key  # resumed after a restart, it did not know its key
+        return await self._decide(request.decided, self._emitter(request.reply))
+
+    async def _status(self, request: StatusQuery) -> TurnResult:
+        """Run nothing; the paused turn as it stands (its load on the way
+        recovered the last turn: how the agent resumes interrupted turns)."""
+        paused = self.paused
+        return TurnResult("", ()) if paused is None else self._paused_result(paused)
 
     async def _again(self, key: str, seq: int, emit: EmitFn | None) -> TurnResult:
         """A turn sent again with its idempotency key: its stored result, its
@@ -594,12 +716,12 @@ class Conversation:
 
         event = resume_event(self.history[start:], record, plan, settings.max_tool_rounds)
         self.runtime.stats.turns_resumed += 1
-        # Running as its key's turn (``runs_key``): seen running, cancelled by its key.
-        self.running_on = turn
+        # Running as its key's turn: seen running, cancelled by its key.
+        self._runs_on(turn)
         try:
             result = await turn.run(machine.resume(event))
         finally:
-            self.running_on = None
+            self._runs_on(None)
         assert result is not None
         return self._after(turn, result)
 
@@ -656,12 +778,12 @@ class Conversation:
         paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
         self.paused = None  # running again; _after keeps it if it pauses again
         self.approval_deadline = math.inf
-        self.running_on = paused
+        self._runs_on(paused)
         try:
             result = await paused.run(actions)
         finally:
             paused.emit = None  # this caller's stream ends with the result
-            self.running_on = None
+            self._runs_on(None)
         assert result is not None
         return self._after(paused, result)
 
@@ -673,9 +795,10 @@ class Conversation:
             return False
         return key is None or await self._find_key(key) == self.first_seq + paused.start
 
-    async def _abandon(self, key: str | None) -> TurnResult:
+    async def _abandon(self, request: Abandon) -> TurnResult:
         """``ChatAgent.cancel_paused``: deny the waiting calls, run nothing more,
         record the turn as cancelled."""
+        key = request.idempotency_key
         paused = self.paused
         if paused is None or not await self._paused_by(key):
             raise ApprovalError(
@@ -726,28 +849,30 @@ class Conversation:
         """No decision came in time: deny every waiting call, and let the turn go on."""
         paused = self.paused
         self.approval_deadline = math.inf
-        if paused is None:
-            return
+        if paused is None or self.handle.interrupted:
+            return  # (shutting down: the calls wait on, stored; a restart times them out)
         timeout = self.runtime.settings.approval_timeout
         reason = f"no decision within {timeout:g} s"
-        self.cancel_scope = self.scope  # ``cancel`` stops the denials (``_serve_in_scope``)
+        self.handle.scope = self.scope  # ``cancel`` stops the denials (``_serve_in_scope``)
         try:
             for call_id in list(paused.machine.waiting):
                 if paused.machine.state is not TurnState.APPROVAL:
                     break
                 await self._decide(Decided(call_id, False, reason))
         except (TurnError, ApprovalError) as exc:
-            self._log_failure(TurnError(message_of(exc), code=getattr(exc, "code", "")))
+            log_failure(
+                self.conversation_id, TurnError(message_of(exc), code=getattr(exc, "code", ""))
+            )
         except AgentikError as exc:
             self.stale = True
             log.warning("conversation %r: %s", self.conversation_id, message_of(exc))
-        self.cancel_scope = None
-        self.last_active = trio.current_time()
+        self._ran()
+        self._publish()
 
-    def _emitter(self, request: TurnRequest) -> EmitFn | None:
-        if request.events is None:
+    def _emitter(self, reply: Reply[TurnResult]) -> EmitFn | None:
+        events = reply.events
+        if events is None:
             return None
-        events = request.events
 
         async def emit(event: TurnEvent) -> None:
             # A reader that left does not stop the turn, and neither does
@@ -783,8 +908,8 @@ class Conversation:
             # A failed write left the cache unsure: start again from the store.
             self._forget()
         if not self.loaded:
-            # Cleared before the read, so a change while it runs is read next time.
-            self.memory_stale = False
+            # Noted before the read, so a change while it runs is read next time.
+            self.notes_seen = self.handle.notes_version
             await self._load()
             recovered = False
             try:
@@ -796,8 +921,8 @@ class Conversation:
                 # and the next turn would follow calls that wait for results.
                 # The next request loads and recovers again.
                 self.stale = self.stale or not recovered
-        elif self.memory_stale:
-            self.memory_stale = False
+        elif self.notes_stale:
+            self.notes_seen = self.handle.notes_version
             notes = await self.storage.working_memory_store.list(self.conversation_id)
             self.memory[:] = notes
 
@@ -925,63 +1050,6 @@ class Conversation:
             self.costs[seq] = tokens
         return tokens
 
-    async def _compact(self, turn: TurnRequest) -> None:
-        """Fold the oldest turns into the summary once what it does not cover
-        passes ``summarize_at`` of the budget (``_compaction``). Runs between
-        turns; whatever fails (the model, the store) changes nothing but is
-        logged once: the window then carries less of the older history."""
-        policy = self.runtime.settings.context
-        store = self.storage.message_store
-        if policy is None or not isinstance(store, SummaryStore) or not self.history:
-            return
-        history = self.history
-        if sum(map(self.cost, history)) < policy.summarize_at * policy.max_tokens:
-            return
-        fold = fold_point(history, self.cost, policy.max_tokens // 2)
-        if fold == 0:
-            return
-        through = history[fold - 1].seq
-        if through is None:
-            return  # not committed yet: next time
-        try:
-            text = self.summary.text if self.summary is not None else None
-            position = 0
-            while position < fold:
-                built = summary_request(
-                    text, history[position:fold], policy.max_tokens, policy.count_tokens
-                )
-                if built is None:
-                    raise ModelBackendError("the budget leaves no room for a summary request")
-                request, taken = built
-                self.runtime.stats.model_calls += 1
-                # A chat span of purpose summary in the turn's trace, as reflections.
-                response = await self._ask(request, turn.trace_context)
-                if not isinstance(response, ModelResponse) or not (response.text or "").strip():
-                    raise ModelBackendError("the model answered no summary")
-                if response.usage is not None:  # agentik_tokens_total counts it
-                    self.runtime.stats.input_tokens += response.usage.prompt_tokens
-                    self.runtime.stats.output_tokens += response.usage.completion_tokens
-                text = fit_summary(
-                    (response.text or "").strip(), policy.max_tokens, policy.count_tokens
-                )
-                position += taken
-            assert text is not None
-            stored = await (await store.submit_summary(self.conversation_id, through, text)).wait()
-        except Exception as exc:
-            self.runtime.stats.summaries_failed += 1
-            error = TurnError(f"the summary step failed: {describe(exc)}", code="summary_failed")
-            error.__cause__ = exc
-            self._log_failure(error)
-            return
-        self.runtime.stats.summaries += 1
-        self.summary = stored
-        self.summary_message = summary_message(stored)
-        del history[:fold]
-        self.first_seq = through + 1
-        self.keys = {k: seq for k, seq in self.keys.items() if seq > through}
-        self.costs = {seq: c for seq, c in self.costs.items() if seq > through}
-        self.had_history = True  # older keys are now looked up in the store
-
     async def _settle_inflight(self) -> None:
         """Wait for writes a cut-short turn left queued; the store applies
         them in order, whatever their outcome, so the cache is then reloaded
@@ -1025,7 +1093,7 @@ class Conversation:
             try:
                 await self._resume(start, record, None, key)
             except TurnError as exc:
-                self._log_failure(exc)  # recorded as failed: it will not be resumed again
+                log_failure(self.conversation_id, exc)  # recorded as failed: not resumed again
             return
         await self._answer_open_calls(turn)
 
@@ -1061,20 +1129,21 @@ class Conversation:
         self.history.extend(repaired)
 
 
-def _fail_now(request: TurnRequest) -> None:
-    """Tell a caller whose turn will not run (or was cut short) that it did not
-    happen; no-op if it already heard back."""
-    if request.deletion is not None and not request.deletion.done:
-        request.deletion.set(
-            outcome.Error(TurnError("the delete was cancelled before it ran", code="cancelled"))
-        )
-    if request.reply.done:
+def _fail_now(request: Request, error: AgentikError | None = None) -> None:
+    """Tell a caller whose request will not run (or was cut short) that it did
+    not happen (``error``, else ``cancelled``); no-op if it already heard back."""
+    reply = request.reply
+    if reply.pending.done:
         return
-    error = TurnError("the turn was cancelled before it finished", code="cancelled")
-    request.reply.set(outcome.Error(error))
-    if request.events is not None:
+    if error is None:
+        what = "delete" if isinstance(request, Delete) else "turn"
+        error = TurnError(f"the {what} was cancelled before it finished", code="cancelled")
+    reply.pending.set_error(error)
+    events = reply.events
+    if events is not None:
+        code = error.code if isinstance(error, TurnError) else "turn_failed"
         with contextlib.suppress(
             trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
         ):
-            request.events.send_nowait(TurnFailed(str(error), error.code))
-        request.events.close()
+            events.send_nowait(TurnFailed(str(error), code))
+        events.close()

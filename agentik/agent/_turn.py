@@ -53,6 +53,7 @@ from agentik.agent._failures import component_error, describe, message_of, model
 from agentik.agent._prompt import PromptContext, render_system_prompt
 from agentik.agent._recovery import open_calls
 from agentik.agent._turn_machine import (
+    INTERRUPTED,
     STOPPED,
     AwaitApproval,
     CallModel,
@@ -160,7 +161,10 @@ class Turn:
                 if state is TurnState.MODEL or state is TurnState.TOOLS:
                     # Cancelled, or an error that is not the turn's own (a store
                     # failure, a bug): answer what is open all the same.
-                    await self._stop(_code_of(sys.exc_info()[1]), "the turn was stopped")
+                    code = _code_of(sys.exc_info()[1])
+                    if code == "cancelled" and self.conversation.interrupted:
+                        code = "interrupted"  # a shutdown past its grace: resumed at start
+                    await self._stop(code, "the turn was stopped")
                 if self.pending or self.decisions:
                     await self._settle()
             finally:
@@ -390,16 +394,21 @@ class Turn:
         if machine.state is not TurnState.MODEL and machine.state is not TurnState.TOOLS:
             return  # ended, or paused: nothing runs that could be cut short
         conv = self.conversation
-        conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
+        # Interrupted (the agent shut down) is no failure: its calls are answered
+        # as a crash's are, nothing marks it failed, and the next start resumes it.
+        interrupted = code == "interrupted"
+        if not interrupted:
+            conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
         machine.stop(code, message)
         # The machine answers the calls it knows open, but an action cut short
         # (a record the store never accepted) is invisible to it: the calls to
         # answer are those the store holds without a result.
         with trio.move_on_at(self._cleanup_deadline(), shield=True):
             try:
+                answer = INTERRUPTED if interrupted else STOPPED
                 for call in open_calls(conv.history[self.start :]):
-                    await self.record(Message(Role.TOOL, STOPPED, tool_call_id=call.id))
-                await self._commit_failure(code)
+                    await self.record(Message(Role.TOOL, answer, tool_call_id=call.id))
+                await (self.commit() if interrupted else self._commit_failure(code))
             except AgentikError as exc:
                 conv.stale = True
                 log.error(

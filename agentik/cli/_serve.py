@@ -1,10 +1,12 @@
 """``agentik serve``: configuration from file, environment and flags; logs to stderr;
-SIGINT/SIGTERM drain in-flight turns, then close the writer, then exit 0.
+SIGINT/SIGTERM stop taking turns, give those under way ``[limits]
+graceful_timeout`` seconds, interrupt what is left (resumed at the next start),
+close the writer and exit 0, within ``graceful_timeout + 5`` seconds.
 
-A second signal stops at once (history stays valid: the agent records results
-for tool calls it could not finish). A start-up failure a user can fix (the
-port is in use, the database cannot be opened) is one line on stderr and exit
-code 1.
+A second signal interrupts the turns under way at once (history stays valid:
+each records results for the calls it could not finish) and exits as soon as
+that is committed. A start-up failure a user can fix (the port is in use, the
+database cannot be opened) is one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from agentik._config import Raw, ServerConfig, load_config
 from agentik.cli._failures import REPORTED, first_reportable, report
 
 log = logging.getLogger("agentik.server")
+
+STOP_MARGIN = 4.0
+"""Seconds past ``graceful_timeout`` (after the first signal), or after a
+second signal, before everything still running is cancelled: a last resort
+for code that ignores cancellation (the orderly path takes milliseconds)."""
 
 _FLAGS = {
     "bind": ("server", "bind"),
@@ -102,21 +109,38 @@ async def serve_until_signalled(config: ServerConfig, progress: _Progress | None
     from agentik.server import serve_agentik
 
     progress = _Progress() if progress is None else progress
-    stop = trio.Event()
+    stop, now = trio.Event(), trio.Event()
+    grace = config.limits.graceful_timeout
     async with trio.open_nursery() as nursery:
+
+        async def cancel_after(seconds: float) -> None:
+            await trio.sleep(seconds)
+            log.warning("still stopping %g s later: cancelling what is left", seconds)
+            nursery.cancel_scope.cancel()
 
         async def watch_signals() -> None:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
-                    if stop.is_set():
-                        log.warning("second signal: stopping now")
+                    name = signal.Signals(signum).name
+                    if not stop.is_set():
+                        log.info("%s received: no new turns; those under way get %g s", name, grace)
+                        stop.set()
+                        nursery.start_soon(cancel_after, grace + STOP_MARGIN)
+                    elif not now.is_set():
+                        log.info("%s received again: interrupting the turns under way", name)
+                        now.set()
+                        nursery.start_soon(cancel_after, STOP_MARGIN)
+                    else:
                         nursery.cancel_scope.cancel()
                         return
-                    log.info("%s received: draining in-flight turns", signal.Signals(signum).name)
-                    stop.set()
 
         async def run_server(task_status: trio.TaskStatus[str]) -> None:
-            await serve_agentik(config, shutdown_trigger=stop.wait, task_status=task_status)
+            await serve_agentik(
+                config,
+                shutdown_trigger=stop.wait,
+                interrupt_trigger=now.wait,
+                task_status=task_status,
+            )
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch_signals)

@@ -424,7 +424,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             try:
                 await agent.cancel_paused(stored, idempotency_key=task_id)
             except ApprovalError:  # no longer waits: a decision runs it on now
-                agent.cancel(stored, idempotency_key=task_id)
+                await agent.cancel(stored, idempotency_key=task_id)
             except (AgentikError, ValueError) as exc:
                 raise to_http_error(exc, caller, view.context_id) from exc
             else:
@@ -433,7 +433,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
             # This task's turn only (its id is the turn's key), running or queued:
             # the conversation's running turn may be another task's. A turn a
             # tool's question holds runs (in the call): cancelled like any.
-            agent.cancel(stored, idempotency_key=task_id)
+            await agent.cancel(stored, idempotency_key=task_id)
         return canceled.to_json()
 
     async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:

@@ -6,7 +6,8 @@ connections > the accept loop (``_accept.serve_sockets``: connections taken
 in bursts, at most ``max_connections`` open). On shutdown the accept loop
 stops and the listening socket closes, idle keep-alive connections close at
 once, busy ones close as soon as their response is done, and whatever is
-still open after ``graceful_timeout`` seconds is cancelled.
+still open after ``graceful_timeout`` seconds (or once ``interrupt_trigger``
+returns) is cancelled.
 
 Plain HTTP/1.1 only: agentik's routes need no HTTP/2 or WebSocket, and TLS is
 terminated in front of the server (docs/server.md).
@@ -72,10 +73,12 @@ async def serve(
     graceful_timeout: float = 30.0,
     backlog: int = 2048,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    interrupt_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` until ``shutdown_trigger`` returns (or
-    forever). Reports the bound URLs through ``task_status``."""
+    forever), then drain for ``graceful_timeout`` seconds at most (less if
+    ``interrupt_trigger`` returns). Reports the bound URLs through ``task_status``."""
     max_connections = settings.limits.max_connections
     warn_if_descriptors_short(max_connections)
     sock = listening_socket(host, port, backlog)
@@ -104,10 +107,20 @@ async def serve(
                 sock.close()
                 terminated.set()  # idle connections close now, busy ones when answered
                 connections.cancel_scope.deadline = trio.current_time() + graceful_timeout
+                if interrupt_trigger is not None:
+                    # In the lifespan's nursery: cancelled below once connections are done.
+                    lifespan_nursery.start_soon(
+                        _cancel_when, interrupt_trigger, connections.cancel_scope
+                    )
             await lifespan.shutdown()
             lifespan_nursery.cancel_scope.cancel()
     finally:
         sock.close()
+
+
+async def _cancel_when(trigger: Callable[[], Awaitable[None]], scope: trio.CancelScope) -> None:
+    await trigger()
+    scope.cancel()
 
 
 @final

@@ -1,6 +1,7 @@
 """Native API routes of a conversation as a whole, owner-scoped like the rest
 of ``/agentik``: its token totals (``GET …/usage``), deleting it
-(``DELETE …``) and exporting it as JSON Lines (``GET …/export``).
+(``DELETE …``), exporting it as JSON Lines (``GET …/export``) and cancelling
+its turns (``POST …/cancel``).
 
 Kept apart from ``_native_routes`` (the turn and read routes), which other
 work changes often; the app adds these routes beside them. Another owner's
@@ -86,6 +87,16 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise _not_found(conversation_id)
         return Response(status_code=204)
 
+    async def cancel(request: Request) -> Response:
+        """Cancel the running turn and the queued ones: ``{"cancelled": n}``.
+        Nothing to cancel in a conversation that exists is 200 with 0; one
+        that does not (another owner's included) is 404, as everywhere."""
+        conversation_id, stored_id = _conversation(request)
+        cancelled = await agent.cancel(stored_id)
+        if not cancelled:
+            await require_conversation(ctx, stored_id, conversation_id)
+        return json_response({"conversation_id": conversation_id, "cancelled": cancelled})
+
     async def export(request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
         if not isinstance(store, ConversationArchiver):
@@ -105,4 +116,5 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
         Route(base, delete, methods=["DELETE"]),
         Route(f"{base}/usage", usage, methods=["GET"]),
         Route(f"{base}/export", export, methods=["GET"]),
+        Route(f"{base}/cancel", cancel, methods=["POST"]),
     ]

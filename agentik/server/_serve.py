@@ -2,11 +2,17 @@
 they shut down in the right order.
 
 Lifetimes, outermost first: storage (its writer task) > agent (conversation
-tasks) > HTTP server (connections). On shutdown the server stops accepting and
-gives in-flight requests ``graceful_timeout`` seconds; then the agent closes
-its inboxes and lets queued turns finish; then the writer commits what is
-left and closes. Runs in the caller's nursery: ``await nursery.start(
-serve_agentik, config)`` returns the bound base URL (port 0 picks a free one).
+tasks) > HTTP server (connections). On shutdown the agent stops taking turns
+(a request then gets 503 with ``Retry-After``) and the server stops
+accepting; turns under way (and queued ones whose client is still there) get
+``[limits] graceful_timeout`` seconds, then are interrupted: each answers its
+open calls ``interrupted: …`` and is resumed at the next start, its client
+gets 503. Connections get a second more to send those answers. Then the agent's
+tasks exit, and only then the writer commits what is left and closes: the
+storage outlives every turn's clean-up. ``interrupt_trigger`` (a second
+signal) interrupts the turns at once. Runs in the caller's nursery:
+``await nursery.start(serve_agentik, config)`` returns the bound base URL
+(port 0 picks a free one).
 """
 
 from __future__ import annotations
@@ -61,6 +67,10 @@ if TYPE_CHECKING:
     from agentik.mcp import McpToolset
 
 log = logging.getLogger("agentik.server")
+
+ANSWER_SECONDS = 1.0
+"""Seconds connections get past the turns' grace, to send the answers of the
+turns interrupted then (503) before they are closed."""
 
 DEMO_WARNING = (
     "NO MODEL CONFIGURED: answering with the built-in scripted demo model."
@@ -224,12 +234,16 @@ async def serve_agentik(
     config: ServerConfig,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    interrupt_trigger: Callable[[], Awaitable[None]] | None = None,
     storage: StorageBundle | None = None,
     model: ChatModel | None = None,
     tracer_provider: TracerProvider | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until ``shutdown_trigger`` returns (or the caller cancels), then drain.
+    """Serve until ``shutdown_trigger`` returns (or the caller cancels), then drain
+    for at most ``[limits] graceful_timeout`` seconds (the module docstring);
+    when ``interrupt_trigger`` returns, the turns under way are interrupted
+    at once (a second signal).
 
     ``storage`` and ``model`` override the configured ones (embedding, tests);
     ``tracer_provider`` is the agent's (``open_chat_agent``)."""
@@ -272,6 +286,13 @@ async def serve_agentik(
         else:
             chat_model, model_label, demo = model, type(model).__name__, False
         limits = config.limits
+        # Watches for ``interrupt_trigger`` until the agent has closed (so a
+        # second signal still counts while the agent drains): entered before
+        # the agent, told to stop right after it (the stack unwinds in reverse).
+        watchers = await stack.enter_async_context(trio.open_nursery())
+        watching = trio.CancelScope()
+        stack.callback(watching.cancel)
+        interrupted = trio.Event()
         agent = await stack.enter_async_context(
             open_chat_agent(
                 model=chat_model,
@@ -287,8 +308,21 @@ async def serve_agentik(
                 content_limits=content_limits(config),
                 tracer_provider=tracer_provider,
                 model_limits=config.model_limits,
+                close_grace=limits.graceful_timeout,
             )
         )
+        if interrupt_trigger is not None:
+            trigger = interrupt_trigger
+
+            async def interrupt_when_told() -> None:
+                with watching:
+                    await trigger()
+                    log.info("interrupting the turns under way now")
+                    agent.close(grace=0)
+                    await trio.sleep(ANSWER_SECONDS)  # their clients get the answer
+                    interrupted.set()
+
+            watchers.start_soon(interrupt_when_told)
         bundle = storage
         ctx = ServerContext(
             agent=agent,
@@ -310,6 +344,8 @@ async def serve_agentik(
 
         async def shutdown() -> None:
             await (shutdown_trigger or trio.sleep_forever)()
+            # No new turns from now on (503); those under way get the grace.
+            agent.close(grace=limits.graceful_timeout)
             # Streams watching a task that nothing runs (a subscription to a task
             # waiting for input) would hold the drain for graceful_timeout.
             ctx.tasks.stop_idle_watchers()
@@ -325,10 +361,11 @@ async def serve_agentik(
                         host=config.host,
                         port=config.port,
                         settings=settings,
-                        graceful_timeout=limits.graceful_timeout,
+                        graceful_timeout=limits.graceful_timeout + ANSWER_SECONDS,
                         # a burst of clients connecting at once must not hit SYN retries
                         backlog=2048,
                         shutdown_trigger=shutdown,
+                        interrupt_trigger=interrupted.wait,
                         task_status=task_status,
                     )
                 finally:
@@ -362,4 +399,4 @@ async def serve_agentik(
                 else "none",
             )
             task_status.started(binds[0])
-        log.info("stopped accepting requests; finishing queued turns and closing storage")
+        log.info("stopped accepting requests; closing the agent, then storage")

@@ -5,9 +5,10 @@ Errors the agent raises become HTTP refusals here and nowhere else:
 ``OverloadedError`` is 429 with ``Retry-After`` (a queue is full, or the
 model's limits would keep the turn waiting past ``max_queue_wait``), a closed
 agent (shutting down) 503, bad input 422, a failed turn a status by its code
-(a storage failure, ``store_error``: 503 with ``Retry-After``; a rate-limited
-or overloaded model backend, ``model_unavailable``: 503 with the
-``Retry-After`` it asked for; a turn that does not fit
+(a storage failure, ``store_error``, or a shutdown, ``interrupted`` and
+``unavailable``: 503 with ``Retry-After``; a rate-limited or overloaded model
+backend, ``model_unavailable``: 503 with the ``Retry-After`` it asked for; a
+turn that does not fit
 the context window, ``context_exhausted``, 413), and a decision
 the agent cannot take (``ApprovalError``) 404 when the call does not wait,
 409 when it was decided the other way. A streamed
@@ -67,6 +68,10 @@ _TURN_STATUS = {
     # The turn does not fit the context window: the request is too large for
     # this deployment, and sending it again cannot help (never a 5xx).
     "context_exhausted": 413,
+    # The server is shutting down: the turn was interrupted past the grace (it
+    # resumes when the server starts again) or never started; retry there.
+    "interrupted": 503,
+    "unavailable": 503,
 }
 _APPROVAL_STATUS = {"not_waiting": 404, "already_decided": 409, "unsupported": 501}
 _ELICITATION_STATUS = {"not_waiting": 404, "invalid": 400}

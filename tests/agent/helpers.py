@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
+from agentik import ChatAgent, Message, ModelRequest, ModelResponse, Role, ToolCall
+from agentik.agent._conversation import Conversation
 from agentik.storage import StorageBundle
 from agentik.testing import assert_valid_history as testing_assert_valid_history
 from agentik.testing import history
@@ -46,3 +47,18 @@ async def stored(storage: StorageBundle, conversation_id: str) -> list[Message]:
 
 # The public one (agentik.testing), so every agent test exercises it.
 assert_valid_history = testing_assert_valid_history
+
+
+def live_conversation(agent: ChatAgent, conversation_id: str) -> Conversation:
+    """The live ``Conversation`` of ``conversation_id``, for a test that looks
+    inside it. The agent holds only its handle (``_handle``); the state is
+    found where its task keeps it, the frame of the task's coroutine."""
+    handle = agent._handles.get(conversation_id)
+    for task in agent._nursery.child_tasks:
+        frame = task.coro.cr_frame
+        if frame is None or frame.f_code.co_name != "run":
+            continue
+        conversation = frame.f_locals.get("self")
+        if isinstance(conversation, Conversation) and conversation.handle is handle:
+            return conversation
+    raise LookupError(f"conversation {conversation_id!r} is not live")

@@ -27,7 +27,7 @@ from agentik import (
     tool,
 )
 from agentik.models import ScriptedModel
-from tests.agent.helpers import assert_valid_history, stored
+from tests.agent.helpers import assert_valid_history, live_conversation, stored
 from tests.reliability.helpers import BACKENDS, Backend
 
 RUNS: list[int] = []
@@ -115,7 +115,7 @@ async def test_the_run_after_a_decision_is_that_keys_turn(tmp_path: Path, keyed:
                 await model.waiting.wait()
                 assert agent.turn_in_progress("conv", "k2")
                 assert not agent.turn_in_progress("conv", "k1")
-                assert agent.cancel("conv", idempotency_key="k2")
+                assert await agent.cancel("conv", idempotency_key="k2") == 1
             [error] = outcome
             assert isinstance(error, TurnError) and error.code == "cancelled"
             assert not agent.turn_in_progress("conv", "k2")
@@ -184,7 +184,7 @@ async def test_keys_name_their_paused_turn_after_summaries(backend: str, tmp_pat
         ) as agent:
             for i in range(30):
                 await agent.send("conv", f"chat {i} " * 5, idempotency_key=f"chat{i}")
-            assert agent._conversations["conv"].first_seq > 1, "a summary covers the start"
+            assert live_conversation(agent, "conv").first_seq > 1, "a summary covers the start"
             await agent.send("conv", "pay 5", idempotency_key="k5")
             with pytest.raises(ApprovalError):
                 await agent.decide("conv", "c5", approve=True, idempotency_key="chat3")

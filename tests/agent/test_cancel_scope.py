@@ -13,7 +13,7 @@ from agentik import NamedTool, TurnError
 from agentik.agent import open_chat_agent
 from agentik.models import ModelRequest, ModelResponse, ScriptedModel
 from agentik.storage import in_memory_storage
-from tests.agent.helpers import assert_valid_history, call
+from tests.agent.helpers import assert_valid_history, call, live_conversation
 
 
 def _model(request: ModelRequest) -> ModelResponse:
@@ -74,8 +74,9 @@ def test_a_cancel_stops_only_the_turn_running_then(
             async def canceller() -> None:
                 for at, _ in sorted(cancels):
                     await trio.sleep_until(at + 0.5)
-                    if agent.cancel("c"):
-                        cancelled_at.append(trio.current_time())
+                    now = trio.current_time()
+                    if await agent.cancel("c"):
+                        cancelled_at.append(now)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sender)
@@ -101,9 +102,9 @@ async def test_a_cancel_as_a_turn_ends_leaves_the_next_turn_alone() -> None:
     ) as agent:
         first = await agent.send("c", "0")
         assert first.text == "done 0"
-        conversation = agent._conversations["c"]
+        conversation = live_conversation(agent, "c")
         # A cancel requested now (nothing runs) changes nothing...
-        assert not agent.cancel("c")
+        assert await agent.cancel("c") == 0
         # ...and one requested on the scope directly, as a turn ends without a
         # checkpoint, fires at the next receive: the next turn still runs whole.
         conversation.scope.cancel()

@@ -36,7 +36,7 @@ from agentik import (
 )
 from agentik._json import JsonObject
 from agentik.agent import ChatAgent, PromptContext, TurnFailed, TurnFinished, open_chat_agent
-from agentik.agent._conversation import REFLECT
+from agentik.agent._optional_work import REFLECT
 from agentik.models import ModelStreamEvent, ScriptedModel, TextDelta
 from agentik.storage import ReflectionStore, StorageBundle, in_memory_storage
 from tests.agent.helpers import assert_valid_history, stored

@@ -189,7 +189,7 @@ async def test_a_cancelled_turn_is_not_resumed(backend: str, tmp_path: Path) -> 
 
                 nursery.start_soon(work)
                 await started.wait()
-                assert agent.cancel("conv")
+                assert await agent.cancel("conv") == 1
     async with store.open() as storage:
         async with open_chat_agent(
             model=ScriptedModel(call_slow), storage=storage, tools=[slow]

@@ -252,7 +252,7 @@ async def test_cancel_mid_tool_records_a_result(autojump_clock: trio.testing.Moc
 
             nursery.start_soon(run)
             await started.wait()
-            assert agent.cancel("c")
+            assert await agent.cancel("c") == 1
         assert isinstance(outcome[0], TurnError)
         assert outcome[0].code == "cancelled"
         history = await stored(storage, "c")
@@ -260,7 +260,7 @@ async def test_cancel_mid_tool_records_a_result(autojump_clock: trio.testing.Moc
         assert [m.tool_call_id for m in history if m.role is Role.TOOL] == ["a", "b"]
         assert all("stopped" in m.content for m in history if m.role is Role.TOOL)
         assert (await agent.send("c", "next")).text == "ok"
-    assert not agent.cancel("c")
+    assert await agent.cancel("c") == 0
 
 
 async def test_idempotent_retry_returns_first_result() -> None:

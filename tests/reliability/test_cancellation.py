@@ -31,7 +31,7 @@ import trio.testing
 
 from agentik import ModelRequest, ModelResponse, NamedTool, Role, ToolCall, TurnError
 from agentik.agent import ChatAgent, open_chat_agent
-from agentik.agent._conversation import REFLECT
+from agentik.agent._optional_work import REFLECT
 from agentik.models import ScriptedModel
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from tests.reliability.helpers import (
@@ -154,7 +154,7 @@ async def test_cancel_at_checkpoint(backend: str, mode: str, point: str, tmp_pat
                         await gate.reached.wait()
                         if mode == "cancel":
                             # During reflection the turn has finished: nothing to cancel.
-                            assert agent.cancel("c") is (point != "reflect")
+                            assert await agent.cancel("c") == (point != "reflect")
                         else:
                             caller_scope.cancel()
                         await release_when_settled(gate)
@@ -245,7 +245,7 @@ async def test_cancel_while_the_writer_channel_is_full(tmp_path: Path) -> None:
                         stats = writer_stats(bundle)
                         assert stats is not None and stats.queue_depth == 1  # the call, waiting
                         assert script.tool_runs == 0
-                        assert agent.cancel("c")
+                        assert await agent.cancel("c") == 1
                         await trio.testing.wait_all_tasks_blocked()
                         lock.release()
                 finally:
@@ -278,7 +278,7 @@ async def cancel_behind_a_stuck_writer(
             nursery.start_soon(caller)
             await trio.testing.wait_all_tasks_blocked()
             assert script.tool_runs == runs
-            assert agent.cancel("c")
+            assert await agent.cancel("c") == 1
             await trio.testing.wait_all_tasks_blocked()
             lock.release()
     finally:

@@ -43,6 +43,7 @@ from agentik import (
 )
 from agentik._json import JsonObject
 from agentik.agent import ChatAgent, open_chat_agent
+from agentik.agent._conversation import Conversation
 from agentik.models import ScriptedModel
 from agentik.storage import (
     MessageStore,
@@ -51,6 +52,7 @@ from agentik.storage import (
     in_memory_storage,
     open_sqlite_storage,
 )
+from tests.agent.helpers import live_conversation
 from tests.reliability.helpers import BACKENDS, Backend, Gate, check_history, history
 
 POINTS = ["load", "find_key", "submit", "model"]
@@ -178,7 +180,7 @@ async def test_a_cancelled_keyed_turn_never_replays_the_next_one(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(first)
                     await gate.reached.wait()
-                    assert agent.cancel("c")
+                    assert await agent.cancel("c") == 1
                     await release_when_settled(gate)
                 assert codes == ["cancelled"]
                 second = await agent.send("c", "second", idempotency_key="k2")
@@ -371,7 +373,7 @@ async def run_schedule(
 
             async def cancel_later(delay: float, key: str | None) -> None:
                 await trio.sleep(delay)
-                agent.cancel("c", idempotency_key=key)
+                await agent.cancel("c", idempotency_key=key)
 
             async def one(text: str, key: str | None, op: Op) -> None:
                 if op.cancel_at is not None:
@@ -391,7 +393,10 @@ async def run_schedule(
                         key = f"k{i}"
                         keys[key] = text
                 nursery.start_soon(one, text, key, op)
-        conversation = agent._conversations.get("c")  # the cache's own key map
+        try:
+            conversation: Conversation | None = live_conversation(agent, "c")  # its key map
+        except LookupError:
+            conversation = None
         for text, key, result in answers:
             check_answer(result, text, key)
         stored = await history(storage, "c")
@@ -510,9 +515,9 @@ async def test_cancel_by_key_cancels_that_turn_only() -> None:
             await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(send, "plain", None)
             await trio.testing.wait_all_tasks_blocked()
-            assert agent.cancel("c", idempotency_key="k1")
-            assert not agent.cancel("c", idempotency_key="unknown")
-            assert not agent.cancel("elsewhere", idempotency_key="k0")
+            assert await agent.cancel("c", idempotency_key="k1") == 1
+            assert await agent.cancel("c", idempotency_key="unknown") == 0
+            assert await agent.cancel("elsewhere", idempotency_key="k0") == 0
             release.set()
         assert_own_turn(outcomes["hold"], "hold")
         assert_own_turn(outcomes["plain"], "plain")
@@ -525,7 +530,7 @@ async def test_cancel_by_key_cancels_that_turn_only() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send, "hold again", "k2")
             await holding.wait()
-            assert agent.cancel("c", idempotency_key="k2")
+            assert await agent.cancel("c", idempotency_key="k2") == 1
         error = outcomes["hold again"]
         assert isinstance(error, outcome.Error) and error.error.code == "cancelled"  # type: ignore[attr-defined]
         # The cancelled key names nothing: sent again, it runs.

@@ -90,7 +90,7 @@ async def test_cancel_during_repair_answers_each_call_once(tmp_path: Path) -> No
 
                             nursery.start_soon(first)
                             await watched.wait_appends_accepted(1)  # repairing call-1
-                            assert agent.cancel("c")
+                            assert await agent.cancel("c") == 1
                         repairs = watched.appends_accepted
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(agent.send, "c", "second")

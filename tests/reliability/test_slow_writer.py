@@ -55,7 +55,7 @@ async def test_cancelled_turn_whose_writes_outlast_the_cleanup(
                     nursery.start_soon(go)
                     await gate.reached.wait()
                     cancelled_at = trio.current_time()
-                    assert agent.cancel("c")
+                    assert await agent.cancel("c") == 1
                     await trio.testing.wait_all_tasks_blocked()
                     mock_clock.jump(CLEANUP_SECONDS + 1)  # the settle gives up
                 # One bound for all of the clean-up, not one per step of it.

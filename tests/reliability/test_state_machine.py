@@ -178,7 +178,7 @@ class World:
                     if kind == "hang":
                         self.clock.jump(TOOL_TIMEOUT)
                     else:
-                        assert agent.cancel(conversation)
+                        assert await agent.cancel(conversation) == 1
         self.tools.entered = None
         return outcome[0]
 

@@ -44,7 +44,7 @@ async def test_stalled_stream_reader_does_not_hold_the_conversation(
             result: TurnResult | None = None
             with trio.move_on_after(3600):
                 result = await agent.send("c", "next")
-            agent.cancel("c")  # let the agent close either way
+            await agent.cancel("c")  # let the agent close either way
             assert result is not None, "the next turn waited an hour behind a stalled reader"
             assert result.text == "done"
     stored = await history(storage, "c")

@@ -188,6 +188,7 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", f"{CONVERSATION}/toolsets"): _get(f"{CONVERSATION}/toolsets"),
     ("GET", f"{CONVERSATION}/usage"): _get(f"{CONVERSATION}/usage"),
     ("GET", f"{CONVERSATION}/export"): _get(f"{CONVERSATION}/export"),
+    ("POST", f"{CONVERSATION}/cancel"): _post(f"{CONVERSATION}/cancel", None),
     ("DELETE", CONVERSATION): _delete(CONVERSATION),
     ("GET", f"{CONVERSATION}/approvals"): _get(f"{CONVERSATION}/approvals"),
     ("POST", f"{CONVERSATION}/approvals/{{call_id:path}}"): _post(

@@ -33,6 +33,7 @@ def test_every_endpoint_has_an_example() -> None:
         "/messages?",
         "/memory",
         "/memory/archive",
+        "/cancel",
         "/summary",
         "/toolsets",
         "/approvals",

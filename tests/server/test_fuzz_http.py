@@ -58,6 +58,7 @@ ROUTES = [
     ("GET", "/agentik/conversations/{conversation_id}/toolsets"),
     ("GET", "/agentik/conversations/{conversation_id}/usage"),
     ("GET", "/agentik/conversations/{conversation_id}/export"),
+    ("POST", "/agentik/conversations/{conversation_id}/cancel"),
     ("DELETE", "/agentik/conversations/{conversation_id}"),
     ("GET", "/agentik/conversations/{conversation_id}/approvals"),
     ("POST", "/agentik/conversations/{conversation_id}/approvals/{call_id:path}"),

@@ -1,0 +1,179 @@
+"""Bounded shutdown (issue 30, item 3): ``agentik serve`` in a subprocess, its
+model a real Chat Completions endpoint on 127.0.0.1 that never answers.
+
+On SIGTERM the server takes no new turn, gives the turn under way
+``graceful_timeout`` seconds, interrupts it (its client gets 503, the turn is
+resumed at the next start) and exits 0 within ``graceful_timeout + 5``
+seconds; a turn queued behind it whose client left is never sent to the
+model; nothing is logged as an error. A second SIGTERM exits at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import trio
+
+from tests.models.chat_server import ChatServer, Hang, Json, completion
+from tests.reliability.test_crash import ROOT, START_SECONDS, ServerProcess
+
+GRACE = 2.0
+TURNS = "/agentik/conversations/c/turns"
+
+
+@asynccontextmanager
+async def serve(
+    database: Path, model: ChatServer, *, grace: float = GRACE
+) -> AsyncIterator[ServerProcess]:
+    """``agentik serve`` on ``database`` with ``model`` as its backend; on exit
+    the process is gone (killed if the body left it running)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["AGENTIK_MODEL_BASE_URL"] = model.base_url
+    env["AGENTIK_MODEL"] = "m"
+    env["AGENTIK_GRACEFUL_TIMEOUT"] = str(grace)
+    command = [
+        sys.executable,
+        "-m",
+        "agentik.cli",
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--database",
+        str(database),
+    ]
+    process = await trio.lowlevel.open_process(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=database.parent,
+        env=env,
+    )
+    server = ServerProcess(process)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.read_log)
+            with trio.fail_after(START_SECONDS):
+                await server.bound.wait()
+            assert server.url is not None, server.log_tail()
+            yield server
+            if process.returncode is None:
+                process.kill()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+
+
+async def until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    """Poll ``condition`` (a subprocess or a server elsewhere: nothing to wait on)."""
+    with trio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110
+            await trio.sleep(0.02)
+
+
+async def stopped_within(server: ServerProcess) -> float:
+    """Wait for the process to exit 0; the seconds it took."""
+    began = time.monotonic()
+    with trio.fail_after(60):
+        code = await server.process.wait()
+    assert code == 0, f"exit code {code}\n{server.log_tail()}"
+    return time.monotonic() - began
+
+
+async def test_sigterm_bounds_shutdown_when_the_model_never_answers(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    model = ChatServer()
+    await model.start(nursery)
+    model.script(Hang())  # a second request would be counted (and refused)
+    database = tmp_path / "agentik.db"
+    answers: dict[str, httpx2.Response] = {}
+    async with serve(database, model) as server:
+        assert server.url is not None
+        async with (
+            httpx2.AsyncClient(base_url=server.url, timeout=60) as first,
+            httpx2.AsyncClient(base_url=server.url, timeout=60) as second,
+        ):
+
+            async def post(name: str, client: httpx2.AsyncClient, text: str) -> None:
+                answers[name] = await client.post(TURNS, json={"text": text})
+
+            async with trio.open_nursery() as clients:
+                clients.start_soon(post, "running", first, "hello")
+                await until(lambda: len(model.received) == 1)
+                # Queued behind the running turn; then its client leaves.
+                with trio.move_on_after(0.5):
+                    await post("left", second, "never sent to the model")
+                assert "left" not in answers
+                await second.aclose()
+                server.process.send_signal(signal.SIGTERM)
+                took = await stopped_within(server)
+    assert took <= GRACE + 5, f"stopped {took:.1f} s after SIGTERM\n{server.log_tail()}"
+    assert took >= GRACE - 0.5, "the turn under way did not get its grace"
+    running = answers["running"]
+    assert running.status_code == 503, running.text
+    assert running.headers["retry-after"]
+    assert running.json()["error"]["code"] == "interrupted"
+    assert len(model.received) == 1, "the queued turn whose client left reached the model"
+    assert server.errors == [], server.log_tail()
+    # The next start resumes the interrupted turn (the model answers now).
+    model.script(Json(completion("resumed answer")))
+    async with serve(database, model) as again:
+        assert again.url is not None
+        async with httpx2.AsyncClient(base_url=again.url, timeout=30) as client:
+
+            async def history() -> list[tuple[str, str]]:
+                reply = await client.get("/agentik/conversations/c/messages")
+                return [(m["role"], m["content"]) for m in reply.json()["messages"]]
+
+            with trio.fail_after(20):
+                while len(await history()) < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            assert await history() == [("user", "hello"), ("assistant", "resumed answer")]
+        assert again.resumed == 1
+        again.process.send_signal(signal.SIGTERM)
+        await stopped_within(again)
+        assert again.errors == [], again.log_tail()
+
+
+async def test_a_second_sigterm_exits_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
+    model = ChatServer()
+    await model.start(nursery)
+    model.script(Hang())
+    database = tmp_path / "agentik.db"
+    answers: list[httpx2.Response] = []
+    async with serve(database, model, grace=600) as server:
+        assert server.url is not None
+        async with httpx2.AsyncClient(base_url=server.url, timeout=60) as client:
+
+            async def post() -> None:
+                answers.append(await client.post(TURNS, json={"text": "hello"}))
+
+            async with trio.open_nursery() as clients:
+                clients.start_soon(post)
+                await until(lambda: len(model.received) == 1)
+                server.process.send_signal(signal.SIGTERM)
+                await until(lambda: "no new turns" in server.log_tail())
+                await trio.sleep(0.2)
+                server.process.send_signal(signal.SIGTERM)
+                took = await stopped_within(server)
+    assert took <= 3, f"stopped {took:.1f} s after the second SIGTERM\n{server.log_tail()}"
+    assert [a.status_code for a in answers] == [503]
+    assert server.errors == [], server.log_tail()
+    # Interrupted, not failed: the next start resumes it.
+    model.script(Json(completion("resumed answer")))
+    async with serve(database, model) as again:
+        await until(lambda: again.resumed == 1)
+        again.process.send_signal(signal.SIGTERM)
+        await stopped_within(again)
