@@ -54,16 +54,7 @@ from agentik.agent._turn_machine import (
     TurnStateError,
 )
 from agentik.models import ModelRequest, ModelResponse
-from agentik.storage import (
-    ConversationDeleter,
-    IdempotencyKeyIndex,
-    Pending,
-    StorageBundle,
-    Summary,
-    SummaryStore,
-    TurnLedger,
-    TurnRecord,
-)
+from agentik.storage import Pending, Storage, Summary, TurnRecord
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -198,7 +189,7 @@ class Conversation:
         return scope_of(self.conversation_id)
 
     @property
-    def storage(self) -> StorageBundle:
+    def storage(self) -> Storage:
         return self.runtime.storage
 
     async def run(self, retire: Callable[[Conversation], None]) -> None:
@@ -358,7 +349,6 @@ class Conversation:
         comes next in the inbox starts from nothing, as in a new task. Writes a
         cut-short turn left are settled first, so none lands after the delete."""
         store = self.storage.message_store
-        assert isinstance(store, ConversationDeleter)  # ChatAgent checked
         try:
             if self.inflight:
                 await self._settle_inflight()
@@ -765,7 +755,7 @@ class Conversation:
     async def _turn_record(self, start: int) -> TurnRecord:
         store = self.storage.message_store
         seq = self.history[start].seq
-        if not isinstance(store, TurnLedger) or seq is None:
+        if seq is None:
             return TurnRecord()
         return await store.turn_record(self.conversation_id, seq)
 
@@ -882,7 +872,7 @@ class Conversation:
         store = self.storage.message_store
         cid = self.conversation_id
         summary = None
-        if self.runtime.settings.context is not None and isinstance(store, SummaryStore):
+        if self.runtime.settings.context is not None:
             summary = await store.latest_summary(cid)
         after = 0 if summary is None else summary.through_seq
         loader = self.runtime.loader
@@ -927,7 +917,7 @@ class Conversation:
         logged once: the window then carries less of the older history."""
         policy = self.runtime.settings.context
         store = self.storage.message_store
-        if policy is None or not isinstance(store, SummaryStore) or not self.history:
+        if policy is None or self.storage.degraded or not self.history:
             return
         history = self.history
         if sum(map(self.cost, history)) < policy.summarize_at * policy.max_tokens:
@@ -1029,7 +1019,7 @@ class Conversation:
         one indexed read, for a turn recovered after a restart."""
         store = self.storage.message_store
         seq = self.history[start].seq
-        if seq is None or not isinstance(store, IdempotencyKeyIndex):
+        if seq is None:
             return None
         found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
         return next((key for at, key in found if at == seq), None)

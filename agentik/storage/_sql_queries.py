@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
     from agentik._messages import Message, TokenStats
     from agentik.storage._archive import ArchivedMessage, ArchiveRecord
-    from agentik.storage._protocols import ConversationSnapshot, KeyedTurn, Summary, TurnRecord
     from agentik.storage._rows import MessageRow
+    from agentik.storage._values import ConversationSnapshot, KeyedTurn, Summary, TurnRecord
 
 C = TypeVar("C", contravariant=True)
 S = TypeVar("S", contravariant=True)

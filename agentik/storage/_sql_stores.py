@@ -20,17 +20,11 @@ from agentik.storage._archive import ArchiveRecord
 from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import check_at_least, check_aware, to_micros
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import (
-    DEFAULT_PAGE_SIZE,
-    ConversationSnapshot,
-    KeyedTurn,
-    Summary,
-    TurnRecord,
-)
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE
 from agentik.storage._readers import ReaderPool
 from agentik.storage._rows import MessageRow
-from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_queries import LifecycleQueries, Queries
+from agentik.storage._values import ConversationSnapshot, KeyedTurn, Summary, TurnRecord
 from agentik.storage._writer import MessageSession, Writer, WriterStats
 
 C = TypeVar("C")
@@ -46,11 +40,6 @@ class SqlMessageStore(Generic[C, S]):
     def writer_stats(self) -> WriterStats:
         """Counters of the bundle's writer (batch sizes, queue depth) for metrics."""
         return self._writer.stats()
-
-    def secret_store(self) -> SqlSecretStore[C, S]:
-        """The backend's ``secret`` table (``SecretKeeper``), through the same writer
-        and readers: the bundle's ``secret_store``."""
-        return SqlSecretStore(self._writer, self._readers, self._q)
 
     def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None

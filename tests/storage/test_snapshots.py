@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import Message, Role, TokenUsage, ToolCall, open_sqlite_storage
-from agentik.storage._protocols import ConversationSnapshot
+from agentik.storage import ConversationSnapshot
 from agentik.storage.sqlite._queries import list_memory, message_page
 from agentik.storage.sqlite._turn_queries import conversation_snapshots, latest_summary
 

@@ -37,8 +37,8 @@ from agentik.storage._archive import (
     ArchiveRecord,
 )
 from agentik.storage._common import from_micros
-from agentik.storage._protocols import Approval, Summary
 from agentik.storage._rows import MessageRow, tool_calls_json
+from agentik.storage._values import Approval, Summary
 from agentik.storage.postgres._queries import _MESSAGE_COLUMNS, Session, _message, _MessageRow
 
 CONVERSATION_TABLES = (

@@ -27,8 +27,8 @@ from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
-from agentik.storage._protocols import KeyedTurn
 from agentik.storage._rows import MessageRow
+from agentik.storage._values import KeyedTurn
 
 _TOOL_CALLS = tuple[ToolCall, ...]
 _NO_END = 2**62

@@ -16,8 +16,8 @@ import psycopg
 
 from agentik._errors import StoreError
 from agentik._messages import Message
-from agentik.storage._protocols import Approval, ConversationSnapshot, Summary, TurnRecord
 from agentik.storage._rows import MessageRow
+from agentik.storage._values import Approval, ConversationSnapshot, Summary, TurnRecord
 from agentik.storage.postgres._queries import Session, list_memory, message_page
 
 _NO_END = 2**62
@@ -241,7 +241,7 @@ _INTERRUPTED_AFTER = _INTERRUPTED.format(first=">")
 def interrupted_conversations(
     connection: psycopg.Connection, after: str | None, limit: int
 ) -> list[str]:
-    """``InterruptedTurnIndex.interrupted_conversations``."""
+    """``FullMessageStore.interrupted_conversations``."""
     rows = connection.execute(
         _FIRST_INTERRUPTED if after is None else _INTERRUPTED_AFTER,
         {"after": (after or "").encode(), "limit": limit},

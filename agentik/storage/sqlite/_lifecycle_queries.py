@@ -29,8 +29,8 @@ from agentik.storage._archive import (
     ArchiveRecord,
 )
 from agentik.storage._common import from_micros, to_micros
-from agentik.storage._protocols import Approval, Summary
 from agentik.storage._rows import MessageRow, tool_calls_json
+from agentik.storage._values import Approval, Summary
 from agentik.storage.sqlite._queries import (
     _MESSAGE_COLUMNS,
     Session,

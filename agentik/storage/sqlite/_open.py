@@ -23,8 +23,9 @@ import trio
 
 from agentik._errors import StoreError
 from agentik.storage._common import Clock, check_at_least, utc_now
-from agentik.storage._protocols import StorageBundle
+from agentik.storage._protocols import Storage, StorageBundle
 from agentik.storage._readers import ReaderPool
+from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_stores import (
     SqlLifecycleMessageStore,
     SqlMessageStore,
@@ -88,7 +89,7 @@ async def open_sqlite_storage(
     busy_timeout: float = 5.0,
     clock: Clock = utc_now,
     vfs: str | None = None,
-) -> AsyncIterator[StorageBundle]:
+) -> AsyncIterator[Storage]:
     """Open (creating and migrating if needed) the SQLite database at ``path``.
 
     Args:
@@ -133,11 +134,12 @@ async def open_sqlite_storage(
             queue_size=queue_size,
             read_only=write_connection.readonly("main"),
         )
-        bundle = StorageBundle(
+        bundle = Storage(
             message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
             working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
             reflection_store=SqlReflectionStore(writer, pool, _namespace),
             skill_store=SqlSkillStore(writer, pool, _namespace),
+            secret_store=SqlSecretStore(writer, pool, _namespace),
         )
         try:
             async with trio.open_nursery() as nursery:

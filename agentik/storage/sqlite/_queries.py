@@ -25,9 +25,9 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
 from agentik.storage._common import from_micros, to_micros
-from agentik.storage._protocols import KeyedTurn
 from agentik.storage._rows import MessageRow
 from agentik.storage._rows import tool_calls_json as tool_calls_json
+from agentik.storage._values import KeyedTurn
 
 _TOOL_CALLS = tuple[ToolCall, ...]
 _SEQ_CACHE_SIZE = 10_000

@@ -20,8 +20,8 @@ from agentik._errors import StoreError
 from agentik._memory import MemoryEntry
 from agentik._messages import Message
 from agentik.storage._common import from_micros
-from agentik.storage._protocols import Approval, ConversationSnapshot, Summary, TurnRecord
 from agentik.storage._rows import MessageRow
+from agentik.storage._values import Approval, ConversationSnapshot, Summary, TurnRecord
 from agentik.storage.sqlite import _queries
 from agentik.storage.sqlite._queries import Session
 
@@ -269,7 +269,7 @@ LIMIT :limit
 def interrupted_conversations(
     connection: apsw.Connection, after: str | None, limit: int
 ) -> list[str]:
-    """``InterruptedTurnIndex.interrupted_conversations``."""
+    """``FullMessageStore.interrupted_conversations``."""
     rows = connection.execute(
         _INTERRUPTED, {"after": "" if after is None else after, "limit": limit}
     ).fetchall()
