@@ -23,19 +23,19 @@ from agentik.storage import (
     open_postgres_storage,
     open_sqlite_storage,
 )
-from agentik.storage.sqlite import _lifecycle_queries as lq
+from agentik.storage.sqlite._queries import QUERIES as lq
 from agentik.testing import MakeBundle, check_message_store
 from tests.postgres import bundles, fresh_schema
 from tests.storage.archives import TEXT, conversations
 
 
-@pytest.mark.parametrize("forgotten", lq.CONVERSATION_TABLES)
+@pytest.mark.parametrize("forgotten", lq.conversation_tables)
 async def test_a_delete_that_forgets_a_table_fails_the_contract(
     forgotten: str, sqlite_bundles: MakeBundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """check_message_store fails, naming the delete case, for each table left behind."""
-    kept = tuple(t for t in lq.CONVERSATION_TABLES if t != forgotten)
-    monkeypatch.setattr(lq, "CONVERSATION_TABLES", kept)
+    kept = tuple(t for t in lq.conversation_tables if t != forgotten)
+    monkeypatch.setattr(lq, "conversation_tables", kept)
     with pytest.raises(
         AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
     ):
@@ -66,7 +66,7 @@ async def test_every_table_keyed_by_conversation_is_deleted(tmp_path: Path) -> N
         }
     finally:
         connection.close()
-    assert keyed == set(lq.CONVERSATION_TABLES)
+    assert keyed == set(lq.conversation_tables)
 
 
 def _lacks_of_full(bundle: StorageBundle) -> list[str]:
@@ -107,11 +107,11 @@ async def test_a_postgres_delete_that_forgets_a_table_fails_the_contract(
     forgotten: str, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As for SQLite: each table the delete leaves behind fails the contract."""
-    from agentik.storage.postgres import _lifecycle_queries as pq
+    from agentik.storage.postgres._queries import QUERIES as pq
 
-    assert set(pq.CONVERSATION_TABLES) == set(_PG_TABLES)
-    kept = tuple(t for t in pq.CONVERSATION_TABLES if t != forgotten)
-    monkeypatch.setattr(pq, "CONVERSATION_TABLES", kept)
+    assert set(pq.conversation_tables) == set(_PG_TABLES)
+    kept = tuple(t for t in pq.conversation_tables if t != forgotten)
+    monkeypatch.setattr(pq, "conversation_tables", kept)
     with pytest.raises(
         AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
     ):
@@ -124,7 +124,8 @@ async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_
     """The migrated PostgreSQL schema's tables with a conversation_id column
     are the ones a delete empties, plus those it keeps on purpose
     (``conversation_owner``: ownership outlives the data, docs/scale-out.md)."""
-    from agentik.storage.postgres import _lifecycle_queries as pq
+    from agentik.storage.postgres import _queries
+    from agentik.storage.postgres._queries import QUERIES as pq
 
     schema = fresh_schema()
     async with open_postgres_storage(postgres_dsn, schema=schema, readers=1):
@@ -140,9 +141,9 @@ async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_
         return {str(row[0]) for row in rows}
 
     keyed = await trio.to_thread.run_sync(keyed_tables)
-    assert not set(pq.CONVERSATION_TABLES) & set(pq.KEPT_TABLES)
-    assert keyed == set(pq.CONVERSATION_TABLES) | set(pq.KEPT_TABLES)
-    assert pq.KEPT_TABLES == ("conversation_owner",)
+    assert not set(pq.conversation_tables) & set(_queries.KEPT_TABLES)
+    assert keyed == set(pq.conversation_tables) | set(_queries.KEPT_TABLES)
+    assert _queries.KEPT_TABLES == ("conversation_owner",)
 
 
 async def test_postgres_offers_the_full_protocol(postgres_dsn: str) -> None:

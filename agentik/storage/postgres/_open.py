@@ -22,7 +22,7 @@ from agentik.storage._protocols import Storage
 from agentik.storage._readers import ReaderPool
 from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_stores import (
-    SqlLifecycleMessageStore,
+    SqlMessageStore,
     SqlReflectionStore,
     SqlSkillStore,
     SqlWorkingMemoryStore,
@@ -134,8 +134,8 @@ async def _serving(
 ) -> AsyncIterator[Storage]:
     """The bundle over an open write connection: readers, the writer task, the
     lease's renewals; on the way out the writer drains, then everything closes."""
-    from agentik.storage.postgres import _lifecycle_queries, _namespace
     from agentik.storage.postgres._connect import Reconnecting
+    from agentik.storage.postgres._queries import QUERIES
 
     read_connections: list[psycopg.Connection] = []
     lease_scope = trio.CancelScope()
@@ -147,12 +147,12 @@ async def _serving(
         pool = ReaderPool(read_connections, Reconnecting(make_reader, watchdog))
         writer = Writer(engine, clock=clock, max_batch=max_batch, queue_size=queue_size)
         bundle = Storage(
-            message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
-            working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
-            reflection_store=SqlReflectionStore(writer, pool, _namespace),
-            skill_store=SqlSkillStore(writer, pool, _namespace),
+            message_store=SqlMessageStore(writer, pool, QUERIES),
+            working_memory_store=SqlWorkingMemoryStore(writer, pool, QUERIES),
+            reflection_store=SqlReflectionStore(writer, pool, QUERIES),
+            skill_store=SqlSkillStore(writer, pool, QUERIES),
             ownership=lease,
-            secret_store=SqlSecretStore(writer, pool, _namespace),
+            secret_store=SqlSecretStore(writer, pool, QUERIES),
         )
         try:
             async with trio.open_nursery() as nursery:

@@ -27,14 +27,12 @@ from agentik.storage._protocols import Storage, StorageBundle
 from agentik.storage._readers import ReaderPool
 from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_stores import (
-    SqlLifecycleMessageStore,
     SqlMessageStore,
     SqlReflectionStore,
     SqlSkillStore,
     SqlWorkingMemoryStore,
 )
 from agentik.storage._writer import Writer, WriterStats
-from agentik.storage.sqlite import _lifecycle_queries, _namespace
 from agentik.storage.sqlite._connect import (
     Synchronous,
     check_synchronous,
@@ -42,6 +40,7 @@ from agentik.storage.sqlite._connect import (
     open_write_connection,
 )
 from agentik.storage.sqlite._migrate import migrate
+from agentik.storage.sqlite._queries import QUERIES
 from agentik.storage.sqlite._writer import SqliteEngine
 
 log = logging.getLogger("agentik.storage")
@@ -135,11 +134,11 @@ async def open_sqlite_storage(
             read_only=write_connection.readonly("main"),
         )
         bundle = Storage(
-            message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
-            working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
-            reflection_store=SqlReflectionStore(writer, pool, _namespace),
-            skill_store=SqlSkillStore(writer, pool, _namespace),
-            secret_store=SqlSecretStore(writer, pool, _namespace),
+            message_store=SqlMessageStore(writer, pool, QUERIES),
+            working_memory_store=SqlWorkingMemoryStore(writer, pool, QUERIES),
+            reflection_store=SqlReflectionStore(writer, pool, QUERIES),
+            skill_store=SqlSkillStore(writer, pool, QUERIES),
+            secret_store=SqlSecretStore(writer, pool, QUERIES),
         )
         try:
             async with trio.open_nursery() as nursery:
