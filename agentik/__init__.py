@@ -68,29 +68,20 @@ from agentik.models import ToolCallDelta as ToolCallDelta
 from agentik.storage import Approval as Approval
 from agentik.storage import ArchivedApproval as ArchivedApproval
 from agentik.storage import ArchivedFailure as ArchivedFailure
-from agentik.storage import ArchivedMemory as ArchivedMemory
 from agentik.storage import ArchivedMessage as ArchivedMessage
 from agentik.storage import ArchivedNote as ArchivedNote
 from agentik.storage import ArchivedReflection as ArchivedReflection
 from agentik.storage import ArchivedSummary as ArchivedSummary
 from agentik.storage import ArchiveRecord as ArchiveRecord
-from agentik.storage import ConversationArchiver as ConversationArchiver
-from agentik.storage import ConversationDeleter as ConversationDeleter
-from agentik.storage import ConversationLoader as ConversationLoader
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
-from agentik.storage import IdempotencyKeyIndex as IdempotencyKeyIndex
 from agentik.storage import KeyedTurn as KeyedTurn
 from agentik.storage import MessageStore as MessageStore
 from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
-from agentik.storage import SecretKeeper as SecretKeeper
 from agentik.storage import SecretStore as SecretStore
 from agentik.storage import SkillStore as SkillStore
 from agentik.storage import StorageBundle as StorageBundle
 from agentik.storage import Summary as Summary
-from agentik.storage import SummaryHistory as SummaryHistory
-from agentik.storage import SummaryStore as SummaryStore
-from agentik.storage import TurnLedger as TurnLedger
 from agentik.storage import TurnRecord as TurnRecord
 from agentik.storage import WorkingMemoryStore as WorkingMemoryStore
 from agentik.storage import WriterStats as WriterStats
@@ -164,7 +155,6 @@ __all__ = [
     "ArchiveRecord",
     "ArchivedApproval",
     "ArchivedFailure",
-    "ArchivedMemory",
     "ArchivedMessage",
     "ArchivedNote",
     "ArchivedReflection",
@@ -175,9 +165,6 @@ __all__ = [
     "ConfigError",
     "ContentLimits",
     "ContextPolicy",
-    "ConversationArchiver",
-    "ConversationDeleter",
-    "ConversationLoader",
     "ConversationSnapshot",
     "DuplicateKeyError",
     "ElicitationAsked",
@@ -185,7 +172,6 @@ __all__ = [
     "ElicitationRequest",
     "Error",
     "HttpServer",
-    "IdempotencyKeyIndex",
     "KeyedTurn",
     "Limits",
     "McpConfigError",
@@ -215,7 +201,6 @@ __all__ = [
     "Run",
     "SchemaVersionError",
     "ScriptedModel",
-    "SecretKeeper",
     "SecretStore",
     "ServerConfig",
     "Skill",
@@ -227,8 +212,6 @@ __all__ = [
     "StoreError",
     "StreamingChatModel",
     "Summary",
-    "SummaryHistory",
-    "SummaryStore",
     "SystemPromptContributor",
     "TextDelta",
     "TokenStats",
@@ -249,7 +232,6 @@ __all__ = [
     "TurnEvent",
     "TurnFailed",
     "TurnFinished",
-    "TurnLedger",
     "TurnRecord",
     "TurnResult",
     "WorkingMemoryStore",

@@ -30,8 +30,6 @@ from agentik.models import ScriptedModel, bench_responder
 from agentik.server._retention import run_retention
 from agentik.storage import (
     ArchivedMessage,
-    ConversationArchiver,
-    ConversationDeleter,
     open_sqlite_storage,
 )
 
@@ -62,8 +60,6 @@ def _conversation(messages: int) -> list[ArchivedMessage]:
 async def prefill(path: str, k: int, m: int) -> None:
     async with open_sqlite_storage(path) as storage:
         store = storage.message_store
-        assert isinstance(store, ConversationArchiver)
-        assert isinstance(store, ConversationDeleter)
         records = _conversation(m)
         async with trio.open_nursery() as nursery:
             for i in range(k):
@@ -111,8 +107,6 @@ async def delete_cost(folder: str, sizes: list[int]) -> dict[int, float]:
     out: dict[int, float] = {}
     async with open_sqlite_storage(os.path.join(folder, "sizes.db")) as storage:
         store = storage.message_store
-        assert isinstance(store, ConversationArchiver)
-        assert isinstance(store, ConversationDeleter)
         for size in sizes:
             await store.import_conversation(f"c{size}", _conversation(size))
             runs = []

@@ -62,12 +62,7 @@ from agentik.agent._stats import AgentStats
 from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
 from agentik.models import ChatModel, ModelLimits, ModelScheduler
-from agentik.storage import (
-    ConversationDeleter,
-    InterruptedTurnIndex,
-    StorageBundle,
-    TurnLedger,
-)
+from agentik.storage import FullMessageStore, Storage, StorageBundle
 from agentik.toolsets import (
     DISABLE_TOOLSET,
     DISABLE_TOOLSET_DESCRIPTION,
@@ -162,7 +157,7 @@ class ChatAgent:
         nursery.start_soon(self._reap)
 
     @property
-    def storage(self) -> StorageBundle:
+    def storage(self) -> Storage:
         """The agent's storage; write skills and reflections through it so the
         prompt caches stay correct."""
         return self._runtime.storage
@@ -329,8 +324,8 @@ class ChatAgent:
         It takes its place in the conversation's queue: turns sent before it
         run first (and are deleted with the rest), turns sent after it start a
         new conversation at seq 1. Its live task keeps nothing of it (history,
-        its summary, notes, keys, a turn waiting for approval, active toolsets). Needs a
-        message store that is a ``ConversationDeleter`` (agentik's are)."""
+        its summary, notes, keys, a turn waiting for approval, active toolsets). A
+        seed-only bundle cannot (``TypeError``; agentik's backends can)."""
         return await self._delete(conversation_id, None)
 
     async def delete_idle_conversations(
@@ -345,10 +340,7 @@ class ChatAgent:
         One another live node owns (several nodes on PostgreSQL) is skipped:
         that node's retention deletes it."""
         store = self._runtime.storage.message_store
-        if not isinstance(store, ConversationDeleter):
-            raise TypeError(
-                f"{type(store).__name__} cannot delete conversations (it is no ConversationDeleter)"
-            )
+        _check_deletes(self._runtime.storage)
         deleted: list[str] = []
 
         async def delete(conversation_id: str) -> None:
@@ -364,11 +356,7 @@ class ChatAgent:
         return sorted(deleted)
 
     async def _delete(self, conversation_id: str, idle_before: datetime | None) -> bool:
-        store = self._runtime.storage.message_store
-        if not isinstance(store, ConversationDeleter):
-            raise TypeError(
-                f"{type(store).__name__} cannot delete conversations (it is no ConversationDeleter)"
-            )
+        _check_deletes(self._runtime.storage)
         request = Delete(idle_before=idle_before, reply=Reply[bool]())
         await self._route(conversation_id, request)
         return await request.reply.wait()
@@ -584,7 +572,7 @@ class ChatAgent:
                 f" queued (max_queued_turns={limit}); retry later"
             )
 
-    async def _resume_at_start(self, store: InterruptedTurnIndex) -> None:
+    async def _resume_at_start(self, store: FullMessageStore) -> None:
         """Resume the turns a stopped process left interrupted (``_resume``)."""
         with self._resume_scope:
             await resume_interrupted_turns(store, self._recover)
@@ -687,10 +675,18 @@ def schema_tokens(tools: Sequence[NamedTool], count: Callable[[str], int]) -> in
 
 
 def _check_approvals_supported(runtime: AgentRuntime) -> None:
-    if runtime.approvals_possible and not isinstance(runtime.storage.message_store, TurnLedger):
+    if runtime.approvals_possible and runtime.storage.degraded:
         raise ValueError(
-            f"tools that require approval need a message store that keeps them (TurnLedger);"
-            f" {type(runtime.storage.message_store).__name__} does not"
+            "tools that require approval need a message store that keeps them (a"
+            " FullMessageStore, in a Storage); this bundle's is a seed MessageStore"
+        )
+
+
+def _check_deletes(storage: Storage) -> None:
+    if storage.degraded:
+        raise TypeError(
+            "this bundle's message store cannot delete conversations: it is a seed"
+            " MessageStore (deleting needs a FullMessageStore, in a Storage)"
         )
 
 
@@ -828,7 +824,7 @@ async def open_chat_agent(
         resume_interrupted: a turn the process stopped in is resumed
             (idempotent calls run again, the others are answered
             ``interrupted: …``, then the model goes on): as the agent opens,
-            when its store can list them (``InterruptedTurnIndex``; at most a
+            when its store can list them (not a seed-only bundle; at most a
             few at once; on several nodes, by the node that owns the
             conversation), else when its conversation is next used; False
             only answers its open calls, on the conversation's next use.
@@ -942,7 +938,7 @@ async def open_chat_agent(
                 try:
                     await runtime.warm()
                     store = runtime.storage.message_store
-                    if resume_interrupted and isinstance(store, InterruptedTurnIndex):
+                    if resume_interrupted:
                         nursery.start_soon(agent._resume_at_start, store)
                     yield agent
                 finally:

@@ -78,16 +78,7 @@ from agentik.agent._turn_machine import (
     TurnStateError,
 )
 from agentik.models import current_fairness_key
-from agentik.storage import (
-    ConversationDeleter,
-    IdempotencyKeyIndex,
-    Pending,
-    StorageBundle,
-    Summary,
-    SummaryStore,
-    TurnLedger,
-    TurnRecord,
-)
+from agentik.storage import Pending, Storage, Summary, TurnRecord
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -184,7 +175,7 @@ class Conversation:
         return scope_of(self.conversation_id)
 
     @property
-    def storage(self) -> StorageBundle:
+    def storage(self) -> Storage:
         return self.runtime.storage
 
     @property
@@ -410,7 +401,6 @@ class Conversation:
         under way is stopped, so none lands after the delete."""
         reply = request.reply.pending
         store = self.storage.message_store
-        assert isinstance(store, ConversationDeleter)  # ChatAgent checked
         try:
             await self._stop_optional_work()
             if self.inflight:
@@ -526,9 +516,8 @@ class Conversation:
                 return  # one at a time
             self._land()
         policy = self.runtime.settings.context
-        store = self.storage.message_store
         history = self.history
-        if policy is None or not isinstance(store, SummaryStore) or not history:
+        if policy is None or self.storage.degraded or not history:
             return
         if sum(map(self.cost, history)) < policy.summarize_at * policy.max_tokens:
             return
@@ -895,7 +884,7 @@ class Conversation:
     async def _turn_record(self, start: int) -> TurnRecord:
         store = self.storage.message_store
         seq = self.history[start].seq
-        if not isinstance(store, TurnLedger) or seq is None:
+        if seq is None:
             return TurnRecord()
         return await store.turn_record(self.conversation_id, seq)
 
@@ -1012,7 +1001,7 @@ class Conversation:
         store = self.storage.message_store
         cid = self.conversation_id
         summary = None
-        if self.runtime.settings.context is not None and isinstance(store, SummaryStore):
+        if self.runtime.settings.context is not None:
             summary = await store.latest_summary(cid)
         after = 0 if summary is None else summary.through_seq
         loader = self.runtime.loader
@@ -1102,7 +1091,7 @@ class Conversation:
         one indexed read, for a turn recovered after a restart."""
         store = self.storage.message_store
         seq = self.history[start].seq
-        if seq is None or not isinstance(store, IdempotencyKeyIndex):
+        if seq is None:
             return None
         found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
         return next((key for at, key in found if at == seq), None)

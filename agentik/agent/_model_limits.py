@@ -16,7 +16,7 @@ from collections.abc import Callable
 from agentik._scope import SEPARATOR
 from agentik.agent._context import ContextPolicy, estimate_tokens
 from agentik.models import ChatModel, ModelLimits, ModelScheduler, OpenAICompatibleModel, schedule
-from agentik.storage import NodeCount, StorageBundle
+from agentik.storage import StorageBundle
 
 
 def fairness_key(conversation_id: str) -> str:
@@ -60,6 +60,6 @@ def limited_model(
 def _nodes(storage: StorageBundle) -> Callable[[], int] | None:
     """How many nodes share the limits now: the live node leases (PostgreSQL)."""
     ownership = storage.ownership
-    if not isinstance(ownership, NodeCount):
+    if ownership is None:
         return None
     return lambda: ownership.live_nodes

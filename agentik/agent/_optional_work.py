@@ -38,7 +38,7 @@ from agentik.agent._compaction import fit_summary, summary_request
 from agentik.agent._context import ContextPolicy
 from agentik.agent._failures import describe
 from agentik.models import ModelRequest, ModelResponse
-from agentik.storage import Pending, Summary, SummaryStore
+from agentik.storage import Pending, Summary
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -124,7 +124,6 @@ async def summarize(
     policy = runtime.settings.context
     store = runtime.storage.message_store
     assert policy is not None
-    assert isinstance(store, SummaryStore)
     stored: Summary | None = None
     try:
         with job.scope:

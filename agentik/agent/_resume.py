@@ -4,8 +4,8 @@ Why at start, and not on the conversation's next request: until it resumes,
 an interrupted turn is neither running nor ended, and a client that asks
 (A2A GetTask) must not be told it ended, or it will send the work again as
 new work (a payment twice); and nothing may ever touch its conversation
-again. So the agent resumes every such turn as it opens (its store is an
-``InterruptedTurnIndex``), and transports report them running meanwhile
+again. So the agent resumes every such turn as it opens
+(``FullMessageStore.interrupted_conversations``), and transports report them running meanwhile
 (``ChatAgent.resumes_interrupted``).
 
 Invariants:
@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from agentik._errors import AgentikError, NotOwnedError, TurnError
-from agentik.storage import InterruptedTurnIndex
+from agentik.storage import FullMessageStore
 
 log = logging.getLogger("agentik.agent")
 
@@ -51,7 +51,7 @@ Recover = Callable[[str], Awaitable[None]]
 for it; ``NotOwnedError`` when another live node owns the conversation."""
 
 
-async def resume_interrupted_turns(store: InterruptedTurnIndex, recover: Recover) -> None:
+async def resume_interrupted_turns(store: FullMessageStore, recover: Recover) -> None:
     """Resume every conversation's interrupted turn (see the module docstring)."""
     refused = await _pass(store, recover, None)
     deadline = trio.current_time() + RETRY_FOR
@@ -66,7 +66,7 @@ async def resume_interrupted_turns(store: InterruptedTurnIndex, recover: Recover
         )
 
 
-async def _pass(store: InterruptedTurnIndex, recover: Recover, only: set[str] | None) -> set[str]:
+async def _pass(store: FullMessageStore, recover: Recover, only: set[str] | None) -> set[str]:
     """One walk of the interrupted conversations (only those in ``only``, when
     given), resuming each; the ids whose claim was refused."""
     refused: set[str] = set()

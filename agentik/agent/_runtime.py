@@ -9,6 +9,7 @@ invalidating them on every write made through the agent's storage).
 
 from __future__ import annotations
 
+import builtins
 import collections
 import logging
 import weakref
@@ -37,14 +38,14 @@ from agentik.agent._prompt import (
 from agentik.agent._stats import AgentStats
 from agentik.models import ChatModel
 from agentik.storage import (
-    ArchivedMemory,
-    ConversationLoader,
-    NowaitSubmitter,
+    FullMessageStore,
+    FullWorkingMemoryStore,
     Pending,
     ReflectionStore,
     SkillStore,
+    Storage,
     StorageBundle,
-    WorkingMemoryStore,
+    full_storage,
 )
 from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
 
@@ -212,7 +213,7 @@ class _CachingSkillStore:
 class _CheckedMemoryStore:
     """Delegates to the real store; refuses a note past the size limit."""
 
-    inner: WorkingMemoryStore
+    inner: FullWorkingMemoryStore
     limits: ContentLimits
 
     async def append(self, conversation_id: str, text: str) -> MemoryEntry:
@@ -231,24 +232,10 @@ class _CheckedMemoryStore:
     async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
         return await self.inner.archive(conversation_id, entry_ids)
 
-
-@attrs.frozen
-class _CheckedArchivedMemoryStore(_CheckedMemoryStore):
-    """``_CheckedMemoryStore`` of a store that lists archived notes
-    (``ArchivedMemory``): the wrapper has that ability only when its store has."""
-
     async def list_archived(
         self, conversation_id: str, *, after_id: int = 0, limit: int = 100
-    ) -> list[MemoryEntry]:
-        inner = self.inner
-        assert isinstance(inner, ArchivedMemory)
-        return await inner.list_archived(conversation_id, after_id=after_id, limit=limit)
-
-
-def _checked_memory(store: WorkingMemoryStore, limits: ContentLimits) -> WorkingMemoryStore:
-    if isinstance(store, ArchivedMemory):
-        return _CheckedArchivedMemoryStore(store, limits)
-    return _CheckedMemoryStore(store, limits)
+    ) -> builtins.list[MemoryEntry]:
+        return await self.inner.list_archived(conversation_id, after_id=after_id, limit=limit)
 
 
 @attrs.frozen
@@ -285,10 +272,11 @@ class AgentRuntime:
     """Shared, read-mostly state of one agent."""
 
     model: ChatModel
-    storage: StorageBundle
-    """The caller's bundle with the skill and reflection stores wrapped so
-    writes made through it keep the prompt caches correct, and the skill and
-    note stores so that none past ``ContentLimits`` is stored."""
+    storage: Storage
+    """The caller's bundle as a ``Storage`` (``full_storage``: a seed-only one
+    with its degraded stand-ins), with the skill and reflection stores wrapped
+    so writes made through it keep the prompt caches correct, and the skill
+    and note stores so that none past ``ContentLimits`` is stored."""
     core_tools: Mapping[str, NamedTool]
     offered_core: tuple[NamedTool, ...]
     """Core tools as offered to the model, in order."""
@@ -310,13 +298,11 @@ class AgentRuntime:
     """Some call may need approval: a policy, or a tool or toolset requiring it.
     False spares every turn the per-call look-up."""
     submit_nowait: Callable[[str, Message], Pending[Message] | None] | None = None
-    """The message store's ``submit_nowait`` (``NowaitSubmitter``), if it has
-    one: a turn records through it without a schedule point per message."""
-    loader: ConversationLoader | None = None
-    """The message store, if it loads a conversation in one read
-    (``ConversationLoader``): asked once here, because ``isinstance`` against
-    a runtime-checkable protocol walks its members on every call (5 % of a
-    new conversation's first turn, profiled)."""
+    """The message store's ``submit_nowait``: a turn records through it
+    without a schedule point per message (``build`` sets it)."""
+    loader: FullMessageStore | None = None
+    """The message store, which loads a conversation in one read (``build``
+    sets it)."""
     failures: collections.OrderedDict[tuple[str, int], str] = attrs.field(
         factory=collections.OrderedDict
     )
@@ -347,12 +333,12 @@ class AgentRuntime:
     ) -> AgentRuntime:
         cache = _CatalogCache()
         limits = settings.content_limits
-        wrapped = StorageBundle(
-            storage.message_store,
-            _checked_memory(storage.working_memory_store, limits),
-            _CachingReflectionStore(storage.reflection_store, cache),
-            _CachingSkillStore(storage.skill_store, cache, limits),
-            storage.ownership,
+        full = full_storage(storage)  # where a bundle enters the agent: once
+        wrapped = attrs.evolve(
+            full,
+            working_memory_store=_CheckedMemoryStore(full.working_memory_store, limits),
+            reflection_store=_CachingReflectionStore(full.reflection_store, cache),
+            skill_store=_CachingSkillStore(full.skill_store, cache, limits),
         )
         runtime = cls(
             model=model,
@@ -372,10 +358,8 @@ class AgentRuntime:
             ),
         )
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
-        if isinstance(storage.message_store, NowaitSubmitter):
-            runtime.submit_nowait = storage.message_store.submit_nowait
-        if isinstance(storage.message_store, ConversationLoader):
-            runtime.loader = storage.message_store
+        runtime.submit_nowait = full.message_store.submit_nowait
+        runtime.loader = full.message_store
         runtime._refresh(force=True)
         return runtime
 

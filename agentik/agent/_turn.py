@@ -17,7 +17,7 @@ store failure):
   have called it again (an idempotent tool's call need not wait);
 - when the turn stops short (failure, cancellation), the machine's ``Stop``
   gives every open call a result, written in a shielded scope, and the
-  failure is recorded (``TurnLedger``) so a restart does not resume the turn.
+  failure is recorded (the store's turn ledger) so a restart does not resume the turn.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ from agentik.models import (
     TextDelta,
     ToolCallDelta,
 )
-from agentik.storage import TurnLedger
+from agentik.storage import FullMessageStore
 from agentik.toolsets import Error, NamedTool, Run, ToolsetIndex, parse_arguments
 
 if TYPE_CHECKING:
@@ -384,7 +384,7 @@ class Turn:
             return  # stopped before its user message was accepted: no turn to mark
         user = conv.history[self.start]
         store = conv.runtime.storage.message_store
-        if isinstance(store, TurnLedger) and user.seq is not None:
+        if user.seq is not None:
             await (await store.submit_turn_failure(conv.conversation_id, user.seq, code)).wait()
 
     async def _stop(self, code: str, message: str) -> None:
@@ -792,14 +792,9 @@ def _toolset_requires_approval(call: ToolCall, index: ToolsetIndex) -> bool:
     return contribution is not None and contribution.requires_approval
 
 
-def _ledger(conversation: Conversation) -> TurnLedger:
-    store = conversation.runtime.storage.message_store
-    if not isinstance(store, TurnLedger):
-        raise StoreError(
-            f"{type(store).__name__} keeps no approvals (TurnLedger); tools that require"
-            " approval need a store that does"
-        )
-    return store
+def _ledger(conversation: Conversation) -> FullMessageStore:
+    # A seed store's stand-in raises a StoreError saying it keeps no approvals.
+    return conversation.runtime.storage.message_store
 
 
 def _code_of(error: BaseException | None) -> str:

@@ -27,7 +27,6 @@ from agentik._config import load_config
 from agentik._input import InputError, checked_id
 from agentik._scope import checked_owner, stored_id
 from agentik.cli._failures import CommandError, report, run_command
-from agentik.storage import ConversationArchiver, ConversationDeleter
 from agentik.storage._in_use import exclusive_use
 from agentik.storage._jsonl import (
     ArchiveFormatError,
@@ -91,7 +90,6 @@ async def _export(database: str, conversation_id: str, owner: str | None) -> int
     target = _target(conversation_id, owner)
     async with open_storage(database) as storage:
         store = storage.message_store
-        assert isinstance(store, ConversationArchiver)
         out = sys.stdout
         found = False
         async for record in store.export_conversation(target):
@@ -108,7 +106,6 @@ async def _delete(database: str, conversation_id: str, owner: str | None) -> int
     target = _target(conversation_id, owner)
     async with exclusive_use(database, "delete"), open_storage(database) as storage:
         store = storage.message_store
-        assert isinstance(store, ConversationDeleter)
         if not await store.delete_conversation(target):
             raise CommandError(f"conversation {_whose(conversation_id, owner)} not found")
     print(f"deleted conversation {_whose(conversation_id, owner)}")
@@ -158,7 +155,6 @@ async def _import(database: str, data: bytes, as_id: str | None, owner: str | No
     target = _target(conversation_id, owner)
     async with exclusive_use(database, "import"), open_storage(database) as storage:
         store = storage.message_store
-        assert isinstance(store, ConversationArchiver)
         messages = await store.import_conversation(target, archive.records)
     print(f"imported conversation {_whose(conversation_id, owner)}: {messages} messages")
     return 0

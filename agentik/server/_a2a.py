@@ -93,7 +93,6 @@ from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
 from agentik.server._turns import EventStream, open_stream, to_http_error
-from agentik.storage import IdempotencyKeyIndex, TurnLedger
 
 
 def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
@@ -129,7 +128,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         turn = await read_turn(stored, seq)
         record = None
         resumes = False
-        if not running and not is_finished(turn) and isinstance(store, TurnLedger):
+        if not running and not is_finished(turn):
             record = await store.turn_record(stored, seq)  # waiting, cancelled, failed
             resumes = await will_resume(store, ledger, stored, turn, record)
             # Started while we read (a decision over another transport): what
@@ -250,7 +249,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
         """The decisions ``send`` repeats (``retried_decisions``), None if none."""
         stored = caller.internal(send.context_id)
         seq = await store.find_idempotency_key(stored, send.task_id)
-        if seq is None or not isinstance(store, TurnLedger):
+        if seq is None:
             return None
         turn = await read_turn(stored, seq)
         return retried_decisions(send, turn, await store.turn_record(stored, seq))
@@ -438,7 +437,8 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def list_tasks(caller: Caller, call: RpcCall) -> JsonObject:
         query = parse_query(call.params)
-        if query.context is not None and isinstance(store, IdempotencyKeyIndex):
+        # A seed store lists no keys (``full_storage``): what this process remembers.
+        if query.context is not None and not agent.storage.degraded:
             page = await context_page(store, store, ledger, caller, query)
         else:
             page = await ledger_page(ledger, find_task, caller, query)

@@ -2,7 +2,7 @@
 number of tasks (but for an exact count under a filter, below).
 
 With a contextId, tasks come from stored history: one
-``IdempotencyKeyIndex.list_keyed_turns`` read returns the page's turns newest
+``FullMessageStore.list_keyed_turns`` read returns the page's turns newest
 first, each with the messages its view is built from, and the page token
 carries the seq of the last task listed (keyset pagination), so the hundredth
 page costs what the first does. ``totalSize`` is one index-only count. Tasks
@@ -58,7 +58,7 @@ from agentik.server._a2a_wire import (
 )
 from agentik.server._context import TaskLedger
 from agentik.server._owners import Caller
-from agentik.storage import IdempotencyKeyIndex, KeyedTurn, MessageStore, TurnLedger, TurnRecord
+from agentik.storage import FullMessageStore, KeyedTurn, TurnRecord
 
 SCAN_LIMIT = 200
 """Tasks accepted whose user message is not stored yet, listed at most."""
@@ -208,8 +208,8 @@ def _now() -> datetime.datetime:
 
 
 async def context_page(
-    store: MessageStore,
-    index: IdempotencyKeyIndex,
+    store: FullMessageStore,
+    index: FullMessageStore,
     ledger: TaskLedger,
     caller: Caller,
     query: Query,
@@ -252,8 +252,8 @@ async def context_page(
 
 
 async def _filtered_context_page(
-    store: MessageStore,
-    index: IdempotencyKeyIndex,
+    store: FullMessageStore,
+    index: FullMessageStore,
     ledger: TaskLedger,
     stored: str,
     query: Query,
@@ -304,7 +304,7 @@ async def _filtered_context_page(
 
 
 async def _view(
-    store: MessageStore, ledger: TaskLedger, stored: str, context: str, turn: KeyedTurn
+    store: FullMessageStore, ledger: TaskLedger, stored: str, context: str, turn: KeyedTurn
 ) -> TaskView | None:
     if context_of(turn.key) != context:
         return None  # a key that merely ends like a task id of this context
@@ -313,7 +313,7 @@ async def _view(
     in_progress = ledger.runs(key)
     record = None
     resumes = False
-    if not in_progress and not is_finished(messages) and isinstance(store, TurnLedger):
+    if not in_progress and not is_finished(messages):
         record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed
         resumes = await will_resume(store, ledger, stored, messages, record)
     return view_from_turn(
@@ -328,7 +328,11 @@ async def _view(
 
 
 async def will_resume(
-    store: MessageStore, ledger: TaskLedger, stored: str, turn: list[Message], record: TurnRecord
+    store: FullMessageStore,
+    ledger: TaskLedger,
+    stored: str,
+    turn: list[Message],
+    record: TurnRecord,
 ) -> bool:
     """Whether the agent will resume ``turn`` (its user message first), which
     stored state shows interrupted: only its conversation's last turn is (one

@@ -31,7 +31,7 @@ from typing import final
 import attrs
 import trio
 
-from agentik.storage import ConversationLoader, StorageBundle, WriterStats
+from agentik.storage import Storage, WriterStats
 
 PROBE_TIMEOUT = 2.0
 """Seconds the storage has to answer the probe: a read takes milliseconds,
@@ -75,7 +75,7 @@ class StorageProbe:
 
     def __init__(
         self,
-        storage: StorageBundle,
+        storage: Storage,
         writer: Callable[[], WriterStats | None],
         *,
         timeout: float = PROBE_TIMEOUT,
@@ -170,7 +170,4 @@ class StorageProbe:
 
     async def _read_conversation(self) -> None:
         store = self._storage.message_store
-        if isinstance(store, ConversationLoader):
-            await store.load_conversation(PROBE_CONVERSATION, page_size=1)
-        else:
-            await store.list_conversations(limit=1)
+        await store.load_conversation(PROBE_CONVERSATION, page_size=1)

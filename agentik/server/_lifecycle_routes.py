@@ -25,7 +25,6 @@ from agentik.server._errors import HttpError, Redirect
 from agentik.server._native import check_id
 from agentik.server._native_routes import require_conversation
 from agentik.server._owners import caller_of
-from agentik.storage import ConversationArchiver, ConversationDeleter
 from agentik.storage._jsonl import MEDIA_TYPE, header_line, record_line
 
 
@@ -61,7 +60,7 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def delete(request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
-        if not isinstance(store, ConversationDeleter):
+        if agent.storage.degraded:  # a seed store cannot (``full_storage``)
             raise HttpError(501, "this storage cannot delete conversations", code="not_supported")
         try:
             deleted = await agent.delete_conversation(stored_id)
@@ -99,7 +98,7 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
 
     async def export(request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
-        if not isinstance(store, ConversationArchiver):
+        if agent.storage.degraded:  # a seed store cannot (``full_storage``)
             raise HttpError(501, "this storage cannot export conversations", code="not_supported")
         await require_conversation(ctx, stored_id, conversation_id)
         owner = caller_of(request).owner  # the archive carries it: an import restores it

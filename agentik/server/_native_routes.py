@@ -69,7 +69,6 @@ from agentik.server._turns import (
     send_turn,
     to_http_error,
 )
-from agentik.storage import ArchivedMemory, SummaryHistory, SummaryStore
 
 MAX_PAGE = 1000
 
@@ -221,7 +220,7 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         stored_id = caller_of(request).internal(conversation_id)
         await require_conversation(ctx, stored_id, conversation_id)
         store = agent.storage.message_store
-        summary = await store.latest_summary(stored_id) if isinstance(store, SummaryStore) else None
+        summary = await store.latest_summary(stored_id)
         data: JsonValue = None if summary is None else converter.unstructure(summary)
         return json_response({"conversation_id": conversation_id, "summary": data})
 
@@ -240,7 +239,7 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         chain compaction left (it never deletes one, nor the messages under it)."""
         conversation_id, stored_id, after, page = await paged(request, "after_seq")
         store = agent.storage.message_store
-        if not isinstance(store, SummaryHistory):
+        if agent.storage.degraded:  # a seed store keeps none (``full_storage``)
             raise _not_implemented("summaries")
         summaries = await store.list_summaries(stored_id, after_seq=after, limit=page)
         body: JsonObject = {
@@ -255,7 +254,7 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         compaction), oldest first, a page at a time: archiving never deletes."""
         conversation_id, stored_id, after, page = await paged(request, "after_id")
         store = agent.storage.working_memory_store
-        if not isinstance(store, ArchivedMemory):
+        if agent.storage.degraded:  # a seed store cannot list them (``full_storage``)
             raise _not_implemented("archived notes")
         entries = [
             attrs.evolve(entry, conversation_id=conversation_id)

@@ -56,7 +56,7 @@ from agentik.server._http11 import HttpSettings
 from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
-from agentik.storage import ConversationDeleter, StorageBundle, writer_stats
+from agentik.storage import StorageBundle, writer_stats
 from agentik.storage._in_use import DatabaseLock, hold_sqlite_database
 from agentik.storage._location import describe_location, is_postgres_url, open_storage
 from agentik.toolsets import NamedTool, ToolsetContribution
@@ -372,9 +372,7 @@ async def serve_agentik(
                     retention.cancel()  # no deletes once the server stops serving
 
             binds: list[str] = await nursery.start(serving)
-            if config.retention_days is not None and not isinstance(
-                agent.storage.message_store, ConversationDeleter
-            ):
+            if config.retention_days is not None and agent.storage.degraded:
                 log.warning("retention_days is set but this storage cannot delete conversations")
             elif config.retention_days is not None:
                 days = config.retention_days

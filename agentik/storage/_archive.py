@@ -1,5 +1,5 @@
 """What a store keeps about one conversation, as records: the unit of
-``ConversationArchiver`` export and import, and of the JSON Lines file
+``FullMessageStore`` export and import, and of the JSON Lines file
 ``agentik export`` writes (``agentik.storage._jsonl``).
 
 Every record is a frozen value; a conversation's records are its messages
@@ -22,7 +22,7 @@ import attrs
 
 from agentik._memory import MemoryEntry, Reflection
 from agentik._messages import Message
-from agentik.storage._protocols import Approval, Summary
+from agentik.storage._values import Approval, Summary
 
 
 @attrs.frozen(kw_only=True)
@@ -66,7 +66,7 @@ class ArchivedFailure:
 
 @attrs.frozen(kw_only=True)
 class ArchivedSummary:
-    """One summary of the chain a context policy asked for (``SummaryStore``)."""
+    """One summary of the chain a context policy asked for (``FullMessageStore.submit_summary``)."""
 
     summary: Summary
 

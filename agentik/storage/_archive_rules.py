@@ -2,7 +2,7 @@
 Pure: values in, the first broken rule out.
 
 An archive is data from outside (a file a person may have edited), and a
-store keeps whatever it is given, so ``ConversationArchiver.import_conversation``
+store keeps whatever it is given, so ``FullMessageStore.import_conversation``
 checks the whole conversation with ``check_archive`` before anything is
 written. A history a model API refuses would fail every later turn of the
 conversation for good (a strict backend answers 400 to each), so the rules

@@ -34,15 +34,15 @@ from agentik.storage._archive import (
 from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import (
-    DEFAULT_PAGE_SIZE,
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE, Storage
+from agentik.storage._secrets import InMemorySecretStore
+from agentik.storage._values import (
     Approval,
+    ConversationSnapshot,
     KeyedTurn,
-    StorageBundle,
     Summary,
     TurnRecord,
 )
-from agentik.storage._secrets import InMemorySecretStore
 
 
 @attrs.define
@@ -63,7 +63,7 @@ class _Conversation:
     """Oldest first; each covers more than the one before."""
 
     def interrupted(self) -> bool:
-        """Whether the last turn is interrupted (``InterruptedTurnIndex``)."""
+        """Whether the last turn is interrupted (``interrupted_conversations``)."""
         messages = self.messages
         last = messages[-1] if messages else None
         if last is None or (last.role is Role.ASSISTANT and not last.tool_calls):
@@ -94,11 +94,6 @@ class InMemoryMessageStore:
         # imported whole (``in_memory_storage`` wires them).
         self._notes = notes
         self._reflections = reflections
-        self._secrets = InMemorySecretStore()
-
-    def secret_store(self) -> InMemorySecretStore:
-        """Secrets beside the histories, in a dict of their own (``SecretKeeper``)."""
-        return self._secrets
 
     async def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
@@ -113,7 +108,7 @@ class InMemoryMessageStore:
         return self._add(conversation_id, message, idempotency_key)
 
     def submit_nowait(self, conversation_id: str, message: Message) -> Pending[Message] | None:
-        """``submit`` without the checkpoint (``NowaitSubmitter``): always room."""
+        """``submit`` without the checkpoint: there is always room."""
         return self._add(conversation_id, message, None)
 
     def _add(
@@ -164,6 +159,22 @@ class InMemoryMessageStore:
             if len(page) < page_size:
                 return
             position += page_size
+
+    async def load_conversation(
+        self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE, after_seq: int = 0
+    ) -> ConversationSnapshot:
+        """A page of history, the active notes and the latest summary, as of one
+        moment (nothing awaits in between)."""
+        check_at_least("page_size", page_size, 1)
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        start = max(after_seq, 0)
+        messages = () if conversation is None else conversation.messages[start : start + page_size]
+        summaries = () if conversation is None else conversation.summaries
+        notes = [] if self._notes is None else self._notes._active_of(conversation_id)
+        return ConversationSnapshot(
+            tuple(messages), tuple(notes), summaries[-1] if summaries else None
+        )
 
     async def token_stats(self, conversation_id: str) -> TokenStats:
         await trio.lowlevel.checkpoint()
@@ -245,7 +256,7 @@ class InMemoryMessageStore:
             return 0
         return sum(key.endswith(key_suffix) for key in conversation.keys)
 
-    # --- TurnLedger -------------------------------------------------------------
+    # --- the turn ledger --------------------------------------------------------
 
     async def submit_awaiting(
         self, conversation_id: str, message: Message, call_ids: Sequence[str]
@@ -322,7 +333,7 @@ class InMemoryMessageStore:
         ]
         return sorted(found)[:limit]
 
-    # --- ConversationDeleter, ConversationArchiver --------------------------------
+    # --- a conversation as a whole: delete, export, import ------------------------
 
     async def delete_conversation(
         self, conversation_id: str, *, idle_before: datetime | None = None
@@ -440,7 +451,7 @@ class InMemoryMessageStore:
             )
         )
 
-    # --- SummaryStore -------------------------------------------------------------
+    # --- summaries ----------------------------------------------------------------
 
     async def submit_summary(
         self, conversation_id: str, through_seq: int, text: str
@@ -549,6 +560,9 @@ class InMemoryWorkingMemoryStore:
 
     async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
         await trio.lowlevel.checkpoint()
+        return self._active_of(conversation_id)
+
+    def _active_of(self, conversation_id: str) -> builtins.list[MemoryEntry]:
         return [
             note.entry
             for note in self._notes.values()
@@ -731,7 +745,7 @@ class InMemorySkillStore:
         return [self._skills[name] for name in sorted(self._skills)]
 
 
-def in_memory_storage(*, clock: Clock = utc_now) -> StorageBundle:
+def in_memory_storage(*, clock: Clock = utc_now) -> Storage:
     """A fresh bundle of in-memory stores; nothing survives the process.
 
     Args:
@@ -740,9 +754,10 @@ def in_memory_storage(*, clock: Clock = utc_now) -> StorageBundle:
     """
     notes = InMemoryWorkingMemoryStore(clock)
     reflections = InMemoryReflectionStore(clock)
-    return StorageBundle(
+    return Storage(
         message_store=InMemoryMessageStore(clock, notes=notes, reflections=reflections),
         working_memory_store=notes,
         reflection_store=reflections,
         skill_store=InMemorySkillStore(clock),
+        secret_store=InMemorySecretStore(),
     )

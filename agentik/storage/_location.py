@@ -11,7 +11,7 @@ import re
 from contextlib import AbstractAsyncContextManager
 
 from agentik._errors import StoreError
-from agentik.storage._protocols import StorageBundle
+from agentik.storage._protocols import Storage
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -34,7 +34,7 @@ def _looks_like_conninfo(location: str) -> bool:
 
 def open_storage(
     location: str, *, lease_seconds: float | None = None
-) -> AbstractAsyncContextManager[StorageBundle]:
+) -> AbstractAsyncContextManager[Storage]:
     """Open the bundle ``location`` names, with the backend's defaults; a
     PostgreSQL one joins as a node with ``lease_seconds`` when given (SQLite,
     one process by nature, ignores it)."""

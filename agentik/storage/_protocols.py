@@ -1,4 +1,21 @@
-"""The four store protocols, the optional ones, and the bundle that carries them.
+"""The store protocols and the bundles that carry them.
+
+Two levels, told apart by the type checker, never probed at run time:
+
+- the **seed**: ``MessageStore``, ``WorkingMemoryStore``, ``ReflectionStore``,
+  ``SkillStore`` in a ``StorageBundle`` (DESIGN.md's contract). A user's
+  backend may implement only these;
+- the **full** protocol: ``FullMessageStore`` and ``FullWorkingMemoryStore``
+  (the seed plus everything agentik uses: approvals, summaries, keyed turns,
+  interrupted turns, delete, export and import) in a ``Storage``, the
+  ``StorageBundle`` subclass that the three backends (in-memory, SQLite,
+  PostgreSQL) yield. mypy checks that each backend's stores satisfy it where
+  the backend builds its ``Storage``.
+
+Where a bundle enters the agent it becomes a ``Storage`` (``full_storage``,
+``_degraded``): a ``Storage`` as it is; a plain ``StorageBundle`` of seed
+stores with stand-ins for the rest, whose degraded behaviour docs/storage.md
+lists. Nothing past that point asks a store what it can do.
 
 Invariants every backend keeps (checked by ``agentik.testing``):
 - every method is async, and ``get_messages`` is an async iterator, paged
@@ -14,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 
 import attrs
 
@@ -23,8 +40,17 @@ if TYPE_CHECKING:
     from agentik._messages import Message, TokenStats
     from agentik.storage._archive import ArchiveRecord
     from agentik.storage._pending import Pending
+    from agentik.storage._values import (
+        ConversationSnapshot,
+        KeyedTurn,
+        Summary,
+        TurnRecord,
+    )
 
 DEFAULT_PAGE_SIZE = 500
+
+
+# --- the seed ------------------------------------------------------------------
 
 
 class MessageStore(Protocol):
@@ -128,77 +154,36 @@ class SkillStore(Protocol):
     async def get(self, name: str) -> Skill | None: ...
 
 
-@attrs.frozen
-class ConversationSnapshot:
-    """A page of a conversation's history, its active notes and its latest
-    summary, read together."""
-
-    messages: tuple[Message, ...]
-    """The first ``page_size`` messages after ``after_seq`` (all if fewer)."""
-    memory: tuple[MemoryEntry, ...]
-    summary: Summary | None = None
-    """The latest summary (``SummaryStore``), if the store keeps them."""
+# --- the full protocol ------------------------------------------------------------
 
 
-@runtime_checkable
-class NowaitSubmitter(Protocol):
-    """A ``MessageStore`` that can accept a write without awaiting (optional).
+class FullMessageStore(MessageStore, Protocol):
+    """A ``MessageStore`` with everything agentik asks of one: what the three
+    backends implement, and what a seed ``MessageStore`` gets stand-ins for
+    (``full_storage``; their degraded behaviour is in docs/storage.md)."""
 
-    A turn submits each of its messages as it happens; through ``submit`` each
-    is a schedule point, four task switches a turn that buy nothing when the
-    queue has room. ``submit_nowait`` is the synchronous form (as trio's
-    ``send_nowait`` is of ``send``): a turn tries it first and awaits
-    ``submit`` only when it returns None. The turn still checkpoints when it
-    waits for its commit.
-    """
+    # --- writing without a schedule point ---
 
     def submit_nowait(self, conversation_id: str, message: Message) -> Pending[Message] | None:
         """``submit`` (no idempotency key) if the write is accepted at once; None
         if the caller must ``await submit`` (no room), having queued nothing.
-        Raises what ``submit`` raises for a write refused outright."""
+        Raises what ``submit`` raises for a write refused outright. A turn
+        submits each message as it happens: through ``submit`` each is a
+        schedule point that buys nothing when the queue has room (as trio's
+        ``send_nowait`` is to ``send``)."""
         ...
 
-
-@runtime_checkable
-class ConversationLoader(Protocol):
-    """Optional: a message store that can read what a conversation needs to
-    start (history and working memory) in one go. The agent uses it when
-    present to spend one read, not two, per conversation it loads."""
+    # --- loading a conversation ---
 
     async def load_conversation(
         self, conversation_id: str, *, page_size: int = DEFAULT_PAGE_SIZE, after_seq: int = 0
-    ) -> ConversationSnapshot: ...
+    ) -> ConversationSnapshot:
+        """The first ``page_size`` messages after ``after_seq``, the active
+        notes and the latest summary, read together: the agent spends one
+        read, not three, per conversation it loads."""
+        ...
 
-
-@attrs.frozen(kw_only=True)
-class KeyedTurn:
-    """A turn named by an idempotency key: the message stored with the key and
-    the messages after it, up to (not including) the next user message."""
-
-    key: str
-    messages: tuple[Message, ...]
-    """Oldest first; ``messages[0]`` carries the key. Never empty."""
-
-    @property
-    def seq(self) -> int:
-        """The seq of the keyed message: where the turn sits in its conversation."""
-        seq = self.messages[0].seq
-        assert seq is not None, "stored messages carry their seq"
-        return seq
-
-
-@runtime_checkable
-class IdempotencyKeyIndex(Protocol):
-    """Optional: a message store that can list a conversation's idempotency keys
-    and the turns they name.
-
-    Keys name turns from outside (an A2A task id is one), so this is how a
-    server lists them again after a restart, from history rather than from
-    memory, one page at a time: ``list_keyed_turns`` pages by seq (the caller
-    keeps the last seq it saw), so any page costs what the first one does.
-    A backend implementing only some of these methods is not an
-    ``IdempotencyKeyIndex``; ``agentik.testing`` says so rather than
-    skipping it."""
+    # --- idempotency keys: turns named from outside (an A2A task id is one) ---
 
     async def list_idempotency_keys(
         self, conversation_id: str, *, before_seq: int | None = None, limit: int = 100
@@ -219,49 +204,22 @@ class IdempotencyKeyIndex(Protocol):
         """The turns whose key ends with ``key_suffix``, newest first, only those
         with ``seq < before_seq`` when given; at most ``limit`` turns of at most
         ``max_messages`` messages each. One read: the cost follows the turns
-        returned (and keyed messages skipped), not the conversation's length."""
+        returned (and keyed messages skipped), not the conversation's length;
+        paged by seq (the caller keeps the last seq it saw), so a server lists
+        them again after a restart from history, not from memory."""
         ...
 
     async def count_idempotency_keys(self, conversation_id: str, *, key_suffix: str = "") -> int:
         """How many messages of the conversation carry a key ending with ``key_suffix``."""
         ...
 
-
-@attrs.frozen(kw_only=True)
-class Approval:
-    """A tool call that needs a person's decision, as stored."""
-
-    seq: int
-    """The seq of the assistant message that made the call."""
-    call_id: str
-    approved: bool | None = None
-    """None while it waits."""
-    reason: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class TurnRecord:
-    """What storage knows of one turn beyond its messages."""
-
-    approvals: tuple[Approval, ...] = ()
-    """Calls of the turn that needed a decision, in the order they were recorded."""
-    failure: str | None = None
-    """The code the turn failed with; None if it has not failed (finished,
-    running, waiting for a decision, or interrupted by a stop)."""
-
-
-@runtime_checkable
-class TurnLedger(Protocol):
-    """Optional: a message store that keeps a turn's state with its messages,
-    atomically: which calls wait for a person, how they were decided, and
-    whether the turn failed. The agent needs it for tools that require approval
-    and to tell an interrupted turn (resumed) from a failed one (left alone)."""
+    # --- the turn ledger: a turn's state, atomically with its messages ---
 
     async def submit_awaiting(
         self, conversation_id: str, message: Message, call_ids: Sequence[str]
     ) -> Pending[Message]:
         """Like ``submit``, and in the same transaction: each of ``call_ids`` (ids
-        of ``message``'s tool calls) now waits for a decision."""
+        of ``message``'s tool calls) now waits for a person's decision."""
         ...
 
     async def submit_decision(
@@ -281,7 +239,9 @@ class TurnLedger(Protocol):
         ...
 
     async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
-        """Record that the turn whose user message is ``seq`` failed with ``code``."""
+        """Record that the turn whose user message is ``seq`` failed with
+        ``code``, so a restart tells it (left alone) from an interrupted turn
+        (resumed)."""
         ...
 
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
@@ -289,56 +249,32 @@ class TurnLedger(Protocol):
         calls made after it (up to the next user message) and its failure."""
         ...
 
-
-@runtime_checkable
-class InterruptedTurnIndex(Protocol):
-    """Optional: a message store (a ``TurnLedger``) that can find the
-    conversations whose last turn was interrupted: a process stopped in it.
-
-    The agent resumes those turns when it opens, without waiting for their
-    conversations to be used again (``resume_interrupted``). One page walks
-    conversations in id order, a probe or two each (their newest message, the
-    turn's record), so a start-up pass costs about what ``list_conversations``
-    over the same conversations costs."""
-
     async def interrupted_conversations(
         self, *, after: str | None = None, limit: int = 100
     ) -> list[str]:
         """Ids of the conversations whose last turn (from their last user
-        message on) is interrupted: its last message is not an assistant answer
-        without tool calls, no failure is recorded for it, and no call of it
-        waits for a decision. Sorted, only those ``> after``; at most ``limit``."""
+        message on) a stop interrupted: its last message is not an assistant
+        answer without tool calls, no failure is recorded for it, and no call
+        of it waits for a decision. Sorted, only those ``> after``; at most
+        ``limit``. One page costs about what ``list_conversations`` over the
+        same conversations costs (the agent resumes them as it opens)."""
         ...
 
-
-@runtime_checkable
-class ConversationDeleter(Protocol):
-    """Optional: a message store that can delete a conversation whole, and find
-    the conversations idle since a given time (retention). The agent needs it
-    for ``ChatAgent.delete_conversation``.
-
-    ``delete_conversation`` removes, in one transaction (all of it, or none
-    of it if it fails), every row the bundle keeps for the conversation: its
-    messages (their idempotency keys with them), its working-memory notes
-    (archived ones too), the reflections drawn from it, its turn ledger
-    (``TurnLedger``: approvals, failed turns), its summaries (``SummaryStore``),
-    and whatever else a backend keys by conversation. Nothing of other
-    conversations, and no skill, changes. Afterwards the conversation is as
-    if it had never been used: the next message gets seq 1, and its old
-    idempotency keys are free again. Writes submitted before the delete are
-    applied before it (one writer, in order), so none lands after it.
-
-    A backend implementing only some of these methods is not a
-    ``ConversationDeleter``; ``agentik.testing`` says so rather than skipping it.
-    """
+    # --- a conversation as a whole ---
 
     async def delete_conversation(
         self, conversation_id: str, *, idle_before: datetime | None = None
     ) -> bool:
-        """Delete everything kept for the conversation; True if there was any.
-        With ``idle_before``, only if its newest message was stored strictly
-        before then, checked in the same transaction (else False, nothing
-        deleted): retention cannot delete a conversation a turn just used."""
+        """Delete, in one transaction, every row the bundle keeps for the
+        conversation: its messages (their idempotency keys with them), its
+        working-memory notes (archived ones too), the reflections drawn from
+        it, its turn ledger, its summaries, and whatever else a backend keys by
+        conversation; no other conversation's, and no skill. Afterwards the
+        conversation is as if never used: the next message gets seq 1 and its
+        old keys are free. Writes submitted before the delete apply before it.
+        True if there was anything. With ``idle_before``, only if its newest
+        message was stored strictly before then, checked in the same
+        transaction (else False, nothing deleted)."""
         ...
 
     async def idle_conversations(
@@ -348,43 +284,64 @@ class ConversationDeleter(Protocol):
         before ``before``, sorted, only those ``> after``; at most ``limit``."""
         ...
 
-
-@runtime_checkable
-class ConversationArchiver(Protocol):
-    """Optional: a message store that can export a conversation as records
-    (``agentik.storage._archive``) and import them back, losing nothing but the
-    ids of notes and reflections (store-wide numbers: an import gives new ones,
-    in the same order). ``agentik export`` / ``import`` and
-    ``GET …/export`` use it.
-
-    A backend implementing only some of these methods is not a
-    ``ConversationArchiver``; ``agentik.testing`` says so.
-    """
-
     def export_conversation(self, conversation_id: str) -> AsyncIterator[ArchiveRecord]:
-        """Every record of the conversation: messages in seq order, then notes
-        (oldest first), reflections (oldest first), approvals and failures (in
-        seq order), summaries (oldest first). Read page by page: a
-        conversation is never loaded whole; a turn running meanwhile may or may
-        not be in it (export an idle conversation for an exact copy). Nothing
-        for an unknown conversation."""
+        """Every record of the conversation (``agentik.storage._archive``):
+        messages in seq order, then notes (oldest first), reflections (oldest
+        first), approvals and failures (in seq order), summaries (oldest
+        first). Read page by page: a conversation is never loaded whole; a
+        turn running meanwhile may or may not be in it. Nothing for an
+        unknown conversation."""
         ...
 
     async def import_conversation(
         self, conversation_id: str, records: Sequence[ArchiveRecord]
     ) -> int:
-        """Store ``records`` as the conversation, in one transaction; return
-        how many messages. The conversation must hold nothing yet (else
+        """Store ``records`` as the conversation, in one transaction; return how
+        many messages. The conversation must hold nothing yet (else
         ``StoreError``, nothing written), and the records must keep the
         history rules the agent keeps, checked whole before anything is
-        written (``agentik.storage._archive_rules.check_archive``: seqs
-        1, 2, 3 …, no system message, every result answers a waiting call
-        once, summaries chain over the messages, …; else ``StoreError``)."""
+        written (``agentik.storage._archive_rules.check_archive``). A round
+        trip loses nothing but the ids of notes and reflections."""
+        ...
+
+    # --- summaries: what a context policy asks the model for ---
+
+    async def submit_summary(
+        self, conversation_id: str, through_seq: int, text: str
+    ) -> Pending[Summary]:
+        """Store a summary covering messages up to ``through_seq``, which must
+        be a message of the conversation past the latest summary's; anything
+        else is a ``StoreError`` and changes nothing. Summaries chain; none is
+        deleted with history kept, and history is never deleted for one."""
+        ...
+
+    async def latest_summary(self, conversation_id: str) -> Summary | None: ...
+
+    async def list_summaries(
+        self, conversation_id: str, *, after_seq: int = 0, limit: int = 100
+    ) -> list[Summary]:
+        """Summaries with ``through_seq > after_seq``, oldest first, at most ``limit``."""
+        ...
+
+
+class FullWorkingMemoryStore(WorkingMemoryStore, Protocol):
+    """A ``WorkingMemoryStore`` that lists the notes it archived (by ``archive``,
+    ``compact`` or the model's ``memory_archive``): they left the prompt, not
+    the store."""
+
+    async def list_archived(
+        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
+    ) -> list[MemoryEntry]:
+        """Archived entries with ``id > after_id``, oldest first, at most ``limit``."""
+        ...
+
+
+# --- beside the stores --------------------------------------------------------------
 
 
 class ConversationOwnership(Protocol):
-    """Optional: which node of several sharing one database runs a
-    conversation's turns (PostgreSQL with ``lease_seconds``; docs/scale-out.md).
+    """Which node of several sharing one database runs a conversation's turns
+    (PostgreSQL with ``lease_seconds``; docs/scale-out.md).
 
     A node owns a conversation from a successful ``claim`` for as long as its
     node lease lives; the agent claims before it routes a turn, and the
@@ -410,76 +367,17 @@ class ConversationOwnership(Protocol):
         """Where other nodes send this node's conversations' requests."""
         ...
 
-
-@runtime_checkable
-class NodeCount(Protocol):
-    """Optional: a ``ConversationOwnership`` that knows how many nodes are live
-    (PostgreSQL's node leases, counted at every renewal), so each node keeps
-    its share of the model's limits (``ModelLimits``)."""
-
     @property
     def live_nodes(self) -> int:
-        """Nodes whose lease was live at the last renewal; at least 1."""
+        """Nodes whose lease was live at the last renewal, at least 1: each
+        node keeps its share of the model's limits (``ModelLimits``)."""
         ...
 
 
-@attrs.frozen(kw_only=True)
-class Summary:
-    """What the model wrote to stand for a conversation's history up to a seq."""
-
-    through_seq: int
-    """The last message it covers: the next summary, or the window, starts after it."""
-    text: str
-    created_at: datetime | None = None
-
-
-@runtime_checkable
-class SummaryStore(Protocol):
-    """Optional: a message store that keeps the summaries a context policy asks
-    the model for. Summaries chain (each covers more than the one before); none
-    is ever deleted with history kept, and history is never deleted for one."""
-
-    async def submit_summary(
-        self, conversation_id: str, through_seq: int, text: str
-    ) -> Pending[Summary]:
-        """Store a summary covering messages up to ``through_seq``, which must
-        be a message of the conversation past the latest summary's; anything
-        else is a ``StoreError`` and changes nothing."""
-        ...
-
-    async def latest_summary(self, conversation_id: str) -> Summary | None: ...
-
-
-@runtime_checkable
-class SummaryHistory(Protocol):
-    """Optional: a ``SummaryStore`` that lists every summary it kept, not only
-    the latest. Compaction never deletes: the chain of summaries (and the
-    history under it) stays readable, one page at a time."""
-
-    async def list_summaries(
-        self, conversation_id: str, *, after_seq: int = 0, limit: int = 100
-    ) -> list[Summary]:
-        """Summaries with ``through_seq > after_seq``, oldest first, at most ``limit``."""
-        ...
-
-
-@runtime_checkable
-class ArchivedMemory(Protocol):
-    """Optional: a ``WorkingMemoryStore`` that lists the notes it archived
-    (by ``archive``, ``compact`` or the model's ``memory_archive``): they left
-    the prompt, not the store."""
-
-    async def list_archived(
-        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
-    ) -> list[MemoryEntry]:
-        """Archived entries with ``id > after_id``, oldest first, at most ``limit``."""
-        ...
-
-
-@runtime_checkable
+@runtime_checkable  # only so McpTokenVault can refuse a wrong argument clearly
 class SecretStore(Protocol):
-    """Optional: what agentik keeps for itself (the MCP OAuth vault), by name,
-    apart from every conversation.
+    """What agentik keeps for itself (the MCP OAuth vault), by name, apart
+    from every conversation.
 
     Nothing here is keyed by a conversation id, so no request about a
     conversation (reading its notes, exporting, deleting it, a turn in it)
@@ -501,25 +399,14 @@ class SecretStore(Protocol):
         ...
 
 
-@runtime_checkable
-class SecretKeeper(Protocol):
-    """Optional: a message store whose backend keeps a ``SecretStore`` too
-    (its own table beside the conversations'). A ``StorageBundle`` not given a
-    ``secret_store`` takes this one."""
-
-    def secret_store(self) -> SecretStore:
-        """The backend's secret store (the same data on every call)."""
-        ...
-
-
-def _backend_secrets(bundle: StorageBundle) -> SecretStore | None:
-    store = bundle.message_store
-    return store.secret_store() if isinstance(store, SecretKeeper) else None
+# --- the bundles ---------------------------------------------------------------------
 
 
 @attrs.frozen
 class StorageBundle:
-    """The four stores an agent needs, from one backend."""
+    """The four stores an agent needs, from one backend: the seed (DESIGN.md).
+    A bundle built from seed stores gets the rest of ``Storage`` as degraded
+    stand-ins where it enters the agent (``full_storage``)."""
 
     message_store: MessageStore
     working_memory_store: WorkingMemoryStore
@@ -527,9 +414,27 @@ class StorageBundle:
     skill_store: SkillStore
     ownership: ConversationOwnership | None = None
     """Set when several nodes share the backend; None on a single node."""
-    secret_store: SecretStore | None = attrs.field(
-        default=attrs.Factory(_backend_secrets, takes_self=True)
-    )
-    """Where agentik keeps its own credentials, apart from every conversation:
-    by default the message store's backend's (``SecretKeeper``: SQLite,
-    PostgreSQL and in-memory bundles have one); None for a backend without."""
+    secret_store: SecretStore | None = None
+    """Where agentik keeps its own credentials, apart from every conversation;
+    None for a backend without (the MCP token vault then refuses to open)."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Storage(StorageBundle):
+    """A bundle with every capability agentik uses: what the three backends
+    yield, and what ``full_storage`` makes of a seed-only ``StorageBundle``.
+    A backend of your own builds one to be used in full (mypy checks that its
+    stores implement the full protocols)."""
+
+    message_store: FullMessageStore
+    working_memory_store: FullWorkingMemoryStore
+    reflection_store: ReflectionStore
+    skill_store: SkillStore
+    ownership: ConversationOwnership | None = None
+    secret_store: SecretStore | None = None
+    degraded: bool = False
+    """True when ``full_storage`` completed a seed-only bundle: the full
+    protocol's methods beyond the seed are stand-ins (docs/storage.md lists
+    what each does), and the agent refuses what they cannot do before it
+    starts (tools that need approval at open, deleting a conversation, …)."""

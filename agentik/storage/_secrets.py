@@ -36,8 +36,7 @@ def check_secret(name: str, value: str | None = None) -> None:
 
 
 class SecretQueries(Protocol[C_contra, S_contra]):
-    """The SQL of the ``secret`` table (``sqlite._secret_queries``,
-    ``postgres._secret_queries``), in the backend's namespace module."""
+    """The SQL of the ``secret`` table (``SqlQueries``, over the backend's dialect)."""
 
     def get_secret(self, connection: C_contra, name: str) -> str | None: ...
     def put_secret(self, session: S_contra, name: str, value: str) -> None: ...

@@ -1,9 +1,10 @@
-"""The four store protocols over a writer and a reader pool, for any SQL backend.
+"""The full store protocols over a writer and a reader pool, for any SQL backend.
 
-Writes become closures over the backend's SQL functions (``Queries``) sent to
-the writer; reads run them on the reader pool. Arguments are checked here,
-before they are queued, so a misuse fails in the caller's task. SQLite and
-PostgreSQL differ only in the ``Queries`` and the writer's engine they bring.
+Writes become closures over the backend's queries (``SqlQueries``: the SQL
+both share, over its dialect) sent to the writer; reads run them on the
+reader pool. Arguments are checked here, before they are queued, so a misuse
+fails in the caller's task. SQLite and PostgreSQL differ only in the
+``SqlQueries`` and the writer's engine they bring.
 """
 
 from __future__ import annotations
@@ -20,25 +21,22 @@ from agentik.storage._archive import ArchiveRecord
 from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import check_at_least, check_aware, to_micros
 from agentik.storage._pending import Pending
-from agentik.storage._protocols import (
-    DEFAULT_PAGE_SIZE,
-    ConversationSnapshot,
-    KeyedTurn,
-    Summary,
-    TurnRecord,
-)
+from agentik.storage._protocols import DEFAULT_PAGE_SIZE
 from agentik.storage._readers import ReaderPool
 from agentik.storage._rows import MessageRow
-from agentik.storage._secrets import SqlSecretStore
-from agentik.storage._sql_queries import LifecycleQueries, Queries
+from agentik.storage._sql_lifecycle import SqlQueries
+from agentik.storage._values import ConversationSnapshot, KeyedTurn, Summary, TurnRecord
 from agentik.storage._writer import MessageSession, Writer, WriterStats
 
 C = TypeVar("C")
 S = TypeVar("S", bound=MessageSession)
 
 
+@final
 class SqlMessageStore(Generic[C, S]):
-    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
+    """``FullMessageStore`` over the backend's writer, readers and queries."""
+
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: SqlQueries[C]) -> None:
         self._writer = writer
         self._readers = readers
         self._q = queries
@@ -46,11 +44,6 @@ class SqlMessageStore(Generic[C, S]):
     def writer_stats(self) -> WriterStats:
         """Counters of the bundle's writer (batch sizes, queue depth) for metrics."""
         return self._writer.stats()
-
-    def secret_store(self) -> SqlSecretStore[C, S]:
-        """The backend's ``secret`` table (``SecretKeeper``), through the same writer
-        and readers: the bundle's ``secret_store``."""
-        return SqlSecretStore(self._writer, self._readers, self._q)
 
     def append(
         self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
@@ -240,22 +233,7 @@ class SqlMessageStore(Generic[C, S]):
             )
         )
 
-
-@final
-class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
-    """A message store that is also a ``ConversationDeleter`` and a
-    ``ConversationArchiver``, for a backend that brings their SQL
-    (``LifecycleQueries``: ``sqlite._lifecycle_queries``, ``postgres._lifecycle_queries``)."""
-
-    def __init__(
-        self,
-        writer: Writer[S],
-        readers: ReaderPool[C],
-        queries: Queries[C, S],
-        lifecycle: LifecycleQueries[C, S],
-    ) -> None:
-        super().__init__(writer, readers, queries)
-        self._lq = lifecycle
+    # --- a conversation as a whole ---
 
     async def delete_conversation(
         self, conversation_id: str, *, idle_before: datetime | None = None
@@ -263,7 +241,7 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
         cutoff = None if idle_before is None else to_micros(idle_before)
         return await self._writer.write(
             partial(
-                self._lq.delete_conversation,
+                self._q.delete_conversation,
                 conversation_id=conversation_id,
                 idle_before_us=cutoff,
             )
@@ -275,7 +253,7 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
         check_at_least("limit", limit, 0)
         return await self._readers.read(
             partial(
-                self._lq.idle_conversations, before_us=to_micros(before), after=after, limit=limit
+                self._q.idle_conversations, before_us=to_micros(before), after=after, limit=limit
             )
         )
 
@@ -284,7 +262,7 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
         while True:
             page = await self._readers.read(
                 partial(
-                    self._lq.archived_messages,
+                    self._q.archived_messages,
                     conversation_id=conversation_id,
                     after_seq=after,
                     limit=DEFAULT_PAGE_SIZE,
@@ -296,7 +274,7 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
                 break
             after = page[-1].message.seq or after
         for rest in await self._readers.read(
-            partial(self._lq.archived_rest, conversation_id=conversation_id)
+            partial(self._q.archived_rest, conversation_id=conversation_id)
         ):
             yield rest
 
@@ -307,7 +285,7 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
         check_archive(records)  # the whole conversation, before anything is queued
         return await self._writer.write(
             partial(
-                self._lq.import_conversation,
+                self._q.import_conversation,
                 conversation_id=conversation_id,
                 records=records,
             )
@@ -316,7 +294,7 @@ class SqlLifecycleMessageStore(SqlMessageStore[C, S]):
 
 @final
 class SqlWorkingMemoryStore(Generic[C, S]):
-    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: SqlQueries[C]) -> None:
         self._writer = writer
         self._readers = readers
         self._q = queries
@@ -365,7 +343,7 @@ class SqlWorkingMemoryStore(Generic[C, S]):
 
 @final
 class SqlReflectionStore(Generic[C, S]):
-    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: SqlQueries[C]) -> None:
         self._writer = writer
         self._readers = readers
         self._q = queries
@@ -394,7 +372,7 @@ class SqlReflectionStore(Generic[C, S]):
 
 @final
 class SqlSkillStore(Generic[C, S]):
-    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: Queries[C, S]) -> None:
+    def __init__(self, writer: Writer[S], readers: ReaderPool[C], queries: SqlQueries[C]) -> None:
         self._writer = writer
         self._readers = readers
         self._q = queries

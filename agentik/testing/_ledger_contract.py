@@ -1,8 +1,8 @@
-"""The turn ledger's part of the store contract (``TurnLedger``, optional).
+"""The turn ledger's part of the store contract (``FullMessageStore``).
 
-A message store that offers the ledger must offer all of it, and keep each
-decision and each waiting call in the transaction of its message: these cases
-check what a caller can see of that through the protocol.
+A full message store keeps each decision and each waiting call in the
+transaction of its message: these cases check what a caller can see of that
+through the protocol. (A seed store's stand-ins keep none: ``_degraded_contract``.)
 """
 
 from __future__ import annotations
@@ -12,31 +12,10 @@ from contextlib import contextmanager
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, ToolCall
-from agentik.storage._protocols import (
-    Approval,
-    InterruptedTurnIndex,
-    StorageBundle,
-    TurnLedger,
-    TurnRecord,
-)
+from agentik.storage._protocols import Storage
+from agentik.storage._values import Approval, TurnRecord
 
-Case = Callable[[StorageBundle], Awaitable[None]]
-
-_NAMES = ("submit_awaiting", "submit_decision", "submit_turn_failure", "turn_record")
-
-
-def _ledger(bundle: StorageBundle) -> TurnLedger | None:
-    """The message store as a ``TurnLedger``, None if it offers none of it; a
-    store offering part of it fails."""
-    store = bundle.message_store
-    if isinstance(store, TurnLedger):
-        return store
-    partial = [name for name in _NAMES if hasattr(store, name)]
-    assert not partial, (
-        f"the message store has {', '.join(partial)} but not all of TurnLedger"
-        f" ({', '.join(_NAMES)}): implement the rest, or none"
-    )
-    return None
+Case = Callable[[Storage], Awaitable[None]]
 
 
 @contextmanager
@@ -52,14 +31,12 @@ def _calls(*ids: str) -> Message:
     return Message(Role.ASSISTANT, "", tuple(ToolCall(i, "t", "{}") for i in ids))
 
 
-async def _count(bundle: StorageBundle, conversation_id: str) -> int:
+async def _count(bundle: Storage, conversation_id: str) -> int:
     return len([m async for m in bundle.message_store.get_messages(conversation_id)])
 
 
-async def _waiting_calls_are_stored_with_their_message(bundle: StorageBundle) -> None:
-    ledger = _ledger(bundle)
-    if ledger is None:
-        return  # optional
+async def _waiting_calls_are_stored_with_their_message(bundle: Storage) -> None:
+    ledger = bundle.message_store
     store = bundle.message_store
     user = await store.append("c", Message(Role.USER, "hi"))
     assert await ledger.turn_record("c", 1) == TurnRecord()
@@ -73,10 +50,8 @@ async def _waiting_calls_are_stored_with_their_message(bundle: StorageBundle) ->
     assert await ledger.turn_record("other", 1) == TurnRecord()
 
 
-async def _awaiting_refuses_calls_the_message_lacks(bundle: StorageBundle) -> None:
-    ledger = _ledger(bundle)
-    if ledger is None:
-        return
+async def _awaiting_refuses_calls_the_message_lacks(bundle: Storage) -> None:
+    ledger = bundle.message_store
     await bundle.message_store.append("c", Message(Role.USER, "hi"))
     for ids in (["zz"], ["a", "a"]):
         with _refused(f"waiting calls {ids} of a message with call a"):
@@ -85,10 +60,8 @@ async def _awaiting_refuses_calls_the_message_lacks(bundle: StorageBundle) -> No
     assert await ledger.turn_record("c", 1) == TurnRecord()
 
 
-async def _decisions_are_taken_once(bundle: StorageBundle) -> None:
-    ledger = _ledger(bundle)
-    if ledger is None:
-        return
+async def _decisions_are_taken_once(bundle: Storage) -> None:
+    ledger = bundle.message_store
     await bundle.message_store.append("c", Message(Role.USER, "hi"))
     await (await ledger.submit_awaiting("c", _calls("a", "b"), ["a", "b"])).wait()
     approved = await ledger.submit_decision("c", 2, "a", approve=True, reason="fine")
@@ -112,12 +85,10 @@ async def _decisions_are_taken_once(bundle: StorageBundle) -> None:
     assert await _count(bundle, "c") == 3, "a refused decision stored its result"
 
 
-async def _a_record_covers_its_turn_only(bundle: StorageBundle) -> None:
+async def _a_record_covers_its_turn_only(bundle: Storage) -> None:
     """Approvals belong to the turn whose user message precedes them; call ids
     may repeat across turns."""
-    ledger = _ledger(bundle)
-    if ledger is None:
-        return
+    ledger = bundle.message_store
     store = bundle.message_store
     await store.append("c", Message(Role.USER, "one"))  # 1
     await (await ledger.submit_awaiting("c", _calls("a"), ["a"])).wait()  # 2
@@ -130,10 +101,8 @@ async def _a_record_covers_its_turn_only(bundle: StorageBundle) -> None:
     )
 
 
-async def _failures_are_recorded_per_turn(bundle: StorageBundle) -> None:
-    ledger = _ledger(bundle)
-    if ledger is None:
-        return
+async def _failures_are_recorded_per_turn(bundle: Storage) -> None:
+    ledger = bundle.message_store
     store = bundle.message_store
     await store.append("c", Message(Role.USER, "one"))
     await store.append("c", Message(Role.USER, "two"))
@@ -147,13 +116,10 @@ async def _failures_are_recorded_per_turn(bundle: StorageBundle) -> None:
             await (await ledger.submit_turn_failure(conversation_id, seq, "x")).wait()
 
 
-async def _interrupted_turns_are_found(bundle: StorageBundle) -> None:
-    """``InterruptedTurnIndex`` (optional) lists exactly the conversations
+async def _interrupted_turns_are_found(bundle: Storage) -> None:
+    """``interrupted_conversations`` lists exactly the conversations
     whose last turn neither finished, failed, nor waits for a decision."""
-    ledger = _ledger(bundle)
-    store = bundle.message_store
-    if ledger is None or not isinstance(store, InterruptedTurnIndex):
-        return
+    ledger = store = bundle.message_store
     user, answer = Message(Role.USER, "q"), Message(Role.ASSISTANT, "a")
     result = Message(Role.TOOL, "r", tool_call_id="a")
     await store.append("done", user)

@@ -1,8 +1,6 @@
-"""The conversation-lifecycle part of the store contract (optional):
-``ConversationDeleter`` (delete a conversation whole, find idle ones) and
-``ConversationArchiver`` (export and import, losing nothing but note and
-reflection ids). Cases see only the protocols; a store offering part of a
-protocol fails, as with ``TurnLedger``.
+"""The conversation-lifecycle part of the store contract (``FullMessageStore``):
+delete a conversation whole, find idle ones, export and import, losing
+nothing but note and reflection ids. Cases see only the protocol.
 """
 
 from __future__ import annotations
@@ -21,53 +19,20 @@ from agentik.storage._archive import (
     ArchivedSummary,
     ArchiveRecord,
 )
-from agentik.storage._protocols import (
-    ConversationArchiver,
-    ConversationDeleter,
-    StorageBundle,
-    SummaryStore,
-    TurnLedger,
-)
+from agentik.storage._protocols import Storage
+from agentik.storage._values import TurnRecord
 
-Case = Callable[[StorageBundle], Awaitable[None]]
-
-_DELETER = ("delete_conversation", "idle_conversations")
-_ARCHIVER = ("export_conversation", "import_conversation")
+Case = Callable[[Storage], Awaitable[None]]
 
 
-def _optional(bundle: StorageBundle, kind: type, names: Sequence[str]) -> object | None:
-    store = bundle.message_store
-    if isinstance(store, kind):
-        return store
-    partial = [name for name in names if hasattr(store, name)]
-    assert not partial, (
-        f"the message store has {', '.join(partial)} but not all of {kind.__name__}"
-        f" ({', '.join(names)}): implement the rest, or none"
-    )
-    return None
-
-
-def _deleter(bundle: StorageBundle) -> ConversationDeleter | None:
-    found = _optional(bundle, ConversationDeleter, _DELETER)
-    assert found is None or isinstance(found, ConversationDeleter)
-    return found
-
-
-def _archiver(bundle: StorageBundle) -> ConversationArchiver | None:
-    found = _optional(bundle, ConversationArchiver, _ARCHIVER)
-    assert found is None or isinstance(found, ConversationArchiver)
-    return found
-
-
-async def _history(bundle: StorageBundle, conversation_id: str) -> list[Message]:
+async def _history(bundle: Storage, conversation_id: str) -> list[Message]:
     return [m async for m in bundle.message_store.get_messages(conversation_id)]
 
 
-async def _fill(bundle: StorageBundle, conversation_id: str) -> None:
+async def _fill(bundle: Storage, conversation_id: str) -> None:
     """A conversation with something in every place a store keeps: messages
     (usage, a tool call, idempotency keys), notes (one archived), a
-    reflection, with a ``TurnLedger`` approvals and a failed turn, with a
-    ``SummaryStore`` two chained summaries."""
+    reflection, approvals and a failed turn, two chained summaries."""
     store = bundle.message_store
     await store.append(conversation_id, Message(Role.USER, "first"), idempotency_key="k1")
     call = Message(
@@ -76,36 +41,27 @@ async def _fill(bundle: StorageBundle, conversation_id: str) -> None:
         (ToolCall("c1", "t", '{"a": 1}'), ToolCall("c2", "t", "{")),
         usage=TokenUsage(5, 3),
     )
-    if isinstance(store, TurnLedger):
-        await (await store.submit_awaiting(conversation_id, call, ["c2", "c1"])).wait()
-        await (await store.submit_decision(conversation_id, 2, "c2", approve=True)).wait()
-    else:
-        await store.append(conversation_id, call)
+    await (await store.submit_awaiting(conversation_id, call, ["c2", "c1"])).wait()
+    await (await store.submit_decision(conversation_id, 2, "c2", approve=True)).wait()
     await store.append(conversation_id, Message(Role.TOOL, "one", tool_call_id="c1"))
     await store.append(conversation_id, Message(Role.TOOL, "two", tool_call_id="c2"))
     await store.append(conversation_id, Message(Role.ASSISTANT, "done", usage=TokenUsage(7, 2)))
     await store.append(conversation_id, Message(Role.USER, "second ✓"), idempotency_key="k2")
-    if isinstance(store, TurnLedger):
-        await (await store.submit_turn_failure(conversation_id, 6, "model_error")).wait()
+    await (await store.submit_turn_failure(conversation_id, 6, "model_error")).wait()
     notes = bundle.working_memory_store
     old = await notes.append(conversation_id, "old note")
     await notes.append(conversation_id, "kept note")
     await notes.archive(conversation_id, [old.id])
     await bundle.reflection_store.insert(conversation_id, "a lesson")
-    if isinstance(store, SummaryStore):
-        await (await store.submit_summary(conversation_id, 2, "the first two")).wait()
-        await (await store.submit_summary(conversation_id, 5, "the first turn")).wait()
+    await (await store.submit_summary(conversation_id, 2, "the first two")).wait()
+    await (await store.submit_summary(conversation_id, 5, "the first turn")).wait()
 
 
-async def _everything_of(bundle: StorageBundle, conversation_id: str) -> tuple[object, ...]:
+async def _everything_of(bundle: Storage, conversation_id: str) -> tuple[object, ...]:
     """What the protocols show of a conversation."""
     store = bundle.message_store
-    records: object = ()
-    if isinstance(store, TurnLedger):
-        records = tuple([await store.turn_record(conversation_id, seq) for seq in (1, 6)])
-    summary = None
-    if isinstance(store, SummaryStore):
-        summary = await store.latest_summary(conversation_id)
+    records = tuple([await store.turn_record(conversation_id, seq) for seq in (1, 6)])
+    summary = await store.latest_summary(conversation_id)
     return (
         await _history(bundle, conversation_id),
         await store.token_stats(conversation_id),
@@ -118,10 +74,8 @@ async def _everything_of(bundle: StorageBundle, conversation_id: str) -> tuple[o
     )
 
 
-async def _delete_removes_the_conversation_whole(bundle: StorageBundle) -> None:
-    deleter = _deleter(bundle)
-    if deleter is None:
-        return
+async def _delete_removes_the_conversation_whole(bundle: Storage) -> None:
+    deleter = bundle.message_store
     await _fill(bundle, "gone")
     await _fill(bundle, "kept")
     kept = await _everything_of(bundle, "kept")
@@ -132,25 +86,19 @@ async def _delete_removes_the_conversation_whole(bundle: StorageBundle) -> None:
     assert await store.find_idempotency_key("gone", "k1") is None, "a key survived the delete"
     assert await bundle.working_memory_store.list("gone") == [], "notes survived the delete"
     assert await bundle.reflection_store.list_for_conversation("gone") == []
-    if isinstance(store, TurnLedger):
-        from agentik.storage._protocols import TurnRecord
-
-        assert await store.turn_record("gone", 1) == TurnRecord(), "approvals survived"
-        assert await store.turn_record("gone", 6) == TurnRecord(), "a failed turn survived"
-    if isinstance(store, SummaryStore):
-        assert await store.latest_summary("gone") is None, "a summary survived the delete"
+    assert await store.turn_record("gone", 1) == TurnRecord(), "approvals survived"
+    assert await store.turn_record("gone", 6) == TurnRecord(), "a failed turn survived"
+    assert await store.latest_summary("gone") is None, "a summary survived the delete"
     assert await store.list_conversations() == ["kept"]
     assert await _everything_of(bundle, "kept") == kept, "another conversation changed"
     assert await deleter.delete_conversation("gone") is False, "a second delete found data"
     assert await deleter.delete_conversation("never") is False
 
 
-async def _a_deleted_conversation_starts_again(bundle: StorageBundle) -> None:
+async def _a_deleted_conversation_starts_again(bundle: Storage) -> None:
     """After a delete the next message is seq 1 and old keys are free (a
     backend caching last seqs must forget them)."""
-    deleter = _deleter(bundle)
-    if deleter is None:
-        return
+    deleter = bundle.message_store
     store = bundle.message_store
     for i in range(3):
         await store.append("c", Message(Role.USER, str(i)), idempotency_key=f"k{i}")
@@ -162,20 +110,16 @@ async def _a_deleted_conversation_starts_again(bundle: StorageBundle) -> None:
     assert [m.content for m in await _history(bundle, "c")] == ["again", "hi"]
 
 
-async def _notes_alone_are_deleted(bundle: StorageBundle) -> None:
+async def _notes_alone_are_deleted(bundle: Storage) -> None:
     """A conversation with notes but no message still has something to delete."""
-    deleter = _deleter(bundle)
-    if deleter is None:
-        return
+    deleter = bundle.message_store
     await bundle.working_memory_store.append("c", "note")
     assert await deleter.delete_conversation("c") is True
     assert await bundle.working_memory_store.list("c") == []
 
 
-async def _idle_conversations(bundle: StorageBundle) -> None:
-    deleter = _deleter(bundle)
-    if deleter is None:
-        return
+async def _idle_conversations(bundle: Storage) -> None:
+    deleter = bundle.message_store
     store = bundle.message_store
     newest = {}
     for conversation_id in ("b", "a", "c"):
@@ -212,19 +156,15 @@ def _without_ids(records: Sequence[ArchiveRecord]) -> list[ArchiveRecord]:
     return out
 
 
-async def _export_delete_import_is_lossless(bundle: StorageBundle) -> None:
-    archiver = _archiver(bundle)
-    deleter = _deleter(bundle)
-    if archiver is None or deleter is None:
-        return
+async def _export_delete_import_is_lossless(bundle: Storage) -> None:
+    archiver = deleter = bundle.message_store
     await _fill(bundle, "c")
     before = await _everything_of(bundle, "c")
     exported = [r async for r in archiver.export_conversation("c")]
     kinds = {type(r).__name__ for r in exported}
     assert {"ArchivedMessage", "ArchivedNote", "ArchivedReflection"} <= kinds, kinds
-    if isinstance(bundle.message_store, SummaryStore):
-        summaries = [r for r in exported if type(r).__name__ == "ArchivedSummary"]
-        assert len(summaries) == 2, "the export lacks the chain of summaries"
+    summaries = [r for r in exported if type(r).__name__ == "ArchivedSummary"]
+    assert len(summaries) == 2, "the export lacks the chain of summaries"
     keyed = [r.idempotency_key for r in exported if isinstance(r, ArchivedMessage)]
     assert keyed == ["k1", None, None, None, None, "k2"], keyed
     assert await deleter.delete_conversation("c")
@@ -237,10 +177,8 @@ async def _export_delete_import_is_lossless(bundle: StorageBundle) -> None:
     assert nxt.seq == 7, f"the message after an import got seq {nxt.seq}"
 
 
-async def _import_refuses_and_changes_nothing(bundle: StorageBundle) -> None:
-    archiver = _archiver(bundle)
-    if archiver is None:
-        return
+async def _import_refuses_and_changes_nothing(bundle: Storage) -> None:
+    archiver = bundle.message_store
     await _fill(bundle, "c")
     exported = [r async for r in archiver.export_conversation("c")]
     before = await _everything_of(bundle, "c")
@@ -306,13 +244,11 @@ def _broken_histories(messages: list[ArchivedMessage]) -> dict[str, list[Archive
     }
 
 
-async def _import_refuses_broken_histories(bundle: StorageBundle) -> None:
+async def _import_refuses_broken_histories(bundle: Storage) -> None:
     """Every backend refuses, storing nothing, a history that breaks the rules
     the agent keeps (``agentik.storage._archive_rules``): later turns of such
     a conversation would fail against a strict model API for good."""
-    archiver = _archiver(bundle)
-    if archiver is None:
-        return
+    archiver = bundle.message_store
     await _fill(bundle, "c")
     exported = [r async for r in archiver.export_conversation("c")]
     messages = [r for r in exported if isinstance(r, ArchivedMessage)]

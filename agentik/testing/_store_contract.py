@@ -3,8 +3,14 @@
 A backend author passes a factory of fresh bundles; each check opens a new
 bundle per case, drives it through the public protocol only, and raises
 ``AssertionError`` naming what broke. agentik's own tests run the same
-functions against the in-memory and the SQLite backends, so every backend is
-held to one definition of correct.
+functions against the in-memory, SQLite and PostgreSQL backends, so every
+backend is held to one definition of correct.
+
+What a bundle is held to follows its type, as the agent treats it: a
+``Storage`` to the full protocol (``FullMessageStore``,
+``FullWorkingMemoryStore``); a plain ``StorageBundle`` to the seed protocols,
+and the stand-ins ``full_storage`` gives it to the degraded behaviour
+docs/storage.md describes (``_degraded_contract``).
 """
 
 from __future__ import annotations
@@ -18,16 +24,26 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
-from agentik.storage._protocols import ArchivedMemory, IdempotencyKeyIndex, StorageBundle
+from agentik.storage._degraded import full_storage
+from agentik.storage._protocols import (
+    FullMessageStore,
+    FullWorkingMemoryStore,
+    Storage,
+    StorageBundle,
+)
+from agentik.testing._degraded_contract import DEGRADED_MEMORY_CASES, DEGRADED_MESSAGE_CASES
 from agentik.testing._ledger_contract import LEDGER_CASES
 from agentik.testing._lifecycle_contract import LIFECYCLE_CASES
+from agentik.testing._members import missing_members
 from agentik.testing._secret_contract import SECRET_CASES
 from agentik.testing._summary_contract import SUMMARY_CASES
 
 MakeBundle = Callable[[], AbstractAsyncContextManager[StorageBundle]]
-"""Returns an async context manager yielding a fresh, empty bundle."""
+"""Returns an async context manager yielding a fresh, empty bundle: a
+``Storage`` for a backend with every capability, or a plain ``StorageBundle``
+of seed stores."""
 
-Case = Callable[[StorageBundle], Awaitable[None]]
+Case = Callable[[Storage], Awaitable[None]]
 
 UNICODE = "héllo ✓ 中文 עברית 🦜\u200d\x00 end"
 MEGABYTE = "ü" * (1 << 19) + "x" * (1 << 19)  # 1 MiB of characters, 1.5 MiB of UTF-8
@@ -42,7 +58,7 @@ def _raises(kind: type[BaseException], what: str) -> Iterator[None]:
     raise AssertionError(f"{what}: expected {kind.__name__}, nothing was raised")
 
 
-async def _history(bundle: StorageBundle, conversation_id: str, **kwargs: int) -> list[Message]:
+async def _history(bundle: Storage, conversation_id: str, **kwargs: int) -> list[Message]:
     return [m async for m in bundle.message_store.get_messages(conversation_id, **kwargs)]
 
 
@@ -60,7 +76,7 @@ def _user(content: str) -> Message:
 # --- messages -------------------------------------------------------------------
 
 
-async def _empty_conversation(bundle: StorageBundle) -> None:
+async def _empty_conversation(bundle: Storage) -> None:
     store = bundle.message_store
     assert await _history(bundle, "nobody") == [], "an unknown conversation has messages"
     assert await store.token_stats("nobody") == TokenStats(), "an unknown conversation has usage"
@@ -68,7 +84,7 @@ async def _empty_conversation(bundle: StorageBundle) -> None:
     assert await store.list_conversations() == [], "an empty store lists conversations"
 
 
-async def _append_assigns_seq_and_time(bundle: StorageBundle) -> None:
+async def _append_assigns_seq_and_time(bundle: Storage) -> None:
     store = bundle.message_store
     sent = [
         Message(role=Role.SYSTEM, content="be brief", seq=99, created_at=_CALLERS_TIME),
@@ -95,7 +111,7 @@ async def _append_assigns_seq_and_time(bundle: StorageBundle) -> None:
     assert await _history(bundle, "c") == stored, "get_messages differs from what append returned"
 
 
-async def _conversations_are_independent(bundle: StorageBundle) -> None:
+async def _conversations_are_independent(bundle: Storage) -> None:
     store = bundle.message_store
     for i in range(3):
         await store.append("a", _user(f"a{i}"))
@@ -105,7 +121,7 @@ async def _conversations_are_independent(bundle: StorageBundle) -> None:
     assert [m.content for m in await _history(bundle, "b")] == ["b0"]
 
 
-async def _get_messages_pages(bundle: StorageBundle) -> None:
+async def _get_messages_pages(bundle: Storage) -> None:
     store = bundle.message_store
     stored = [await store.append("c", _user(str(i))) for i in range(7)]
     for page_size in (1, 2, 3, 7, 8, 1000):
@@ -118,7 +134,7 @@ async def _get_messages_pages(bundle: StorageBundle) -> None:
         await _history(bundle, "c", page_size=0)
 
 
-async def _get_messages_fetches_lazily(bundle: StorageBundle) -> None:
+async def _get_messages_fetches_lazily(bundle: Storage) -> None:
     store = bundle.message_store
     for i in range(3):
         await store.append("c", _user(str(i)))
@@ -130,7 +146,7 @@ async def _get_messages_fetches_lazily(bundle: StorageBundle) -> None:
     assert seen == ["0", "1", "2", "late"], f"pages were not fetched as iterated: {seen}"
 
 
-async def _token_stats_sum_usage(bundle: StorageBundle) -> None:
+async def _token_stats_sum_usage(bundle: Storage) -> None:
     store = bundle.message_store
     await store.append("c", _user("q"))
     for p, c in ((10, 2), (5, 0), (0, 9)):
@@ -141,7 +157,7 @@ async def _token_stats_sum_usage(bundle: StorageBundle) -> None:
     assert stats == TokenStats(prompt_tokens=15, completion_tokens=11, messages=3), repr(stats)
 
 
-async def _idempotency_keys(bundle: StorageBundle) -> None:
+async def _idempotency_keys(bundle: Storage) -> None:
     store = bundle.message_store
     await store.append("c", _user("first"))
     kept = await store.append("c", _user("retry me"), idempotency_key="turn-1")
@@ -160,26 +176,22 @@ async def _idempotency_keys(bundle: StorageBundle) -> None:
     assert await store.find_idempotency_key("nobody", "turn-1") is None
 
 
-def _key_index(bundle: StorageBundle) -> IdempotencyKeyIndex | None:
-    """The message store as an ``IdempotencyKeyIndex``, None if it offers none of
-    it; a store offering part of the protocol fails (it would be silently
-    passed over by ``isinstance`` checks, ListTasks' among them)."""
-    store = bundle.message_store
-    if isinstance(store, IdempotencyKeyIndex):
-        return store
-    names = ("list_idempotency_keys", "list_keyed_turns", "count_idempotency_keys")
-    partial = [name for name in names if hasattr(store, name)]
-    assert not partial, (
-        f"the message store has {', '.join(partial)} but not all of IdempotencyKeyIndex"
-        f" ({', '.join(names)}): implement the rest, or none"
-    )
-    return None
+async def _implements_the_full_protocol(bundle: Storage) -> None:
+    """Every method of the full protocols is there (mypy checks a ``Storage``
+    built in typed code; this names what an untyped one lacks)."""
+    for name, store, protocol in (
+        ("message store", bundle.message_store, FullMessageStore),
+        ("working memory store", bundle.working_memory_store, FullWorkingMemoryStore),
+    ):
+        lacking = missing_members(store, protocol)
+        assert not lacking, (
+            f"the {name} lacks {', '.join(lacking)} of {protocol.__name__}: a Storage's"
+            " stores implement the full protocols (a seed-only backend goes in a StorageBundle)"
+        )
 
 
-async def _list_idempotency_keys(bundle: StorageBundle) -> None:
-    store, index = bundle.message_store, _key_index(bundle)
-    if index is None:
-        return  # optional
+async def _list_idempotency_keys(bundle: Storage) -> None:
+    store = index = bundle.message_store
     assert await index.list_idempotency_keys("nobody") == []
     await store.append("c", _user("no key"))
     for i in range(1, 6):
@@ -196,11 +208,9 @@ async def _list_idempotency_keys(bundle: StorageBundle) -> None:
         await index.list_idempotency_keys("c", limit=-1)
 
 
-async def _list_keyed_turns(bundle: StorageBundle) -> None:
+async def _list_keyed_turns(bundle: Storage) -> None:
     """Keyed turns newest first, each up to the next user message, paged by seq."""
-    store, index = bundle.message_store, _key_index(bundle)
-    if index is None:
-        return  # optional
+    store = index = bundle.message_store
     assert await index.list_keyed_turns("nobody") == []
     assert await index.count_idempotency_keys("nobody") == 0
     call = ToolCall(id="t1", name="calc_add", arguments="{}")
@@ -251,7 +261,7 @@ async def _list_keyed_turns(bundle: StorageBundle) -> None:
         await index.list_keyed_turns("c", max_messages=0)
 
 
-async def _submit_applies_in_order(bundle: StorageBundle) -> None:
+async def _submit_applies_in_order(bundle: Storage) -> None:
     store = bundle.message_store
     pendings = [await store.submit("c", _user(str(i))) for i in range(20)]
     results = [await p.wait() for p in pendings]
@@ -259,7 +269,7 @@ async def _submit_applies_in_order(bundle: StorageBundle) -> None:
     assert [m.content for m in await _history(bundle, "c")] == [str(i) for i in range(20)]
 
 
-async def _concurrent_appends_are_gapless(bundle: StorageBundle) -> None:
+async def _concurrent_appends_are_gapless(bundle: Storage) -> None:
     store = bundle.message_store
     conversations = ("x", "y", "z")
 
@@ -280,7 +290,7 @@ async def _concurrent_appends_are_gapless(bundle: StorageBundle) -> None:
         assert all(v == list(range(5)) for v in by_task.values()), "a task's writes reordered"
 
 
-async def _list_conversations_pages(bundle: StorageBundle) -> None:
+async def _list_conversations_pages(bundle: Storage) -> None:
     store = bundle.message_store
     ids = ["b", "a", "é", "a2", "Z", "🦜", "c"]
     for conversation in ids:
@@ -298,7 +308,7 @@ async def _list_conversations_pages(bundle: StorageBundle) -> None:
         await store.list_conversations(limit=-1)
 
 
-async def _unicode_and_large_messages(bundle: StorageBundle) -> None:
+async def _unicode_and_large_messages(bundle: Storage) -> None:
     store = bundle.message_store
     call = ToolCall(id=UNICODE, name="t", arguments=UNICODE)
     big = await store.append(
@@ -320,22 +330,28 @@ MESSAGE_CASES: tuple[Case, ...] = (
     _get_messages_fetches_lazily,
     _token_stats_sum_usage,
     _idempotency_keys,
-    _list_idempotency_keys,
-    _list_keyed_turns,
     _submit_applies_in_order,
     _concurrent_appends_are_gapless,
     _list_conversations_pages,
     _unicode_and_large_messages,
+)
+"""The seed ``MessageStore``: every bundle."""
+
+FULL_MESSAGE_CASES: tuple[Case, ...] = (
+    _implements_the_full_protocol,
+    _list_idempotency_keys,
+    _list_keyed_turns,
     *LEDGER_CASES,
     *LIFECYCLE_CASES,
     *SUMMARY_CASES,
 )
+"""The rest of ``FullMessageStore``: a ``Storage``."""
 
 
 # --- working memory -------------------------------------------------------------
 
 
-async def _memory_append_and_list(bundle: StorageBundle) -> None:
+async def _memory_append_and_list(bundle: Storage) -> None:
     store = bundle.working_memory_store
     assert await store.list("c") == []
     first = await store.append("c", "one")
@@ -349,7 +365,7 @@ async def _memory_append_and_list(bundle: StorageBundle) -> None:
     assert await store.list("d") == [other]
 
 
-async def _memory_archive(bundle: StorageBundle) -> None:
+async def _memory_archive(bundle: Storage) -> None:
     store = bundle.working_memory_store
     a, b, c = [await store.append("c", t) for t in "abc"]
     theirs = await store.append("d", "theirs")
@@ -360,7 +376,7 @@ async def _memory_archive(bundle: StorageBundle) -> None:
     assert await store.archive("c", []) == 0
 
 
-async def _memory_compact(bundle: StorageBundle) -> None:
+async def _memory_compact(bundle: Storage) -> None:
     store = bundle.working_memory_store
     a, b, c = [await store.append("c", t) for t in "abc"]
     summary = await store.compact("c", [a.id, b.id], "a and b")
@@ -370,7 +386,7 @@ async def _memory_compact(bundle: StorageBundle) -> None:
     assert await store.list("c") == [c, summary], "compact did not archive or add the summary"
 
 
-async def _memory_compact_refuses_foreign_ids(bundle: StorageBundle) -> None:
+async def _memory_compact_refuses_foreign_ids(bundle: Storage) -> None:
     store = bundle.working_memory_store
     a, b = [await store.append("c", t) for t in "ab"]
     theirs = await store.append("d", "theirs")
@@ -382,13 +398,8 @@ async def _memory_compact_refuses_foreign_ids(bundle: StorageBundle) -> None:
     assert await store.list("d") == [theirs], "a refused compact changed conversation d"
 
 
-async def _memory_archived_listed(bundle: StorageBundle) -> None:
+async def _memory_archived_listed(bundle: Storage) -> None:
     store = bundle.working_memory_store
-    if not isinstance(store, ArchivedMemory):
-        assert not hasattr(store, "list_archived"), (
-            "the working memory store has list_archived but it does not match ArchivedMemory"
-        )
-        return  # optional
     assert await store.list_archived("c") == []
     a, b, c, d = [await store.append("c", t) for t in ("a", UNICODE, "c", "d")]
     theirs = await store.append("other", "theirs")
@@ -407,16 +418,16 @@ async def _memory_archived_listed(bundle: StorageBundle) -> None:
 WORKING_MEMORY_CASES: tuple[Case, ...] = (
     _memory_append_and_list,
     _memory_archive,
-    _memory_archived_listed,
     _memory_compact,
     _memory_compact_refuses_foreign_ids,
 )
+FULL_WORKING_MEMORY_CASES: tuple[Case, ...] = (_memory_archived_listed,)
 
 
 # --- reflections ----------------------------------------------------------------
 
 
-async def _reflections_insert_and_list(bundle: StorageBundle) -> None:
+async def _reflections_insert_and_list(bundle: Storage) -> None:
     store = bundle.reflection_store
     assert await store.count() == 0
     assert await store.list_recent(5) == []
@@ -433,7 +444,7 @@ async def _reflections_insert_and_list(bundle: StorageBundle) -> None:
         await store.list_recent(-1)
 
 
-async def _reflections_delete_older_than(bundle: StorageBundle) -> None:
+async def _reflections_delete_older_than(bundle: Storage) -> None:
     store = bundle.reflection_store
     made = [await store.insert("c", UNICODE + str(i)) for i in range(5)]
     cutoff = made[2].created_at
@@ -461,7 +472,7 @@ REFLECTION_CASES: tuple[Case, ...] = (
 # --- skills ---------------------------------------------------------------------
 
 
-async def _skills_empty(bundle: StorageBundle) -> None:
+async def _skills_empty(bundle: Storage) -> None:
     store = bundle.skill_store
     assert await store.catalog() == []
     assert await store.all() == []
@@ -470,7 +481,7 @@ async def _skills_empty(bundle: StorageBundle) -> None:
     assert not await store.remove("x")
 
 
-async def _skills_upsert_and_read(bundle: StorageBundle) -> None:
+async def _skills_upsert_and_read(bundle: Storage) -> None:
     store = bundle.skill_store
     stored = {}
     for name in ("zeta", "alpha", "mid", UNICODE):
@@ -486,7 +497,7 @@ async def _skills_upsert_and_read(bundle: StorageBundle) -> None:
     assert await store.exists(UNICODE)
 
 
-async def _skills_upsert_replaces(bundle: StorageBundle) -> None:
+async def _skills_upsert_replaces(bundle: Storage) -> None:
     store = bundle.skill_store
     old = await store.upsert(Skill(name="s", description="old", body="old body"))
     new = await store.upsert(Skill(name="s", description="new", body=MEGABYTE))
@@ -497,7 +508,7 @@ async def _skills_upsert_replaces(bundle: StorageBundle) -> None:
     assert await store.get("s") == new, "upsert did not replace the skill"
 
 
-async def _skills_remove(bundle: StorageBundle) -> None:
+async def _skills_remove(bundle: Storage) -> None:
     store = bundle.skill_store
     await store.upsert(Skill(name="a", description="", body=""))
     await store.upsert(Skill(name="b", description="", body=""))
@@ -519,23 +530,43 @@ SKILL_CASES: tuple[Case, ...] = (
 # --- the public checks ----------------------------------------------------------
 
 
-async def _run(make_bundle: MakeBundle, cases: tuple[Case, ...]) -> None:
-    for case in cases:
+async def _run(
+    make_bundle: MakeBundle,
+    cases: tuple[Case, ...],
+    full: tuple[Case, ...] = (),
+    degraded: tuple[Case, ...] = (),
+) -> None:
+    """Each case on a fresh bundle, as a ``Storage`` (``full_storage``): the
+    ``cases``, then ``full`` for a ``Storage`` or ``degraded`` for a plain
+    ``StorageBundle`` (known from the first bundle opened)."""
+    chosen: tuple[Case, ...] | None = None
+    position = 0
+    while chosen is None or position < len(chosen):
         async with make_bundle() as bundle:
+            storage = full_storage(bundle)
+            if chosen is None:
+                chosen = cases + (degraded if storage.degraded else full)
+                if not chosen:
+                    return
+            case = chosen[position]
+            position += 1
             try:
-                await case(bundle)
+                await case(storage)
             except AssertionError as error:
                 raise AssertionError(f"store contract case {case.__name__}: {error}") from error
 
 
 async def check_message_store(make_bundle: MakeBundle) -> None:
-    """Check the bundle's ``MessageStore`` against the contract."""
-    await _run(make_bundle, MESSAGE_CASES)
+    """Check the bundle's ``MessageStore`` against the contract: a ``Storage``'s
+    against ``FullMessageStore``, a plain bundle's against the seed protocol
+    (and its stand-ins against the degraded behaviour)."""
+    await _run(make_bundle, MESSAGE_CASES, FULL_MESSAGE_CASES, DEGRADED_MESSAGE_CASES)
 
 
 async def check_working_memory_store(make_bundle: MakeBundle) -> None:
-    """Check the bundle's ``WorkingMemoryStore`` against the contract."""
-    await _run(make_bundle, WORKING_MEMORY_CASES)
+    """Check the bundle's ``WorkingMemoryStore`` against the contract (a
+    ``Storage``'s against ``FullWorkingMemoryStore``)."""
+    await _run(make_bundle, WORKING_MEMORY_CASES, FULL_WORKING_MEMORY_CASES, DEGRADED_MEMORY_CASES)
 
 
 async def check_reflection_store(make_bundle: MakeBundle) -> None:

@@ -1,5 +1,5 @@
-"""The summaries' part of the store contract (``SummaryStore``, optional),
-and a ``ConversationLoader``'s snapshot after a seq."""
+"""The summaries' part of the store contract (``FullMessageStore``), and a
+conversation's snapshot after a seq (``load_conversation``)."""
 
 from __future__ import annotations
 
@@ -9,30 +9,9 @@ from datetime import timedelta
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role
-from agentik.storage._protocols import (
-    ConversationLoader,
-    StorageBundle,
-    SummaryHistory,
-    SummaryStore,
-)
+from agentik.storage._protocols import Storage
 
-Case = Callable[[StorageBundle], Awaitable[None]]
-
-_NAMES = ("submit_summary", "latest_summary")
-
-
-def _summaries(bundle: StorageBundle) -> SummaryStore | None:
-    """The message store as a ``SummaryStore``, None if it offers none of it; a
-    store offering part of it fails."""
-    store = bundle.message_store
-    if isinstance(store, SummaryStore):
-        return store
-    partial = [name for name in _NAMES if hasattr(store, name)]
-    assert not partial, (
-        f"the message store has {', '.join(partial)} but not all of SummaryStore"
-        f" ({', '.join(_NAMES)}): implement the rest, or none"
-    )
-    return None
+Case = Callable[[Storage], Awaitable[None]]
 
 
 @contextmanager
@@ -44,11 +23,8 @@ def _refused(what: str) -> Iterator[None]:
     raise AssertionError(f"{what}: expected StoreError, nothing was raised")
 
 
-async def _summaries_chain(bundle: StorageBundle) -> None:
-    summaries = _summaries(bundle)
-    if summaries is None:
-        return  # optional
-    store = bundle.message_store
+async def _summaries_chain(bundle: Storage) -> None:
+    summaries = store = bundle.message_store
     assert await summaries.latest_summary("c") is None
     for i in range(1, 7):
         await store.append("c", Message(Role.USER if i % 2 else Role.ASSISTANT, f"m{i}"))
@@ -71,35 +47,24 @@ async def _summaries_chain(bundle: StorageBundle) -> None:
     assert len(history) == 6, "a summary never deletes history"
 
 
-async def _snapshot_after_a_seq(bundle: StorageBundle) -> None:
+async def _snapshot_after_a_seq(bundle: Storage) -> None:
     store = bundle.message_store
-    if not isinstance(store, ConversationLoader):
-        return  # optional
     for i in range(1, 6):
         await store.append("c", Message(Role.USER, f"m{i}"))
     await bundle.working_memory_store.append("c", "a note")
     snapshot = await store.load_conversation("c", page_size=2, after_seq=2)
     assert [m.seq for m in snapshot.messages] == [3, 4]
     assert [e.text for e in snapshot.memory] == ["a note"]
-    summaries = _summaries(bundle)
-    if summaries is not None:
-        assert snapshot.summary is None
-        await (await summaries.submit_summary("c", 3, "three")).wait()
-        later = await store.load_conversation("c", after_seq=3)
-        assert later.summary is not None
-        assert later.summary.through_seq == 3
-        assert [m.seq for m in later.messages] == [4, 5]
+    assert snapshot.summary is None
+    await (await store.submit_summary("c", 3, "three")).wait()
+    later = await store.load_conversation("c", after_seq=3)
+    assert later.summary is not None
+    assert later.summary.through_seq == 3
+    assert [m.seq for m in later.messages] == [4, 5]
 
 
-async def _summaries_listed(bundle: StorageBundle) -> None:
-    store = bundle.message_store
-    if not isinstance(store, SummaryHistory):
-        assert not hasattr(store, "list_summaries"), (
-            "the message store has list_summaries but it does not match SummaryHistory"
-        )
-        return  # optional
-    summaries = _summaries(bundle)
-    assert summaries is not None, "a SummaryHistory must also be a SummaryStore"
+async def _summaries_listed(bundle: Storage) -> None:
+    summaries = store = bundle.message_store
     assert await store.list_summaries("c") == []
     for i in range(1, 9):
         await store.append("c", Message(Role.USER, f"m{i}"))

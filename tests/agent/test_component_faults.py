@@ -38,7 +38,7 @@ from agentik._json import JsonObject
 from agentik.agent import ChatAgent, PromptContext, TurnFailed, TurnFinished, open_chat_agent
 from agentik.agent._optional_work import REFLECT
 from agentik.models import ModelStreamEvent, ScriptedModel, TextDelta
-from agentik.storage import ReflectionStore, StorageBundle, in_memory_storage
+from agentik.storage import ReflectionStore, in_memory_storage
 from tests.agent.helpers import assert_valid_history, stored
 
 
@@ -280,12 +280,7 @@ async def run_bad_turn(agent: ChatAgent, via_stream: bool) -> Outcome:
 async def fault_scenario(fault: Fault, via_stream: bool) -> tuple[Outcome, InMemoryReport]:
     model = FaultyModel(fault)
     base = in_memory_storage()
-    storage = StorageBundle(
-        base.message_store,
-        base.working_memory_store,
-        FaultyReflections(base.reflection_store, fault),
-        base.skill_store,
-    )
+    storage = attrs.evolve(base, reflection_store=FaultyReflections(base.reflection_store, fault))
 
     async def fragile(arguments: JsonObject) -> str:
         fault.fire("tool")

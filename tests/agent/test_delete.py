@@ -30,7 +30,6 @@ from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
 from agentik.storage import (
     StorageBundle,
-    SummaryStore,
     in_memory_storage,
     open_sqlite_storage,
 )
@@ -242,7 +241,7 @@ async def test_remembered_failures_and_cached_reflections_go() -> None:
 
 
 async def test_delete_needs_a_store_that_can() -> None:
-    """A message store without ConversationDeleter: a clear error, nothing done."""
+    """A seed message store (in a plain StorageBundle): a clear error, nothing done."""
     base = in_memory_storage()
 
     class Plain:
@@ -326,7 +325,6 @@ async def test_summaries_go_from_the_store_and_the_live_task(backend: Backend) -
 
     async with backend() as storage:
         store = storage.message_store
-        assert isinstance(store, SummaryStore)
         async with open_chat_agent(
             model=ScriptedModel(respond), storage=storage, context=ContextPolicy(max_tokens=300)
         ) as agent:

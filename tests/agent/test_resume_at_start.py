@@ -37,9 +37,7 @@ from agentik import (
 from agentik.agent import _resume
 from agentik.models import ScriptedModel
 from agentik.storage import (
-    InterruptedTurnIndex,
     StorageBundle,
-    TurnLedger,
     in_memory_storage,
     open_sqlite_storage,
 )
@@ -131,7 +129,6 @@ async def until(condition: Callable[[], Awaitable[bool]]) -> None:
 
 async def none_interrupted(storage: StorageBundle) -> bool:
     store = storage.message_store
-    assert isinstance(store, InterruptedTurnIndex)
     return not await store.interrupted_conversations()
 
 
@@ -238,7 +235,6 @@ STATES = (
 async def build(storage: StorageBundle, conversation_id: str, state: str) -> None:
     """The conversation as a killed process leaves it, its last turn in ``state``."""
     store = storage.message_store
-    assert isinstance(store, TurnLedger)
     await store.append(conversation_id, Message(Role.USER, "earlier"))
     await store.append(conversation_id, Message(Role.ASSISTANT, "fine"))
     user = await store.append(conversation_id, Message(Role.USER, "work"))
@@ -343,8 +339,8 @@ def _open(sqlite: bool, path: Path):  # type: ignore[no-untyped-def]
 @attrs.define
 class HeldRead:
     """The real in-memory message store, holding one read (``point``) of the
-    recovery until released; no ``InterruptedTurnIndex`` (the test's request
-    recovers the turn, not a start-up pass)."""
+    recovery until released; ``interrupted_conversations`` finds nothing (the
+    test's request recovers the turn, not a start-up pass)."""
 
     inner: object
     point: str
@@ -369,9 +365,11 @@ class HeldRead:
             conversation_id, **kwargs
         )
 
+    async def interrupted_conversations(self, **kwargs: object) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return []
+
     def __getattr__(self, name: str) -> object:
-        if name == "interrupted_conversations":
-            raise AttributeError(name)
         return getattr(self.inner, name)
 
 

@@ -18,7 +18,6 @@ from agentik import Role, TurnError
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
 from agentik.storage import (
-    NowaitSubmitter,
     StorageBundle,
     in_memory_storage,
     open_postgres_storage,
@@ -59,7 +58,6 @@ async def test_a_turn_with_a_tool_call_takes_two_task_steps() -> None:
     caller's send hands the request over and waits in one step, and recording
     the four messages adds none."""
     storage = in_memory_storage()
-    assert isinstance(storage.message_store, NowaitSubmitter)
     async with open_chat_agent(
         model=ScriptedModel(respond), storage=storage, tools=[ADD], builtin_tools=False
     ) as agent:
@@ -87,7 +85,6 @@ async def test_a_full_writer_queue_falls_back_to_waiting(
     in order and gapless."""
     open_store = opener(request, tmp_path, backend, queue_size)
     async with open_store() as storage:
-        assert isinstance(storage.message_store, NowaitSubmitter)
         async with open_chat_agent(
             model=ScriptedModel(respond), storage=storage, tools=[ADD], builtin_tools=False
         ) as agent:

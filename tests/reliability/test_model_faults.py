@@ -171,15 +171,21 @@ async def test_stream_stalls_mid_tool_call(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["send", "stream"])
-async def test_5xx_storm_past_the_retry_budget(server: ChatServer, stream: bool) -> None:
-    """503 after 503: exactly 1 + max_retries requests, then model_error;
-    the user message stays, nothing else; the next turn works."""
+@pytest.mark.parametrize(
+    ("status", "code"), [(503, "model_unavailable"), (500, "model_error")], ids=["503", "500"]
+)
+async def test_5xx_storm_past_the_retry_budget(
+    server: ChatServer, stream: bool, status: int, code: str
+) -> None:
+    """5xx after 5xx: exactly 1 + max_retries requests, then the turn fails
+    (``model_unavailable`` for an overloaded backend's 503, ``model_error``
+    for a 500); the user message stays, nothing else; the next turn works."""
     setup = Setup(server)
     error = {"error": {"message": "overloaded", "type": "server_error"}}
-    server.script(*[Json(error, status=503) for _ in range(RETRIES + 1)])
+    server.script(*[Json(error, status=status) for _ in range(RETRIES + 1)])
     async with setup.model() as model, setup.agent(model) as agent:
         failure = await failing_turn(agent, stream=stream)
-        assert failure.code == "model_error"
+        assert failure.code == code
         assert len(server.received) == RETRIES + 1
         assert len(setup.delays) == RETRIES
         assert [m.role for m in await history(setup.storage, "c")] == [Role.USER]

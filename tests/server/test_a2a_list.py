@@ -29,7 +29,6 @@ from agentik.server._a2a_wire import TaskView, make_task_id
 from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER, Caller
 from agentik.storage import (
-    IdempotencyKeyIndex,
     MessageStore,
     StorageBundle,
     in_memory_storage,
@@ -58,7 +57,6 @@ class CountingStore:
 
     async def list_keyed_turns(self, conversation_id: str, **kwargs: Any) -> Any:
         self.calls["list_keyed_turns"] += 1
-        assert isinstance(self._inner, IdempotencyKeyIndex)
         turns = await self._inner.list_keyed_turns(conversation_id, **kwargs)
         self.messages_read += sum(len(turn.messages) for turn in turns)
         return turns
@@ -69,12 +67,10 @@ class CountingStore:
 
     async def count_idempotency_keys(self, conversation_id: str, **kwargs: Any) -> int:
         self.calls["count_idempotency_keys"] += 1
-        assert isinstance(self._inner, IdempotencyKeyIndex)
         return await self._inner.count_idempotency_keys(conversation_id, **kwargs)
 
     async def list_idempotency_keys(self, conversation_id: str, **kwargs: Any) -> Any:
         self.calls["list_idempotency_keys"] += 1
-        assert isinstance(self._inner, IdempotencyKeyIndex)
         keys = await self._inner.list_idempotency_keys(conversation_id, **kwargs)
         self.messages_read += len(keys)
         return keys
@@ -212,7 +208,6 @@ async def page_through(
     """Every page, following the tokens; each page but the last is full, and
     each says the same totalSize: the number of tasks listed in all."""
     store = bundle.message_store
-    assert isinstance(store, IdempotencyKeyIndex)
     after: int | str | None = None
     seen: list[TaskView] = []
     totals: set[int] = set()

@@ -30,7 +30,7 @@ from agentik.server._a2a_list import Query, context_page, parse_timestamp
 from agentik.server._a2a_wire import A2AError, SendParams, make_task_id, parse_decisions
 from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER
-from agentik.storage import IdempotencyKeyIndex, in_memory_storage
+from agentik.storage import in_memory_storage
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import A2A_1, GUARD_SECONDS, PAID, Served, serving
 
@@ -375,7 +375,6 @@ async def test_paging_with_status_timestamp_after_lists_exactly_the_later_tasks(
 ) -> None:
     bundle = in_memory_storage()
     store = bundle.message_store
-    assert isinstance(store, IdempotencyKeyIndex)
     tasks: list[tuple[str, datetime.datetime]] = []
     for i in range(count):
         key = make_task_id("ctx", f"m{i}")

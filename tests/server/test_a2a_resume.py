@@ -27,7 +27,7 @@ from agentik.server._a2a_list import Query, context_page
 from agentik.server._a2a_wire import make_task_id
 from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER
-from agentik.storage import IdempotencyKeyIndex, TurnLedger, in_memory_storage, open_sqlite_storage
+from agentik.storage import in_memory_storage, open_sqlite_storage
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import (
     PAID,
@@ -68,7 +68,6 @@ async def killed_while_paying(database: Path) -> str:
     task_id = make_task_id("ctx", "m1")
     async with open_sqlite_storage(database) as storage:
         store = storage.message_store
-        assert isinstance(store, TurnLedger)
         await store.append("ctx", Message(Role.USER, "pay 5"), idempotency_key=task_id)
         calls = (ToolCall("pay-1-0", "vault_pay", json.dumps({"amount": 5})),)
         made = await (
@@ -136,7 +135,6 @@ async def test_a_resuming_task_is_working_and_a_repeated_decision_waits_for_it(
 async def test_an_interrupted_task_is_working_only_while_it_can_resume(later: bool) -> None:
     storage = in_memory_storage()
     store = storage.message_store
-    assert isinstance(store, IdempotencyKeyIndex)
     task_id = make_task_id("ctx", "m1")
     await store.append("ctx", Message(Role.USER, "work"), idempotency_key=task_id)
     if later:  # a later turn ran after it: it will not be resumed

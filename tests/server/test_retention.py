@@ -19,7 +19,7 @@ from agentik._config import ConfigError, ServerConfig, load_config
 from agentik.agent import open_chat_agent
 from agentik.server import serve_agentik
 from agentik.server._retention import run_retention
-from agentik.storage import in_memory_storage
+from agentik.storage import StorageBundle, in_memory_storage
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -153,8 +153,9 @@ async def test_the_server_runs_retention_and_stops_it(tmp_path: Path) -> None:
 
 
 class _CannotDelete:
-    """A message store without the lifecycle protocols (a third-party one):
-    every other attribute is the in-memory store's."""
+    """A seed message store (a third-party one, in a plain ``StorageBundle``),
+    without the full protocol's lifecycle methods: every other attribute is
+    the in-memory store's."""
 
     _HIDDEN = frozenset(
         {"delete_conversation", "idle_conversations", "export_conversation", "import_conversation"}
@@ -175,7 +176,12 @@ async def test_storage_that_cannot_delete_is_refused_clearly(tmp_path: Path) -> 
     import httpx2
 
     bundle = in_memory_storage()
-    storage = attrs.evolve(bundle, message_store=_CannotDelete(bundle.message_store))
+    storage = StorageBundle(
+        _CannotDelete(bundle.message_store),  # type: ignore[arg-type]
+        bundle.working_memory_store,
+        bundle.reflection_store,
+        bundle.skill_store,
+    )
     config = attrs.evolve(ServerConfig(port=0, database=str(tmp_path / "x.db")), retention_days=1.0)
     stop = trio.Event()
     with trio.fail_after(20):
@@ -200,7 +206,7 @@ async def test_storage_that_cannot_delete_is_refused_clearly(tmp_path: Path) -> 
 
 
 async def test_the_server_runs_retention_on_postgres(postgres_dsn: str) -> None:
-    """The same on a PostgreSQL bundle (it is a ConversationDeleter): what was
+    """The same on a PostgreSQL bundle (its store deletes conversations): what was
     idle at start-up is deleted, what is recent stays. Real time, as above."""
     from agentik.storage import open_postgres_storage
     from tests.postgres import fresh_schema

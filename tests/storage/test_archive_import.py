@@ -30,7 +30,6 @@ from agentik.storage import (
     ArchivedNote,
     ArchivedReflection,
     ArchiveRecord,
-    ConversationArchiver,
     StorageBundle,
     in_memory_storage,
     open_sqlite_storage,
@@ -67,7 +66,6 @@ def _no_ids(records: list[ArchiveRecord] | tuple[ArchiveRecord, ...]) -> list[Ar
 
 async def _export(bundle: StorageBundle, stored: str, conversation_id: str) -> list[ArchiveRecord]:
     store = bundle.message_store
-    assert isinstance(store, ConversationArchiver)
     return [named(r, conversation_id) async for r in store.export_conversation(stored)]
 
 
@@ -82,7 +80,6 @@ async def _import_file(bundle: StorageBundle, text: str) -> list[ArchiveRecord] 
     """What the CLI does: read, then import under the archive's owner and id.
     The records as exported afterwards, or why it was refused."""
     store = bundle.message_store
-    assert isinstance(store, ConversationArchiver)
     try:
         archive = read_archive(split_lines(text.encode("utf-8", "surrogatepass")))
     except ArchiveFormatError as error:
@@ -104,7 +101,6 @@ async def _round_trip(backend: Factory, records: list[ArchiveRecord], owner: str
     stored = stored_id(owner, "c")
     async with backend() as first:
         store = first.message_store
-        assert isinstance(store, ConversationArchiver)
         messages = await store.import_conversation(stored, records)
         assert messages == sum(isinstance(r, ArchivedMessage) for r in records)
         exported = await _export(first, stored, "c")

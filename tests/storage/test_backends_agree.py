@@ -27,12 +27,9 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from agentik import Message, Role, Skill, StoreError, TokenUsage, ToolCall
 from agentik.storage import (
-    ArchivedMemory,
-    ConversationLoader,
     ConversationSnapshot,
+    Storage,
     StorageBundle,
-    SummaryHistory,
-    SummaryStore,
     in_memory_storage,
     open_postgres_storage,
     open_sqlite_storage,
@@ -195,7 +192,6 @@ class BackendsAgree(RuleBasedStateMachine):
     def summary_submit(self, conversation: str, through: int, text: str) -> None:
         async def submit_and_wait(b: StorageBundle) -> object:
             store = b.message_store
-            assert isinstance(store, SummaryStore)
             return await (await store.submit_summary(conversation, through, text)).wait()
 
         self.agree(submit_and_wait)
@@ -204,7 +200,6 @@ class BackendsAgree(RuleBasedStateMachine):
     def summary_latest(self, conversation: str) -> None:
         async def latest(b: StorageBundle) -> object:
             store = b.message_store
-            assert isinstance(store, SummaryStore)
             return await store.latest_summary(conversation)
 
         self.agree(latest)
@@ -213,28 +208,28 @@ class BackendsAgree(RuleBasedStateMachine):
     def summary_list(self, conversation: str, after: int, limit: int) -> None:
         async def listed(b: StorageBundle) -> object:
             store = b.message_store
-            assert isinstance(store, SummaryHistory)
             return await store.list_summaries(conversation, after_seq=after, limit=limit)
 
         self.agree(listed)
 
     @rule(conversation=conversations, after=st.integers(-1, 8), page_size=st.integers(1, 4))
     def snapshot(self, conversation: str, after: int, page_size: int) -> None:
-        """A SQL backend's one-read snapshot equals its parts as the in-memory
-        store answers them one by one (it has no ``load_conversation``)."""
+        """A backend's one-read snapshot equals its parts as it answers them one
+        by one, and every backend agrees on both."""
 
-        async def load(b: StorageBundle) -> ConversationSnapshot:
+        async def load(b: StorageBundle) -> tuple[ConversationSnapshot, ConversationSnapshot]:
             store = b.message_store
-            if isinstance(store, ConversationLoader):
-                return await store.load_conversation(
-                    conversation, page_size=page_size, after_seq=after
-                )
-            assert isinstance(store, SummaryStore)
+            assert isinstance(b, Storage)
             pages = store.get_messages(conversation, after_seq=after, page_size=page_size)
             messages = [m async for m in pages][:page_size]
             memory = await b.working_memory_store.list(conversation)
-            summary = await store.latest_summary(conversation)
-            return ConversationSnapshot(tuple(messages), tuple(memory), summary)
+            summary = await b.message_store.latest_summary(conversation)
+            parts = ConversationSnapshot(tuple(messages), tuple(memory), summary)
+            snapshot = await b.message_store.load_conversation(
+                conversation, page_size=page_size, after_seq=after
+            )
+            assert snapshot == parts, "the one-read snapshot differs from its parts"
+            return snapshot, parts
 
         self.agree(load)
 
@@ -252,7 +247,6 @@ class BackendsAgree(RuleBasedStateMachine):
     def memory_list_archived(self, conversation: str, after: int, limit: int) -> None:
         async def listed(b: StorageBundle) -> object:
             store = b.working_memory_store
-            assert isinstance(store, ArchivedMemory)
             return await store.list_archived(conversation, after_id=after, limit=limit)
 
         self.agree(listed)

@@ -186,7 +186,11 @@ class _OnlyTheOldKeyIndex:
     ("wrapper", "message"),
     [
         (_TurnsPastTheUserMessage, r"^store contract case _list_keyed_turns: "),
-        (_OnlyTheOldKeyIndex, r"but not all of IdempotencyKeyIndex"),
+        (
+            _OnlyTheOldKeyIndex,
+            r"^store contract case _implements_the_full_protocol: the message store lacks"
+            r" count_idempotency_keys, list_keyed_turns of FullMessageStore",
+        ),
     ],
 )
 async def test_the_contract_checks_keyed_turns(

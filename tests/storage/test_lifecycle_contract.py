@@ -18,24 +18,24 @@ from agentik.storage import (
     ArchivedNote,
     ArchivedReflection,
     ArchiveRecord,
-    ConversationArchiver,
-    ConversationDeleter,
+    StorageBundle,
+    in_memory_storage,
     open_postgres_storage,
     open_sqlite_storage,
 )
-from agentik.storage.sqlite import _lifecycle_queries as lq
+from agentik.storage.sqlite._queries import QUERIES as lq
 from agentik.testing import MakeBundle, check_message_store
 from tests.postgres import bundles, fresh_schema
 from tests.storage.archives import TEXT, conversations
 
 
-@pytest.mark.parametrize("forgotten", lq.CONVERSATION_TABLES)
+@pytest.mark.parametrize("forgotten", lq.conversation_tables)
 async def test_a_delete_that_forgets_a_table_fails_the_contract(
     forgotten: str, sqlite_bundles: MakeBundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """check_message_store fails, naming the delete case, for each table left behind."""
-    kept = tuple(t for t in lq.CONVERSATION_TABLES if t != forgotten)
-    monkeypatch.setattr(lq, "CONVERSATION_TABLES", kept)
+    kept = tuple(t for t in lq.conversation_tables if t != forgotten)
+    monkeypatch.setattr(lq, "conversation_tables", kept)
     with pytest.raises(
         AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
     ):
@@ -66,47 +66,35 @@ async def test_every_table_keyed_by_conversation_is_deleted(tmp_path: Path) -> N
         }
     finally:
         connection.close()
-    assert keyed == set(lq.CONVERSATION_TABLES)
+    assert keyed == set(lq.conversation_tables)
+
+
+def _lacks_of_full(bundle: StorageBundle) -> list[str]:
+    """What the bundle lacks of a full ``Storage``: its type, or a method of the
+    full protocols (``agentik.testing._members``)."""
+    from agentik.storage import FullMessageStore, FullWorkingMemoryStore, Storage
+    from agentik.testing._members import missing_members
+
+    if not isinstance(bundle, Storage) or bundle.degraded:
+        return [f"a full Storage (got {type(bundle).__name__})"]
+    return missing_members(bundle.message_store, FullMessageStore) + missing_members(
+        bundle.working_memory_store, FullWorkingMemoryStore
+    )
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-async def test_agentiks_backends_offer_every_optional_protocol(
+async def test_agentiks_backends_offer_the_full_protocol(
     backend: str, sqlite_bundles: MakeBundle
 ) -> None:
-    """The contract skips an optional protocol a store does not offer, so a
-    backend that lost one (a method moved out of its class by a merge) would
-    still pass it: agentik's own backends must offer them all."""
-    from agentik.storage import (
-        ConversationArchiver,
-        ConversationDeleter,
-        ConversationLoader,
-        IdempotencyKeyIndex,
-        SummaryStore,
-        TurnLedger,
-        in_memory_storage,
-    )
-
-    protocols = (
-        ConversationArchiver,
-        ConversationDeleter,
-        ConversationLoader,
-        IdempotencyKeyIndex,
-        SummaryStore,
-        TurnLedger,
-    )
+    """agentik's own backends yield a ``Storage`` whose stores have every
+    method of the full protocols (a method moved out of its class by a merge
+    would fail here, and in the contract's first full case)."""
     if backend == "memory":
-        store: object = in_memory_storage().message_store
-        # ConversationLoader is a read optimisation of SQLite's (one thread hop).
-        missing = [
-            p.__name__
-            for p in protocols
-            if p is not ConversationLoader and not isinstance(store, p)
-        ]
+        missing = _lacks_of_full(in_memory_storage())
     else:
         async with sqlite_bundles() as bundle:
-            store = bundle.message_store
-            missing = [p.__name__ for p in protocols if not isinstance(store, p)]
-    assert missing == [], f"{type(store).__name__} lacks {missing}"
+            missing = _lacks_of_full(bundle)
+    assert missing == [], f"the {backend} backend lacks {missing}"
 
 
 # --- PostgreSQL: the same contract, the same whole-table check ---------------
@@ -119,11 +107,11 @@ async def test_a_postgres_delete_that_forgets_a_table_fails_the_contract(
     forgotten: str, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As for SQLite: each table the delete leaves behind fails the contract."""
-    from agentik.storage.postgres import _lifecycle_queries as pq
+    from agentik.storage.postgres._queries import QUERIES as pq
 
-    assert set(pq.CONVERSATION_TABLES) == set(_PG_TABLES)
-    kept = tuple(t for t in pq.CONVERSATION_TABLES if t != forgotten)
-    monkeypatch.setattr(pq, "CONVERSATION_TABLES", kept)
+    assert set(pq.conversation_tables) == set(_PG_TABLES)
+    kept = tuple(t for t in pq.conversation_tables if t != forgotten)
+    monkeypatch.setattr(pq, "conversation_tables", kept)
     with pytest.raises(
         AssertionError, match=r"^store contract case _delete_removes_the_conversation_whole: "
     ):
@@ -136,7 +124,8 @@ async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_
     """The migrated PostgreSQL schema's tables with a conversation_id column
     are the ones a delete empties, plus those it keeps on purpose
     (``conversation_owner``: ownership outlives the data, docs/scale-out.md)."""
-    from agentik.storage.postgres import _lifecycle_queries as pq
+    from agentik.storage.postgres import _queries
+    from agentik.storage.postgres._queries import QUERIES as pq
 
     schema = fresh_schema()
     async with open_postgres_storage(postgres_dsn, schema=schema, readers=1):
@@ -152,33 +141,15 @@ async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_
         return {str(row[0]) for row in rows}
 
     keyed = await trio.to_thread.run_sync(keyed_tables)
-    assert not set(pq.CONVERSATION_TABLES) & set(pq.KEPT_TABLES)
-    assert keyed == set(pq.CONVERSATION_TABLES) | set(pq.KEPT_TABLES)
-    assert pq.KEPT_TABLES == ("conversation_owner",)
+    assert not set(pq.conversation_tables) & set(_queries.KEPT_TABLES)
+    assert keyed == set(pq.conversation_tables) | set(_queries.KEPT_TABLES)
+    assert _queries.KEPT_TABLES == ("conversation_owner",)
 
 
-async def test_postgres_offers_every_optional_protocol(postgres_dsn: str) -> None:
-    from agentik.storage import (
-        ConversationArchiver,
-        ConversationDeleter,
-        ConversationLoader,
-        IdempotencyKeyIndex,
-        SummaryStore,
-        TurnLedger,
-    )
-
-    protocols = (
-        ConversationArchiver,
-        ConversationDeleter,
-        ConversationLoader,
-        IdempotencyKeyIndex,
-        SummaryStore,
-        TurnLedger,
-    )
+async def test_postgres_offers_the_full_protocol(postgres_dsn: str) -> None:
     async with bundles(postgres_dsn)() as bundle:
-        store = bundle.message_store
-        missing = [p.__name__ for p in protocols if not isinstance(store, p)]
-    assert missing == [], f"{type(store).__name__} lacks {missing}"
+        missing = _lacks_of_full(bundle)
+    assert missing == [], f"the PostgreSQL backend lacks {missing}"
 
 
 def _no_ids(records: list[ArchiveRecord]) -> list[ArchiveRecord]:
@@ -211,15 +182,12 @@ async def test_postgres_exports_what_sqlite_exports(
         exports = []
         for bundle in (pg, lite):
             store = bundle.message_store
-            assert isinstance(store, ConversationArchiver)
             assert await store.import_conversation(conversation_id, records) == sum(
                 isinstance(r, ArchivedMessage) for r in records
             )
             exports.append([r async for r in store.export_conversation(conversation_id)])
         assert _no_ids(exports[0]) == _no_ids(exports[1])
         store = pg.message_store
-        assert isinstance(store, ConversationArchiver)
-        assert isinstance(store, ConversationDeleter)
         assert await store.delete_conversation(conversation_id) == bool(records)
         await store.import_conversation(conversation_id, exports[0])
         again = [r async for r in store.export_conversation(conversation_id)]

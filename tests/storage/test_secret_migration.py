@@ -31,7 +31,6 @@ from psycopg import sql
 
 from agentik.mcp import McpTokenVault
 from agentik.storage import StorageBundle, open_postgres_storage, open_sqlite_storage
-from agentik.storage._protocols import ArchivedMemory
 from agentik.storage.postgres import _migrate as pg_migrate
 from agentik.storage.sqlite._connect import open_write_connection
 from agentik.storage.sqlite._migrate import migrations as sqlite_migrations
@@ -101,7 +100,6 @@ def old_rows(history: dict[str, list[Event]]) -> list[tuple[str, str, bool]]:
 async def check_upgraded(bundle: StorageBundle, history: dict[str, list[Event]]) -> None:
     vault = McpTokenVault(bundle, KEY)
     notes = bundle.working_memory_store
-    assert isinstance(notes, ArchivedMemory)
     for server, events in history.items():
         writes = [e for e in events if isinstance(e, VaultWrite)]
         tokens = await vault.storage(server).get_tokens()

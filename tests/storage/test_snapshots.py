@@ -12,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import Message, Role, TokenUsage, ToolCall, open_sqlite_storage
-from agentik.storage._protocols import ConversationSnapshot
-from agentik.storage.sqlite._queries import list_memory, message_page
-from agentik.storage.sqlite._turn_queries import conversation_snapshots, latest_summary
+from agentik.storage import ConversationSnapshot
+from agentik.storage.sqlite._queries import QUERIES
 
 _TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 """Any text SQLite holds: NUL, control characters, quotes, backslashes, emoji."""
@@ -36,9 +35,9 @@ _MESSAGES = st.one_of(
 
 def _oracle(connection: apsw.Connection, cid: str, limit: int, after: int) -> ConversationSnapshot:
     with connection:
-        messages = message_page(connection, cid, after, limit)
-        notes = list_memory(connection, cid)
-        summary = latest_summary(connection, cid)
+        messages = QUERIES.message_page(connection, cid, after, limit)
+        notes = QUERIES.list_memory(connection, cid)
+        summary = QUERIES.latest_summary(connection, cid)
     return ConversationSnapshot(tuple(messages), tuple(notes), summary)
 
 
@@ -84,7 +83,7 @@ def test_one_statement_reads_what_the_plain_queries_read(
         ]
         connection = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            got = conversation_snapshots(connection, asked)
+            got = QUERIES.conversation_snapshots(connection, asked)
             assert got == [_oracle(connection, *request) for request in asked]
         finally:
             connection.close()

@@ -33,7 +33,6 @@ from agentik import (
 from agentik.storage import (
     Pending,
     StorageBundle,
-    TurnLedger,
     WriterStats,
     in_memory_storage,
     open_sqlite_storage,
@@ -263,7 +262,6 @@ class TestMigrations:
         connection.close()
         async with open_sqlite_storage(path) as bundle:
             ledger = bundle.message_store
-            assert isinstance(ledger, TurnLedger)
             assert (await ledger.turn_record("a", 3)).failure == "before_upgrade"
             assert (await ledger.turn_record("a", 1)).failure is None
             assert (await ledger.turn_record("b", 1)).failure == "before_upgrade"
@@ -458,13 +456,10 @@ def test_timestamps_are_utc() -> None:
 
 
 async def test_load_conversation_is_history_and_notes_in_one_read(tmp_path: Path) -> None:
-    """The optional ConversationLoader fast path returns what get_messages and
+    """The one-read load (``load_conversation``) returns what get_messages and
     the working-memory list return, the history cut at page_size."""
-    from agentik.storage import ConversationLoader
-
     async with open_sqlite_storage(tmp_path / "db") as bundle:
         store = bundle.message_store
-        assert isinstance(store, ConversationLoader)
         for i in range(5):
             await store.append("c", user(f"m{i}"))
         note = await bundle.working_memory_store.append("c", "remember")

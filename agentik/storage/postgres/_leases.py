@@ -218,7 +218,7 @@ class NodeLease:
 
     @property
     def live_nodes(self) -> int:
-        """Nodes live at the last renewal (``NodeCount``): each keeps its share
+        """Nodes live at the last renewal (``ConversationOwnership.live_nodes``): each keeps its share
         of the model's limits."""
         return self._live_nodes
 

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from agentik.storage._common import Clock, check_at_least, utc_now
-from agentik.storage._protocols import StorageBundle
+from agentik.storage._protocols import Storage
 from agentik.storage._readers import ReaderPool
+from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_stores import (
-    SqlLifecycleMessageStore,
+    SqlMessageStore,
     SqlReflectionStore,
     SqlSkillStore,
     SqlWorkingMemoryStore,
@@ -57,7 +58,7 @@ async def open_postgres_storage(
     clock: Clock = utc_now,
     lease_seconds: float | None = None,
     advertise_url: str | None = None,
-) -> AsyncIterator[StorageBundle]:
+) -> AsyncIterator[Storage]:
     """Open (creating and migrating if needed) agentik's tables in PostgreSQL.
 
     Args:
@@ -130,11 +131,11 @@ async def _serving(
     queue_size: int,
     clock: Clock,
     watchdog: Watchdog,
-) -> AsyncIterator[StorageBundle]:
+) -> AsyncIterator[Storage]:
     """The bundle over an open write connection: readers, the writer task, the
     lease's renewals; on the way out the writer drains, then everything closes."""
-    from agentik.storage.postgres import _lifecycle_queries, _namespace
     from agentik.storage.postgres._connect import Reconnecting
+    from agentik.storage.postgres._queries import QUERIES
 
     read_connections: list[psycopg.Connection] = []
     lease_scope = trio.CancelScope()
@@ -145,12 +146,13 @@ async def _serving(
             read_connections.append(await trio.to_thread.run_sync(make_reader))
         pool = ReaderPool(read_connections, Reconnecting(make_reader, watchdog))
         writer = Writer(engine, clock=clock, max_batch=max_batch, queue_size=queue_size)
-        bundle = StorageBundle(
-            message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
-            working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
-            reflection_store=SqlReflectionStore(writer, pool, _namespace),
-            skill_store=SqlSkillStore(writer, pool, _namespace),
+        bundle = Storage(
+            message_store=SqlMessageStore(writer, pool, QUERIES),
+            working_memory_store=SqlWorkingMemoryStore(writer, pool, QUERIES),
+            reflection_store=SqlReflectionStore(writer, pool, QUERIES),
+            skill_store=SqlSkillStore(writer, pool, QUERIES),
             ownership=lease,
+            secret_store=SqlSecretStore(writer, pool, QUERIES),
         )
         try:
             async with trio.open_nursery() as nursery:

@@ -23,17 +23,16 @@ import trio
 
 from agentik._errors import StoreError
 from agentik.storage._common import Clock, check_at_least, utc_now
-from agentik.storage._protocols import StorageBundle
+from agentik.storage._protocols import Storage, StorageBundle
 from agentik.storage._readers import ReaderPool
+from agentik.storage._secrets import SqlSecretStore
 from agentik.storage._sql_stores import (
-    SqlLifecycleMessageStore,
     SqlMessageStore,
     SqlReflectionStore,
     SqlSkillStore,
     SqlWorkingMemoryStore,
 )
 from agentik.storage._writer import Writer, WriterStats
-from agentik.storage.sqlite import _lifecycle_queries, _namespace
 from agentik.storage.sqlite._connect import (
     Synchronous,
     check_synchronous,
@@ -41,6 +40,7 @@ from agentik.storage.sqlite._connect import (
     open_write_connection,
 )
 from agentik.storage.sqlite._migrate import migrate
+from agentik.storage.sqlite._queries import QUERIES
 from agentik.storage.sqlite._writer import SqliteEngine
 
 log = logging.getLogger("agentik.storage")
@@ -88,7 +88,7 @@ async def open_sqlite_storage(
     busy_timeout: float = 5.0,
     clock: Clock = utc_now,
     vfs: str | None = None,
-) -> AsyncIterator[StorageBundle]:
+) -> AsyncIterator[Storage]:
     """Open (creating and migrating if needed) the SQLite database at ``path``.
 
     Args:
@@ -133,11 +133,12 @@ async def open_sqlite_storage(
             queue_size=queue_size,
             read_only=write_connection.readonly("main"),
         )
-        bundle = StorageBundle(
-            message_store=SqlLifecycleMessageStore(writer, pool, _namespace, _lifecycle_queries),
-            working_memory_store=SqlWorkingMemoryStore(writer, pool, _namespace),
-            reflection_store=SqlReflectionStore(writer, pool, _namespace),
-            skill_store=SqlSkillStore(writer, pool, _namespace),
+        bundle = Storage(
+            message_store=SqlMessageStore(writer, pool, QUERIES),
+            working_memory_store=SqlWorkingMemoryStore(writer, pool, QUERIES),
+            reflection_store=SqlReflectionStore(writer, pool, QUERIES),
+            skill_store=SqlSkillStore(writer, pool, QUERIES),
+            secret_store=SqlSecretStore(writer, pool, QUERIES),
         )
         try:
             async with trio.open_nursery() as nursery:

@@ -1,4 +1,10 @@
-"""The SQL, as plain synchronous functions over an apsw connection.
+"""SQLite's SQL: its ``Dialect``, and what it does its own way.
+
+The SQL both backends share lives in ``agentik.storage._sql_*``, run here
+over ``SqliteDialect`` (``QUERIES``). What stays here is SQLite's own: the
+seq cache, the appends the writer inserts in multi-row statements, and the
+one-statement read of a burst of conversation snapshots; each a measured
+fast path (docs/performance.md).
 
 Write operations take a ``Session`` (the writer's connection inside its open
 transaction, the seq cache, and the batch's timestamp) and run inside their
@@ -10,26 +16,28 @@ trio; callers run these functions in worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
-from itertools import chain, groupby
-from typing import cast, final
+from itertools import chain
+from typing import Any, cast, final
 
 import apsw
 import attrs
 
-from agentik._errors import DuplicateKeyError, StoreError
+from agentik._errors import DuplicateKeyError
 from agentik._json import dumps_ascii
-from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
-from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
-from agentik._serde import converter
+from agentik._memory import MemoryEntry
+from agentik._messages import Message
 from agentik.storage._common import from_micros, to_micros
-from agentik.storage._protocols import KeyedTurn
+from agentik.storage._dialect import Dialect, Params, Row
 from agentik.storage._rows import MessageRow
 from agentik.storage._rows import tool_calls_json as tool_calls_json
+from agentik.storage._sql_lifecycle import SqlQueries
+from agentik.storage._values import ConversationSnapshot
 
-_TOOL_CALLS = tuple[ToolCall, ...]
 _SEQ_CACHE_SIZE = 10_000
 
 
@@ -85,9 +93,12 @@ class SeqCache:
                 return
 
     def forget(self, conversation_id: str) -> None:
-        """The conversation's rows were deleted or replaced (``_lifecycle_queries``):
+        """The conversation's rows were deleted or replaced (``_sql_lifecycle``):
         its next append reads the last seq from the table again."""
         self._last.pop(conversation_id, None)
+
+    def fence(self, conversation_id: str) -> None:
+        """One process writes a SQLite file (its lock): nothing to fence."""
 
     def keep(self) -> None:
         """The request's savepoint was released."""
@@ -130,6 +141,11 @@ class Session:
     now: datetime
     """The same instant as an aware UTC datetime."""
 
+    @property
+    def stamp(self) -> int:
+        """The batch's time as SQLite binds it (``SqlSession.stamp``)."""
+        return self.now_us
+
     def insert_message(self, row: MessageRow) -> Message:
         """Insert one row (what an append request runs when it is alone)."""
         return insert_message(self, row)
@@ -143,9 +159,6 @@ _MESSAGE_INSERT_COLUMNS = (
 )
 _INSERT_MESSAGE = (
     f"INSERT INTO message ({_MESSAGE_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_MESSAGE_COLUMNS = (
-    "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, created_us"
 )
 
 _Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
@@ -188,7 +201,7 @@ def _raise_if_duplicate(connection: apsw.Connection, row: MessageRow) -> None:
     key = row.idempotency_key
     if key is None:
         return
-    used = find_idempotency_key(connection, row.conversation_id, key)
+    used = QUERIES.find_idempotency_key(connection, row.conversation_id, key)
     if used is not None:
         raise DuplicateKeyError(
             f"idempotency key {key!r} was already used in conversation"
@@ -230,327 +243,134 @@ def insert_messages(session: Session, inserts: Sequence[MessageRow]) -> None:
         position += size
 
 
-_MessageRow = tuple[int, str, str, str | None, str | None, int | None, int | None, int]
-_KeyedRow = tuple[int, str, int, str, str, str | None, str | None, int | None, int | None, int]
-"""The keyed message's seq and key, then a ``_MessageRow`` of the turn."""
+# --- the dialect ------------------------------------------------------------------
 
 
-def message_of(row: _MessageRow) -> Message:
-    seq, role, content, tool_calls, tool_call_id, prompt, completion, created_us = row
-    return Message(
-        role=Role(role),
-        content=content,
-        tool_calls=()
-        if tool_calls is None
-        else converter.structure(json.loads(tool_calls), _TOOL_CALLS),
-        tool_call_id=tool_call_id,
-        usage=None
-        if prompt is None or completion is None
-        else TokenUsage(prompt_tokens=prompt, completion_tokens=completion),
-        seq=seq,
-        created_at=from_micros(created_us),
-    )
+@final
+class SqliteDialect(Dialect[apsw.Connection]):
+    """SQLite's spelling of the shared SQL (``agentik.storage._dialect``): text
+    as text, times as integer microseconds, flags as 0/1, a list of ids as one
+    JSON array (``json_each``); apsw runs it."""
+
+    names = {  # noqa: RUF012 (read only)
+        "created": "created_us",
+        "updated": "updated_us",
+        "decided": "decided_us",
+        "active": "archived = 0",  # as written, so the partial index on active notes applies
+        "archived": "archived = 1",
+        "set_archived": "archived = 1",
+        "ids_in": "id IN (SELECT value FROM json_each(?))",
+        "key_ends_with": "(:suffix = '' OR substr(idempotency_key, -length(:suffix)) = :suffix)",
+        "for_update": "",
+    }
+    unique_violation = apsw.ConstraintError
+
+    def rows(self, connection: apsw.Connection, sql: str, params: Params = ()) -> list[Row]:
+        return cast("list[Row]", connection.execute(sql, params).fetchall())
+
+    def row(self, connection: apsw.Connection, sql: str, params: Params = ()) -> Row | None:
+        # fetchall, not fetchone: a statement left unfinished would hold a
+        # read transaction open on the connection.
+        rows = connection.execute(sql, params).fetchall()
+        return cast("Row", rows[0]) if rows else None
+
+    def changed(self, connection: apsw.Connection, sql: str, params: Params = ()) -> int:
+        connection.execute(sql, params)
+        changes: int = connection.changes()
+        return changes
+
+    def many(self, connection: apsw.Connection, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        connection.executemany(sql, rows)
+
+    def snapshot(self, connection: apsw.Connection) -> AbstractContextManager[object]:
+        return cast("AbstractContextManager[object]", connection)  # a read transaction
+
+    def guard(self, connection: apsw.Connection) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()  # the request's savepoint is enough
+
+    def text(self, value: str) -> object:
+        return value
+
+    def text_of(self, value: Any) -> str:
+        return cast("str", value)
+
+    def time(self, value: datetime) -> object:
+        return to_micros(value)
+
+    def time_of(self, value: Any) -> datetime:
+        return from_micros(cast("int", value))
+
+    def ids(self, values: Sequence[int]) -> object:
+        return json.dumps(sorted(set(values)))
 
 
-def message_page(
-    connection: apsw.Connection, conversation_id: str, after_seq: int, limit: int
-) -> list[Message]:
-    rows = connection.execute(
-        f"SELECT {_MESSAGE_COLUMNS} FROM message"
-        " WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (conversation_id, after_seq, limit),
-    ).fetchall()
-    return [message_of(row) for row in cast("list[_MessageRow]", rows)]
+# --- the queries --------------------------------------------------------------------
 
-
-def token_stats(connection: apsw.Connection, conversation_id: str) -> TokenStats:
-    row = connection.execute(
-        "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),"
-        " count(prompt_tokens) FROM message WHERE conversation_id = ?",
-        (conversation_id,),
-    ).fetchall()[0]
-    prompt, completion, counted = cast("tuple[int, int, int]", row)
-    return TokenStats(prompt_tokens=prompt, completion_tokens=completion, messages=counted)
-
-
-def list_idempotency_keys(
-    connection: apsw.Connection, conversation_id: str, before_seq: int | None, limit: int
-) -> list[tuple[int, str]]:
-    """Walks the conversation's rows newest first (``message_by_seq``)."""
-    rows = connection.execute(
-        "SELECT seq, idempotency_key FROM message WHERE conversation_id = ? AND seq < ?"
-        " AND idempotency_key IS NOT NULL ORDER BY seq DESC LIMIT ?",
-        (conversation_id, 2**62 if before_seq is None else before_seq, limit),
-    ).fetchall()
-    return cast("list[tuple[int, str]]", rows)
-
-
-_KEY_ENDS_WITH = "(:suffix = '' OR substr(idempotency_key, -length(:suffix)) = :suffix)"
-
-# The keyed rows of one page (message_by_seq, walked newest first), then for
-# each the seq of the next user message (the same index, walked forward from
-# it: one turn's rows), then the turn's rows between the two. Rows read follow
-# the page's turns, not the conversation's length.
-_KEYED_TURNS = f"""
-WITH keyed(seq, key) AS (
-    SELECT seq, idempotency_key FROM message
-    WHERE conversation_id = :conversation AND seq < :before
-      AND idempotency_key IS NOT NULL AND {_KEY_ENDS_WITH}
-    ORDER BY seq DESC LIMIT :limit
-), turn(seq, key, stop) AS (
-    SELECT keyed.seq, keyed.key, coalesce(
-        (SELECT next.seq FROM message AS next
-         WHERE next.conversation_id = :conversation AND next.seq > keyed.seq
-           AND next.seq < keyed.seq + :most AND next.role = 'user'
-         ORDER BY next.seq LIMIT 1),
-        keyed.seq + :most)
-    FROM keyed
-)
-SELECT turn.seq, turn.key, {", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLUMNS.split(","))}
-FROM turn JOIN message AS m
-    ON m.conversation_id = :conversation AND m.seq >= turn.seq AND m.seq < turn.stop
-ORDER BY turn.seq DESC, m.seq
+_SNAPSHOTS = """
+SELECT json_group_array(json_array(
+  json((SELECT json_group_array(json_array(
+           seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens,
+           created_us) ORDER BY seq)
+        FROM (SELECT * FROM message WHERE conversation_id = ids.value ->> 0
+              AND seq > ids.value ->> 1 ORDER BY seq LIMIT ?2))),
+  json((SELECT json_group_array(json_array(id, text, created_us) ORDER BY id)
+        FROM memory_entry WHERE conversation_id = ids.value ->> 0 AND archived = 0)),
+  json((SELECT json_array(through_seq, text, created_us) FROM summary
+        WHERE conversation_id = ids.value ->> 0 ORDER BY through_seq DESC LIMIT 1))
+) ORDER BY ids.key)
+FROM json_each(?1) AS ids
 """
+"""For each [conversation id, after seq] of a JSON array: [its page of history,
+its active notes, its latest summary], all one JSON value: one step."""
 
 
-def list_keyed_turns(
-    connection: apsw.Connection,
-    conversation_id: str,
-    before_seq: int | None,
-    limit: int,
-    key_suffix: str,
-    max_messages: int,
-) -> list[KeyedTurn]:
-    rows = connection.execute(
-        _KEYED_TURNS,
-        {
-            "conversation": conversation_id,
-            "before": 2**62 if before_seq is None else before_seq,
-            "limit": limit,
-            "suffix": key_suffix,
-            "most": max_messages,
-        },
-    ).fetchall()
-    return [
-        KeyedTurn(key=key, messages=tuple(message_of(row[2:]) for row in group))
-        for (_, key), group in groupby(cast("list[_KeyedRow]", rows), key=lambda row: row[:2])
-    ]
+@final
+class SqliteQueries(SqlQueries[apsw.Connection]):
+    """The shared queries over ``SqliteDialect``, reading a burst of snapshots
+    in one statement."""
+
+    def conversation_snapshots(
+        self, connection: apsw.Connection, requests: list[tuple[str, int, int]]
+    ) -> list[ConversationSnapshot]:
+        """A page of history after ``after_seq``, the active notes and the latest
+        summary, of each (conversation id, limit, after seq): one statement (so
+        one read snapshot) for each limit there is, usually one.
+
+        Every call into SQLite gives up the GIL and takes it back, which costs
+        more than the query while other threads run Python: 1,000 conversations
+        starting at once made 1,000 three-query reads, about a dozen calls each.
+        As one statement whose answer is one JSON value, a burst is one call.
+        ``ensure_ascii=False`` keeps a lone surrogate one, which the binding
+        refuses, as a single read's does. (``conversation_snapshot``, the
+        plain reads, is what tests/storage/test_snapshots.py checks it against.)
+        """
+        by_limit: dict[int, list[int]] = {}
+        for index, (_, limit, _) in enumerate(requests):
+            by_limit.setdefault(limit, []).append(index)
+        snapshots: list[ConversationSnapshot | None] = [None] * len(requests)
+        for limit, indexes in by_limit.items():
+            ids = json.dumps(
+                [[requests[i][0], requests[i][2]] for i in indexes], ensure_ascii=False
+            )
+            found = connection.execute(_SNAPSHOTS, (ids, limit)).get
+            parts: list[Any] = json.loads(cast("str", found))
+            for index, (messages, notes, summary) in zip(indexes, parts, strict=True):
+                conversation_id = requests[index][0]
+                snapshots[index] = ConversationSnapshot(
+                    tuple(self.message_of(row) for row in messages),
+                    tuple(
+                        MemoryEntry(
+                            id=entry_id,
+                            conversation_id=conversation_id,
+                            text=text,
+                            created_at=from_micros(created_us),
+                        )
+                        for entry_id, text, created_us in notes
+                    ),
+                    None if summary is None else self._summary(summary),
+                )
+        return cast("list[ConversationSnapshot]", snapshots)
 
 
-def count_idempotency_keys(
-    connection: apsw.Connection, conversation_id: str, key_suffix: str
-) -> int:
-    """An index-only count (``message_by_idempotency_key``): no row is read."""
-    count = connection.execute(
-        "SELECT count(*) FROM message WHERE conversation_id = :conversation"
-        f" AND idempotency_key IS NOT NULL AND {_KEY_ENDS_WITH}",
-        {"conversation": conversation_id, "suffix": key_suffix},
-    ).get
-    assert isinstance(count, int)
-    return count
-
-
-def find_idempotency_key(connection: apsw.Connection, conversation_id: str, key: str) -> int | None:
-    seq = connection.execute(
-        "SELECT seq FROM message WHERE conversation_id = ? AND idempotency_key = ?",
-        (conversation_id, key),
-    ).get
-    return seq if isinstance(seq, int) else None
-
-
-# One index seek per conversation returned, however long the conversations are.
-_NEXT_CONVERSATIONS = """
-WITH RECURSIVE next(id) AS (
-    SELECT (SELECT min(conversation_id) FROM message WHERE {first})
-    UNION ALL
-    SELECT (SELECT min(conversation_id) FROM message WHERE conversation_id > next.id)
-    FROM next WHERE next.id IS NOT NULL
-)
-SELECT id FROM next WHERE id IS NOT NULL LIMIT ?
-"""
-
-
-def list_conversations(connection: apsw.Connection, after: str | None, limit: int) -> list[str]:
-    if after is None:
-        sql, bindings = _NEXT_CONVERSATIONS.format(first="1"), (limit,)
-    else:
-        sql = _NEXT_CONVERSATIONS.format(first="conversation_id > ?")
-        bindings = (after, limit)  # type: ignore[assignment]
-    rows = cast("list[tuple[str]]", connection.execute(sql, bindings).fetchall())
-    return [row[0] for row in rows]
-
-
-# --- working memory -------------------------------------------------------------
-
-
-_EntryRow = tuple[int, str, str, int]
-
-
-def _memory_entry(row: _EntryRow) -> MemoryEntry:
-    entry_id, conversation_id, text, created_us = row
-    return MemoryEntry(
-        id=entry_id, conversation_id=conversation_id, text=text, created_at=from_micros(created_us)
-    )
-
-
-def append_memory(session: Session, conversation_id: str, text: str) -> MemoryEntry:
-    entry_id = session.connection.execute(
-        "INSERT INTO memory_entry (conversation_id, text, created_us) VALUES (?, ?, ?)"
-        " RETURNING id",
-        (conversation_id, text, session.now_us),
-    ).get
-    assert isinstance(entry_id, int)
-    return MemoryEntry(
-        id=entry_id,
-        conversation_id=conversation_id,
-        text=text,
-        created_at=session.now,
-    )
-
-
-def archive_memory(session: Session, conversation_id: str, entry_ids: Sequence[int]) -> int:
-    session.connection.execute(
-        "UPDATE memory_entry SET archived = 1"
-        " WHERE id IN (SELECT value FROM json_each(?)) AND conversation_id = ? AND archived = 0",
-        (json.dumps(sorted(set(entry_ids))), conversation_id),
-    )
-    return session.connection.changes()
-
-
-def compact_memory(
-    session: Session, conversation_id: str, entry_ids: Sequence[int], summary: str
-) -> MemoryEntry:
-    wanted = set(entry_ids)
-    if archive_memory(session, conversation_id, list(wanted)) != len(wanted):
-        raise StoreError(
-            f"memory entries {sorted(wanted)} are not all active entries of conversation"
-            f" {conversation_id!r}; nothing was compacted"
-        )
-    return append_memory(session, conversation_id, summary)
-
-
-def list_memory(connection: apsw.Connection, conversation_id: str) -> list[MemoryEntry]:
-    rows = connection.execute(
-        "SELECT id, conversation_id, text, created_us FROM memory_entry"
-        " WHERE conversation_id = ? AND archived = 0 ORDER BY id",
-        (conversation_id,),
-    ).fetchall()
-    return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
-
-
-def list_archived_memory(
-    connection: apsw.Connection, conversation_id: str, after_id: int, limit: int
-) -> list[MemoryEntry]:
-    rows = connection.execute(
-        "SELECT id, conversation_id, text, created_us FROM memory_entry"
-        " WHERE conversation_id = ? AND archived = 1 AND id > ? ORDER BY id LIMIT ?",
-        (conversation_id, after_id, limit),
-    ).fetchall()
-    return [_memory_entry(row) for row in cast("list[_EntryRow]", rows)]
-
-
-# --- reflections ----------------------------------------------------------------
-
-_REFLECTION_COLUMNS = "id, conversation_id, text, created_us"
-
-
-def _reflection(row: _EntryRow) -> Reflection:
-    reflection_id, conversation_id, text, created_us = row
-    return Reflection(
-        id=reflection_id,
-        conversation_id=conversation_id,
-        text=text,
-        created_at=from_micros(created_us),
-    )
-
-
-def insert_reflection(session: Session, conversation_id: str, text: str) -> Reflection:
-    reflection_id = session.connection.execute(
-        "INSERT INTO reflection (conversation_id, text, created_us) VALUES (?, ?, ?) RETURNING id",
-        (conversation_id, text, session.now_us),
-    ).get
-    assert isinstance(reflection_id, int)
-    return Reflection(
-        id=reflection_id,
-        conversation_id=conversation_id,
-        text=text,
-        created_at=session.now,
-    )
-
-
-def delete_reflections_before(session: Session, cutoff: datetime) -> int:
-    session.connection.execute("DELETE FROM reflection WHERE created_us < ?", (to_micros(cutoff),))
-    return session.connection.changes()
-
-
-def recent_reflections(connection: apsw.Connection, limit: int) -> list[Reflection]:
-    rows = connection.execute(
-        f"SELECT {_REFLECTION_COLUMNS} FROM reflection ORDER BY created_us DESC, id DESC LIMIT ?",
-        (limit,),
-    ).fetchall()
-    return [_reflection(row) for row in cast("list[_EntryRow]", rows)]
-
-
-def count_reflections(connection: apsw.Connection) -> int:
-    count = connection.execute("SELECT count(*) FROM reflection").get
-    assert isinstance(count, int)
-    return count
-
-
-def reflections_of(connection: apsw.Connection, conversation_id: str) -> list[Reflection]:
-    rows = connection.execute(
-        f"SELECT {_REFLECTION_COLUMNS} FROM reflection WHERE conversation_id = ?"
-        " ORDER BY created_us, id",
-        (conversation_id,),
-    ).fetchall()
-    return [_reflection(row) for row in cast("list[_EntryRow]", rows)]
-
-
-# --- skills ---------------------------------------------------------------------
-
-
-def upsert_skill(session: Session, skill: Skill) -> Skill:
-    session.connection.execute(
-        "INSERT INTO skill (name, description, body, updated_us) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (name) DO UPDATE SET description = excluded.description,"
-        " body = excluded.body, updated_us = excluded.updated_us",
-        (skill.name, skill.description, skill.body, session.now_us),
-    )
-    return attrs.evolve(skill, updated_at=session.now)
-
-
-def remove_skill(session: Session, name: str) -> bool:
-    session.connection.execute("DELETE FROM skill WHERE name = ?", (name,))
-    return session.connection.changes() > 0
-
-
-_SkillRow = tuple[str, str, str, int]
-
-
-def _skill(row: _SkillRow) -> Skill:
-    name, description, body, updated_us = row
-    return Skill(name=name, description=description, body=body, updated_at=from_micros(updated_us))
-
-
-def all_skills(connection: apsw.Connection) -> list[Skill]:
-    rows = connection.execute(
-        "SELECT name, description, body, updated_us FROM skill ORDER BY name"
-    ).fetchall()
-    return [_skill(row) for row in cast("list[_SkillRow]", rows)]
-
-
-def get_skill(connection: apsw.Connection, name: str) -> Skill | None:
-    rows = connection.execute(
-        "SELECT name, description, body, updated_us FROM skill WHERE name = ?", (name,)
-    ).fetchall()
-    return _skill(cast("_SkillRow", rows[0])) if rows else None
-
-
-def skill_catalog(connection: apsw.Connection) -> list[SkillSummary]:
-    rows = connection.execute("SELECT name, description FROM skill ORDER BY name").fetchall()
-    pairs = cast("list[tuple[str, str]]", rows)
-    return [SkillSummary(name=name, description=description) for name, description in pairs]
-
-
-def skill_exists(connection: apsw.Connection, name: str) -> bool:
-    return connection.execute("SELECT 1 FROM skill WHERE name = ?", (name,)).get is not None
+QUERIES = SqliteQueries(SqliteDialect())
+"""Every query SQLite's stores run (``_sql_stores``)."""
