@@ -30,7 +30,7 @@ from agentik._errors import (
     TurnError,
 )
 from agentik._memory import MemoryEntry
-from agentik._messages import Message, Role, ToolCall
+from agentik._messages import Message, Role
 from agentik._scope import scope_of
 from agentik.agent._compaction import fit_summary, fold_point, summary_message, summary_request
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
@@ -40,19 +40,13 @@ from agentik.agent._recovery import (
     last_turn_start,
     open_calls,
     replay_of,
-    resume_event,
     status_of,
     turn_messages,
     usage_of,
 )
-from agentik.agent._turn import EmitFn, PromptInputs, Turn, tool_for
-from agentik.agent._turn_machine import (
-    CallPlan,
-    Decided,
-    TurnMachine,
-    TurnState,
-    TurnStateError,
-)
+from agentik.agent._turn import EmitFn, PromptInputs, Turn
+from agentik.agent._turn_errors import turn_error
+from agentik.agent._turn_machine import INTERRUPTED, Decided, TurnState, TurnStateError
 from agentik.models import ModelRequest, ModelResponse
 from agentik.storage import (
     ConversationDeleter,
@@ -73,7 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentik.conversation")
 
-INTERRUPTED = "interrupted: the process stopped before this call finished"
 CANCELLED_REASON = "the turn was cancelled"
 REFLECTION_PROMPT = (
     "You review a finished conversation and state one short, general lesson that"
@@ -388,22 +381,12 @@ class Conversation:
             result = outcome.Value(await self._turn(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
-        except AgentikError as exc:
-            self.stale = True
-            code = "store_error" if isinstance(exc, StoreError) else "turn_failed"
-            error = TurnError(f"the turn failed: {message_of(exc)}", code=code)
-            error.__cause__ = exc
-            result = outcome.Error(error)
         except Exception as exc:
-            # A bug (ours, or in code the turn calls that was not wrapped
-            # where it was called) fails this turn only: the agent serves
-            # thousands of other conversations.
+            # A store failure, or a bug (ours, or in code the turn calls that
+            # was not wrapped where it was called), fails this turn only: the
+            # agent serves thousands of other conversations.
             self.stale = True
-            error = TurnError(
-                f"the turn failed unexpectedly: {describe(exc)}", code="internal_error"
-            )
-            error.__cause__ = exc
-            result = outcome.Error(error)
+            result = outcome.Error(turn_error(exc))
         self.cancel_scope = None
         self.running = None
         message = request.is_message
@@ -539,14 +522,12 @@ class Conversation:
             seq = await self._find_key(key)
             if seq is not None:
                 return await self._again(key, seq, emit)
-        machine = TurnMachine(self.runtime.settings.max_tool_rounds)
-        turn = Turn(self, machine, len(self.history), emit, key)
+        turn = Turn.new(self, len(self.history), emit, key)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
         if self.paused is not None:
             await self._supersede()
-        result = await turn.run(machine.begin(request.text, key))
-        assert result is not None
+        result = await turn.begin(request.text)
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)
@@ -577,25 +558,14 @@ class Conversation:
     async def _resume(
         self, start: int, record: TurnRecord, emit: EmitFn | None, key: str | None
     ) -> TurnResult:
-        settings = self.runtime.settings
-        machine = TurnMachine(settings.max_tool_rounds)
-        turn = Turn(self, machine, start, emit, key, usage_of(self.history[start:]))
-        _, index = self.runtime.toolsets()
-        rerun = settings.resume_interrupted
-
-        def plan(call: ToolCall) -> CallPlan:
-            tool = tool_for(call, index, self.runtime.core_tools)
-            return CallPlan(call, idempotent=rerun and tool is not None and tool.idempotent)
-
-        event = resume_event(self.history[start:], record, plan, settings.max_tool_rounds)
+        turn = Turn.new(self, start, emit, key, usage_of(self.history[start:]))
         self.runtime.stats.turns_resumed += 1
         # Running as its key's turn (``runs_key``): seen running, cancelled by its key.
         self.running_on = turn
         try:
-            result = await turn.run(machine.resume(event))
+            result = await turn.resume(record)
         finally:
             self.running_on = None
-        assert result is not None
         return self._after(turn, result)
 
     def _after(self, turn: Turn, result: TurnResult) -> TurnResult:
