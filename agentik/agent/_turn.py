@@ -178,17 +178,18 @@ class Turn:
     async def _drive(self, actions: list[TurnAction]) -> TurnResult | None:
         machine = self.machine
         while True:
-            runs: list[ToolCall] = []
-            last = await self._perform(actions, runs)
-            if len(runs) == 1:
-                # A lone call runs in this task: no nursery, no task to start
-                # (one tool call per answer is the common case; 2 task steps
-                # a turn, tests/agent/test_turn_cost.py).
-                call = runs[0]
-                actions = machine.handle(ToolDone(call.id, await self._run_tool(call)))
-                continue
-            if runs:
-                last = await self._run_together(runs)
+            if sum(isinstance(a, RunTool) for a in actions) > 1:
+                last = await self._run_together(actions)
+            else:
+                # At most one call to start: it runs in this task, no nursery,
+                # no task to start (one call per answer is the common case; 2
+                # task steps a turn, tests/agent/test_turn_cost.py).
+                runs: list[ToolCall] = []
+                last = await self._perform(actions, runs.append)
+                if runs:
+                    call = runs[0]
+                    actions = machine.handle(ToolDone(call.id, await self._run_tool(call)))
+                    continue
             if isinstance(last, CallModel):
                 actions = machine.handle(await self._call_model())
             elif isinstance(last, Finish):
@@ -206,9 +207,11 @@ class Turn:
                 await self.commit()
                 return None
 
-    async def _perform(self, actions: list[TurnAction], runs: list[ToolCall]) -> TurnAction | None:
-        """Perform the records and effects of ``actions`` in order; the calls to
-        start go to ``runs``. Returns what ends the list (``CallModel``,
+    async def _perform(
+        self, actions: list[TurnAction], start: Callable[[ToolCall], object]
+    ) -> TurnAction | None:
+        """Perform the records and effects of ``actions`` in order, handing each
+        call to start to ``start``. Returns what ends the list (``CallModel``,
         ``Finish``, ``AwaitApproval``, ``Fail``), if anything does."""
         for action in actions:
             # Most frequent first; ``isinstance`` narrows for the type checker
@@ -218,7 +221,7 @@ class Turn:
             elif isinstance(action, RunTool):
                 if self.emit is not None:
                     await self.emit(ToolCallStarted(action.call))
-                runs.append(action.call)
+                start(action.call)
             elif isinstance(action, Commit):
                 await self.commit()
             elif isinstance(action, Record):
@@ -235,25 +238,27 @@ class Turn:
                 return action
         return None
 
-    async def _run_together(self, calls: list[ToolCall]) -> TurnAction | None:
-        """Run ``calls`` and those the machine starts as they finish, each in its
-        own task, feeding back each result as it comes; what ends the batch."""
+    async def _run_together(self, actions: list[TurnAction]) -> TurnAction | None:
+        """Perform ``actions``, each call they start in its own task as it is
+        met, and what follows as the calls finish, until none runs; what ends
+        the batch."""
         machine = self.machine
         send, receive = trio.open_memory_channel[tuple[str, str]](machine.max_parallel)
-        last = None
+        running = 0
         try:
             async with trio.open_nursery() as nursery:
-                running = 0
-                while True:
-                    for call in calls:
-                        nursery.start_soon(self._tool_task, call, send)
-                    running += len(calls)
-                    if not running:
-                        return last
+
+                def start(call: ToolCall) -> None:
+                    nonlocal running
+                    nursery.start_soon(self._tool_task, call, send)
+                    running += 1
+
+                last = await self._perform(actions, start)
+                while running:
                     call_id, content = await receive.receive()
                     running -= 1
-                    calls = []
-                    last = await self._perform(machine.handle(ToolDone(call_id, content)), calls)
+                    last = await self._perform(machine.handle(ToolDone(call_id, content)), start)
+                return last
         except BaseExceptionGroup as group:
             # The tasks raise nothing but Cancelled: a lone other error is this
             # body's own (a store failure), raised as itself as if no nursery
@@ -306,7 +311,11 @@ class Turn:
 
     def _plan(self, call: ToolCall, index: ToolsetIndex, *, read_back: bool = False) -> CallPlan:
         plan, ready = plan_call(
-            self.conversation.runtime, self.conversation.conversation_id, call, index, read_back=read_back
+            self.conversation.runtime,
+            self.conversation.conversation_id,
+            call,
+            index,
+            read_back=read_back,
         )
         if ready is not None:
             self.ready[call.id] = ready
