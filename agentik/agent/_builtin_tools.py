@@ -53,13 +53,19 @@ async def _needs_conversation(arguments: JsonObject) -> str:
 
 @attrs.frozen(eq=False)
 class ConversationTool(NamedTool):
-    """A core tool that runs against the calling conversation's state."""
+    """A core tool that runs against the calling conversation's state. Its
+    calls run alone (``sequential``) unless it says otherwise: they read and
+    change state the other calls of the answer may touch (the notes, the
+    toolset activation)."""
 
     handler: Callable[[JsonObject], Awaitable[str]] = attrs.field(
         default=_needs_conversation, repr=False
     )
     run: Callable[[ConversationState, JsonObject], Awaitable[str]] = attrs.field(
         kw_only=True, repr=False
+    )
+    sequential: bool = attrs.field(
+        default=True, kw_only=True, validator=attrs.validators.instance_of(bool)
     )
 
 

@@ -767,6 +767,7 @@ async def open_chat_agent(
     contributors: Sequence[SystemPromptContributor] | None = None,
     builtin_tools: bool = True,
     max_tool_rounds: int = 25,
+    max_parallel_tools: int = 8,
     tool_timeout: float = 60.0,
     activation_timeout: float = 600.0,
     idle_timeout: float = 60.0,
@@ -801,6 +802,9 @@ async def open_chat_agent(
             toolsets, skills, working memory, reflections).
         builtin_tools: offer the working-memory and skill tools.
         max_tool_rounds: model calls per turn at most.
+        max_parallel_tools: tool calls of one model answer that run at once,
+            at most (each in its own task; results recorded in call order);
+            a ``sequential`` tool's call runs alone.
         tool_timeout: seconds a tool call may take before it gets an error result.
         activation_timeout: seconds a toolset stays active after its last use.
         idle_timeout: seconds an idle conversation task lives; it stays longer
@@ -865,6 +869,12 @@ async def open_chat_agent(
             block's end waits for them however long they take.
     """
     _positive("max_tool_rounds", max_tool_rounds)
+    if isinstance(max_parallel_tools, bool) or not (
+        isinstance(max_parallel_tools, int) and max_parallel_tools > 0
+    ):
+        raise ValueError(
+            f"max_parallel_tools must be a positive integer, got {max_parallel_tools!r}"
+        )
     _positive("tool_timeout", tool_timeout)
     _positive("activation_timeout", activation_timeout)
     _positive("idle_timeout", idle_timeout)
@@ -903,6 +913,7 @@ async def open_chat_agent(
         ),
         settings=AgentSettings(
             max_tool_rounds=max_tool_rounds,
+            max_parallel_tools=max_parallel_tools,
             tool_timeout=tool_timeout,
             activation_timeout=activation_timeout,
             idle_timeout=idle_timeout,

@@ -34,11 +34,11 @@ from agentik._errors import (
     TurnError,
 )
 from agentik._memory import MemoryEntry
-from agentik._messages import Message, Role, ToolCall
+from agentik._messages import Message, Role
 from agentik._scope import scope_of
 from agentik.agent._compaction import fold_point, summary_message
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
-from agentik.agent._failures import describe, message_of
+from agentik.agent._failures import message_of
 from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
 from agentik.agent._model_limits import fairness_key
 from agentik.agent._optional_work import (
@@ -54,7 +54,6 @@ from agentik.agent._recovery import (
     last_turn_start,
     open_calls,
     replay_of,
-    resume_event,
     status_of,
     turn_messages,
     usage_of,
@@ -68,15 +67,9 @@ from agentik.agent._requests import (
     Request,
     StatusQuery,
 )
-from agentik.agent._turn import EmitFn, PromptInputs, Turn, tool_for
-from agentik.agent._turn_machine import (
-    INTERRUPTED,
-    CallPlan,
-    Decided,
-    TurnMachine,
-    TurnState,
-    TurnStateError,
-)
+from agentik.agent._turn import EmitFn, PromptInputs, Turn
+from agentik.agent._turn_errors import turn_error
+from agentik.agent._turn_machine import INTERRUPTED, Decided, TurnState, TurnStateError
 from agentik.models import current_fairness_key
 from agentik.storage import Pending, Storage, Summary, TurnRecord
 from agentik.toolsets import ToolsetActivation
@@ -446,22 +439,12 @@ class Conversation:
             result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
-        except AgentikError as exc:
-            self.stale = True
-            code = "store_error" if isinstance(exc, StoreError) else "turn_failed"
-            error = TurnError(f"the turn failed: {message_of(exc)}", code=code)
-            error.__cause__ = exc
-            result = outcome.Error(error)
         except Exception as exc:
-            # A bug (ours, or in code the turn calls that was not wrapped
-            # where it was called) fails this turn only: the agent serves
-            # thousands of other conversations.
+            # A store failure, or a bug (ours, or in code the turn calls that
+            # was not wrapped where it was called), fails this turn only: the
+            # agent serves thousands of other conversations.
             self.stale = True
-            error = TurnError(
-                f"the turn failed unexpectedly: {describe(exc)}", code="internal_error"
-            )
-            error.__cause__ = exc
-            result = outcome.Error(error)
+            result = outcome.Error(turn_error(exc))
         self._ran()
         if isinstance(result, outcome.Value):
             stats.turns_finished += message
@@ -640,14 +623,12 @@ class Conversation:
             seq = await self._find_key(key)
             if seq is not None:
                 return await self._again(key, seq, emit)
-        machine = TurnMachine(self.runtime.settings.max_tool_rounds)
-        turn = Turn(self, machine, len(self.history), emit, key)
+        turn = Turn.new(self, len(self.history), emit, key)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
         if self.paused is not None:
             await self._supersede()
-        result = await turn.run(machine.begin(request.text, key))
-        assert result is not None
+        result = await turn.begin(request.text)
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)
@@ -693,22 +674,12 @@ class Conversation:
     async def _resume(
         self, start: int, record: TurnRecord, emit: EmitFn | None, key: str | None
     ) -> TurnResult:
-        settings = self.runtime.settings
-        machine = TurnMachine(settings.max_tool_rounds)
-        turn = Turn(self, machine, start, emit, key, usage_of(self.history[start:]))
-        _, index = self.runtime.toolsets()
-        rerun = settings.resume_interrupted
-
-        def plan(call: ToolCall) -> CallPlan:
-            tool = tool_for(call, index, self.runtime.core_tools)
-            return CallPlan(call, idempotent=rerun and tool is not None and tool.idempotent)
-
-        event = resume_event(self.history[start:], record, plan, settings.max_tool_rounds)
+        turn = Turn.new(self, start, emit, key, usage_of(self.history[start:]))
         self.runtime.stats.turns_resumed += 1
         # Running as its key's turn: seen running, cancelled by its key.
         self._runs_on(turn)
         try:
-            result = await turn.run(machine.resume(event))
+            result = await turn.resume(record)
         finally:
             self._runs_on(None)
         assert result is not None

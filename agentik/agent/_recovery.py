@@ -65,16 +65,16 @@ def resume_event(
     turn: Sequence[Message],
     record: TurnRecord,
     plan: Callable[[ToolCall], CallPlan],
-    max_steps: int,
 ) -> Resume:
-    """The ``Resume`` event for ``turn`` as stored: model calls made (at most
-    ``max_steps``), its open calls planned by ``plan``, and their decisions."""
+    """The ``Resume`` event for ``turn`` as stored: model calls made, its open
+    calls planned by ``plan``, and their decisions (the machine decides what
+    follows: at the step limit, it fails once the calls are answered)."""
     steps = sum(1 for m in turn if m.role is Role.ASSISTANT)
     calls = open_calls(turn)
     ids = {c.id for c in calls}
     decisions = {a.call_id: a.approved for a in record.approvals if a.call_id in ids}
     return Resume(
-        min(steps, max_steps),
+        steps,
         [plan(call) for call in calls],
         awaiting=frozenset(c for c, approved in decisions.items() if approved is None),
         approved=frozenset(c for c, approved in decisions.items() if approved is True),

@@ -98,6 +98,8 @@ class AgentSettings:
     """The knobs of ``open_chat_agent``; see its docstring."""
 
     max_tool_rounds: int = 25
+    max_parallel_tools: int = 8
+    """Calls of one model answer that run at once, at most."""
     tool_timeout: float = 60.0
     activation_timeout: float = 600.0
     idle_timeout: float = 60.0

@@ -1,70 +1,100 @@
 """One turn as a pure state machine: events in, actions out.
 
-The conversation task is the shell: it feeds ``TurnMachine.handle`` what
-happened and performs, in order, the actions it returns. The machine does no
-I/O, reads no clock, awaits nothing and imports neither trio nor storage (as
-h11 keeps HTTP apart from sockets), so every transition is tested without an
-event loop (tests/agent/test_turn_machine.py).
+The conversation task is the shell (``_turn.Turn``): it feeds
+``TurnMachine.handle`` what happened and performs, in order, the actions it
+returns; it decides nothing. The machine does no I/O, reads no clock, awaits
+nothing and imports neither trio nor storage (as h11 keeps HTTP apart from
+sockets), so every transition is tested without an event loop
+(tests/agent/test_turn_machine.py).
 
-The whole table (``_settle`` is "what next": the next call waiting to run,
-else the calls waiting for a person, else the step limit, else the model)::
+``TRANSITIONS`` below is the table, as data: for each state the events it
+takes, the method that takes each, and the states that may follow. Any other
+(state, event) pair raises ``TurnStateError``: nothing happens after
+FINISHED, FAILED or SUPERSEDED. In words::
 
-    state      event                   actions                               next
-    ---------  ----------------------  ------------------------------------  ---------
-    NEW        Begin(text, key)        Record(user), CallModel               MODEL
-    NEW        Resume(steps, calls..)  Record(interrupted) for calls that
-                                       cannot run again, then _settle        (settle)
-    MODEL      ModelAnswered, no call  Record(answer), Finish                FINISHED
-    MODEL      ModelAnswered, calls    Record(assistant + calls, awaiting
-                                       the ones needing approval and valid;
-                                       an invalid call is queued to be
-                                       refused, never asked about), _settle  (settle)
-    TOOLS      ToolDone(call id)       Record(result), _settle               (settle)
-    APPROVAL   Decided(id, approve)    RecordDecision; AwaitApproval(rest)   APPROVAL
-                                       or, the last decision, _settle (the   (settle)
-                                       approved calls now run)
-    APPROVAL   Decided(id, deny)       RecordDecision(with the result
-                                       denied: ..); as above
-    APPROVAL   Superseded(reason)      RecordDecision(denied: ..) per
-                                       waiting call, Record(not run: ..)
-                                       per approved one                      SUPERSEDED
-    MODEL,     Stop(code, message)     Record(stopped) per open call, Fail   FAILED
-    TOOLS
-    (settle)                           Refuse(each invalid call at the head
-                                       of the queue), then:
-                                       RunTool(next runnable call)           TOOLS
-                                       AwaitApproval(waiting calls)          APPROVAL
-                                       Fail(step_limit)                      FAILED
-                                       CallModel                             MODEL
+    state     event          actions                                      next
+    --------  -------------  -------------------------------------------  ---------
+    NEW       Begin          Record(user), CallModel                      MODEL
+    NEW       Resume         the open calls: those that wait keep         (settle)
+                             waiting; the others run again (idempotent,
+                             ``rerun``) or are answered ``interrupted``
+    MODEL     ModelAnswered  no call: Record(answer), Finish              FINISHED
+                             calls: Record(assistant + calls, with the
+                             ids that wait for a person), then (run)      TOOLS..
+    MODEL     Stop           Fail(code)                                   FAILED
+    TOOLS     ToolDone       the results now in call order, (run)         TOOLS..
+    TOOLS     Stop           a result per open call, Fail(code)           FAILED
+    APPROVAL  Decided        RecordDecision; the last decision: (run)     APPROVAL..
+                             the approved calls, denied ones answered
+                             ``denied: ..`` with their decision
+    APPROVAL  Superseded     RecordDecision(denied) per waiting call,
+                             a ``not run`` result per approved one        SUPERSEDED
 
-``Record(m)`` is returned as the bare message ``m`` when it has no key and no
-waiting calls (most records: no wrapper to build). Any other (state, event)
-pair raises ``TurnStateError``: nothing happens after
-FINISHED, FAILED or SUPERSEDED.
+``(run)`` works through the *batch*: the calls of one answer that run now,
+in call order (an answer's calls less those that wait for a person; or the
+approved ones once every waiting call is decided). It starts calls in call
+order, each with ``RunTool``, while fewer than ``max_parallel`` run, none
+that runs is ``sequential`` and the next is not ``sequential`` with calls
+still running (a sequential call runs alone: after the calls before it,
+before the calls after it). Before a call starts: ``Activate(toolset)`` when
+its name belongs to a toolset (activations take effect in call order), and
+``Commit`` when what it depends on may not be durable yet (its assistant
+message, for a call that is not idempotent: write-ahead; its approval, for an
+approved call). A call whose arguments are invalid does not run: it is
+``Refuse``d when its turn to start comes, its error as its result. Results
+are recorded in call order whatever order the calls finish in (a result
+waits for the results of the calls before it). When the batch is all
+recorded, ``(settle)``:
+
+    the calls waiting for a person         AwaitApproval             APPROVAL
+    else ``max_steps`` model calls made    Fail(step_limit)          FAILED
+    else                                   CallModel                 MODEL
+
+A turn stops short (``Stop``) for a ``Failure``; ``FAILURE_CODES`` names the
+code of each, but a failure a component reported with its own code
+(``Failure.REPORTED``: the model's backend, a prompt contributor) keeps it.
 
 Invariants (checked over random walks by the tests):
 - every tool call the machine records gets exactly one result, recorded after
   it, whatever the order of events, unless the turn is waiting for approval
   (then exactly the waiting calls have none);
+- the results of a batch are recorded in call order;
 - at most ``max_steps`` model calls;
-- calls run one at a time, in the model's order; calls needing approval run
-  only once every waiting call is decided, and a denied call never runs;
+- at most ``max_parallel`` calls run at once; a sequential call never runs
+  beside another call of its answer; calls needing approval run only once
+  every waiting call is decided, and a denied call never runs;
+- a call that is not idempotent starts only once its call is committed
+  (``Commit`` since it was recorded), an approved call once its approval is;
 - a call whose plan says its arguments are invalid (``CallPlan.invalid``)
-  never runs and never waits for a person: its one result is that error
-  (``Refuse``), in the model's order among the calls that run;
+  never runs and never waits for a person: its one result is that error;
 - a call runs at most once per turn, twice only when a crash interrupted it
-  and it is declared idempotent (``Resume``).
+  and it is declared idempotent (``Resume``);
+- ``RunTool`` actions never share a list with ``CallModel``, ``Finish``,
+  ``Fail`` or ``AwaitApproval``, and those come last.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
-from typing import TypeAlias, final
+from collections.abc import Iterable, Mapping
+from typing import Final, TypeAlias, final
 
 import attrs
 
 from agentik._messages import Message, Role, ToolCall
+from agentik.agent._turn_actions import (
+    Activate,
+    AwaitApproval,
+    CallModel,
+    Commit,
+    Fail,
+    Finish,
+    Record,
+    RecordDecision,
+    Refuse,
+    RunTool,
+    TurnAction,
+)
 
 STOPPED = "error: the turn was stopped before this tool call finished"
 INTERRUPTED = "interrupted: the process stopped before this call finished"
@@ -81,7 +111,7 @@ class TurnState(enum.Enum):
     MODEL = "model"
     """Waiting for the model's answer."""
     TOOLS = "tools"
-    """Waiting for a tool call's result."""
+    """Calls of a batch run (or wait to start); results come as ``ToolDone``."""
     APPROVAL = "approval"
     """Paused: every call that can run has run; the rest wait for a person."""
     FINISHED = "finished"
@@ -94,13 +124,56 @@ class TurnState(enum.Enum):
 FINAL_STATES = frozenset({TurnState.FINISHED, TurnState.FAILED, TurnState.SUPERSEDED})
 
 
+class Failure(enum.Enum):
+    """What stopped a turn short, as the shell saw it."""
+
+    CANCELLED = "cancelled"
+    """The turn's cancel scope was cancelled (``ChatAgent.cancel``, or the
+    agent's nursery)."""
+    INTERRUPTED = "interrupted"
+    """The agent closed and its grace ran out: no failure of the turn, whose
+    open calls are answered as a crash's are (``INTERRUPTED``) and which the
+    next start resumes."""
+    STORE = "store"
+    """The store refused or failed a read or a write (``StoreError``)."""
+    AGENTIK = "agentik"
+    """Another agentik error."""
+    BUG = "bug"
+    """Code that should not raise did (agentik's own)."""
+    REPORTED = "reported"
+    """A component failed and said how (a ``TurnError`` with its code: the
+    model's backend, the context window, a prompt contributor)."""
+
+
+FAILURE_CODES: Final[Mapping[Failure, str]] = {
+    Failure.CANCELLED: "cancelled",
+    Failure.INTERRUPTED: "interrupted",
+    Failure.STORE: "store_error",
+    Failure.AGENTIK: "turn_failed",
+    Failure.BUG: "internal_error",
+}
+"""The ``TurnError`` code of each failure (a reported one keeps its own)."""
+
+STEP_LIMIT = "step_limit"
+
+
+class PolicyAnswer(enum.Enum):
+    """What the agent's ``approval_policy`` said about a call."""
+
+    NONE = "none"
+    """No policy, or not asked (a resumed call: its decisions are stored)."""
+    RUN = "run"
+    ASK = "ask"
+    RAISED = "raised"
+    """It raised: the call waits for a person all the same (fail closed)."""
+
+
+_POLICY_ASKS: Final = frozenset({PolicyAnswer.ASK, PolicyAnswer.RAISED})
+
+
 class TurnStateError(Exception):
     """An event the turn cannot take in its state (a bug in the shell, or a
     decision about a call that is not waiting)."""
-
-
-def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    return tuple(value)
 
 
 def _plans(value: Iterable[CallPlan]) -> tuple[CallPlan, ...]:
@@ -113,16 +186,29 @@ def _plans(value: Iterable[CallPlan]) -> tuple[CallPlan, ...]:
 @final
 @attrs.frozen
 class CallPlan:
-    """A tool call as the shell found it when the model sent it: whether it
-    needs a person's approval, and whether running it twice is harmless."""
+    """A tool call as the shell found it when the model sent it: the facts the
+    machine decides on (``_call_plans`` gathers them)."""
 
     call: ToolCall
     needs_approval: bool = False
+    """Its tool or toolset requires a person's approval (``requires_approval``)."""
     idempotent: bool = False
     invalid: str | None = None
-    """Why the call cannot run (its arguments do not match its tool's
-    schema), as the error result the model is to see; None when it can.
-    A person is never asked about such a call."""
+    """Why the call cannot run (an unknown tool, arguments that do not match
+    its tool's schema), as the error result the model is to see; None when
+    it can. A person is never asked about such a call."""
+    policy: PolicyAnswer = attrs.field(default=PolicyAnswer.NONE, kw_only=True)
+    sequential: bool = attrs.field(default=False, kw_only=True)
+    """The call must not overlap another call of its answer."""
+    toolset: str | None = attrs.field(default=None, kw_only=True)
+    """The toolset its name belongs to: switched on (or its use counted) when
+    the call starts, or is refused."""
+
+    @property
+    def waits(self) -> bool:
+        """Whether a person must decide before it runs: an invalid call never
+        waits; a valid one does when its tool or toolset, or the policy, says so."""
+        return self.invalid is None and (self.needs_approval or self.policy in _POLICY_ASKS)
 
 
 @final
@@ -189,100 +275,35 @@ class Superseded:
 @final
 @attrs.frozen
 class Stop:
-    """The turn cannot go on (the model failed, it was cancelled, a write
-    failed): answer what is open and fail with ``code``."""
+    """The turn cannot go on: answer what is open and fail. ``code`` only for
+    ``Failure.REPORTED`` (the component's own)."""
 
-    code: str
+    failure: Failure
     message: str
+    code: str | None = None
 
 
-TurnEvent: TypeAlias = Begin | Resume | ModelAnswered | ToolDone | Decided | Superseded | Stop
+MachineEvent: TypeAlias = Begin | Resume | ModelAnswered | ToolDone | Decided | Superseded | Stop
 
 
-# --- what the machine tells the shell ------------------------------------------
+_CALL_MODEL: Final = CallModel()
+_COMMIT: Final = Commit()
 
+_S = TurnState
+_SETTLED: Final = frozenset({_S.TOOLS, _S.APPROVAL, _S.MODEL, _S.FAILED})
+"""Where ``(run)`` and ``(settle)`` may lead."""
 
-@final
-@attrs.frozen
-class Record:
-    """Store this message (with the turn's idempotency key for the user message;
-    with ``awaiting`` set, the call ids that now wait for approval, stored
-    with it atomically)."""
-
-    message: Message
-    idempotency_key: str | None = None
-    awaiting: tuple[str, ...] = ()
-
-
-@final
-@attrs.frozen
-class RecordDecision:
-    """Store a person's decision about a waiting call (before acting on it),
-    with ``result``, a denied call's tool result, in the same write."""
-
-    call_id: str
-    approve: bool
-    reason: str = ""
-    result: Message | None = None
-
-
-@final
-@attrs.frozen
-class CallModel:
-    """Ask the model, with the history as recorded so far."""
-
-
-@final
-@attrs.frozen
-class RunTool:
-    """Run this call and feed back ``ToolDone``; ``again`` when a crash
-    interrupted an earlier run of it."""
-
-    call: ToolCall
-    again: bool = False
-
-
-@final
-@attrs.frozen
-class Refuse:
-    """Record ``result``, the error result of ``call``, which will not run (its
-    plan said why: ``CallPlan.invalid``)."""
-
-    call: ToolCall
-    result: Message
-
-
-@final
-@attrs.frozen
-class AwaitApproval:
-    """Pause: these calls wait for a decision (everything else is recorded)."""
-
-    calls: tuple[ToolCall, ...] = attrs.field(converter=_calls)
-
-
-@final
-@attrs.frozen
-class Finish:
-    """The turn ended with this answer; commit what was recorded and report it."""
-
-    text: str
-
-
-@final
-@attrs.frozen
-class Fail:
-    """The turn ended without an answer; what it recorded is valid."""
-
-    code: str
-    message: str
-
-
-TurnAction: TypeAlias = (
-    Message | Record | RecordDecision | CallModel | RunTool | Refuse | AwaitApproval | Finish | Fail
-)
-"""A bare ``Message`` means: record it (the common case, with no wrapper to build)."""
-
-_CALL_MODEL = CallModel()
+TRANSITIONS: Final[Mapping[tuple[TurnState, type], tuple[str, frozenset[TurnState]]]] = {
+    (_S.NEW, Begin): ("_begin", frozenset({_S.MODEL})),
+    (_S.NEW, Resume): ("_resume", _SETTLED),
+    (_S.MODEL, ModelAnswered): ("_answered", _SETTLED | {_S.FINISHED}),
+    (_S.MODEL, Stop): ("_stop", frozenset({_S.FAILED})),
+    (_S.TOOLS, ToolDone): ("_tool_done", _SETTLED),
+    (_S.TOOLS, Stop): ("_stop", frozenset({_S.FAILED})),
+    (_S.APPROVAL, Decided): ("_decided", _SETTLED),
+    (_S.APPROVAL, Superseded): ("_superseded", frozenset({_S.SUPERSEDED})),
+}
+"""(state, event type) -> (the method that takes it, the states that may follow)."""
 
 
 @final
@@ -291,153 +312,134 @@ class TurnMachine:
     """The state of one turn; see the module docstring for its table."""
 
     max_steps: int
+    max_parallel: int = 1
+    """Calls of one batch running at once, at most."""
+    rerun: bool = True
+    """On ``Resume``, an idempotent call a crash cut short runs again (else it
+    is answered ``interrupted``, as every other such call is)."""
     state: TurnState = TurnState.NEW
     steps: int = 0
     """Model calls asked for so far."""
-    queue: list[CallPlan] = attrs.Factory(list)
-    """Calls to run, in the model's order (``again`` for the re-runs)."""
-    running: ToolCall | None = None
-    """The call whose result the machine waits for."""
-    rerun: set[str] = attrs.Factory(set)
-    """Queued calls that a crash interrupted (run again)."""
+    batch: list[CallPlan] = attrs.Factory(list)
+    """The calls that run now, in call order (see the module docstring)."""
+    started: int = 0
+    """``batch[:started]`` have started, been refused, or been answered."""
+    recorded: int = 0
+    """``batch[:recorded]`` have their results recorded."""
+    running: dict[str, CallPlan] = attrs.Factory(dict)
+    """Started calls without a result yet."""
+    alone: str | None = None
+    """The sequential call running, if one is: nothing else starts meanwhile."""
+    done: dict[str, str] = attrs.Factory(dict)
+    """Results of batch calls not recorded yet (a call before them has none)."""
+    rerun_ids: set[str] = attrs.Factory(set)
+    """Batch calls that a crash interrupted (run again)."""
+    durable: bool = True
+    """Everything a call may depend on (its assistant message, its approval)
+    is committed: set by ``Commit``, cleared by recording such a record."""
     waiting: dict[str, ToolCall] = attrs.Factory(dict)
-    """Calls waiting for a decision, by id, in the model's order."""
-    approved: list[ToolCall] = attrs.Factory(list)
+    """Calls waiting for a decision, by id, in call order."""
+    approved: set[str] = attrs.Factory(set)
     """Approved calls waiting for the other decisions before they run."""
+    plans: dict[str, CallPlan] = attrs.Factory(dict)
+    """The plans of the waiting and approved calls, in call order."""
     decisions: dict[str, bool] = attrs.Factory(dict)
     """Decisions taken in this turn, by call id."""
 
-    def handle(self, event: TurnEvent) -> list[TurnAction]:
-        """Take one event; return what the shell must do, in order. (The shell's
-        hot path calls the method of each event directly: same transitions,
-        no event object.)"""
-        if isinstance(event, Begin):
-            return self.begin(event.text, event.idempotency_key)
-        if isinstance(event, ModelAnswered):
-            return self.answered(event.message, event.plans)
-        if isinstance(event, ToolDone):
-            return self.tool_done(event.call_id, event.content)
-        if isinstance(event, Decided):
-            return self.decide(event.call_id, event.approve, event.reason)
-        if isinstance(event, Superseded):
-            return self.supersede(event.reason)
-        if isinstance(event, Stop):
-            return self.stop(event.code, event.message)
-        return self.resume(event)
+    def handle(self, event: MachineEvent) -> list[TurnAction]:
+        """Take one event (``TRANSITIONS``); return what the shell must do, in order."""
+        row = TRANSITIONS.get((self.state, type(event)))
+        if row is None:
+            name = type(event).__name__
+            raise TurnStateError(f"a turn in state {self.state.value} cannot take {name}")
+        method, next_states = row
+        actions: list[TurnAction] = getattr(self, method)(event)
+        if self.state not in next_states:
+            raise AssertionError(f"{method} led to {self.state}, not one of {next_states}")
+        return actions
 
-    def _refuse(self, event: str) -> TurnStateError:
-        return TurnStateError(f"a turn in state {self.state.value} cannot take {event}")
+    # Named entry points for the shell, each through ``handle``.
 
     def begin(self, text: str, idempotency_key: str | None = None) -> list[TurnAction]:
-        """``Begin``."""
-        if self.state is not TurnState.NEW:
-            raise self._refuse("Begin")
-        self.steps = 1
-        self.state = TurnState.MODEL
-        user = Message(Role.USER, text)
-        return [user if idempotency_key is None else Record(user, idempotency_key), _CALL_MODEL]
+        return self.handle(Begin(text, idempotency_key))
 
     def resume(self, event: Resume) -> list[TurnAction]:
-        """``Resume``."""
-        if self.state is not TurnState.NEW:
-            raise self._refuse("Resume")
-        return self._resume(event)
+        return self.handle(event)
 
-    def answered(self, message: Message, plans: tuple[CallPlan, ...] = ()) -> list[TurnAction]:
-        """``ModelAnswered``."""
-        if self.state is not TurnState.MODEL:
-            raise self._refuse("ModelAnswered")
-        calls = message.tool_calls
-        if message.role is not Role.ASSISTANT or len(calls) != len(plans):
+    def supersede(self, reason: str = SUPERSEDED_REASON) -> list[TurnAction]:
+        return self.handle(Superseded(reason))
+
+    # --- transitions (``TRANSITIONS``) ------------------------------------------
+
+    def _begin(self, event: Begin) -> list[TurnAction]:
+        self.steps = 1
+        self.state = TurnState.MODEL
+        user = Message(Role.USER, event.text)
+        key = event.idempotency_key
+        return [user if key is None else Record(user, key), _CALL_MODEL]
+
+    def _resume(self, event: Resume) -> list[TurnAction]:
+        if event.steps < 0:
+            raise TurnStateError(f"steps must be >= 0, got {event.steps}")
+        # A turn stored with more model calls than the limit allows now (it was
+        # lowered since) is at the limit: it answers its calls and fails.
+        self.steps = min(event.steps, self.max_steps)
+        # While some call still waits, the approved ones have not started
+        # (they run once all are decided); otherwise any open call may have
+        # been running when the process stopped.
+        still_waiting = any(p.call.id in event.awaiting for p in event.calls)
+        batch: list[CallPlan] = []
+        for plan in event.calls:
+            call_id = plan.call.id
+            if call_id in event.awaiting:
+                self.waiting[call_id] = plan.call
+                self.plans[call_id] = plan
+            elif call_id in event.approved and still_waiting:
+                self.decisions[call_id] = True
+                self.approved.add(call_id)
+                self.plans[call_id] = plan
+            else:
+                batch.append(plan)
+                if plan.invalid is not None:
+                    pass  # refused again: it never ran
+                elif plan.idempotent and self.rerun:
+                    self.rerun_ids.add(call_id)
+                else:
+                    self.done[call_id] = INTERRUPTED
+        return self._run(batch)
+
+    def _answered(self, event: ModelAnswered) -> list[TurnAction]:
+        message, plans = event.message, event.plans
+        if message.role is not Role.ASSISTANT or len(message.tool_calls) != len(plans):
             raise TurnStateError(
                 "the answer must be an assistant message carrying the plans' calls"
             )
         if not plans:
             self.state = TurnState.FINISHED
             return [message, Finish(message.content)]
-        if len(plans) == 1 and not plans[0].needs_approval and plans[0].invalid is None:
-            # The common case, the rest of this and _settle written out.
-            call = plans[0].call
-            self.running = call
-            self.state = TurnState.TOOLS
-            return [message, RunTool(call)]
-        awaiting = []
+        batch: list[CallPlan] = []
         for plan in plans:
-            # Invalid arguments first: a person is asked only about a call
-            # that could run as it stands (the queue refuses it in order).
-            if plan.needs_approval and plan.invalid is None:
+            if plan.waits:
                 self.waiting[plan.call.id] = plan.call
-                awaiting.append(plan.call.id)
+                self.plans[plan.call.id] = plan
             else:
-                self.queue.append(plan)
-        first: TurnAction = Record(message, awaiting=tuple(awaiting)) if awaiting else message
-        return [first, *self._settle()]
+                batch.append(plan)
+        self.durable = False  # the calls, just recorded
+        awaiting = tuple(self.waiting)
+        first: TurnAction = Record(message, awaiting=awaiting) if awaiting else message
+        return [first, *self._run(batch)]
 
-    def tool_done(self, call_id: str, content: str) -> list[TurnAction]:
-        """``ToolDone``."""
-        if self.state is not TurnState.TOOLS:
-            raise self._refuse("ToolDone")
-        running = self.running
-        if running is None or running.id != call_id:
+    def _tool_done(self, event: ToolDone) -> list[TurnAction]:
+        call_id = event.call_id
+        if self.running.pop(call_id, None) is None:
             raise TurnStateError(f"no result expected for call {call_id!r}")
-        self.running = None
-        result = Message(Role.TOOL, content, tool_call_id=call_id)
-        if not self.queue and not self.waiting and self.steps < self.max_steps:
-            self.steps += 1  # the common case, _settle written out: ask the model
-            self.state = TurnState.MODEL
-            return [result, _CALL_MODEL]
-        return [result, *self._settle()]
+        if self.alone == call_id:
+            self.alone = None
+        self.done[call_id] = event.content
+        return self._advance()
 
-    def decide(self, call_id: str, approve: bool, reason: str = "") -> list[TurnAction]:
-        """``Decided``."""
-        return self._decided(call_id, approve, reason)
-
-    def supersede(self, reason: str = SUPERSEDED_REASON) -> list[TurnAction]:
-        """``Superseded``."""
-        if self.state is not TurnState.APPROVAL:
-            raise self._refuse("Superseded")
-        out: list[TurnAction] = [_denial(call_id, reason) for call_id in self.waiting]
-        # Approved, but waiting for the others to be decided: never ran.
-        out += [_result(c.id, f"error: not run: {reason}") for c in self.approved]
-        self.waiting.clear()
-        self.approved.clear()
-        self.state = TurnState.SUPERSEDED
-        return out
-
-    def stop(self, code: str, message: str) -> list[TurnAction]:
-        """``Stop``."""
-        if self.state is not TurnState.MODEL and self.state is not TurnState.TOOLS:
-            raise self._refuse("Stop")
-        return self._stop(code, message)
-
-    # --- transitions ----------------------------------------------------------
-
-    def _resume(self, event: Resume) -> list[TurnAction]:
-        if not 0 <= event.steps <= self.max_steps:
-            raise TurnStateError(f"steps must be 0..{self.max_steps}, got {event.steps}")
-        self.steps = event.steps
-        # While some call still waits, the approved ones have not started
-        # (they run once all are decided); otherwise any open call may have
-        # been running when the process stopped.
-        still_waiting = any(p.call.id in event.awaiting for p in event.calls)
-        out: list[TurnAction] = []
-        for plan in event.calls:
-            call = plan.call
-            if call.id in event.awaiting:
-                self.waiting[call.id] = call
-            elif call.id in event.approved and still_waiting:
-                self.decisions[call.id] = True
-                self.approved.append(call)
-            elif plan.invalid is not None:
-                self.queue.append(plan)  # refused again: it never ran
-            elif plan.idempotent:
-                self.queue.append(plan)
-                self.rerun.add(call.id)
-            else:
-                out.append(_result(call.id, INTERRUPTED))
-        return [*out, *self._settle()]
-
-    def _decided(self, call_id: str, approve: bool, reason: str) -> list[TurnAction]:
+    def _decided(self, event: Decided) -> list[TurnAction]:
+        call_id, approve, reason = event.call_id, event.approve, event.reason
         earlier = self.decisions.get(call_id)
         if earlier is not None:
             if earlier == approve:
@@ -445,72 +447,151 @@ class TurnMachine:
             raise TurnStateError(
                 f"call {call_id!r} was already {'approved' if earlier else 'denied'}"
             )
-        if self.state is not TurnState.APPROVAL or call_id not in self.waiting:
+        if call_id not in self.waiting:
             raise TurnStateError(f"call {call_id!r} is not waiting for approval")
-        call = self.waiting.pop(call_id)
+        del self.waiting[call_id]
         self.decisions[call_id] = approve
         out: list[TurnAction]
         if approve:
             out = [RecordDecision(call_id, True, reason)]
-            self.approved.append(call)  # runs once every waiting call is decided
+            self.approved.add(call_id)  # runs once every waiting call is decided
+            self.durable = False  # the approval, just recorded
         else:
             out = [_denial(call_id, reason)]
         if self.waiting:
             return [*out, AwaitApproval(self.waiting.values())]
-        self.queue += (CallPlan(c) for c in self.approved)
+        batch = [p for i, p in self.plans.items() if i in self.approved]
         self.approved.clear()
-        return [*out, *self._settle()]
+        self.plans.clear()
+        return [*out, *self._run(batch)]
 
-    def _stop(self, code: str, message: str) -> list[TurnAction]:
-        out: list[TurnAction] = []
-        if self.running is not None:
-            out.append(_result(self.running.id, STOPPED))
-            self.running = None
-        out += [_result(p.call.id, STOPPED) for p in self.queue]
-        out += [_result(call_id, STOPPED) for call_id in self.waiting]
-        out += [_result(c.id, STOPPED) for c in self.approved]
-        self.queue.clear()
+    def _superseded(self, event: Superseded) -> list[TurnAction]:
+        reason = event.reason
+        out: list[TurnAction] = [_denial(call_id, reason) for call_id in self.waiting]
+        # Approved, but waiting for the others to be decided: never ran.
+        out += [_result(i, f"error: not run: {reason}") for i in self.plans if i in self.approved]
         self.waiting.clear()
         self.approved.clear()
+        self.plans.clear()
+        self.state = TurnState.SUPERSEDED
+        return out
+
+    def _stop(self, event: Stop) -> list[TurnAction]:
+        code = _code(event)
+        # Results known but not recorded yet (a call before them still ran)
+        # are recorded as they are; every other open call is stopped (or, the
+        # agent having shut down, interrupted: resumed at the next start).
+        answer = INTERRUPTED if event.failure is Failure.INTERRUPTED else STOPPED
+        out: list[TurnAction] = [
+            _result(p.call.id, self.done.get(p.call.id, answer))
+            for p in self.batch[self.recorded :]
+        ]
+        waited = self.waiting.keys() | self.approved
+        out += [_result(call_id, answer) for call_id in self.plans if call_id in waited]
+        self._clear_batch([])
+        self.waiting.clear()
+        self.approved.clear()
+        self.plans.clear()
         self.state = TurnState.FAILED
-        return [*out, Fail(code, message)]
+        return [*out, Fail(code, event.message)]
+
+    # --- the batch: (run) and (settle) -------------------------------------------
+
+    def _run(self, batch: list[CallPlan]) -> list[TurnAction]:
+        """Start working through a new batch (see the module docstring)."""
+        self._clear_batch(batch)
+        self.state = TurnState.TOOLS
+        return self._advance()
+
+    def _clear_batch(self, batch: list[CallPlan]) -> None:
+        self.batch = batch
+        self.started = self.recorded = 0
+        self.running.clear()
+        self.alone = None
+
+    def _advance(self) -> list[TurnAction]:
+        """Record the results now in call order, start what may start; settle
+        once the whole batch is recorded."""
+        out = self._flush()
+        out += self._start()
+        if self.recorded == len(self.batch):
+            self.done.clear()
+            self.rerun_ids.clear()
+            out += self._settle()
+        return out
+
+    def _flush(self) -> list[TurnAction]:
+        out: list[TurnAction] = []
+        batch, done = self.batch, self.done
+        while self.recorded < self.started:
+            call_id = batch[self.recorded].call.id
+            if call_id not in done:
+                break
+            out.append(_result(call_id, done.pop(call_id)))
+            self.recorded += 1
+        return out
+
+    def _start(self) -> list[TurnAction]:
+        out: list[TurnAction] = []
+        batch, running = self.batch, self.running
+        while self.started < len(batch) and self.alone is None:
+            plan = batch[self.started]
+            call = plan.call
+            if call.id in self.done:  # answered on resume: nothing starts
+                self.started += 1
+                out += self._flush()
+                continue
+            if plan.sequential and running:
+                break  # it waits for the calls before it
+            if len(running) >= self.max_parallel:
+                break
+            self.started += 1
+            if plan.invalid is not None:
+                if plan.toolset is not None:  # the name alone switches it on
+                    out.append(Activate(plan.toolset, call.name))
+                out.append(Refuse(call, plan.invalid))
+                self.done[call.id] = plan.invalid
+                out += self._flush()
+                continue
+            if not self.durable and (not plan.idempotent or call.id in self.decisions):
+                out.append(_COMMIT)
+                self.durable = True
+            if plan.toolset is not None:
+                out.append(Activate(plan.toolset, call.name))
+            running[call.id] = plan
+            if plan.sequential:
+                self.alone = call.id
+            out.append(RunTool(call, call.id in self.rerun_ids))
+        return out
 
     def _settle(self) -> list[TurnAction]:
-        out: list[TurnAction] = []
-        queue = self.queue
-        while queue:
-            plan = queue.pop(0)
-            call = plan.call
-            if plan.invalid is not None:
-                out.append(Refuse(call, _result(call.id, plan.invalid)))
-                continue
-            self.running = call
-            self.state = TurnState.TOOLS
-            out.append(RunTool(call, call.id in self.rerun))
-            return out
         if self.waiting:
             self.state = TurnState.APPROVAL
-            out.append(AwaitApproval(self.waiting.values()))
-            return out
+            return [AwaitApproval(self.waiting.values())]
         if self.steps >= self.max_steps:
             self.state = TurnState.FAILED
-            out.append(
+            return [
                 Fail(
-                    "step_limit",
+                    STEP_LIMIT,
                     f"the turn stopped after {self.max_steps} model calls without an answer"
                     " (max_tool_rounds); every tool call made has its result",
                 )
-            )
-            return out
+            ]
         self.steps += 1
         self.state = TurnState.MODEL
-        out.append(_CALL_MODEL)
-        return out
+        return [_CALL_MODEL]
+
+
+def _code(stop: Stop) -> str:
+    if stop.failure is not Failure.REPORTED:
+        return FAILURE_CODES[stop.failure]
+    if stop.code is None:
+        raise TurnStateError("a reported failure needs its code")
+    return stop.code
 
 
 def _denial(call_id: str, reason: str) -> RecordDecision:
-    result = Message(Role.TOOL, denied(reason), tool_call_id=call_id)
-    return RecordDecision(call_id, False, reason, result)
+    return RecordDecision(call_id, False, reason, _result(call_id, denied(reason)))
 
 
 def _result(call_id: str, content: str) -> Message:

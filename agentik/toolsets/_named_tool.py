@@ -31,3 +31,9 @@ class NamedTool:
     idempotent: bool = attrs.field(default=False, kw_only=True)
     """Running a call twice does no harm: a call a crash interrupted is run
     again when its turn resumes, instead of being answered ``interrupted``."""
+    sequential: bool = attrs.field(
+        default=False, kw_only=True, validator=attrs.validators.instance_of(bool)
+    )
+    """A call must not overlap another call of the same model answer: it
+    starts once the calls before it are done, and the calls after it start
+    once it is done (the calls of an answer otherwise run at once)."""

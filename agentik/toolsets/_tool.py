@@ -42,6 +42,7 @@ def tool(
     description: str | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
+    sequential: bool = False,
 ) -> Callable[[ToolFunction], NamedTool]: ...
 def tool(
     function: ToolFunction | None = None,
@@ -51,13 +52,14 @@ def tool(
     description: str | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
+    sequential: bool = False,
 ) -> NamedTool | Callable[[ToolFunction], NamedTool]:
     """Build a ``NamedTool`` from an async function; use as ``@tool`` or
-    ``@tool(name=..., requires_approval=True, idempotent=True)`` (see
-    ``NamedTool`` for the two flags)."""
+    ``@tool(name=..., requires_approval=True, idempotent=True, sequential=True)``
+    (see ``NamedTool`` for the flags)."""
 
     def build(fn: ToolFunction) -> NamedTool:
-        return _build(fn, name, description, requires_approval, idempotent)
+        return _build(fn, name, description, requires_approval, idempotent, sequential)
 
     return build if function is None else build(function)
 
@@ -68,6 +70,7 @@ def _build(
     description: str | None,
     requires_approval: bool = False,
     idempotent: bool = False,
+    sequential: bool = False,
 ) -> NamedTool:
     tool_name = name if name is not None else getattr(fn, "__name__", "")
     if TOOL_NAME_PATTERN.fullmatch(tool_name) is None:
@@ -112,6 +115,7 @@ def _build(
         handler,
         requires_approval=requires_approval,
         idempotent=idempotent,
+        sequential=sequential,
     )
     remember_validator(named, check)
     return named

@@ -138,8 +138,8 @@ async def none_interrupted(storage: StorageBundle) -> bool:
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_an_interrupted_turn_resumes_without_a_touch(backend: str, tmp_path: Path) -> None:
     """The turn finishes while nothing asks for its conversation: the idempotent
-    call runs again, the other is answered ``interrupted``; a keyed retry
-    later replays it and adds nothing."""
+    call runs again, the other is answered ``interrupted`` (their results in
+    call order); a keyed retry later replays it and adds nothing."""
     place = Backend(backend, tmp_path / "db")
     async with place.open() as storage:
         store = storage.message_store
@@ -149,7 +149,7 @@ async def test_an_interrupted_turn_resumes_without_a_touch(backend: str, tmp_pat
         await until(lambda: none_interrupted(storage))
         history = await stored(storage, "conv")
         assert history[-1].content == (
-            "interrupted: the process stopped before this call finished | found"
+            "found | interrupted: the process stopped before this call finished"
         )
         assert agent.stats.turns_resumed == 1
         replay = await agent.send("conv", "work", idempotency_key="k")
@@ -224,7 +224,7 @@ async def test_at_most_a_few_turns_resume_at_once(autojump_clock: trio.testing.M
 STATES = (
     "finished",  # an answer: left alone
     "before_model",  # the user message alone: the model is asked
-    "mid_tools",  # calls without results: idempotent runs again, the other not
+    "mid_tools",  # calls without results: idempotent runs again, the other not (call order)
     "after_tools",  # every call answered: the model is asked
     "failed",  # a recorded failure: left alone
     "waiting",  # a call waits for a decision: left waiting
@@ -275,7 +275,7 @@ async def check(storage: StorageBundle, conversation_id: str, state: str) -> Non
     expected = {
         "finished": ["earlier", "fine", "work", "done"],
         "before_model": ["earlier", "fine", "work", "re: work"],
-        "mid_tools": ["earlier", "fine", "work", "", cut, "found", f"{cut} | found"],
+        "mid_tools": ["earlier", "fine", "work", "", "found", cut, f"found | {cut}"],
         "after_tools": ["earlier", "fine", "work", "", "before", "before", "before | before"],
         "failed": ["earlier", "fine", "work", "", "error: stopped"],
         "waiting": ["earlier", "fine", "work", ""],

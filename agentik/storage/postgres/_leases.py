@@ -218,8 +218,8 @@ class NodeLease:
 
     @property
     def live_nodes(self) -> int:
-        """Nodes live at the last renewal (``ConversationOwnership.live_nodes``): each keeps its share
-        of the model's limits."""
+        """Nodes live at the last renewal (``ConversationOwnership.live_nodes``):
+        each keeps its share of the model's limits."""
         return self._live_nodes
 
     async def advertise(self, url: str) -> None:

@@ -1,0 +1,133 @@
+"""What a turn's model request carries: the system message, the window of
+history, the tools offered.
+
+The system message is built afresh for every request from the prompt
+contributors (never stored), or reused while what it was built from is
+unchanged; with a context policy the request carries only the window of the
+history that fits (``_context``). Reads only: the turn records nothing here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agentik._errors import TurnError
+from agentik._messages import Message, Role
+from agentik.agent._context import ContextExhausted, estimate_tokens, select_window
+from agentik.agent._prompt import PromptContext, render_system_prompt
+from agentik.models import ModelRequest
+from agentik.toolsets import NamedTool, ToolsetIndex
+
+if TYPE_CHECKING:
+    from agentik.agent._conversation import Conversation
+
+NONE_ACTIVE: frozenset[str] = frozenset()
+
+PromptInputs = tuple[
+    ToolsetIndex, frozenset[str], Sequence[object], Sequence[object], tuple[int, ...]
+]
+"""What agentik's own prompt contributors read: the toolsets, the active ones,
+the skills catalog, recent reflections (both cached lists: the same object
+until a write), and the working-memory notes (by id: notes never change)."""
+
+
+async def build_request(
+    conv: Conversation, start: int
+) -> tuple[ModelRequest, ToolsetIndex, frozenset[str]]:
+    """The next request of the turn whose user message is ``conv.history[start]``,
+    with the toolsets and the active ones it was built for."""
+    system, index, active = await system_message(conv)
+    tools = offered_tools(conv.runtime.offered_core, index, active)
+    policy = conv.runtime.settings.context
+    if policy is None:
+        return ModelRequest((system, *conv.history), tools), index, active
+    try:
+        window = select_window(
+            system=conv.cost(system),
+            summary=conv.summary_message,
+            history=conv.history,
+            turn_start=start,
+            budget=policy.max_tokens,
+            cost=conv.cost,
+        )
+    except ContextExhausted as exc:
+        raise TurnError(str(exc), code="context_exhausted") from exc
+    return ModelRequest((system, *window.messages), tools), index, active
+
+
+async def system_message(conv: Conversation) -> tuple[Message, ToolsetIndex, frozenset[str]]:
+    """The system message of the next request (built from the contributors,
+    or the last one while its inputs are unchanged), with the toolsets and
+    the active ones it was built for."""
+    runtime = conv.runtime
+    contributions, index = runtime.toolsets()
+    active = conv.activation.active_names() if contributions else NONE_ACTIVE
+    cached = runtime.cached_prompt_reads(conv.skill_scope)
+    if cached is None:
+        skills = await runtime.skills(conv.skill_scope)
+        reflections = await runtime.reflections()
+    else:
+        skills, reflections = cached
+    memory = conv.memory
+    # The system message of the last request, reused while what it was
+    # built from is unchanged (only when every contributor is one of
+    # agentik's own, which read nothing but their context).
+    key = (index, active, skills, reflections, tuple([e.id for e in memory]))
+    last = conv.system_prompt
+    if last is not None and _same_prompt_inputs(last[0], key):
+        return last[1], index, active
+    budgets = runtime.budgets
+    policy = runtime.settings.context
+    context = PromptContext(
+        conversation_id=conv.conversation_id,
+        contributions=index,
+        active_toolsets=active,
+        skills=skills,
+        memory=memory,
+        reflections=reflections,
+        skills_budget=budgets.skills,
+        memory_budget=budgets.notes,
+        reflections_budget=budgets.reflections,
+        count_tokens=estimate_tokens if policy is None else policy.count_tokens,
+    )
+    system = Message(Role.SYSTEM, render_system_prompt(runtime.contributors, context))
+    if runtime.pure_prompt:
+        conv.system_prompt = (key, system)
+    return system, index, active
+
+
+async def check_room(conv: Conversation, text: str) -> None:
+    """Refuse a user message that cannot fit the context window with the
+    system message, before it is stored (``context_exhausted``): stored, it
+    would fail its turn and weigh on every later one."""
+    policy = conv.runtime.settings.context
+    assert policy is not None
+    system, _, _ = await system_message(conv)
+    needed = conv.cost(system) + conv.cost(Message(Role.USER, text))
+    if needed > policy.max_tokens:
+        raise TurnError(
+            f"the message needs {needed} tokens of context with the system message and"
+            f" the window is {policy.max_tokens} (context max_tokens); send a shorter one",
+            code="context_exhausted",
+        )
+
+
+def offered_tools(
+    core: Sequence[NamedTool], index: ToolsetIndex, active: frozenset[str]
+) -> tuple[NamedTool, ...]:
+    """What the model is offered: core tools (with enable/disable when toolsets
+    exist) and the tools of active toolsets; inactive toolsets stay hidden."""
+    if not active:
+        return tuple(core)
+    return (*core, *index.tools_for(active))
+
+
+def _same_prompt_inputs(a: PromptInputs, b: PromptInputs) -> bool:
+    return (
+        a[0] is b[0]
+        and a[1] == b[1]
+        and (a[2] is b[2] or a[2] == b[2])
+        and (a[3] is b[3] or a[3] == b[3])
+        and a[4] == b[4]
+    )

@@ -1,0 +1,206 @@
+"""What one turn wrote: its messages and decisions submitted to the store, and
+the waits for their commits.
+
+Every message is submitted the moment the machine says to record it and added
+to the conversation's cached history; the turn waits for the commits only
+where it must (``Commit``, and before it reports an outcome), once for all
+that is pending: writes commit in order, so once the last is done all are.
+A turn cut short settles what it submitted in a shielded, bounded scope.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from agentik._errors import AgentikError, StoreError
+from agentik._messages import Message, Role, ToolCall
+from agentik.agent._failures import message_of
+from agentik.agent._recovery import open_calls
+from agentik.agent._turn_actions import Record, RecordDecision
+from agentik.agent._turn_machine import INTERRUPTED, STOPPED
+from agentik.storage import FullMessageStore
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from agentik.agent._conversation import Conversation
+    from agentik.storage import Pending
+
+log = logging.getLogger("agentik.turn")
+
+CLEANUP_SECONDS = 10.0
+"""How long a failing or cancelled turn may spend recording the results of
+calls it could not finish and settling its writes, shielded from cancellation."""
+
+
+@attrs.define
+class TurnWrites:
+    """The writes of the turn whose user message is ``history[start]``."""
+
+    conversation: Conversation
+    start: int
+    pending: list[Pending[Message]] = attrs.Factory(list)
+    """Messages submitted since ``first_new`` and maybe not committed yet."""
+    first_new: int = 0
+    """Index in history of the first message in ``pending``."""
+    decisions: list[Pending[Message | None]] = attrs.Factory(list)
+    """Decisions submitted and maybe not committed yet."""
+    cleanup_deadline: float | None = None
+    """When a stopped turn's clean-up gives up (``_cleanup_deadline``)."""
+
+    async def record(self, message: Message) -> None:
+        """Submit ``message`` for commit and add it to the cached history.
+
+        Through ``submit_nowait`` when the store has it and has room: no
+        schedule point per message (the turn checkpoints when it waits for
+        its commit, and at every model and tool call)."""
+        conv = self.conversation
+        runtime = conv.runtime
+        nowait = runtime.submit_nowait
+        pending = None if nowait is None else nowait(conv.conversation_id, message)
+        if pending is None:
+            store = runtime.storage.message_store
+            pending = await store.submit(conv.conversation_id, message)
+        self.pending.append(pending)
+        conv.history.append(message)
+
+    async def record_with(self, action: Record) -> None:
+        """``record``, with the message's idempotency key or waiting calls."""
+        conv = self.conversation
+        message, key, awaiting = action.message, action.idempotency_key, action.awaiting
+        if awaiting:
+            pending = await _ledger(conv).submit_awaiting(conv.conversation_id, message, awaiting)
+        else:
+            store = conv.runtime.storage.message_store
+            pending = await store.submit(conv.conversation_id, message, idempotency_key=key)
+        self.pending.append(pending)
+        conv.history.append(message)
+        if key is not None:
+            # Only now: the store has accepted the message and the cache holds
+            # it at ``start``. Remembered earlier, a turn cancelled while the
+            # store made room left the key naming the slot another turn took.
+            conv.keys[key] = conv.first_seq + self.start
+
+    async def record_decision(self, action: RecordDecision) -> None:
+        """A person's decision, with a denied call's result in the same write."""
+        conv = self.conversation
+        pending = await _ledger(conv).submit_decision(
+            conv.conversation_id,
+            self._seq_of_call(action.call_id),
+            action.call_id,
+            approve=action.approve,
+            reason=action.reason,
+            result=action.result,
+        )
+        if action.result is None:
+            self.decisions.append(pending)
+        else:  # the denied call's result: a message of the turn like any other
+            self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
+            conv.history.append(action.result)
+
+    def call(self, call_id: str) -> ToolCall:
+        """The call ``call_id`` of this turn, as the model made it."""
+        for message in reversed(self.conversation.history[self.start :]):
+            for call in message.tool_calls:
+                if call.id == call_id:
+                    return call
+        raise StoreError(f"call {call_id!r} is in no message of the turn")
+
+    def _seq_of_call(self, call_id: str) -> int:
+        """The seq of the committed assistant message of this turn with ``call_id``."""
+        for message in reversed(self.conversation.history[self.start :]):
+            if message.seq is not None and any(c.id == call_id for c in message.tool_calls):
+                return message.seq
+        raise StoreError(f"call {call_id!r} is in no committed message of the turn")
+
+    async def commit(self) -> list[Message]:
+        """Wait until every submitted message is committed; return the turn's
+        messages as stored."""
+        conv = self.conversation
+        pending = self.pending
+        if pending:
+            # Writes commit in order, so once the last is done all are: read
+            # them without a checkpoint each.
+            if not pending[-1].done:
+                await pending[-1].wait()
+            stored = [p.result() if p.done else await p.wait() for p in pending]
+            conv.history[self.first_new : self.first_new + len(stored)] = stored
+            self.first_new += len(stored)
+            pending.clear()
+        for decision in self.decisions:
+            await decision.wait()
+        self.decisions.clear()
+        return conv.history[self.start :]
+
+    async def commit_failure(self, code: str) -> None:
+        """Commit what the turn recorded, then record that it failed (so a restart
+        does not resume it); a cancelled turn too."""
+        conv = self.conversation
+        await self.commit()
+        if len(conv.history) <= self.start:
+            return  # stopped before its user message was accepted: no turn to mark
+        user = conv.history[self.start]
+        store = conv.runtime.storage.message_store
+        if user.seq is not None:
+            await (await store.submit_turn_failure(conv.conversation_id, user.seq, code)).wait()
+
+    async def answer_open_calls(self, known: Mapping[str | None, str], code: str) -> None:
+        """A stopped turn: a result for each call the store holds without one
+        (``known``'s, else ``STOPPED``), then its failure, shielded and bounded;
+        an interrupted turn (``code`` ``interrupted``: the agent shut down) is
+        no failure: its calls are answered ``INTERRUPTED`` and it is resumed
+        at the next start.
+        The calls are those of the history, not the machine's: an action cut
+        short (a record the store never accepted) is invisible to the machine."""
+        conv = self.conversation
+        with trio.move_on_at(self._cleanup_deadline(), shield=True):
+            try:
+                interrupted = code == "interrupted"
+                answer = INTERRUPTED if interrupted else STOPPED
+                for call in open_calls(conv.history[self.start :]):
+                    content = known.get(call.id, answer)
+                    await self.record(Message(Role.TOOL, content, tool_call_id=call.id))
+                await (self.commit() if interrupted else self.commit_failure(code))
+            except AgentikError as exc:
+                conv.stale = True
+                log.error(
+                    "conversation %r: could not settle a failed turn: %s",
+                    conv.conversation_id,
+                    message_of(exc),
+                )
+
+    async def settle(self) -> None:
+        """Cut short (cancelled, failed): wait, shielded and bounded, for what
+        the turn submitted, so the outcome is reported once it is committed.
+        Writes still not committed then will commit later: the next reload
+        must wait for them, or it would miss them."""
+        if not self.pending and not self.decisions:
+            return
+        conv = self.conversation
+        with trio.move_on_at(self._cleanup_deadline(), shield=True):
+            try:
+                await self.commit()
+            except AgentikError:
+                conv.stale = True  # the store refused some: the cache is unsure
+        if any(not p.done for p in self.pending):
+            conv.stale = True
+            conv.inflight.extend(p for p in self.pending if not p.done)
+        self.pending.clear()
+        self.decisions.clear()
+
+    def _cleanup_deadline(self) -> float:
+        """One bound for all of a stopped turn's clean-up (answering its open
+        calls, marking it failed, settling its writes): behind a stuck writer
+        a cancel then waits ``CLEANUP_SECONDS`` in all, not once per step."""
+        if self.cleanup_deadline is None:
+            self.cleanup_deadline = trio.current_time() + CLEANUP_SECONDS
+        return self.cleanup_deadline
+
+
+def _ledger(conversation: Conversation) -> FullMessageStore:
+    # A seed store's stand-in raises a StoreError saying it keeps no approvals.
+    return conversation.runtime.storage.message_store
