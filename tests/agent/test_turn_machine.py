@@ -312,6 +312,19 @@ class TestTable:
             Fail("cancelled", "gone"),
         ]
 
+    def test_an_interrupted_turn_answers_its_open_calls_as_a_crash_would(self) -> None:
+        # The agent shut down past its grace: no failure of the turn, its calls
+        # answered as at a restart (which then resumes it), the ones done kept.
+        m = started(TurnMachine(max_steps=3, max_parallel=8))
+        m.handle(answer(CallPlan(call(1)), CallPlan(call(2)), CallPlan(call(3), True)))
+        assert m.handle(ToolDone("c2", "two")) == []
+        assert m.handle(Stop(Failure.INTERRUPTED, "the agent shut down")) == [
+            result("c1", INTERRUPTED),
+            result("c2", "two"),
+            result("c3", INTERRUPTED),
+            Fail("interrupted", "the agent shut down"),
+        ]
+
     def test_stop_records_the_results_it_holds_in_call_order(self) -> None:
         m = started(TurnMachine(max_steps=3, max_parallel=8))
         m.handle(answer(CallPlan(call(1)), CallPlan(call(2)), CallPlan(call(3))))
