@@ -84,7 +84,9 @@ def test_primitives_take_exactly_their_json_type(cls: type) -> None:
     )
     def check(value: object) -> None:
         if type(value) in _KINDS[cls]:
-            assert converter.structure(value, cls) == value
+            # a JSON integer read as a float is the nearest float (past 2**53, not equal)
+            expected = float(value) if cls is float else value  # type: ignore[arg-type]
+            assert converter.structure(value, cls) == expected
         else:
             with pytest.raises(TypeError, match=r"^expected .*, got "):
                 converter.structure(value, cls)
