@@ -175,7 +175,7 @@ class Turn:
     async def _drive(self, actions: list[TurnAction]) -> TurnResult | None:
         machine = self.machine
         while True:
-            if sum(isinstance(a, RunTool) for a in actions) > 1:
+            if _several_calls(actions):
                 last = await self._run_together(actions)
             else:
                 # At most one call to start: it runs in this task, no nursery,
@@ -362,3 +362,15 @@ class Turn:
     def _remember_failure(self, code: str) -> None:
         conv = self.conversation
         conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
+
+
+def _several_calls(actions: list[TurnAction]) -> bool:
+    """Whether ``actions`` start more than one call (then they run in a
+    nursery; one call runs in the turn's own task). Stops at the second."""
+    seen = False
+    for action in actions:
+        if type(action) is RunTool:
+            if seen:
+                return True
+            seen = True
+    return False
