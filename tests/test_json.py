@@ -1,4 +1,4 @@
-"""The fast encoders of ``agentik._json`` against ``json.dumps``, the oracle."""
+"""The encoders of ``agentik._json`` against ``json.dumps``, the oracle."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import agentik._json as agentik_json
 from agentik._json import dumps_ascii, dumps_compact
 
 # Every kind of JSON value, and text with what encoders get wrong: lone
@@ -79,47 +78,3 @@ def test_deep_nesting_fails_as_json_dumps_fails() -> None:
 def test_nan_and_infinities_as_json_dumps_writes_them() -> None:
     values = [math.nan, math.inf, -math.inf]
     assert dumps_ascii(values) == json.dumps(values) == "[NaN, Infinity, -Infinity]"
-
-
-def test_the_c_encoder_is_the_one_in_use_where_python_has_it() -> None:
-    if json.encoder.c_make_encoder is None:
-        pytest.skip("this interpreter has no C JSON encoder")
-    for dumps in (dumps_ascii, dumps_compact):
-        assert not hasattr(dumps, "__self__")  # not JSONEncoder.encode, the fallback
-
-
-def _fallback(dumps: object) -> bool:
-    return isinstance(getattr(dumps, "__self__", None), json.JSONEncoder)
-
-
-def test_without_the_c_encoder_the_library_encodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agentik_json._encoder, "c_make_encoder", None)
-    dumps = agentik_json._encoder_for(ensure_ascii=True, separators=(", ", ": "))
-    assert _fallback(dumps)
-    assert dumps({"a": [1, "é"]}) == json.dumps({"a": [1, "é"]})
-
-
-def test_a_c_encoder_that_takes_other_arguments_is_not_used(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def changed(*args: object) -> object:
-        raise TypeError("make_encoder() takes 10 arguments")
-
-    monkeypatch.setattr(agentik_json._encoder, "c_make_encoder", changed)
-    assert _fallback(agentik_json._encoder_for(ensure_ascii=False, separators=(",", ":")))
-
-
-def test_a_c_encoder_that_answers_otherwise_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = json.encoder.c_make_encoder
-    if real is None:
-        pytest.skip("this interpreter has no C JSON encoder")
-
-    def wrong(markers: object, *args: object) -> object:
-        # Wrong only as agentik calls it (without cycle checks); right as the
-        # library calls it, so the library stays the reference.
-        if markers is None:
-            return lambda value, level: ["null"]
-        return real(markers, *args)
-
-    monkeypatch.setattr(agentik_json._encoder, "c_make_encoder", wrong)
-    assert _fallback(agentik_json._encoder_for(ensure_ascii=True, separators=(", ", ": ")))

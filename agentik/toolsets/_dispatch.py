@@ -157,32 +157,11 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         return f"ToolsetIndex({list(self._names)!r})"
 
 
-_CACHE_SIZE = 16
-# id(tuple) -> (the tuple, its index). Holding the tuple keeps its id from being
-# reused; tuples of frozen contributions never change, so identity is sound.
-_cache: dict[int, tuple[tuple[ToolsetContribution, ...], ToolsetIndex]] = {}
-
-
 def index_of(contributions: Sequence[ToolsetContribution]) -> ToolsetIndex:
-    """The index of ``contributions``: itself, a cached one (tuples), or a fresh one.
-
-    Only a ``ToolsetIndex`` or a tuple is O(1) on repeat calls; any other
-    sequence may change between calls, so it is indexed afresh every time.
-    """
-    if type(contributions) is not tuple:
-        # Checked after the tuple test: isinstance against an ABC subclass is slow.
-        if isinstance(contributions, ToolsetIndex):
-            return contributions
-        return ToolsetIndex(contributions)
-    key = id(contributions)
-    hit = _cache.get(key)
-    if hit is not None and hit[0] is contributions:
-        return hit[1]
-    index = ToolsetIndex(contributions)
-    if len(_cache) >= _CACHE_SIZE:
-        del _cache[next(iter(_cache))]
-    _cache[key] = (contributions, index)
-    return index
+    """The index of ``contributions``: itself if it is one, else a fresh one."""
+    if isinstance(contributions, ToolsetIndex):
+        return contributions
+    return ToolsetIndex(contributions)
 
 
 def dispatch(

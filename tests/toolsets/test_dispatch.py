@@ -149,12 +149,6 @@ class TestIndex:
         assert index_of(index) is index
         assert dispatch(frozenset(), index, call("ping"), {}) == Run(index[0].tools[0], "ping")
 
-    def test_tuples_are_indexed_once(self) -> None:
-        """The same tuple gets the same index back, so dispatch stays O(1)."""
-        contributions = (ping_toolset(),)
-        assert index_of(contributions) is index_of(contributions)
-        assert index_of((ping_toolset(),)) is not index_of(contributions)
-
     def test_lists_are_indexed_afresh_so_mutation_is_seen(self) -> None:
         """A list may change between calls; dispatch sees its current content."""
         contributions: list[ToolsetContribution] = [ping_toolset()]
