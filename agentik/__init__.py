@@ -36,6 +36,7 @@ from agentik._messages import TokenStats as TokenStats
 from agentik._messages import TokenUsage as TokenUsage
 from agentik._messages import ToolCall as ToolCall
 from agentik._public import publish as _publish
+from agentik._version import __version__ as __version__
 from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
@@ -141,8 +142,6 @@ def __getattr__(name: str) -> object:
     globals()[name] = value  # once loaded, a plain attribute
     return value
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DISABLE_TOOLSET",

@@ -33,10 +33,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-import agentik
 from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
+from agentik._version import __version__
 from agentik.agent import ElicitationError, ElicitationRequest, TurnResult
 from agentik.server._a2a_list import (
     MAX_TURN_MESSAGES,
@@ -488,7 +488,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 url=f"{base}/a2a",
                 name="agentik",
                 description="An agentik agent: conversations with tools and toolsets.",
-                version=agentik.__version__,
+                version=__version__,
                 skills=skills,
                 bearer_auth=ctx.config.requires_auth,
             )

@@ -30,8 +30,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import agentik
 from agentik._json import JsonObject, JsonValue
+from agentik._version import __version__
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError, Redirect
 from agentik.server._health import StorageProbe
@@ -165,7 +165,7 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
         status = 200
         body: JsonObject = {
             "status": "ok",
-            "version": agentik.__version__,
+            "version": __version__,
             "storage": ctx.storage_label,
             "model": ctx.model_label,
             "demo_model": ctx.demo_model,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import psycopg
 
 from agentik._errors import StoreError
-from agentik.storage._in_use import DatabaseInUseError, through_server
+from agentik.storage._in_use_error import DatabaseInUseError, through_server
 from agentik.storage.postgres._connect import connect
 from agentik.storage.postgres._open import DEFAULT_SCHEMA
 from agentik.storage.postgres._watchdog import Watchdog
