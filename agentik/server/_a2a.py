@@ -85,10 +85,10 @@ from agentik.server._a2a_wire import (
     valid_context_id,
     view_from_turn,
 )
-from agentik.server._app import json_response
 from agentik.server._context import ServerContext, TaskKey
 from agentik.server._decisions import log_decision
 from agentik.server._errors import HttpError
+from agentik.server._json_response import json_response
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
