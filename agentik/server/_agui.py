@@ -34,7 +34,7 @@ import attrs
 
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
-from agentik.agent._events import (
+from agentik.agent import (
     ElicitationAsked,
     ToolCallFinished,
     ToolCallStarted,

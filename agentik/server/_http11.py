@@ -65,7 +65,7 @@ import trio
 
 from agentik.server._h1 import BODY, END, HEAD, RequestHead, RequestParser, has_token
 from agentik.server._timer import ConnectionLimits, ConnectionTimer
-from agentik.storage._pending import Pending
+from agentik.storage import Pending
 
 log = logging.getLogger("agentik.server")
 

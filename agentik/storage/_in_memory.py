@@ -72,8 +72,7 @@ class _Conversation:
         if start is None or start in self.failures:
             return False
         return not any(
-            at > start and approval.approved is None
-            for (at, _), approval in self.approvals.items()
+            at > start and approval.approved is None for (at, _), approval in self.approvals.items()
         )
 
 
