@@ -6,6 +6,8 @@ the bundle with every capability agentik uses (``FullMessageStore``,
 ``full_storage`` makes of a seed-only bundle (docs/storage.md).
 """
 
+from agentik._sync import Pending as Pending
+from agentik._sync import PendingStatistics as PendingStatistics
 from agentik.storage._archive import ArchivedApproval as ArchivedApproval
 from agentik.storage._archive import ArchivedFailure as ArchivedFailure
 from agentik.storage._archive import ArchivedMessage as ArchivedMessage
@@ -29,8 +31,6 @@ from agentik.storage._jsonl import split_lines as split_lines
 from agentik.storage._location import describe_location as describe_location
 from agentik.storage._location import is_postgres_url as is_postgres_url
 from agentik.storage._location import open_storage as open_storage
-from agentik.storage._pending import Pending as Pending
-from agentik.storage._pending import PendingStatistics as PendingStatistics
 from agentik.storage._protocols import ConversationOwnership as ConversationOwnership
 from agentik.storage._protocols import FullMessageStore as FullMessageStore
 from agentik.storage._protocols import FullWorkingMemoryStore as FullWorkingMemoryStore
