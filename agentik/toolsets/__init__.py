@@ -47,5 +47,4 @@ __all__ = [
     "render_toolset_section",
     "tool",
     "toolset_control_tools",
-    "validator_for",
 ]
