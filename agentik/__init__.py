@@ -36,6 +36,8 @@ from agentik._messages import TokenStats as TokenStats
 from agentik._messages import TokenUsage as TokenUsage
 from agentik._messages import ToolCall as ToolCall
 from agentik._public import publish as _publish
+from agentik._sync import Pending as Pending
+from agentik._version import __version__ as __version__
 from agentik.agent import AgentStats as AgentStats
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
@@ -76,7 +78,6 @@ from agentik.storage import ArchiveRecord as ArchiveRecord
 from agentik.storage import ConversationSnapshot as ConversationSnapshot
 from agentik.storage import KeyedTurn as KeyedTurn
 from agentik.storage import MessageStore as MessageStore
-from agentik.storage import Pending as Pending
 from agentik.storage import ReflectionStore as ReflectionStore
 from agentik.storage import SecretStore as SecretStore
 from agentik.storage import SkillStore as SkillStore
@@ -141,8 +142,6 @@ def __getattr__(name: str) -> object:
     globals()[name] = value  # once loaded, a plain attribute
     return value
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DISABLE_TOOLSET",

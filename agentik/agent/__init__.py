@@ -7,8 +7,10 @@ from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
 from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
 from agentik.agent._context import ContextPolicy as ContextPolicy
+from agentik.agent._elicitation import ElicitationAction as ElicitationAction
 from agentik.agent._elicitation import ElicitationError as ElicitationError
 from agentik.agent._elicitation import ElicitationRequest as ElicitationRequest
+from agentik.agent._elicitation import current_tool_call as current_tool_call
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
 from agentik.agent._events import ElicitationAsked as ElicitationAsked
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
@@ -41,6 +43,7 @@ __all__ = [
     "ContentLimits",
     "ContextPolicy",
     "ConversationTool",
+    "ElicitationAction",
     "ElicitationAsked",
     "ElicitationError",
     "ElicitationRequest",
@@ -59,5 +62,6 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "WorkingMemorySection",
+    "current_tool_call",
     "open_chat_agent",
 ]

@@ -36,6 +36,7 @@ from agentik._errors import (
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role
 from agentik._scope import scope_of
+from agentik._sync import Pending
 from agentik.agent._compaction import fold_point, summary_message
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import message_of
@@ -71,7 +72,7 @@ from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
 from agentik.agent._turn_machine import INTERRUPTED, Decided, TurnState, TurnStateError
 from agentik.models import current_fairness_key
-from agentik.storage import Pending, Storage, Summary, TurnRecord
+from agentik.storage import Storage, Summary, TurnRecord
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import attrs
 
 from agentik._messages import Message, TokenUsage, ToolCall
 from agentik.agent._elicitation import ElicitationRequest
-from agentik.models._protocol import TextDelta, ToolCallDelta
+from agentik.models import TextDelta, ToolCallDelta
 
 
 def _messages(value: Iterable[Message]) -> tuple[Message, ...]:

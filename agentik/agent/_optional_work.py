@@ -34,11 +34,12 @@ import trio
 
 from agentik._errors import AgentikError, ModelBackendError, TurnError
 from agentik._messages import Message, Role
+from agentik._sync import Pending
 from agentik.agent._compaction import fit_summary, summary_request
 from agentik.agent._context import ContextPolicy
 from agentik.agent._failures import describe
 from agentik.models import ModelRequest, ModelResponse
-from agentik.storage import Pending, Summary
+from agentik.storage import Summary
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 import attrs
 import trio
 
+from agentik._sync import Pending
 from agentik.agent._events import TurnEvent, TurnResult
 from agentik.agent._turn_machine import Decided
-from agentik.storage import Pending
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

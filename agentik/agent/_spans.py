@@ -35,9 +35,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-import agentik
 from agentik._errors import TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik._version import __version__
 from agentik.agent._failures import message_of
 from agentik.toolsets import DISABLE_TOOLSET
 
@@ -109,7 +109,7 @@ class Tracing:
     ) -> Tracing:
         provider_name, model_name = _identity(model)
         return cls(
-            provider.get_tracer("agentik", agentik.__version__),
+            provider.get_tracer("agentik", __version__),
             agent_name=agent_name,
             provider_name=provider_name,
             model_name=model_name,

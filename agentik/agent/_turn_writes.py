@@ -27,8 +27,8 @@ from agentik.storage import FullMessageStore
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from agentik._sync import Pending
     from agentik.agent._conversation import Conversation
-    from agentik.storage import Pending
 
 log = logging.getLogger("agentik.turn")
 

@@ -5,8 +5,7 @@ and the tool it calls. Constant cost per call, whatever the history length."""
 from __future__ import annotations
 
 from agentik._messages import Role, TokenUsage, ToolCall
-from agentik.models import ModelRequest, ModelResponse
-from agentik.models._scripted import Responder
+from agentik.models import ModelRequest, ModelResponse, Responder
 from agentik.toolsets import NamedTool, tool
 
 BENCH_TOOL = "bench_clock"

@@ -27,15 +27,16 @@ from agentik._config import load_config
 from agentik._input import InputError, checked_id
 from agentik._scope import checked_owner, stored_id
 from agentik.cli._failures import CommandError, report, run_command
-from agentik.storage._in_use import exclusive_use
-from agentik.storage._jsonl import (
+from agentik.storage import (
     ArchiveFormatError,
+    exclusive_use,
     header_line,
+    is_postgres_url,
+    open_storage,
     read_archive,
     record_line,
     split_lines,
 )
-from agentik.storage._location import is_postgres_url, open_storage
 
 
 def add_archive_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

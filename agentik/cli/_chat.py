@@ -218,8 +218,7 @@ def _line_editing() -> Iterator[None]:
 
 async def _chat_in_process(args: argparse.Namespace) -> int:
     from agentik._config import load_config
-    from agentik.storage._in_use import hold_sqlite_database
-    from agentik.storage._location import is_postgres_url
+    from agentik.storage import hold_sqlite_database, is_postgres_url
 
     overrides = {("storage", "database"): args.database} if args.database else {}
     config = load_config(Path(args.config) if args.config else None, overrides=overrides)
@@ -233,19 +232,19 @@ async def _chat_in_process(args: argparse.Namespace) -> int:
 
 async def _chat_on(args: argparse.Namespace, config: ServerConfig) -> int:
     from agentik.agent import DEFAULT_SYSTEM_PROMPT, open_chat_agent
-    from agentik.server._demo import demo_toolsets
-    from agentik.server._serve import (
-        _model,
+    from agentik.server import (
         content_limits,
         context_policy,
+        demo_toolsets,
         load_tools,
         load_toolsets,
+        open_configured_model,
     )
-    from agentik.storage._location import open_storage
+    from agentik.storage import open_storage
 
     async with (
         open_storage(config.database) as storage,
-        _model(config) as (model, label),
+        open_configured_model(config) as (model, label),
         open_chat_agent(
             model=model,
             storage=storage,

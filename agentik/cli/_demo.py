@@ -14,7 +14,7 @@ import trio
 
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel, demo_responder
-from agentik.server._demo import CLOCK
+from agentik.server import CLOCK
 from agentik.storage import open_sqlite_storage
 
 DEMO_TURNS = (

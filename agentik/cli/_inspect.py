@@ -22,7 +22,7 @@ import apsw
 from agentik._config import load_config
 from agentik._messages import Message
 from agentik.cli._failures import CommandError, report, run_command
-from agentik.storage._location import is_postgres_url, open_storage
+from agentik.storage import is_postgres_url, open_storage
 
 
 def format_message(message: Message) -> str:

@@ -56,7 +56,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 async def _login(config: ServerConfig, name: str, wait: float) -> int:
     from agentik.mcp import LoginError, McpTokenVault, login, token_key
-    from agentik.storage._location import is_postgres_url, open_storage
+    from agentik.storage import is_postgres_url, open_storage
 
     server = next(s for s in config.mcp_servers if s.name == name)
 

@@ -157,7 +157,7 @@ def _describe(error: BaseException, config: ServerConfig, progress: _Progress) -
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from agentik.server._serve import load_tools, load_toolsets
+    from agentik.server import load_tools, load_toolsets
 
     config = config_from_args(args)
     # A bad entry point is a configuration error, before start-up.

@@ -281,6 +281,7 @@ def oauth_provider(
             name, client=client, redirect_uri=redirect_uri, keep_client=keep_client
         )
         return tokens if credentials is None else credentials.watch(tokens)
+
     if settings.grant == "identity_assertion":
         # Checked when the config was parsed.
         assert settings.client_id is not None

@@ -13,7 +13,7 @@ import jsonschema
 import jsonschema.exceptions
 
 from agentik._json import JsonObject, JsonValue
-from agentik.agent._elicitation import ElicitationError
+from agentik.agent import ElicitationError
 
 
 def form_answer(schema: JsonObject, content: JsonObject | None) -> JsonObject:

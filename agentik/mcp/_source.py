@@ -51,7 +51,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentik._errors import AgentikError, ToolError
 from agentik._json import JsonObject
-from agentik.agent._elicitation import (
+from agentik.agent import (
     ElicitationAction,
     ElicitationError,
     ElicitationRequest,
@@ -72,8 +72,7 @@ from agentik.mcp._render import render_result
 from agentik.mcp._tokens import McpTokenVault, token_key
 from agentik.mcp._transport import CLIENT_INFO, HttpTrace, StderrTail, open_transport
 from agentik.storage import in_memory_storage
-from agentik.toolsets import NamedTool, ToolsetContribution
-from agentik.toolsets._arguments import validator_for
+from agentik.toolsets import NamedTool, ToolsetContribution, validator_for
 
 logger = logging.getLogger("agentik.mcp")
 

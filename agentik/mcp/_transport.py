@@ -41,7 +41,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from agentik import __version__
+from agentik._version import __version__
 from agentik.mcp._config import HttpServer, StdioServer
 
 CLIENT_INFO = mt.Implementation(name="agentik", version=__version__)

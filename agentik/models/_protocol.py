@@ -12,7 +12,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from agentik._messages import Message, TokenUsage, ToolCall
-from agentik.toolsets._named_tool import NamedTool
+from agentik.toolsets import NamedTool
 
 
 def _messages(value: Iterable[Message]) -> tuple[Message, ...]:

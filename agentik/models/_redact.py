@@ -29,7 +29,7 @@ from functools import partial
 
 import attrs
 
-from agentik import _redact
+import agentik._redact as _redact
 from agentik._errors import ModelBackendError
 from agentik._redact import MASK as MASK
 from agentik._redact import SECRET_HEADERS as SECRET_HEADERS

@@ -9,11 +9,17 @@ from agentik._config import ServerConfig as ServerConfig
 from agentik._config import load_config as load_config
 from agentik.server._app import build_app as build_app
 from agentik.server._context import ServerContext as ServerContext
+from agentik.server._demo import CLOCK as CLOCK
+from agentik.server._demo import demo_toolsets as demo_toolsets
+from agentik.server._serve import content_limits as content_limits
+from agentik.server._serve import context_policy as context_policy
 from agentik.server._serve import load_tools as load_tools
 from agentik.server._serve import load_toolsets as load_toolsets
+from agentik.server._serve import open_configured_model as open_configured_model
 from agentik.server._serve import serve_agentik as serve_agentik
 
 __all__ = [
+    "CLOCK",
     "Client",
     "ConfigError",
     "Limits",
@@ -21,8 +27,12 @@ __all__ = [
     "ServerConfig",
     "ServerContext",
     "build_app",
+    "content_limits",
+    "context_policy",
+    "demo_toolsets",
     "load_config",
     "load_tools",
     "load_toolsets",
+    "open_configured_model",
     "serve_agentik",
 ]

@@ -33,10 +33,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-import agentik
 from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
+from agentik._version import __version__
 from agentik.agent import ElicitationError, ElicitationRequest, TurnResult
 from agentik.server._a2a_list import (
     MAX_TURN_MESSAGES,
@@ -85,10 +85,10 @@ from agentik.server._a2a_wire import (
     valid_context_id,
     view_from_turn,
 )
-from agentik.server._app import json_response
 from agentik.server._context import ServerContext, TaskKey
 from agentik.server._decisions import log_decision
 from agentik.server._errors import HttpError
+from agentik.server._json_response import json_response
 from agentik.server._owners import Caller, caller_of
 from agentik.server._request import parse_json, read_body
 from agentik.server._sse import sse_frame
@@ -488,7 +488,7 @@ def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
                 url=f"{base}/a2a",
                 name="agentik",
                 description="An agentik agent: conversations with tools and toolsets.",
-                version=agentik.__version__,
+                version=__version__,
                 skills=skills,
                 bearer_auth=ctx.config.requires_auth,
             )

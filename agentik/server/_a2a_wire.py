@@ -41,8 +41,7 @@ import attrs
 from agentik._errors import AgentikError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, ToolCall
-from agentik.agent import SUPERSEDED_REASON, ElicitationRequest
-from agentik.agent._elicitation import ElicitationAction
+from agentik.agent import SUPERSEDED_REASON, ElicitationAction, ElicitationRequest
 from agentik.storage import TurnRecord
 
 A2A_VERSION = "1.0"

@@ -34,7 +34,7 @@ import attrs
 
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
-from agentik.agent._events import (
+from agentik.agent import (
     ElicitationAsked,
     ToolCallFinished,
     ToolCallStarted,
@@ -202,9 +202,7 @@ def _call_ids(message: JsonObject) -> set[str]:
     return ids
 
 
-def _new_text_after(
-    messages: list[JsonValue], answered: set[str]
-) -> tuple[str | None, str | None]:
+def _new_text_after(messages: list[JsonValue], answered: set[str]) -> tuple[str | None, str | None]:
     """A resuming run's new user message (its text and id): the last message,
     if it is the user's and comes after the assistant message carrying an
     answered call (where the client's history puts a message typed after the

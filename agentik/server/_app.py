@@ -30,26 +30,20 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import agentik
 from agentik._json import JsonObject, JsonValue
+from agentik._version import __version__
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError, Redirect
 from agentik.server._health import StorageProbe
 from agentik.server._http11 import REFUSED
+from agentik.server._json_response import json_response
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._request import undecodable_url
-from agentik.server._sse import dumps
 from agentik.server._tracecontext import trace_context_hook
 
 log = logging.getLogger("agentik.server")
 PUBLIC_PATHS = frozenset({"/health"})
-
-
-def json_response(
-    data: JsonObject, status: int = 200, headers: dict[str, str] | None = None
-) -> Response:
-    return Response(dumps(data), status, headers=headers, media_type="application/json")
 
 
 def error_body(code: str, message: str) -> JsonObject:
@@ -165,7 +159,7 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
         status = 200
         body: JsonObject = {
             "status": "ok",
-            "version": agentik.__version__,
+            "version": __version__,
             "storage": ctx.storage_label,
             "model": ctx.model_label,
             "demo_model": ctx.demo_model,

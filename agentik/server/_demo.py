@@ -35,5 +35,3 @@ def demo_toolsets(config: ServerConfig) -> tuple[ToolsetContribution, ...]:
     if config.model is None and not config.toolsets and not config.mcp_servers:
         return (CLOCK,)
     return ()
-
-

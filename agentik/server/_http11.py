@@ -63,9 +63,9 @@ from urllib.parse import unquote
 import attrs
 import trio
 
+from agentik._sync import Pending
 from agentik.server._h1 import BODY, END, HEAD, RequestHead, RequestParser, has_token
 from agentik.server._timer import ConnectionLimits, ConnectionTimer
-from agentik.storage._pending import Pending
 
 log = logging.getLogger("agentik.server")
 

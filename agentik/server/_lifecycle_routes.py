@@ -19,13 +19,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from agentik._errors import AgentikError, NotOwnedError, OverloadedError
-from agentik.server._app import json_response
 from agentik.server._context import ServerContext
 from agentik.server._errors import HttpError, Redirect
+from agentik.server._json_response import json_response
 from agentik.server._native import check_id
 from agentik.server._native_routes import require_conversation
 from agentik.server._owners import caller_of
-from agentik.storage._jsonl import MEDIA_TYPE, header_line, record_line
+from agentik.storage import MEDIA_TYPE, header_line, record_line
 
 
 def _conversation(request: Request) -> tuple[str, str]:

@@ -22,10 +22,11 @@ from agentik._input import InputError, checked_id
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message
 from agentik._serde import converter
-from agentik.agent._elicitation import ElicitationAction, ElicitationRequest
-from agentik.agent._events import (
+from agentik.agent import (
     ApprovalRequest,
+    ElicitationAction,
     ElicitationAsked,
+    ElicitationRequest,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,

@@ -30,10 +30,10 @@ from agentik._messages import Message
 from agentik._scope import split_scope
 from agentik._serde import converter
 from agentik.agent import ElicitationError
-from agentik.server._app import json_response
 from agentik.server._context import ServerContext
 from agentik.server._decisions import decide_call, open_decision_stream, pending_calls
 from agentik.server._errors import HttpError
+from agentik.server._json_response import json_response
 from agentik.server._native import (
     approval_json,
     check_id,

@@ -24,7 +24,7 @@ import trio
 
 from agentik._errors import AgentikError
 from agentik.agent import ChatAgent
-from agentik.storage._common import Clock, utc_now
+from agentik.storage import Clock, utc_now
 
 log = logging.getLogger("agentik.server")
 

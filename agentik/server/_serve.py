@@ -56,9 +56,15 @@ from agentik.server._http11 import HttpSettings
 from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
 from agentik.server._timer import ConnectionLimits
-from agentik.storage import StorageBundle, writer_stats
-from agentik.storage._in_use import DatabaseLock, hold_sqlite_database
-from agentik.storage._location import describe_location, is_postgres_url, open_storage
+from agentik.storage import (
+    DatabaseLock,
+    StorageBundle,
+    describe_location,
+    hold_sqlite_database,
+    is_postgres_url,
+    open_storage,
+    writer_stats,
+)
 from agentik.toolsets import NamedTool, ToolsetContribution
 
 if TYPE_CHECKING:
@@ -213,7 +219,7 @@ def model_timeouts(settings: ModelSettings) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
+async def open_configured_model(config: ServerConfig) -> AsyncIterator[tuple[ChatModel, str]]:
     if config.model is None:
         log.warning(DEMO_WARNING)
         yield ScriptedModel(demo_responder), "scripted demo model"
@@ -278,7 +284,7 @@ async def serve_agentik(
             toolsets.extend(mcp)
         chat_model: ChatModel
         if model is None:
-            chat_model, model_label = await stack.enter_async_context(_model(config))
+            chat_model, model_label = await stack.enter_async_context(open_configured_model(config))
             demo = config.model is None
             for offered in demo_toolsets(config):
                 log.info("no toolsets configured: offering the demo toolset %r", offered.name)

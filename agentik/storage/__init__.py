@@ -6,6 +6,8 @@ the bundle with every capability agentik uses (``FullMessageStore``,
 ``full_storage`` makes of a seed-only bundle (docs/storage.md).
 """
 
+from agentik._sync import Pending as Pending
+from agentik._sync import PendingStatistics as PendingStatistics
 from agentik.storage._archive import ArchivedApproval as ArchivedApproval
 from agentik.storage._archive import ArchivedFailure as ArchivedFailure
 from agentik.storage._archive import ArchivedMessage as ArchivedMessage
@@ -13,10 +15,22 @@ from agentik.storage._archive import ArchivedNote as ArchivedNote
 from agentik.storage._archive import ArchivedReflection as ArchivedReflection
 from agentik.storage._archive import ArchivedSummary as ArchivedSummary
 from agentik.storage._archive import ArchiveRecord as ArchiveRecord
+from agentik.storage._common import Clock as Clock
+from agentik.storage._common import utc_now as utc_now
 from agentik.storage._degraded import full_storage as full_storage
 from agentik.storage._in_memory import in_memory_storage as in_memory_storage
-from agentik.storage._pending import Pending as Pending
-from agentik.storage._pending import PendingStatistics as PendingStatistics
+from agentik.storage._in_use import DatabaseLock as DatabaseLock
+from agentik.storage._in_use import exclusive_use as exclusive_use
+from agentik.storage._in_use import hold_sqlite_database as hold_sqlite_database
+from agentik.storage._jsonl import MEDIA_TYPE as MEDIA_TYPE
+from agentik.storage._jsonl import ArchiveFormatError as ArchiveFormatError
+from agentik.storage._jsonl import header_line as header_line
+from agentik.storage._jsonl import read_archive as read_archive
+from agentik.storage._jsonl import record_line as record_line
+from agentik.storage._jsonl import split_lines as split_lines
+from agentik.storage._location import describe_location as describe_location
+from agentik.storage._location import is_postgres_url as is_postgres_url
+from agentik.storage._location import open_storage as open_storage
 from agentik.storage._protocols import ConversationOwnership as ConversationOwnership
 from agentik.storage._protocols import FullMessageStore as FullMessageStore
 from agentik.storage._protocols import FullWorkingMemoryStore as FullWorkingMemoryStore
@@ -39,7 +53,9 @@ from agentik.storage.sqlite._open import open_sqlite_storage as open_sqlite_stor
 from agentik.storage.sqlite._open import writer_stats as writer_stats
 
 __all__ = [
+    "MEDIA_TYPE",
     "Approval",
+    "ArchiveFormatError",
     "ArchiveRecord",
     "ArchivedApproval",
     "ArchivedFailure",
@@ -47,8 +63,10 @@ __all__ = [
     "ArchivedNote",
     "ArchivedReflection",
     "ArchivedSummary",
+    "Clock",
     "ConversationOwnership",
     "ConversationSnapshot",
+    "DatabaseLock",
     "FullMessageStore",
     "FullWorkingMemoryStore",
     "KeyedTurn",
@@ -65,9 +83,19 @@ __all__ = [
     "TurnRecord",
     "WorkingMemoryStore",
     "WriterStats",
+    "describe_location",
+    "exclusive_use",
     "full_storage",
+    "header_line",
+    "hold_sqlite_database",
     "in_memory_storage",
+    "is_postgres_url",
     "open_postgres_storage",
     "open_sqlite_storage",
+    "open_storage",
+    "read_archive",
+    "record_line",
+    "split_lines",
+    "utc_now",
     "writer_stats",
 ]

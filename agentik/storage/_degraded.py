@@ -43,9 +43,9 @@ import trio
 from agentik._errors import StoreError
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, TokenStats
+from agentik._sync import Pending
 from agentik.storage._archive import ArchiveRecord
 from agentik.storage._common import check_at_least, check_aware
-from agentik.storage._pending import Pending
 from agentik.storage._protocols import (
     DEFAULT_PAGE_SIZE,
     MessageStore,

@@ -22,6 +22,7 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats
+from agentik._sync import Pending
 from agentik.storage._archive import (
     ArchivedApproval,
     ArchivedFailure,
@@ -33,7 +34,6 @@ from agentik.storage._archive import (
 )
 from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
-from agentik.storage._pending import Pending
 from agentik.storage._protocols import DEFAULT_PAGE_SIZE, Storage
 from agentik.storage._secrets import InMemorySecretStore
 from agentik.storage._values import (
@@ -72,8 +72,7 @@ class _Conversation:
         if start is None or start in self.failures:
             return False
         return not any(
-            at > start and approval.approved is None
-            for (at, _), approval in self.approvals.items()
+            at > start and approval.approved is None for (at, _), approval in self.approvals.items()
         )
 
 

@@ -36,12 +36,8 @@ from typing import IO, final
 
 import trio
 
-from agentik._errors import StoreError
+from agentik.storage._in_use_error import DatabaseInUseError, through_server
 from agentik.storage._location import describe_location, is_postgres_url
-
-
-class DatabaseInUseError(StoreError):
-    """A server (or another command) is using the database; the message names it."""
 
 
 def lock_path(database: str | os.PathLike[str]) -> Path:
@@ -92,14 +88,6 @@ def _describe_holder(file: IO[str], database: str, asking: str) -> str:
     if command == "serve":
         message += f": stop the server first{through_server(asking, url)}"
     return message
-
-
-def through_server(asking: str, url: object) -> str:
-    """The hint for ``agentik delete``: the server can do it itself."""
-    if asking != "delete":
-        return ""
-    address = url if isinstance(url, str) and url else "<its address>"
-    return f", or delete through it (agentik delete ID --url {address})"
 
 
 def _open_lock_file(path: Path) -> IO[str] | None:

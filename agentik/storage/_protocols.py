@@ -38,8 +38,8 @@ import attrs
 if TYPE_CHECKING:
     from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
     from agentik._messages import Message, TokenStats
+    from agentik._sync import Pending
     from agentik.storage._archive import ArchiveRecord
-    from agentik.storage._pending import Pending
     from agentik.storage._values import (
         ConversationSnapshot,
         KeyedTurn,

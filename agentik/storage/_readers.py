@@ -27,7 +27,7 @@ from typing import Generic, Protocol, TypeVar, final
 import trio
 
 from agentik._errors import StoreClosedError
-from agentik.storage._pending import Pending
+from agentik._sync import Pending
 from agentik.storage._queue import RequestQueue
 
 C = TypeVar("C")

@@ -334,8 +334,7 @@ class MessageQueries(Generic[C]):
         rows = d.rows(
             connection,
             d.sql(
-                f"SELECT {_NOTE_COLUMNS} FROM reflection"
-                " ORDER BY {created} DESC, id DESC LIMIT ?"
+                f"SELECT {_NOTE_COLUMNS} FROM reflection ORDER BY {{created}} DESC, id DESC LIMIT ?"
             ),
             (limit,),
         )

@@ -17,10 +17,10 @@ from typing import Generic, TypeVar, final
 
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, TokenStats
+from agentik._sync import Pending
 from agentik.storage._archive import ArchiveRecord
 from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import check_at_least, check_aware, to_micros
-from agentik.storage._pending import Pending
 from agentik.storage._protocols import DEFAULT_PAGE_SIZE
 from agentik.storage._readers import ReaderPool
 from agentik.storage._rows import MessageRow

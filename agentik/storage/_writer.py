@@ -46,8 +46,8 @@ import trio
 
 from agentik._errors import StoreClosedError, StoreError
 from agentik._messages import Message
+from agentik._sync import Pending
 from agentik.storage._common import Clock
-from agentik.storage._pending import Pending
 from agentik.storage._queue import RequestQueue
 from agentik.storage._rows import MessageRow
 

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, ToolCall
-from agentik.storage._protocols import Storage
-from agentik.storage._values import TurnRecord
+from agentik.storage import Storage, TurnRecord
 
 Case = Callable[[Storage], Awaitable[None]]
 

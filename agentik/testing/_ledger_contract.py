@@ -12,8 +12,7 @@ from contextlib import contextmanager
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, ToolCall
-from agentik.storage._protocols import Storage
-from agentik.storage._values import Approval, TurnRecord
+from agentik.storage import Approval, Storage, TurnRecord
 
 Case = Callable[[Storage], Awaitable[None]]
 

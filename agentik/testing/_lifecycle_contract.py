@@ -12,15 +12,15 @@ import attrs
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
-from agentik.storage._archive import (
+from agentik.storage import (
     ArchivedMessage,
     ArchivedNote,
     ArchivedReflection,
     ArchivedSummary,
     ArchiveRecord,
+    Storage,
+    TurnRecord,
 )
-from agentik.storage._protocols import Storage
-from agentik.storage._values import TurnRecord
 
 Case = Callable[[Storage], Awaitable[None]]
 

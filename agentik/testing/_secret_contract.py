@@ -13,7 +13,7 @@ from functools import partial
 import trio
 
 from agentik._messages import Message, Role
-from agentik.storage._protocols import SecretStore, Storage
+from agentik.storage import SecretStore, Storage
 from agentik.testing._members import missing_members
 
 Case = Callable[[Storage], Awaitable[None]]

@@ -24,12 +24,12 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
-from agentik.storage._degraded import full_storage
-from agentik.storage._protocols import (
+from agentik.storage import (
     FullMessageStore,
     FullWorkingMemoryStore,
     Storage,
     StorageBundle,
+    full_storage,
 )
 from agentik.testing._degraded_contract import DEGRADED_MEMORY_CASES, DEGRADED_MESSAGE_CASES
 from agentik.testing._ledger_contract import LEDGER_CASES

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role
-from agentik.storage._protocols import Storage
+from agentik.storage import Storage
 
 Case = Callable[[Storage], Awaitable[None]]
 

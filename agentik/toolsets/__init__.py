@@ -8,6 +8,7 @@ enable/disable tools to it.
 
 from agentik.toolsets._activation import ToolsetActivation as ToolsetActivation
 from agentik.toolsets._arguments import parse_arguments as parse_arguments
+from agentik.toolsets._arguments import validator_for as validator_for
 from agentik.toolsets._contribution import ToolsetContribution as ToolsetContribution
 from agentik.toolsets._control import DISABLE_TOOLSET as DISABLE_TOOLSET
 from agentik.toolsets._control import DISABLE_TOOLSET_DESCRIPTION as DISABLE_TOOLSET_DESCRIPTION

@@ -14,7 +14,7 @@ from __future__ import annotations
 import psycopg
 
 from agentik._errors import StoreError
-from agentik.storage._in_use import DatabaseInUseError, through_server
+from agentik.storage._in_use_error import DatabaseInUseError, through_server
 from agentik.storage.postgres._connect import connect
 from agentik.storage.postgres._open import DEFAULT_SCHEMA
 from agentik.storage.postgres._watchdog import Watchdog
@@ -29,9 +29,7 @@ def hold_against_nodes(dsn: str, shown: str, command: str) -> psycopg.Connection
     """The connection holding the lock, or None where no node ever ran (no
     ``agentik_node`` table yet); ``DatabaseInUseError`` if a node is live."""
     # A one-off check with its own lock_timeout: an unstarted watchdog (no bound).
-    connection = connect(
-        dsn, schema=DEFAULT_SCHEMA, role="cli", timeout=10.0, watchdog=Watchdog()
-    )
+    connection = connect(dsn, schema=DEFAULT_SCHEMA, role="cli", timeout=10.0, watchdog=Watchdog())
     try:
         row = connection.execute("SELECT to_regclass('agentik_node') IS NOT NULL").fetchone()
         if row is None or not row[0]:
