@@ -226,9 +226,7 @@ async def test_without_owners_each_conversation_is_a_key(
 async def test_weights_change_the_shares(autojump_clock: trio.testing.MockClock) -> None:
     """``weights={"gold": 3}``: gold gets three requests for silver's one."""
     recorder = Recorder(latency=0.05)
-    limits = ModelLimits(
-        requests_per_minute=120, weights={"gold": 3}, max_queue_wait=NO_WAIT_LIMIT
-    )
+    limits = ModelLimits(requests_per_minute=120, weights={"gold": 3}, max_queue_wait=NO_WAIT_LIMIT)
     async with open_chat_agent(
         model=recorder.model, storage=in_memory_storage(), builtin_tools=False, model_limits=limits
     ) as agent:
@@ -347,7 +345,14 @@ async def test_a_turn_past_max_queue_wait_is_refused_and_stores_nothing(
         async with trio.open_nursery() as nursery:
             for i in range(20):
                 nursery.start_soon(send, f"c{i}")
-                await trio.testing.wait_all_tasks_blocked()
+            scheduler = agent.model_scheduler
+            assert scheduler is not None
+            # Reads of a real SQLite file run in worker threads, which
+            # wait_all_tasks_blocked does not wait for: spin (without letting
+            # the autojump clock move) until all twenty met the scheduler.
+            stats = scheduler.stats
+            while stats.requests_granted + scheduler.queued("turn") + stats.refused < 20:
+                await trio.lowlevel.checkpoint()
             began = trio.current_time()
             with pytest.raises(OverloadedError) as raised:
                 await agent.send("late", "hello")
@@ -438,9 +443,7 @@ def test_cancel_safe_and_bounded(capacity: int, script: list[Step]) -> None:
         granted: bool = False
 
     async def main() -> None:
-        scheduler = ModelScheduler(
-            ModelLimits(max_concurrent=capacity, requests_per_minute=10_000)
-        )
+        scheduler = ModelScheduler(ModelLimits(max_concurrent=capacity, requests_per_minute=10_000))
         request = ModelRequest([Message(Role.USER, "hi")])
         callers: list[Caller] = []
         reached = 0
