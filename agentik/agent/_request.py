@@ -16,24 +16,18 @@ from agentik._errors import TurnError
 from agentik._messages import Message, Role
 from agentik.agent._context import ContextExhausted, estimate_tokens, select_window
 from agentik.agent._prompt import PromptContext, render_system_prompt
+from agentik.agent._turn_host import PromptInputs as PromptInputs
 from agentik.models import ModelRequest
 from agentik.toolsets import NamedTool, ToolsetIndex
 
 if TYPE_CHECKING:
-    from agentik.agent._conversation import Conversation
+    from agentik.agent._turn_host import TurnHost
 
 NONE_ACTIVE: frozenset[str] = frozenset()
 
-PromptInputs = tuple[
-    ToolsetIndex, frozenset[str], Sequence[object], Sequence[object], tuple[int, ...]
-]
-"""What agentik's own prompt contributors read: the toolsets, the active ones,
-the skills catalog, recent reflections (both cached lists: the same object
-until a write), and the working-memory notes (by id: notes never change)."""
-
 
 async def build_request(
-    conv: Conversation, start: int
+    conv: TurnHost, start: int
 ) -> tuple[ModelRequest, ToolsetIndex, frozenset[str]]:
     """The next request of the turn whose user message is ``conv.history[start]``,
     with the toolsets and the active ones it was built for."""
@@ -56,7 +50,7 @@ async def build_request(
     return ModelRequest((system, *window.messages), tools), index, active
 
 
-async def system_message(conv: Conversation) -> tuple[Message, ToolsetIndex, frozenset[str]]:
+async def system_message(conv: TurnHost) -> tuple[Message, ToolsetIndex, frozenset[str]]:
     """The system message of the next request (built from the contributors,
     or the last one while its inputs are unchanged), with the toolsets and
     the active ones it was built for."""
@@ -97,7 +91,7 @@ async def system_message(conv: Conversation) -> tuple[Message, ToolsetIndex, fro
     return system, index, active
 
 
-async def check_room(conv: Conversation, text: str) -> None:
+async def check_room(conv: TurnHost, text: str) -> None:
     """Refuse a user message that cannot fit the context window with the
     system message, before it is stored (``context_exhausted``): stored, it
     would fail its turn and weigh on every later one."""

@@ -25,7 +25,7 @@ from agentik.agent._failures import describe, message_of
 from agentik.toolsets import NamedTool
 
 if TYPE_CHECKING:
-    from agentik.agent._conversation import Conversation
+    from agentik.agent._turn_host import TurnHost
 
 log = logging.getLogger("agentik.turn")
 
@@ -33,7 +33,7 @@ Announce = Callable[[ElicitationRequest], Awaitable[None]]
 
 
 async def run_tool(
-    conv: Conversation,
+    conv: TurnHost,
     call: ToolCall,
     tool: NamedTool,
     arguments: JsonObject,
@@ -79,7 +79,7 @@ async def run_tool(
     return result, False
 
 
-def error_result(conv: Conversation, message: str) -> tuple[str, bool]:
+def error_result(conv: TurnHost, message: str) -> tuple[str, bool]:
     """The error result ``error: <message>``, counted."""
     conv.runtime.stats.tool_errors += 1
     return f"error: {message}", True

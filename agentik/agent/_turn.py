@@ -74,8 +74,8 @@ from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
 
 if TYPE_CHECKING:
-    from agentik.agent._conversation import Conversation
     from agentik.agent._elicitation import ElicitationRequest
+    from agentik.agent._turn_host import TurnHost
     from agentik.storage import TurnRecord
     from agentik.toolsets import ToolsetIndex
 
@@ -90,7 +90,7 @@ class Turn:
     """One turn: its machine and what the shell needs to perform it. Owned by
     the conversation task; kept while the turn waits for approval."""
 
-    conversation: Conversation
+    conversation: TurnHost
     machine: TurnMachine
     start: int
     """Index in the conversation's cached history of the turn's user message."""
@@ -106,7 +106,7 @@ class Turn:
     @classmethod
     def new(
         cls,
-        conversation: Conversation,
+        conversation: TurnHost,
         start: int,
         emit: EmitFn | None = None,
         key: str | None = None,

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanContext
 
-    from agentik.agent._conversation import Conversation
     from agentik.agent._events import TurnResult
     from agentik.agent._spans import Tracing
+    from agentik.agent._turn_host import TurnHost
     from agentik.models import ModelRequest, ModelResponse
 
 
@@ -54,7 +54,7 @@ class TurnSpans:
     run_usage: TokenUsage = TokenUsage()
     """The turn's usage when the run in progress started."""
 
-    def start_run(self, conv: Conversation, usage: TokenUsage) -> None:
+    def start_run(self, conv: TurnHost, usage: TokenUsage) -> None:
         self.runs += 1
         running = conv.running
         started = self.tracing.start_turn(
@@ -91,7 +91,7 @@ class TurnSpans:
         )
 
     def start_chat(
-        self, conv: Conversation, active: frozenset[str], request: ModelRequest
+        self, conv: TurnHost, active: frozenset[str], request: ModelRequest
     ) -> ChatSpan | None:
         """Toolsets that expired since the last look, as events; the model
         request's span, if the run records."""
@@ -102,7 +102,7 @@ class TurnSpans:
         span, token = self.tracing.start_chat(self.trace, conv.conversation_id, request)
         return ChatSpan(self.tracing, span, token)
 
-    def toolsets_changed(self, conv: Conversation, by: str) -> None:
+    def toolsets_changed(self, conv: TurnHost, by: str) -> None:
         """Toolsets the call ``by`` switched on or off since the last look, as events."""
         now = conv.activation.active_names()
         self.tracing.toolsets(self.span, conv.toolsets_seen, now, by)
@@ -110,7 +110,7 @@ class TurnSpans:
 
     async def tool(
         self,
-        conv: Conversation,
+        conv: TurnHost,
         call: ToolCall,
         run: Callable[[], Awaitable[tuple[str, bool]]],
     ) -> tuple[str, bool]:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from agentik._sync import Pending
-    from agentik.agent._conversation import Conversation
+    from agentik.agent._turn_host import TurnHost
 
 log = logging.getLogger("agentik.turn")
 
@@ -41,7 +41,7 @@ calls it could not finish and settling its writes, shielded from cancellation.""
 class TurnWrites:
     """The writes of the turn whose user message is ``history[start]``."""
 
-    conversation: Conversation
+    conversation: TurnHost
     start: int
     pending: list[Pending[Message]] = attrs.Factory(list)
     """Messages submitted since ``first_new`` and maybe not committed yet."""
@@ -201,6 +201,6 @@ class TurnWrites:
         return self.cleanup_deadline
 
 
-def _ledger(conversation: Conversation) -> FullMessageStore:
+def _ledger(conversation: TurnHost) -> FullMessageStore:
     # A seed store's stand-in raises a StoreError saying it keeps no approvals.
     return conversation.runtime.storage.message_store

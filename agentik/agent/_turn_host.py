@@ -1,0 +1,59 @@
+"""What a turn and its helpers use of the conversation they run in.
+
+``Conversation`` (``_conversation``) starts turns (``_turn``), and the turn's
+helpers (``_request``, ``_tool_run``, ``_turn_spans``, ``_turn_writes``) read
+and extend the conversation's state. Naming that state here, as a protocol,
+keeps the import graph a tree: the helpers depend on this page, not on the
+class that imports them. Only the conversation's own task calls into a turn,
+so every field here is read and written by that one task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from agentik._messages import Message
+from agentik.agent._builtin_tools import ConversationState
+from agentik.toolsets import ToolsetActivation, ToolsetIndex
+
+if TYPE_CHECKING:
+    from agentik._sync import Pending
+    from agentik.agent._requests import Request
+    from agentik.agent._runtime import AgentRuntime
+
+PromptInputs = tuple[
+    ToolsetIndex, frozenset[str], Sequence[object], Sequence[object], tuple[int, ...]
+]
+"""What agentik's own prompt contributors read: the toolsets, the active ones,
+the skills catalog, recent reflections (both cached lists: the same object
+until a write), and the working-memory notes (by id: notes never change)."""
+
+
+class TurnHost(ConversationState, Protocol):
+    """The conversation as its turn sees it (``Conversation`` implements it);
+    its conversation-bound tools see the smaller ``ConversationState``."""
+
+    runtime: AgentRuntime
+    activation: ToolsetActivation
+    history: list[Message]
+    """The stored history, the turn's messages appended as they are submitted."""
+    keys: dict[str, int]
+    """Idempotency keys seen, to the seq of their turn's user message."""
+    first_seq: int
+    summary_message: Message | None
+    stale: bool
+    """The cached history may be behind the store: reload before the next turn."""
+    inflight: list[Pending[Message]]
+    """Writes submitted and not yet acknowledged."""
+    system_prompt: tuple[PromptInputs, Message] | None
+    """The last system message and what it was built from (reused while equal)."""
+    toolsets_seen: frozenset[str]
+
+    @property
+    def running(self) -> Request | None: ...
+
+    @property
+    def interrupted(self) -> bool: ...
+
+    def cost(self, message: Message) -> int: ...
