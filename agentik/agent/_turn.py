@@ -81,6 +81,9 @@ if TYPE_CHECKING:
 
 EmitFn = Callable[[TurnEvent], Awaitable[None]]
 
+_ENDS = (CallModel, Finish, AwaitApproval, Fail)
+"""Actions that end a list (the machine puts them last)."""
+
 _RUNNING = frozenset({TurnState.MODEL, TurnState.TOOLS})
 """States in which something runs that a failure or a cancel cuts short."""
 
@@ -175,7 +178,7 @@ class Turn:
     async def _drive(self, actions: list[TurnAction]) -> TurnResult | None:
         machine = self.machine
         while True:
-            if _several_calls(actions):
+            if len(actions) > 2 and _several_calls(actions):  # [record, call, call]
                 last = await self._run_together(actions)
             else:
                 # At most one call to start: it runs in this task, no nursery,
@@ -213,6 +216,8 @@ class Turn:
             # (an ``if`` chain: class patterns cost several times more).
             if isinstance(action, Message):
                 await writes.record(action)
+            elif isinstance(action, _ENDS):
+                return action
             elif isinstance(action, RunTool):
                 if self.emit is not None:
                     await self.emit(ToolCallStarted(action.call))
@@ -234,7 +239,7 @@ class Turn:
                     call = writes.call(action.call_id)
                     await self.emit(ToolCallFinished(call, action.result.content, is_error=True))
             else:
-                return action
+                raise AssertionError(f"unknown action {action!r}")
         return None
 
     async def _run_together(self, actions: list[TurnAction]) -> TurnAction | None:
