@@ -33,14 +33,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
 from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError, Redirect
 from agentik.server._health import StorageProbe
-from agentik.server._http11 import REFUSED
-from agentik.server._json_response import json_response
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
-from agentik.server._request import undecodable_url
 from agentik.server._tracecontext import trace_context_hook
+from agentik.server.http import REFUSED, HttpError, Redirect, json_response, undecodable_url
 
 log = logging.getLogger("agentik.server")
 PUBLIC_PATHS = frozenset({"/health"})
@@ -226,10 +223,10 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
 
 def build_app(ctx: ServerContext) -> ASGIApp:
     """The whole HTTP surface for one agent."""
-    from agentik.server._a2a import a2a_routes
-    from agentik.server._agui_routes import agui_routes
-    from agentik.server._lifecycle_routes import lifecycle_routes
-    from agentik.server._native_routes import native_routes
+    from agentik.server.a2a._routes import a2a_routes
+    from agentik.server.agui._routes import agui_routes
+    from agentik.server.native._lifecycle import lifecycle_routes
+    from agentik.server.native._routes import native_routes
 
     async def not_found(_: Request, __: Exception) -> Response:
         return json_response(error_body("not_found", "no such endpoint"), 404)

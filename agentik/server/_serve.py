@@ -52,10 +52,9 @@ from agentik.models import (
 from agentik.server._app import build_app
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
-from agentik.server._http11 import HttpSettings
-from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
-from agentik.server._timer import ConnectionLimits
+from agentik.server.http import ConnectionLimits, HttpSettings
+from agentik.server.http import serve as http_serve
 from agentik.storage import (
     DatabaseLock,
     StorageBundle,

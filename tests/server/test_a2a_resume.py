@@ -23,10 +23,10 @@ import trio
 from a2a.types import GetTaskRequest, ListTasksRequest, TaskState
 
 from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
-from agentik.server._a2a_list import Query, context_page
-from agentik.server._a2a_wire import make_task_id
 from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER
+from agentik.server.a2a._list import Query, context_page
+from agentik.server.a2a._wire import make_task_id
 from agentik.storage import in_memory_storage, open_sqlite_storage
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import (

@@ -38,7 +38,9 @@ from agentik.agent import (
     TurnFinished,
     TurnResult,
 )
-from agentik.server._a2a_wire import (
+from agentik.server._context import ServerContext, TaskKey, TaskUpdate
+from agentik.server._owners import Caller
+from agentik.server.a2a._wire import (
     ENDS_A_STREAM,
     INPUT_REQUIRED,
     A2AError,
@@ -46,8 +48,6 @@ from agentik.server._a2a_wire import (
     artifact,
     conversational,
 )
-from agentik.server._context import ServerContext, TaskKey, TaskUpdate
-from agentik.server._owners import Caller
 
 FindTask = Callable[[Caller, str], Awaitable[TaskView]]
 

@@ -45,7 +45,9 @@ import attrs
 from agentik._input import InputError, decode_json, shown
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role
-from agentik.server._a2a_wire import (
+from agentik.server._context import TaskLedger
+from agentik.server._owners import Caller
+from agentik.server.a2a._wire import (
     A2AError,
     TaskView,
     context_of,
@@ -56,8 +58,6 @@ from agentik.server._a2a_wire import (
     valid_context_id,
     view_from_turn,
 )
-from agentik.server._context import TaskLedger
-from agentik.server._owners import Caller
 from agentik.storage import FullMessageStore, KeyedTurn, TurnRecord
 
 SCAN_LIMIT = 200

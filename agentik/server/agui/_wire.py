@@ -43,9 +43,7 @@ from agentik.agent import (
     TurnResult,
 )
 from agentik.models import TextDelta, ToolCallDelta
-from agentik.server._errors import HttpError
-from agentik.server._native import check_id
-from agentik.server._request import as_list, as_object, field_str, kind_of
+from agentik.server.http import HttpError, as_list, as_object, check_id, field_str, kind_of
 
 PROTOCOL_VERSION = "1.0"
 

@@ -22,13 +22,14 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack
 
 import attrs
-from starlette.requests import Request
-from starlette.routing import BaseRoute, Route
 
 from agentik._errors import AgentikError, ApprovalError
 from agentik._json import JsonObject
 from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
-from agentik.server._agui import (
+from agentik.server._context import ServerContext
+from agentik.server._owners import SEPARATOR, Caller, caller_of
+from agentik.server._turns import log_turn, open_stream, refuse, to_http_error
+from agentik.server.agui._wire import (
     AguiRun,
     AguiRunError,
     Decision,
@@ -37,12 +38,15 @@ from agentik.server._agui import (
     parse_run_input,
     run_ids,
 )
-from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError
-from agentik.server._owners import SEPARATOR, Caller, caller_of
-from agentik.server._request import read_json
-from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, log_turn, open_stream, refuse, to_http_error
+from agentik.server.http import (
+    BaseRoute,
+    EventStream,
+    HttpError,
+    Request,
+    Route,
+    read_json,
+    sse_frame,
+)
 
 
 def agui_routes(ctx: ServerContext) -> list[BaseRoute]:

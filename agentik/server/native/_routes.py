@@ -18,10 +18,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import attrs
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agentik._errors import TooLargeError
 from agentik._json import JsonObject, JsonValue
@@ -32,11 +28,41 @@ from agentik._serde import converter
 from agentik.agent import ElicitationError
 from agentik.server._context import ServerContext
 from agentik.server._decisions import decide_call, open_decision_stream, pending_calls
-from agentik.server._errors import HttpError
-from agentik.server._json_response import json_response
-from agentik.server._native import (
-    approval_json,
+from agentik.server._owners import (
+    CALLER_KEY,
+    Caller,
+    caller_of,
+    owned_conversations,
+    recent_reflections,
+)
+from agentik.server._turns import (
+    open_stream,
+    send_turn,
+    to_http_error,
+)
+from agentik.server.http import (
+    BaseRoute,
+    EventStream,
+    HttpError,
+    Receive,
+    Request,
+    Response,
+    Route,
+    Scope,
+    Send,
+    as_object,
     check_id,
+    field_str,
+    json_response,
+    parse_json,
+    query_int,
+    read_json,
+    receive_body,
+    send_json,
+    sse_frame,
+)
+from agentik.server.native._wire import (
+    approval_json,
     elicitation_json,
     message_json,
     native_event,
@@ -45,29 +71,6 @@ from agentik.server._native import (
     parse_elicitation_answer,
     parse_turn_request,
     turn_result_json,
-)
-from agentik.server._owners import (
-    CALLER_KEY,
-    Caller,
-    caller_of,
-    owned_conversations,
-    recent_reflections,
-)
-from agentik.server._request import (
-    as_object,
-    field_str,
-    parse_json,
-    query_int,
-    read_json,
-    receive_body,
-)
-from agentik.server._sse import sse_frame
-from agentik.server._turns import (
-    EventStream,
-    open_stream,
-    send_json,
-    send_turn,
-    to_http_error,
 )
 
 MAX_PAGE = 1000

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
-
 from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError, Redirect
-from agentik.server._json_response import json_response
-from agentik.server._native import check_id
-from agentik.server._native_routes import require_conversation
 from agentik.server._owners import caller_of
+from agentik.server.http import (
+    BaseRoute,
+    HttpError,
+    Redirect,
+    Request,
+    Response,
+    Route,
+    StreamingResponse,
+    check_id,
+    json_response,
+)
+from agentik.server.native._routes import require_conversation
 from agentik.storage import MEDIA_TYPE, header_line, record_line
 
 

@@ -29,16 +29,17 @@ from collections.abc import AsyncIterator
 
 import attrs
 import trio
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._json import JsonObject
 from agentik._messages import Message
 from agentik._version import __version__
 from agentik.agent import ElicitationError, ElicitationRequest, TurnResult
-from agentik.server._a2a_list import (
+from agentik.server._context import ServerContext, TaskKey
+from agentik.server._decisions import log_decision
+from agentik.server._owners import Caller, caller_of
+from agentik.server._turns import open_stream, to_http_error
+from agentik.server.a2a._list import (
     MAX_TURN_MESSAGES,
     context_page,
     ledger_page,
@@ -46,7 +47,7 @@ from agentik.server._a2a_list import (
     parse_query,
     will_resume,
 )
-from agentik.server._a2a_tasks import (
+from agentik.server.a2a._tasks import (
     Recheck,
     Run,
     consume,
@@ -58,7 +59,7 @@ from agentik.server._a2a_tasks import (
     view_of_question,
     working,
 )
-from agentik.server._a2a_wire import (
+from agentik.server.a2a._wire import (
     INPUT_REQUIRED,
     TERMINAL,
     A2AError,
@@ -85,14 +86,18 @@ from agentik.server._a2a_wire import (
     valid_context_id,
     view_from_turn,
 )
-from agentik.server._context import ServerContext, TaskKey
-from agentik.server._decisions import log_decision
-from agentik.server._errors import HttpError
-from agentik.server._json_response import json_response
-from agentik.server._owners import Caller, caller_of
-from agentik.server._request import parse_json, read_body
-from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, open_stream, to_http_error
+from agentik.server.http import (
+    BaseRoute,
+    EventStream,
+    HttpError,
+    Request,
+    Response,
+    Route,
+    json_response,
+    parse_json,
+    read_body,
+    sse_frame,
+)
 
 
 def a2a_routes(ctx: ServerContext) -> list[BaseRoute]:
