@@ -131,7 +131,7 @@ def starlette_app() -> object:
 async def plain_child(variant: str) -> None:
     """A server of ``raw``, ``raw-agentik`` or ``starlette``, printing its URL first."""
     if variant == "raw-agentik":
-        from agentik.server.http._connection import HttpSettings
+        from agentik.server.http import HttpSettings
         from agentik.server.http._serve import serve
 
         settings = HttpSettings(keep_alive_timeout=600)  # valgrind is slow

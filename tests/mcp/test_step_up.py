@@ -434,7 +434,7 @@ class TestMachineGrants:
 def test_the_http_transports_carry_the_url_of_a_url_question() -> None:
     """The native API and A2A show a URL question's page (AG-UI's CUSTOM event too);
     form questions are unchanged."""
-    from agentik.server.a2a._wire import elicitation_json as a2a_json
+    from agentik.server.a2a._views import elicitation_json as a2a_json
     from agentik.server.native._wire import elicitation_json as native_json
 
     form = ElicitationRequest(conversation_id="c", id="q", source="web", message="m", schema={})

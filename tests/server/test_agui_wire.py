@@ -21,9 +21,9 @@ from agentik.agent._events import (
     TurnResult,
 )
 from agentik.models import TextDelta, ToolCallDelta
-from agentik.server.agui._wire import (
+from agentik.server.agui._events import AguiRun
+from agentik.server.agui._input import (
     RESPONSE_SCHEMA,
-    AguiRun,
     AguiRunError,
     Decision,
     ResumeEntry,

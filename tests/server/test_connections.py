@@ -20,7 +20,8 @@ import pytest
 import trio
 import trio.testing
 
-from agentik.server.http._connection import Connection, HttpSettings
+from agentik.server.http import HttpSettings
+from agentik.server.http._connection import Connection
 from agentik.server.http._serve import serve
 from tests.asgi import answer_lifespan, read_body
 

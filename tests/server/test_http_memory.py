@@ -32,7 +32,8 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server.http._connection import BODY_BUFFER, MAX_RECV, Connection, HttpSettings
+from agentik.server.http import HttpSettings
+from agentik.server.http._connection import BODY_BUFFER, MAX_RECV, Connection
 from agentik.server.http._framing import ResponseHeaders
 
 HEAD_LIMIT = 4096

@@ -34,7 +34,6 @@ from starlette.routing import BaseRoute as BaseRoute
 from starlette.routing import Route as Route
 
 from agentik.server.http._connection import REFUSED as REFUSED
-from agentik.server.http._connection import HttpSettings as HttpSettings
 from agentik.server.http._errors import HttpError as HttpError
 from agentik.server.http._errors import Redirect as Redirect
 from agentik.server.http._framing import ASGIApp as ASGIApp
@@ -59,6 +58,7 @@ from agentik.server.http._response import error_body as error_body
 from agentik.server.http._response import json_response as json_response
 from agentik.server.http._response import send_json as send_json
 from agentik.server.http._serve import serve as serve
+from agentik.server.http._settings import HttpSettings as HttpSettings
 from agentik.server.http._sse import HEARTBEAT as HEARTBEAT
 from agentik.server.http._sse import EventStream as EventStream
 from agentik.server.http._sse import dumps as dumps

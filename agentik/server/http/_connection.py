@@ -56,14 +56,14 @@ import socket
 from typing import final
 from urllib.parse import unquote
 
-import attrs
 import trio
 
 from agentik._sync import Pending
 from agentik.server.http._cycle import Cycle, wake
 from agentik.server.http._framing import STATUS_LINES, ASGIApp, ResponseHeaders, Scope
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
-from agentik.server.http._timer import ConnectionLimits, ConnectionTimer
+from agentik.server.http._settings import HttpSettings
+from agentik.server.http._timer import ConnectionTimer
 
 log = logging.getLogger("agentik.server")
 
@@ -93,18 +93,6 @@ def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResou
     if error.errno in _CLOSED_ERRNOS:
         return trio.ClosedResourceError("this socket was already closed")
     return trio.BrokenResourceError(f"socket connection broken: {error}")
-
-
-@attrs.frozen(kw_only=True)
-class HttpSettings:
-    """How connections are served (``serve``; ``[limits]`` in agentik.toml)."""
-
-    keep_alive_timeout: float = 5.0
-    """Seconds an idle keep-alive connection stays open."""
-    limits: ConnectionLimits = ConnectionLimits()
-    """Request deadlines and the bound on open connections."""
-    max_head_bytes: int = 16 * 1024
-    """The largest request head; past it, 431."""
 
 
 @final

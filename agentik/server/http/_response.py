@@ -1,5 +1,8 @@
-"""A JSON answer, in a leaf module so the route modules and the app that
-mounts them import it without importing each other."""
+"""JSON answers: a Starlette ``Response``, the same bytes straight to ASGI
+``send`` for the hot route, and the one shape of every error body.
+
+A leaf of the engine, so every protocol and the app that mounts them build
+their answers alike without importing each other."""
 
 from __future__ import annotations
 

@@ -26,8 +26,9 @@ from typing import final
 import trio
 
 from agentik.server.http._accept import serve_sockets
-from agentik.server.http._connection import Connection, HttpSettings
+from agentik.server.http._connection import Connection
 from agentik.server.http._framing import ASGIApp, Message, ResponseHeaders
+from agentik.server.http._settings import HttpSettings
 
 log = logging.getLogger("agentik.server")
 

@@ -5,6 +5,10 @@ them), so a frame is always exactly one ``data:`` line, which is what the
 AG-UI and A2A clients parse. JSON may hold U+0085, U+2028 and U+2029 raw,
 and many clients split lines there too (Python's ``str.splitlines``, httpx's
 ``aiter_lines``), so those three are escaped as well.
+
+``EventStream`` is the streaming response every protocol sends its frames
+through: heartbeats while nothing else goes out, and an end that always
+runs its ``close``, whichever way the stream ends.
 """
 
 from __future__ import annotations
