@@ -22,7 +22,7 @@ import trio
 
 from agentik import Message, Role
 from agentik.server import ServerConfig, serve_agentik
-from agentik.server._a2a_wire import make_task_id
+from agentik.server.a2a._rpc import make_task_id
 from agentik.storage import MessageStore, open_sqlite_storage
 
 

@@ -12,7 +12,7 @@ out the kernel, and run about 50 times slower).
   hypercorn's stock trio worker (``hypercorn.trio.serve``): the yardstick
   agentik's server was measured against.
 - ``raw-agentik``: the same app on agentik's own HTTP/1.1 server
-  (``agentik.server._http11``: trio + llhttp, one reader and one watcher task per
+  (``agentik.server.http._connection``: trio + llhttp, one reader and one watcher task per
   connection, a task per request, one write per fixed-length response), as
   ``agentik serve`` runs every app below.
 - ``starlette``: the same answer from a one-route Starlette app (on hypercorn).
@@ -131,8 +131,8 @@ def starlette_app() -> object:
 async def plain_child(variant: str) -> None:
     """A server of ``raw``, ``raw-agentik`` or ``starlette``, printing its URL first."""
     if variant == "raw-agentik":
-        from agentik.server._http11 import HttpSettings
-        from agentik.server._http_serve import serve
+        from agentik.server.http import HttpSettings
+        from agentik.server.http._serve import serve
 
         settings = HttpSettings(keep_alive_timeout=600)  # valgrind is slow
         async with trio.open_nursery() as nursery:

@@ -1,5 +1,5 @@
 """The HTTP server: native API, AG-UI and A2A on Starlette, served over HTTP/1.1 by
-agentik's own small server on trio and llhttp (``_h1``, ``_http11``, ``_http_serve``)."""
+agentik's own small server on trio and llhttp (``agentik.server.http``)."""
 
 from agentik._clients import Client as Client
 from agentik._config import ConfigError as ConfigError

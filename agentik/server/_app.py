@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,22 +33,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
+from agentik.server import a2a, agui, native
 from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError, Redirect
 from agentik.server._health import StorageProbe
-from agentik.server._http11 import REFUSED
-from agentik.server._json_response import json_response
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
-from agentik.server._request import undecodable_url
 from agentik.server._tracecontext import trace_context_hook
+from agentik.server.http import (
+    REFUSED,
+    HttpError,
+    Redirect,
+    error_body,
+    json_response,
+    undecodable_url,
+)
 
 log = logging.getLogger("agentik.server")
 PUBLIC_PATHS = frozenset({"/health"})
-
-
-def error_body(code: str, message: str) -> JsonObject:
-    return {"error": {"code": code, "message": message}}
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -82,9 +84,14 @@ class Guard:
     closes such a connection after the response, and a client told so does
     not send its next request into a closed socket."""
 
-    def __init__(self, app: ASGIApp, ctx: ServerContext) -> None:
+    def __init__(
+        self, app: ASGIApp, ctx: ServerContext, *, drain: Callable[[], None] = lambda: None
+    ) -> None:
         self.app = app
         self.ctx = ctx
+        self.drain = drain
+        """Called once the server stops taking turns: a protocol's streams that
+        would wait for what cannot come now end (A2A's idle task watchers)."""
         self.auth = Authenticator.from_config(ctx.config)
         self.trace_context = trace_context_hook(ctx.agent)
 
@@ -226,10 +233,11 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
 
 def build_app(ctx: ServerContext) -> ASGIApp:
     """The whole HTTP surface for one agent."""
-    from agentik.server._a2a import a2a_routes
-    from agentik.server._agui_routes import agui_routes
-    from agentik.server._lifecycle_routes import lifecycle_routes
-    from agentik.server._native_routes import native_routes
+    return mount(ctx)
+
+
+def mount(ctx: ServerContext) -> Guard:
+    """``build_app``, with the app's ``drain`` for the server's shutdown."""
 
     async def not_found(_: Request, __: Exception) -> Response:
         return json_response(error_body("not_found", "no such endpoint"), 404)
@@ -239,14 +247,14 @@ def build_app(ctx: ServerContext) -> ASGIApp:
             error_body("method_not_allowed", f"method {request.method} is not allowed here"), 405
         )
 
+    a2a_endpoint = a2a.A2aEndpoint(ctx)
     app = Starlette(
         routes=[
             *_health_routes(ctx),
-            *native_routes(ctx),
-            *lifecycle_routes(ctx),
-            *agui_routes(ctx),
-            *a2a_routes(ctx),
+            *native.routes(ctx),
+            *agui.routes(ctx),
+            *a2a_endpoint.routes(),
         ],
         exception_handlers={HttpError: _http_error, 404: not_found, 405: not_allowed},
     )
-    return Guard(app, ctx)
+    return Guard(app, ctx, drain=a2a_endpoint.stop_idle_watchers)

@@ -29,9 +29,9 @@ from agentik.agent import (
     TurnFinished,
     TurnResult,
 )
-from agentik.server._errors import HttpError
 from agentik.server._owners import Caller
 from agentik.server._turns import outcome_of, to_http_error
+from agentik.server.http import HttpError
 
 log = logging.getLogger("agentik.server")
 

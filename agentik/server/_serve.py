@@ -49,13 +49,12 @@ from agentik.models import (
     ScriptedModel,
     demo_responder,
 )
-from agentik.server._app import build_app
+from agentik.server._app import mount
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
-from agentik.server._http11 import HttpSettings
-from agentik.server._http_serve import serve as http_serve
 from agentik.server._retention import run_retention
-from agentik.server._timer import ConnectionLimits
+from agentik.server.http import ConnectionLimits, HttpSettings
+from agentik.server.http import serve as http_serve
 from agentik.storage import (
     DatabaseLock,
     StorageBundle,
@@ -330,15 +329,6 @@ async def serve_agentik(
 
             watchers.start_soon(interrupt_when_told)
         bundle = storage
-        ctx = ServerContext(
-            agent=agent,
-            config=config,
-            model_label=model_label,
-            demo_model=demo,
-            mcp=mcp,
-            storage_label=storage_label,
-            writer_gauges=lambda: writer_stats(bundle),
-        )
         settings = HttpSettings(
             limits=ConnectionLimits(
                 header_timeout=limits.header_timeout,
@@ -348,22 +338,32 @@ async def serve_agentik(
             )
         )
 
-        async def shutdown() -> None:
-            await (shutdown_trigger or trio.sleep_forever)()
-            # No new turns from now on (503); those under way get the grace.
-            agent.close(grace=limits.graceful_timeout)
-            # Streams watching a task that nothing runs (a subscription to a task
-            # waiting for input) would hold the drain for graceful_timeout.
-            ctx.tasks.stop_idle_watchers()
-
         async with trio.open_nursery() as nursery:
-            ctx.background = nursery
+            ctx = ServerContext(
+                agent=agent,
+                config=config,
+                model_label=model_label,
+                demo_model=demo,
+                mcp=mcp,
+                storage_label=storage_label,
+                writer_gauges=lambda: writer_stats(bundle),
+                background=nursery,
+            )
+            app = mount(ctx)
             retention = trio.CancelScope()
+
+            async def shutdown() -> None:
+                await (shutdown_trigger or trio.sleep_forever)()
+                # No new turns from now on (503); those under way get the grace.
+                agent.close(grace=limits.graceful_timeout)
+                # Streams watching a task that nothing runs (a subscription to a
+                # task waiting for input) would hold the drain for graceful_timeout.
+                app.drain()
 
             async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
                 try:
                     await http_serve(
-                        build_app(ctx),
+                        app,
                         host=config.host,
                         port=config.port,
                         settings=settings,

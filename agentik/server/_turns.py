@@ -1,5 +1,4 @@
-"""Running a turn for any transport: error mapping, the turn log line, JSON and
-SSE responses.
+"""Running a turn for any transport: error mapping and the turn log line.
 
 Errors the agent raises become HTTP refusals here and nowhere else:
 ``OverloadedError`` is 429 with ``Retry-After`` (a queue is full, or the
@@ -26,11 +25,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-
-import trio
-from starlette.types import Receive, Scope, Send
 
 from agentik._errors import (
     AgentikError,
@@ -39,7 +35,6 @@ from agentik._errors import (
     OverloadedError,
     TurnError,
 )
-from agentik._json import JsonObject
 from agentik.agent import (
     ChatAgent,
     ElicitationError,
@@ -48,9 +43,8 @@ from agentik.agent import (
     TurnFinished,
     TurnResult,
 )
-from agentik.server._errors import HttpError, Redirect
 from agentik.server._owners import SEPARATOR, Caller
-from agentik.server._sse import dumps
+from agentik.server.http import HttpError, Redirect
 
 log = logging.getLogger("agentik.server")
 
@@ -195,108 +189,3 @@ async def open_stream(
             log_turn(transport, caller, conversation_id, outcome, began)
 
     return logged(), stack
-
-
-async def send_json(send: Send, data: JsonObject, status: int = 200) -> None:
-    """A JSON response straight to ASGI ``send``: the bytes and headers
-    ``json_response`` gives, without building a Starlette ``Response``."""
-    body = dumps(data).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-length", str(len(body)).encode()),
-                (b"content-type", b"application/json"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-HEARTBEAT = b": keep-alive\n\n"
-"""An SSE comment, alone in its block: every client skips it (a comment line,
-then a blank line that ends no event), and a client that splits the stream
-at blank lines sees a block of its own, never a comment glued to an event."""
-
-
-class EventStream:
-    """An ASGI response streaming SSE frames until they end or the client leaves.
-
-    With ``heartbeat`` seconds (``[server] sse_heartbeat``), a stream that has
-    sent nothing for that long sends ``HEARTBEAT``, so proxies and browsers
-    that drop idle connections keep it while a slow model thinks. Frames and
-    heartbeats go out one whole ASGI message each, under one lock: a heartbeat
-    never lands inside a frame, nor after the end. ``close`` always runs,
-    shielded, whichever way the stream ends."""
-
-    def __init__(
-        self,
-        frames: AsyncIterator[bytes],
-        close: Callable[[], Awaitable[object]],
-        *,
-        heartbeat: float | None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.frames = frames
-        self.close = close
-        self.heartbeat = heartbeat
-        self.headers = {"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
-                        *((k.encode(), v.encode()) for k, v in self.headers.items()),
-                    ],
-                }
-            )
-            async with trio.open_nursery() as nursery:
-
-                async def watch_disconnect() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(watch_disconnect)
-                if self.heartbeat is None:
-                    async for frame in self.frames:
-                        await send({"type": "http.response.body", "body": frame, "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                else:
-                    await _send_beating(self.frames, send, self.heartbeat, nursery)
-                nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.close()
-
-
-async def _send_beating(
-    frames: AsyncIterator[bytes], send: Send, interval: float, nursery: trio.Nursery
-) -> None:
-    """Send ``frames`` and then the end, with a heartbeat after each ``interval``
-    seconds in which nothing was sent. The heartbeat task runs in ``nursery``;
-    the caller cancels it once this returns."""
-    lock = trio.Lock()  # one ASGI message at a time: never a heartbeat mid-frame
-    due = trio.current_time() + interval
-
-    async def beat() -> None:
-        nonlocal due
-        while True:
-            await trio.sleep_until(due)
-            async with lock:
-                if trio.current_time() >= due:  # no frame went out meanwhile
-                    await send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
-                    due = trio.current_time() + interval
-
-    nursery.start_soon(beat)
-    async for frame in frames:
-        async with lock:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-            due = trio.current_time() + interval
-    async with lock:
-        await send({"type": "http.response.body", "body": b"", "more_body": False})

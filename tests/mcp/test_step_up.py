@@ -434,8 +434,8 @@ class TestMachineGrants:
 def test_the_http_transports_carry_the_url_of_a_url_question() -> None:
     """The native API and A2A show a URL question's page (AG-UI's CUSTOM event too);
     form questions are unchanged."""
-    from agentik.server._a2a_wire import elicitation_json as a2a_json
-    from agentik.server._native import elicitation_json as native_json
+    from agentik.server.a2a._views import elicitation_json as a2a_json
+    from agentik.server.native._wire import elicitation_json as native_json
 
     form = ElicitationRequest(conversation_id="c", id="q", source="web", message="m", schema={})
     url = attrs.evolve(form, url="https://auth.example/authorize?x=1")

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from agentik import ToolCall
 from agentik.agent import ApprovalRequest, TurnFinished, TurnResult
-from agentik.server._native import native_event, turn_result_json
 from agentik.server._owners import SEPARATOR, Caller
+from agentik.server.native._wire import native_event, turn_result_json
 from tests.reliability.helpers import Backend
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS
 from tests.server.approval_tools import RUNS, serve_bank

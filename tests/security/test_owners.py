@@ -27,9 +27,9 @@ from agentik._config import ServerConfig
 from agentik._errors import OverloadedError
 from agentik._messages import Message
 from agentik.server import Client
-from agentik.server._a2a_wire import make_task_id
 from agentik.server._owners import SEPARATOR, Authenticator, Caller, owned_conversations
 from agentik.server._turns import to_http_error
+from agentik.server.a2a._rpc import make_task_id
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS, Server, start
 
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]

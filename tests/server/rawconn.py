@@ -28,7 +28,7 @@ from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
 from agentik._config import Limits, ServerConfig
 from agentik.models import ScriptedModel
 from agentik.server import serve_agentik
-from agentik.server._a2a_tasks import RUN_TASK_NAME
+from agentik.server.a2a._tasks import RUN_TASK_NAME
 from agentik.storage import StorageBundle, in_memory_storage
 
 TOOLSETS = ("tests.server.sample_toolsets:clock",)

@@ -45,7 +45,7 @@ from agentik import Role as StoredRole
 from agentik._config import ServerConfig
 from agentik.models import ChatModel, ScriptedModel
 from agentik.server import serve_agentik
-from agentik.server._a2a_wire import make_task_id
+from agentik.server.a2a._rpc import make_task_id
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from tests.reliability.helpers import check_history, history
 

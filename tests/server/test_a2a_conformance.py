@@ -30,7 +30,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
-from agentik.server._a2a_wire import make_task_id
+from agentik.server.a2a._rpc import make_task_id
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import Served, responses, serving, user_message, wait_until
 

@@ -24,10 +24,11 @@ from hypothesis import strategies as st
 
 from agentik import Message, Role
 from agentik.server import ServerConfig, serve_agentik
-from agentik.server._a2a_list import Query, context_page, ledger_page
-from agentik.server._a2a_wire import TaskView, make_task_id
-from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER, Caller
+from agentik.server.a2a._ledger import TaskLedger
+from agentik.server.a2a._list import Query, context_page, ledger_page
+from agentik.server.a2a._rpc import make_task_id
+from agentik.server.a2a._views import TaskView
 from agentik.storage import (
     MessageStore,
     StorageBundle,

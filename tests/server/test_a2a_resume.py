@@ -23,10 +23,10 @@ import trio
 from a2a.types import GetTaskRequest, ListTasksRequest, TaskState
 
 from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
-from agentik.server._a2a_list import Query, context_page
-from agentik.server._a2a_wire import make_task_id
-from agentik.server._context import TaskLedger
 from agentik.server._owners import DEFAULT_CALLER
+from agentik.server.a2a._ledger import TaskLedger
+from agentik.server.a2a._list import Query, context_page
+from agentik.server.a2a._rpc import make_task_id
 from agentik.storage import in_memory_storage, open_sqlite_storage
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import (
@@ -140,9 +140,8 @@ async def test_an_interrupted_task_is_working_only_while_it_can_resume(later: bo
     if later:  # a later turn ran after it: it will not be resumed
         await store.append("ctx", Message(Role.USER, "next"))
         await store.append("ctx", Message(Role.ASSISTANT, "fine"))
-    ledger = TaskLedger()
     for resumes, state in ((True, "WORKING"), (False, "FAILED")):
-        ledger.turn_resumes = lambda conversation_id, seq, resumes=resumes: resumes
+        ledger = TaskLedger(turn_resumes=lambda conversation_id, seq, resumes=resumes: resumes)
         query = Query("ctx", 10, None, None, None, False)
         page = await context_page(store, store, ledger, DEFAULT_CALLER, query)
         [view] = page.views

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik.server._accept import serve_sockets
+from agentik.server.http._accept import serve_sockets
 
 
 class Rounds(trio.abc.Instrument):

@@ -21,9 +21,9 @@ from agentik.agent._events import (
     TurnResult,
 )
 from agentik.models import TextDelta, ToolCallDelta
-from agentik.server._agui import (
+from agentik.server.agui._events import AguiRun
+from agentik.server.agui._input import (
     RESPONSE_SCHEMA,
-    AguiRun,
     AguiRunError,
     Decision,
     ResumeEntry,
@@ -31,7 +31,7 @@ from agentik.server._agui import (
     decisions_of,
     parse_run_input,
 )
-from agentik.server._errors import HttpError
+from agentik.server.http._errors import HttpError
 from tests.server.agui_rules import check_events
 
 CALL = ToolCall(id="c1", name="clock_now", arguments='{"tz":"UTC"}')

@@ -1,4 +1,4 @@
-"""agentik's HTTP/1.1 server (``agentik.server._http11``, ``_http_serve``):
+"""agentik's HTTP/1.1 server (``agentik.server.http._connection``, ``_serve``):
 keep-alive expiry, requests never cut off by it, graceful shutdown, streaming
 heads sent at once, a fixed-length response in one write, pipelining,
 100-continue.
@@ -20,8 +20,9 @@ import pytest
 import trio
 import trio.testing
 
-from agentik.server._http11 import Connection, HttpSettings
-from agentik.server._http_serve import serve
+from agentik.server.http import HttpSettings
+from agentik.server.http._connection import Connection
+from agentik.server.http._serve import serve
 from tests.asgi import answer_lifespan, read_body
 
 KEEP_ALIVE = 5.0

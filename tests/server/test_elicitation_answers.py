@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import ElicitationRequest
-from agentik.server._a2a_wire import A2AError, SendParams, parse_elicitation_answer
-from agentik.server._errors import HttpError
-from agentik.server._native import parse_elicitation_answer as parse_native
+from agentik.server.a2a._rpc import A2AError, SendParams, parse_elicitation_answer
+from agentik.server.http._errors import HttpError
+from agentik.server.native._wire import parse_elicitation_answer as parse_native
 
 QUESTION = ElicitationRequest(
     conversation_id="c", id="q1", source="web", message="Who?", schema={"type": "object"}

@@ -1,4 +1,4 @@
-"""How ``agentik.server._http11`` frames what an app sends (RFC 9112 §6), read
+"""How ``agentik.server.http._connection`` frames what an app sends (RFC 9112 §6), read
 back by h11 as a client would: the length a response declares is the length
 it has, a head cannot carry a line the app did not mean (no header
 injection), and an app that breaks its own framing ends the connection

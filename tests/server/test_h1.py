@@ -1,4 +1,4 @@
-"""``agentik.server._h1``, the request parser on llhttp, held to h11 as the oracle.
+"""``agentik.server.http._h1``, the request parser on llhttp, held to h11 as the oracle.
 
 h11 parsed agentik's requests before llhttp did, and it is the reference
 implementation of RFC 9112 in Python. The properties:
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._h1 import (
+from agentik.server.http._h1 import (
     BODY,
     CHUNK_FRAMING,
     END,

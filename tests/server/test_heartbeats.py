@@ -36,8 +36,7 @@ from hypothesis import strategies as st
 from agentik._config import ConfigError, ServerConfig, load_config
 from agentik.models import ScriptedModel
 from agentik.server import serve_agentik
-from agentik.server._sse import sse_frame
-from agentik.server._turns import HEARTBEAT, EventStream
+from agentik.server.http._sse import HEARTBEAT, EventStream, sse_frame
 from agentik.storage import in_memory_storage
 from tests.server.a2a_support import user_message
 from tests.server.agui_rules import check_events, parse_sse

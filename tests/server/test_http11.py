@@ -1,5 +1,5 @@
-"""Conformance of agentik's HTTP/1.1 server (``agentik.server._http11``,
-``_http_serve``) as a client sees it: keep-alive, pipelining, chunked bodies
+"""Conformance of agentik's HTTP/1.1 server (``agentik.server.http._connection``,
+``_serve``) as a client sees it: keep-alive, pipelining, chunked bodies
 both ways, ``Expect: 100-continue``, HEAD and HTTP/1.0, backpressure on a body
 the app does not read, a client that leaves, app failures, the lifespan
 protocol, and bytes h11 cannot parse (400 or 431, and the server stays up).
@@ -28,8 +28,10 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._http11 import BODY_BUFFER, REFUSED, HttpSettings, ResponseHeaders
-from agentik.server._http_serve import serve
+from agentik.server.http import HttpSettings
+from agentik.server.http._connection import BODY_BUFFER, REFUSED
+from agentik.server.http._framing import ResponseHeaders
+from agentik.server.http._serve import serve
 
 
 @pytest.fixture
@@ -546,7 +548,7 @@ def test_odd_bytes_get_an_answer_and_the_server_stays_up(at: int, cut: int, nois
 
 def test_date_and_server_are_built_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
     now = 1_000_000.2
-    monkeypatch.setattr("agentik.server._http11.time", SimpleNamespace(time=lambda: now))
+    monkeypatch.setattr("agentik.server.http._framing.time", SimpleNamespace(time=lambda: now))
     headers = ResponseHeaders()
     first = headers()
     assert first == b"date: %s\r\nserver: agentik\r\n" % formatdate(1_000_000, usegmt=True).encode()

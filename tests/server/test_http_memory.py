@@ -2,7 +2,7 @@
 its body bound and a constant (``HELD_BOUND``): no byte accumulates without
 a limit.
 
-Each example serves one ``_http11.Connection`` on a real TCP socket on
+Each example serves one ``_connection.Connection`` on a real TCP socket on
 127.0.0.1 and has a client stream bytes into it, piece by piece; after every
 piece, once the server is idle, the Python memory allocated since the
 connection began (tracemalloc: what its buffers, the parser's and llhttp's
@@ -32,7 +32,9 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._http11 import BODY_BUFFER, MAX_RECV, Connection, HttpSettings, ResponseHeaders
+from agentik.server.http import HttpSettings
+from agentik.server.http._connection import BODY_BUFFER, MAX_RECV, Connection
+from agentik.server.http._framing import ResponseHeaders
 
 HEAD_LIMIT = 4096
 HELD_BOUND = HEAD_LIMIT + BODY_BUFFER + 3 * MAX_RECV

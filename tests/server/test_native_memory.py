@@ -25,8 +25,8 @@ from agentik import MessageStore, Role, ScriptedModel, StorageBundle, WorkingMem
 from agentik._config import ServerConfig
 from agentik.models import demo_responder
 from agentik.server import serve_agentik
-from agentik.server._errors import HttpError
-from agentik.server._native import parse_archive
+from agentik.server.http._errors import HttpError
+from agentik.server.native._wire import parse_archive
 from agentik.storage import in_memory_storage
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS, Server, start
 

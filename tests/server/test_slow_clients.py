@@ -26,8 +26,8 @@ import trio
 import trio.testing
 
 from agentik._config import ConfigError, Limits, load_config
-from agentik.server._http_serve import warn_if_descriptors_short
-from agentik.server._timer import ConnectionLimits
+from agentik.server.http._serve import warn_if_descriptors_short
+from agentik.server.http._timer import ConnectionLimits
 from tests.server.rawconn import (
     RawClient,
     Server,

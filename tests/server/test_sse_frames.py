@@ -11,7 +11,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentik.server._sse import sse_frame
+from agentik.server.http._sse import sse_frame
 
 texts = st.text(
     alphabet=st.characters(codec="utf-8")

@@ -2,7 +2,7 @@
 never while the app is answering, and its watcher ends with the connection.
 
 The property test drives the timer as the HTTP/1.1 connection
-(``agentik.server._http11``) does (``arrived`` before a read is handled,
+(``agentik.server.http._connection``) does (``arrived`` before a read is handled,
 ``stop`` when a head is complete, ``handled`` after, ``restart`` when a
 response is done) through random request schedules (idle
 gaps, heads and bodies in pieces with gaps between them, app time, and maybe a
@@ -22,7 +22,7 @@ import trio.testing
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agentik.server._timer import ConnectionLimits, ConnectionTimer, Phase
+from agentik.server.http._timer import ConnectionLimits, ConnectionTimer, Phase
 
 KEEP_ALIVE = 5.1
 LIMITS = ConnectionLimits(header_timeout=10.3, body_timeout=20.7, body_min_rate=499.0)

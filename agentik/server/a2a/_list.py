@@ -45,19 +45,16 @@ import attrs
 from agentik._input import InputError, decode_json, shown
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role
-from agentik.server._a2a_wire import (
+from agentik.server._owners import Caller
+from agentik.server.a2a._ledger import TaskLedger
+from agentik.server.a2a._rpc import (
     A2AError,
-    TaskView,
     context_of,
     history_length,
     invalid_params,
-    is_finished,
-    is_interrupted,
     valid_context_id,
-    view_from_turn,
 )
-from agentik.server._context import TaskLedger
-from agentik.server._owners import Caller
+from agentik.server.a2a._views import TaskView, is_finished, is_interrupted, view_from_turn
 from agentik.storage import FullMessageStore, KeyedTurn, TurnRecord
 
 SCAN_LIMIT = 200

@@ -38,16 +38,16 @@ from agentik.agent import (
     TurnFinished,
     TurnResult,
 )
-from agentik.server._a2a_wire import (
+from agentik.server._owners import Caller
+from agentik.server.a2a._ledger import TaskKey, TaskLedger, TaskUpdate
+from agentik.server.a2a._rpc import A2AError
+from agentik.server.a2a._views import (
     ENDS_A_STREAM,
     INPUT_REQUIRED,
-    A2AError,
     TaskView,
     artifact,
     conversational,
 )
-from agentik.server._context import ServerContext, TaskKey, TaskUpdate
-from agentik.server._owners import Caller
 
 FindTask = Callable[[Caller, str], Awaitable[TaskView]]
 
@@ -145,17 +145,18 @@ async def consume(
 
 
 async def launch(
-    ctx: ServerContext,
+    ledger: TaskLedger,
+    background: trio.Nursery | None,
     find_task: FindTask,
     run: Run,
     body: Callable[[], Awaitable[TurnResult]],
 ) -> None:
-    """Start ``body`` (the turn) as ``run`` in the server's nursery (or, for an
-    app served without one, here). The caller has put ``run.key`` in the
-    ledger's running tasks; the run takes it out when it ends."""
+    """Start ``body`` (the turn) as ``run`` in the server's nursery
+    (``background``; or, for an app served without one, here). The caller has
+    put ``run.key`` in the ledger's running tasks; the run takes it out when
+    it ends."""
 
     async def go() -> None:
-        ledger = ctx.tasks
         try:
             ledger.publish(run.key, status_update(working(run.task_id, run.context_id)))
             try:
@@ -164,17 +165,17 @@ async def launch(
                 run.error = exc
             ledger.finish(run.key)  # the turn has ended: the task as stored is how
             if run.result is not None:
-                _publish_result(ctx, run, run.result)
+                _publish_result(ledger, run, run.result)
             else:
                 ledger.publish(run.key, status_update(await _stored_view(find_task, run)))
         finally:
             ledger.finish(run.key)
             run.done.set()
 
-    if ctx.background is None:
+    if background is None:
         await go()
     else:
-        ctx.background.start_soon(go, name=RUN_TASK_NAME)
+        background.start_soon(go, name=RUN_TASK_NAME)
 
 
 def view_updates(view: TaskView) -> list[TaskUpdate]:
@@ -193,9 +194,9 @@ def view_updates(view: TaskView) -> list[TaskUpdate]:
     return updates
 
 
-def _publish_result(ctx: ServerContext, run: Run, result: TurnResult) -> None:
+def _publish_result(ledger: TaskLedger, run: Run, result: TurnResult) -> None:
     for update in view_updates(view_of_result(run.task_id, run.context_id, result)):
-        ctx.tasks.publish(run.key, update)
+        ledger.publish(run.key, update)
 
 
 async def _stored_view(find_task: FindTask, run: Run) -> TaskView:

@@ -18,10 +18,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import attrs
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agentik._errors import TooLargeError
 from agentik._json import JsonObject, JsonValue
@@ -32,11 +28,41 @@ from agentik._serde import converter
 from agentik.agent import ElicitationError
 from agentik.server._context import ServerContext
 from agentik.server._decisions import decide_call, open_decision_stream, pending_calls
-from agentik.server._errors import HttpError
-from agentik.server._json_response import json_response
-from agentik.server._native import (
-    approval_json,
+from agentik.server._owners import (
+    CALLER_KEY,
+    Caller,
+    caller_of,
+    owned_conversations,
+    recent_reflections,
+)
+from agentik.server._turns import (
+    open_stream,
+    send_turn,
+    to_http_error,
+)
+from agentik.server.http import (
+    BaseRoute,
+    EventStream,
+    HttpError,
+    Receive,
+    Request,
+    Response,
+    Route,
+    Scope,
+    Send,
+    as_object,
     check_id,
+    field_str,
+    json_response,
+    parse_json,
+    query_int,
+    read_json,
+    receive_body,
+    send_json,
+    sse_frame,
+)
+from agentik.server.native._wire import (
+    approval_json,
     elicitation_json,
     message_json,
     native_event,
@@ -45,29 +71,6 @@ from agentik.server._native import (
     parse_elicitation_answer,
     parse_turn_request,
     turn_result_json,
-)
-from agentik.server._owners import (
-    CALLER_KEY,
-    Caller,
-    caller_of,
-    owned_conversations,
-    recent_reflections,
-)
-from agentik.server._request import (
-    as_object,
-    field_str,
-    parse_json,
-    query_int,
-    read_json,
-    receive_body,
-)
-from agentik.server._sse import sse_frame
-from agentik.server._turns import (
-    EventStream,
-    open_stream,
-    send_json,
-    send_turn,
-    to_http_error,
 )
 
 MAX_PAGE = 1000
@@ -153,14 +156,19 @@ def _not_implemented(what: str) -> HttpError:
     return HttpError(501, f"this storage backend does not list {what}", code="not_implemented")
 
 
-def native_routes(ctx: ServerContext) -> list[BaseRoute]:
-    agent = ctx.agent
-    limit = ctx.config.limits.max_body_bytes
+class NativeApi:
+    """The native routes' handlers, one method each, over the agent and its
+    stores (``ctx``); ``routes`` maps them to their paths."""
 
-    async def list_conversations(request: Request) -> Response:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.agent = ctx.agent
+        self.limit = ctx.config.limits.max_body_bytes
+
+    async def list_conversations(self, request: Request) -> Response:
         after = request.query_params.get("after") or None
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        store = agent.storage.message_store
+        store = self.agent.storage.message_store
         ids = await owned_conversations(store, caller_of(request), after, page)
         body: JsonObject = {
             "conversations": list[JsonValue](ids),
@@ -168,14 +176,14 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         }
         return json_response(body)
 
-    async def get_messages(request: Request) -> Response:
+    async def get_messages(self, request: Request) -> Response:
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
         after = query_int(request, "after_seq", default=0, minimum=0, maximum=2**62)
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        messages = await _messages(ctx, stored_id, after, page)
+        messages = await _messages(self.ctx, stored_id, after, page)
         if not messages:
-            await require_conversation(ctx, stored_id, conversation_id)
+            await require_conversation(self.ctx, stored_id, conversation_id)
         body: JsonObject = {
             "conversation_id": conversation_id,
             "messages": [message_json(m) for m in messages],
@@ -183,27 +191,29 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         }
         return json_response(body)
 
-    async def get_memory(request: Request) -> Response:
+    async def get_memory(self, request: Request) -> Response:
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
-        await require_conversation(ctx, stored_id, conversation_id)
+        await require_conversation(self.ctx, stored_id, conversation_id)
         entries = [
             attrs.evolve(entry, conversation_id=conversation_id)
-            for entry in await agent.storage.working_memory_store.list(stored_id)
+            for entry in await self.agent.storage.working_memory_store.list(stored_id)
         ]
         return json_response(
             {"conversation_id": conversation_id, "entries": converter.unstructure(entries)}
         )
 
-    async def archive_memory(request: Request) -> Response:
+    async def archive_memory(self, request: Request) -> Response:
         """Archive notes, as the model's ``memory_archive`` does: they leave
         the prompt and stay stored. Every id must be an active note of this
         conversation, or nothing is archived (404)."""
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
-        wanted = parse_archive(await read_json(request, limit)).entry_ids
-        await require_conversation(ctx, stored_id, conversation_id)
-        active = {entry.id for entry in await agent.storage.working_memory_store.list(stored_id)}
+        wanted = parse_archive(await read_json(request, self.limit)).entry_ids
+        await require_conversation(self.ctx, stored_id, conversation_id)
+        active = {
+            entry.id for entry in await self.agent.storage.working_memory_store.list(stored_id)
+        }
         unknown = [i for i in wanted if i not in active]
         if unknown:
             raise HttpError(
@@ -211,35 +221,35 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
                 f"no active notes with ids {unknown[:20]} in conversation {conversation_id!r}",
                 code="not_found",
             )
-        archived = await agent.archive_memory(stored_id, wanted)
+        archived = await self.agent.archive_memory(stored_id, wanted)
         return json_response({"conversation_id": conversation_id, "archived": archived})
 
-    async def get_summary(request: Request) -> Response:
+    async def get_summary(self, request: Request) -> Response:
         """The latest summary of the history (a context policy's), or null."""
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
-        await require_conversation(ctx, stored_id, conversation_id)
-        store = agent.storage.message_store
+        await require_conversation(self.ctx, stored_id, conversation_id)
+        store = self.agent.storage.message_store
         summary = await store.latest_summary(stored_id)
         data: JsonValue = None if summary is None else converter.unstructure(summary)
         return json_response({"conversation_id": conversation_id, "summary": data})
 
-    async def paged(request: Request, after_key: str) -> tuple[str, str, int, int]:
+    async def _paged(self, request: Request, after_key: str) -> tuple[str, str, int, int]:
         """The conversation (sent, stored), checked to exist, and the page asked
         for: ``after_key`` (a seq or note id) and ``limit``."""
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
         after = query_int(request, after_key, default=0, minimum=0, maximum=2**62)
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
-        await require_conversation(ctx, stored_id, conversation_id)
+        await require_conversation(self.ctx, stored_id, conversation_id)
         return conversation_id, stored_id, after, page
 
-    async def list_summaries(request: Request) -> Response:
+    async def list_summaries(self, request: Request) -> Response:
         """Every summary of the history, oldest first, a page at a time: the
         chain compaction left (it never deletes one, nor the messages under it)."""
-        conversation_id, stored_id, after, page = await paged(request, "after_seq")
-        store = agent.storage.message_store
-        if agent.storage.degraded:  # a seed store keeps none (``full_storage``)
+        conversation_id, stored_id, after, page = await self._paged(request, "after_seq")
+        store = self.agent.storage.message_store
+        if self.agent.storage.degraded:  # a seed store keeps none (``full_storage``)
             raise _not_implemented("summaries")
         summaries = await store.list_summaries(stored_id, after_seq=after, limit=page)
         body: JsonObject = {
@@ -249,12 +259,12 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         }
         return json_response(body)
 
-    async def get_archived_memory(request: Request) -> Response:
+    async def get_archived_memory(self, request: Request) -> Response:
         """Notes that left the prompt (archived by the model, a client or a
         compaction), oldest first, a page at a time: archiving never deletes."""
-        conversation_id, stored_id, after, page = await paged(request, "after_id")
-        store = agent.storage.working_memory_store
-        if agent.storage.degraded:  # a seed store cannot list them (``full_storage``)
+        conversation_id, stored_id, after, page = await self._paged(request, "after_id")
+        store = self.agent.storage.working_memory_store
+        if self.agent.storage.degraded:  # a seed store cannot list them (``full_storage``)
             raise _not_implemented("archived notes")
         entries = [
             attrs.evolve(entry, conversation_id=conversation_id)
@@ -267,37 +277,37 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         }
         return json_response(body)
 
-    async def get_toolsets(request: Request) -> Response:
+    async def get_toolsets(self, request: Request) -> Response:
         conversation_id = _path_id(request)
         stored_id = caller_of(request).internal(conversation_id)
-        await require_conversation(ctx, stored_id, conversation_id)
-        statuses = agent.toolset_status(stored_id)
+        await require_conversation(self.ctx, stored_id, conversation_id)
+        statuses = self.agent.toolset_status(stored_id)
         return json_response(
             {"conversation_id": conversation_id, "toolsets": converter.unstructure(statuses)}
         )
 
-    async def list_approvals(request: Request) -> Response:
+    async def list_approvals(self, request: Request) -> Response:
         conversation_id = _path_id(request)
         caller = caller_of(request)
-        await require_conversation(ctx, caller.internal(conversation_id), conversation_id)
-        waiting = await pending_calls(agent, caller, conversation_id)
+        await require_conversation(self.ctx, caller.internal(conversation_id), conversation_id)
+        waiting = await pending_calls(self.agent, caller, conversation_id)
         return json_response(
             {"conversation_id": conversation_id, "approvals": [approval_json(a) for a in waiting]}
         )
 
-    async def decide(request: Request) -> Response | EventStream:
+    async def decide(self, request: Request) -> Response | EventStream:
         conversation_id = _path_id(request)
         call_id = _path_id(request, "call_id", "call id")
-        decision = parse_decision(await read_json(request, limit))
+        decision = parse_decision(await read_json(request, self.limit))
         caller = caller_of(request)
 
         async def exists() -> None:
-            await require_conversation(ctx, caller.internal(conversation_id), conversation_id)
+            await require_conversation(self.ctx, caller.internal(conversation_id), conversation_id)
 
         if "text/event-stream" in request.headers.get("accept", ""):
             # Streamed as a turn is: the calls that run, the turn going on.
             events, stack = await open_decision_stream(
-                agent,
+                self.agent,
                 "native",
                 caller,
                 conversation_id,
@@ -312,9 +322,9 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
                     name, data = native_event(event)
                     yield sse_frame(data, event=name)
 
-            return EventStream(frames(), stack.aclose, heartbeat=ctx.config.sse_heartbeat)
+            return EventStream(frames(), stack.aclose, heartbeat=self.ctx.config.sse_heartbeat)
         result = await decide_call(
-            agent,
+            self.agent,
             "native",
             caller,
             conversation_id,
@@ -325,12 +335,12 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
         )
         return json_response(turn_result_json(result))
 
-    async def list_elicitations(request: Request) -> Response:
+    async def list_elicitations(self, request: Request) -> Response:
         conversation_id = _path_id(request)
         caller = caller_of(request)
         stored = caller.internal(conversation_id)
-        await require_conversation(ctx, stored, conversation_id)
-        waiting = await agent.pending_elicitations(stored)
+        await require_conversation(self.ctx, stored, conversation_id)
+        waiting = await self.agent.pending_elicitations(stored)
         return json_response(
             {
                 "conversation_id": conversation_id,
@@ -338,47 +348,47 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             }
         )
 
-    async def answer_elicitation(request: Request) -> Response:
+    async def answer_elicitation(self, request: Request) -> Response:
         conversation_id = _path_id(request)
         elicitation_id = _path_id(request, "elicitation_id", "elicitation id")
-        answer = parse_elicitation_answer(await read_json(request, limit))
+        answer = parse_elicitation_answer(await read_json(request, self.limit))
         caller = caller_of(request)
         stored = caller.internal(conversation_id)
-        await require_conversation(ctx, stored, conversation_id)
+        await require_conversation(self.ctx, stored, conversation_id)
         try:
-            await agent.answer_elicitation(
+            await self.agent.answer_elicitation(
                 stored, elicitation_id, action=answer.action, content=answer.content
             )
         except ElicitationError as exc:
             raise to_http_error(exc, caller, conversation_id) from exc
         return json_response({"conversation_id": conversation_id, "id": elicitation_id})
 
-    async def get_reflections(request: Request) -> Response:
+    async def get_reflections(self, request: Request) -> Response:
         page = query_int(request, "limit", default=20, minimum=1, maximum=MAX_PAGE)
         recent, total = await recent_reflections(
-            agent.storage.reflection_store,
+            self.agent.storage.reflection_store,
             caller_of(request),
             page,
-            scoped=bool(ctx.config.clients),
+            scoped=bool(self.ctx.config.clients),
         )
         return json_response({"reflections": converter.unstructure(recent), "total": total})
 
-    async def list_skills(request: Request) -> Response:
+    async def list_skills(self, request: Request) -> Response:
         scope = caller_of(request).internal("")
         catalog = [
             attrs.evolve(summary, name=name)
-            for summary in await agent.storage.skill_store.catalog()
+            for summary in await self.agent.storage.skill_store.catalog()
             for owner, name in [split_scope(summary.name)]
             if owner == scope
         ]
         return json_response({"skills": converter.unstructure(catalog)})
 
-    async def skill(request: Request) -> Response:
+    async def skill(self, request: Request) -> Response:
         name = _path_id(request, "name", "skill name")
         stored = caller_of(request).internal(name)
-        store = agent.storage.skill_store
+        store = self.agent.storage.skill_store
         if request.method == "PUT":
-            body = as_object(await read_json(request, limit))
+            body = as_object(await read_json(request, self.limit))
             unknown = sorted(set(body) - {"description", "body"})
             if unknown:
                 raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
@@ -404,49 +414,70 @@ def native_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise HttpError(404, f"skill {name!r} not found", code="not_found")
         return json_response(converter.unstructure(attrs.evolve(found, name=name)))
 
-    base = "/agentik"
-    return [
-        Route(
-            f"{base}/conversations/{{conversation_id}}/turns", TurnEndpoint(ctx), methods=["POST"]
-        ),
-        Route(f"{base}/conversations", list_conversations, methods=["GET"]),
-        Route(f"{base}/conversations/{{conversation_id}}/messages", get_messages, methods=["GET"]),
-        Route(f"{base}/conversations/{{conversation_id}}/memory", get_memory, methods=["GET"]),
-        Route(
-            f"{base}/conversations/{{conversation_id}}/memory/archive",
-            archive_memory,
-            methods=["POST"],
-        ),
-        Route(
-            f"{base}/conversations/{{conversation_id}}/memory/archived",
-            get_archived_memory,
-            methods=["GET"],
-        ),
-        Route(f"{base}/conversations/{{conversation_id}}/summary", get_summary, methods=["GET"]),
-        Route(
-            f"{base}/conversations/{{conversation_id}}/summaries", list_summaries, methods=["GET"]
-        ),
-        Route(f"{base}/conversations/{{conversation_id}}/toolsets", get_toolsets, methods=["GET"]),
-        Route(
-            f"{base}/conversations/{{conversation_id}}/approvals", list_approvals, methods=["GET"]
-        ),
-        Route(
-            # ``:path``: a call id is the model's choice and may hold a ``/``
-            f"{base}/conversations/{{conversation_id}}/approvals/{{call_id:path}}",
-            decide,
-            methods=["POST"],
-        ),
-        Route(
-            f"{base}/conversations/{{conversation_id}}/elicitations",
-            list_elicitations,
-            methods=["GET"],
-        ),
-        Route(
-            f"{base}/conversations/{{conversation_id}}/elicitations/{{elicitation_id}}",
-            answer_elicitation,
-            methods=["POST"],
-        ),
-        Route(f"{base}/reflections", get_reflections, methods=["GET"]),
-        Route(f"{base}/skills", list_skills, methods=["GET"]),
-        Route(f"{base}/skills/{{name}}", skill, methods=["GET", "PUT", "DELETE"]),
-    ]
+    def routes(self) -> list[BaseRoute]:
+        base = "/agentik"
+        return [
+            Route(
+                f"{base}/conversations/{{conversation_id}}/turns",
+                TurnEndpoint(self.ctx),
+                methods=["POST"],
+            ),
+            Route(f"{base}/conversations", self.list_conversations, methods=["GET"]),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/messages",
+                self.get_messages,
+                methods=["GET"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/memory", self.get_memory, methods=["GET"]
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/memory/archive",
+                self.archive_memory,
+                methods=["POST"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/memory/archived",
+                self.get_archived_memory,
+                methods=["GET"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/summary",
+                self.get_summary,
+                methods=["GET"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/summaries",
+                self.list_summaries,
+                methods=["GET"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/toolsets",
+                self.get_toolsets,
+                methods=["GET"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/approvals",
+                self.list_approvals,
+                methods=["GET"],
+            ),
+            Route(
+                # ``:path``: a call id is the model's choice and may hold a ``/``
+                f"{base}/conversations/{{conversation_id}}/approvals/{{call_id:path}}",
+                self.decide,
+                methods=["POST"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/elicitations",
+                self.list_elicitations,
+                methods=["GET"],
+            ),
+            Route(
+                f"{base}/conversations/{{conversation_id}}/elicitations/{{elicitation_id}}",
+                self.answer_elicitation,
+                methods=["POST"],
+            ),
+            Route(f"{base}/reflections", self.get_reflections, methods=["GET"]),
+            Route(f"{base}/skills", self.list_skills, methods=["GET"]),
+            Route(f"{base}/skills/{{name}}", self.skill, methods=["GET", "PUT", "DELETE"]),
+        ]

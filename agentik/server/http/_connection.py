@@ -16,10 +16,11 @@ owns the socket, the tasks and the deadlines:
 - One watcher task per connection (``_timer.ConnectionTimer``) enforces the
   keep-alive timeout and the time a client may take to send a request head or
   body (mod_reqtimeout); a client too slow gets ``408`` and is cut off.
-- The app's ``send`` frames what it sends. The head of a fixed-length response
-  waits for its body, so a small response is one socket write. Header names
-  and values are checked (no line breaks or NULs: no header injection), and
-  a body longer or shorter than its ``Content-Length`` is the app's error.
+- The app's ``send`` (``_cycle.Cycle``) frames what it sends (``_framing``).
+  The head of a fixed-length response waits for its body, so a small
+  response is one socket write. Header names and values are checked (no
+  line breaks or NULs: no header injection), and a body longer or shorter
+  than its ``Content-Length`` is the app's error.
 - ``100 Continue`` goes out when the app first reads the body (as uvicorn
   does), so a request the app refuses at once (401, or 413 for a
   Content-Length past the limit) never gets it.
@@ -51,29 +52,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import re
 import socket
-import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from email.utils import formatdate
-from http import HTTPStatus
-from typing import Any, Final, final
+from typing import final
 from urllib.parse import unquote
 
-import attrs
 import trio
 
 from agentik._sync import Pending
-from agentik.server._h1 import BODY, END, HEAD, RequestHead, RequestParser, has_token
-from agentik.server._timer import ConnectionLimits, ConnectionTimer
+from agentik.server.http._cycle import Cycle, wake
+from agentik.server.http._framing import STATUS_LINES, ASGIApp, ResponseHeaders, Scope
+from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
+from agentik.server.http._settings import HttpSettings
+from agentik.server.http._timer import ConnectionTimer
 
 log = logging.getLogger("agentik.server")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_RECV = 65536
 """Bytes asked of the socket per read."""
@@ -84,39 +76,16 @@ whole read of pipelined requests parsed at once would hold twenty times its
 size; a slice holds a few hundred. Reads under it, the usual, go whole."""
 BODY_BUFFER = 256 * 1024
 """Bytes of a request body read ahead of the app; past it the reader waits."""
-PIECE_COST = 64
-"""What a body piece counts against ``BODY_BUFFER`` beyond its bytes: its
-object's own size, so a client sending a byte per packet cannot make the
-buffer a quarter of a million objects."""
 REFUSED = "agentik.refused"
 """Scope key: the status the server answered on its own after the app had
 the request (a malformed body, a body too slow); the app was cancelled."""
 LINGER = 2.0
 """Seconds the rest of a refused request body is read and dropped before closing."""
 
-_STATUS_LINES = {
-    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())
-    for status in HTTPStatus
-}
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
-_DISCONNECT = {"type": "http.disconnect"}
-_CLOSE = (b"connection", b"close")
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
 """A socket the client left, or one being written by another task."""
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
-
-_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-"""A header name (RFC 9110 §5.1)."""
-_FIELD_VALUE = re.compile(
-    rb"(?:[\x21-\x7e\x80-\xff](?:[ \t\x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
-)
-"""A header value (RFC 9110 §5.5): no line break, no NUL, no surrounding space."""
-
-# How a response's body is framed.
-_NO_BODY: Final = 0  # HEAD, 1xx, 204, 304: the head says what a body would be; none is sent
-_FIXED: Final = 1  # Content-Length
-_CHUNKED: Final = 2  # Transfer-Encoding: chunked (HTTP/1.1, no Content-Length)
-_TO_CLOSE: Final = 3  # HTTP/1.0 without Content-Length: the close ends the body
 
 
 def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
@@ -124,298 +93,6 @@ def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResou
     if error.errno in _CLOSED_ERRNOS:
         return trio.ClosedResourceError("this socket was already closed")
     return trio.BrokenResourceError(f"socket connection broken: {error}")
-
-
-def _status_line(status: object) -> bytes:
-    line: bytes | None = _STATUS_LINES.get(status)  # type: ignore[call-overload]
-    if line is not None:
-        return line
-    if type(status) is not int or not 100 <= status <= 999:
-        raise RuntimeError(f"ASGI 'http.response.start' with status {status!r}")
-    return b"HTTP/1.1 %d \r\n" % status
-
-
-def _header_line(name: bytes, value: bytes) -> bytes:
-    if _TOKEN.fullmatch(name) is None:
-        raise RuntimeError(f"invalid response header name {name!r}")
-    if _FIELD_VALUE.fullmatch(value) is None:
-        raise RuntimeError(f"invalid value for response header {name!r}: {value!r}")
-    return name + b": " + value + b"\r\n"
-
-
-@attrs.frozen(kw_only=True)
-class HttpSettings:
-    """How connections are served (``serve``; ``[limits]`` in agentik.toml)."""
-
-    keep_alive_timeout: float = 5.0
-    """Seconds an idle keep-alive connection stays open."""
-    limits: ConnectionLimits = ConnectionLimits()
-    """Request deadlines and the bound on open connections."""
-    max_head_bytes: int = 16 * 1024
-    """The largest request head; past it, 431."""
-
-
-@final
-class ResponseHeaders:
-    """The ``Date`` and ``Server`` header lines of every response, as they go
-    on the wire, built once a second (``Date`` has a resolution of one
-    second, so the bytes are the same)."""
-
-    __slots__ = ("_lines", "_second", "_server")
-
-    def __init__(self, server: bytes = b"agentik") -> None:
-        self._server = server
-        self._second = -1
-        self._lines = b""
-
-    def __call__(self) -> bytes:
-        second = int(time.time())
-        if second != self._second:
-            date = formatdate(second, usegmt=True).encode()
-            self._lines = b"date: " + date + b"\r\nserver: " + self._server + b"\r\n"
-            self._second = second
-        return self._lines
-
-
-def _wake(pending: Pending[None] | None) -> None:
-    if pending is not None and not pending.done:
-        pending.set_value(None)
-
-
-@final
-class Cycle:
-    """One request and its response: the app's ``receive`` and ``send``."""
-
-    __slots__ = (
-        "_chunks",
-        "_connection",
-        "_end_delivered",
-        "_head",
-        "_is_head",
-        "_keep_alive",
-        "_mode",
-        "_more",
-        "_receiver",
-        "_remaining",
-        "_version",
-        "buffered",
-        "complete",
-        "disconnected",
-        "expect_continue",
-        "must_close",
-        "request_done",
-        "room",
-        "scope",
-        "settled",
-        "started",
-    )
-
-    def __init__(
-        self,
-        connection: Connection,
-        scope: Scope,
-        *,
-        http_version: str = "1.1",
-        keep_alive: bool = False,
-        expect_continue: bool = False,
-    ) -> None:
-        self._connection = connection
-        self.scope = scope
-        self._is_head = scope["method"] == "HEAD"
-        self._version = http_version
-        self._keep_alive = keep_alive
-        self.expect_continue = expect_continue
-        """The client waits for ``100 Continue`` before sending the body."""
-        self._chunks: list[bytes] = []
-        self.buffered = 0
-        """Body received and not yet taken by the app: its bytes, and
-        ``PIECE_COST`` a piece."""
-        self._more = True
-        """More of the body is to come from the client."""
-        self._end_delivered = False
-        """The app has had the body's last message."""
-        self._receiver: Pending[None] | None = None
-        """The app's ``receive``, waiting for body or disconnect."""
-        self.room: Pending[None] | None = None
-        """The reader, waiting for the app to take the body buffered."""
-        self._head = b""
-        """A fixed-length response's head, waiting to go out with its body."""
-        self._mode = _NO_BODY
-        self._remaining = 0
-        """Bytes of a fixed-length body still to come from the app."""
-        self.started = False
-        """The response head is sent (or held)."""
-        self.complete = False
-        """The whole response is framed (and being written)."""
-        self.settled = False
-        """The whole response is written, and the connection knows it."""
-        self.must_close = not keep_alive
-        """The connection ends with this response."""
-        self.request_done = False
-        """The whole request, body included, has been read."""
-        self.disconnected = False
-        """The connection is over; the app may not send any more."""
-
-    # -- the reader's side ----------------------------------------------------------
-
-    def feed(self, data: bytes) -> None:
-        """Body bytes arrived (dropped once the response is complete)."""
-        self.expect_continue = False  # the client sends without waiting
-        if self.complete or self.disconnected:
-            return
-        self._chunks.append(data)
-        self.buffered += len(data) + PIECE_COST
-        receiver, self._receiver = self._receiver, None
-        _wake(receiver)
-
-    def end_body(self) -> None:
-        self._more = False
-        self.expect_continue = False
-        self.request_done = True
-        receiver, self._receiver = self._receiver, None
-        _wake(receiver)
-
-    def answered(self) -> None:
-        """The whole response is written: ``receive`` says so from now on."""
-        self.settled = True
-        receiver, self._receiver = self._receiver, None
-        _wake(receiver)
-
-    def disconnect(self) -> None:
-        """The connection is over: ``receive`` says so from now on."""
-        self.disconnected = True
-        self._chunks.clear()
-        self.buffered = 0
-        receiver, self._receiver = self._receiver, None
-        _wake(receiver)
-        room, self.room = self.room, None
-        _wake(room)
-
-    # -- the app's side ---------------------------------------------------------------
-
-    async def receive(self) -> Message:
-        """The next body message, or ``http.disconnect`` once the connection is
-        over or the response complete. A checkpoint on every call."""
-        if self.expect_continue and not self.started:
-            await self._connection.send_continue(self)
-        while True:
-            if self.disconnected or (self.complete and self._end_delivered):
-                await trio.lowlevel.checkpoint()
-                return _DISCONNECT
-            if not self._end_delivered and (self._chunks or not self._more):
-                await trio.lowlevel.checkpoint_if_cancelled()
-                chunks = self._chunks
-                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                self._chunks = []
-                self.buffered = 0
-                more = self._more
-                self._end_delivered = not more
-                room, self.room = self.room, None
-                _wake(room)
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                return {"type": "http.request", "body": body, "more_body": more}
-            if self.complete:  # answered without reading the rest: nothing more comes
-                await trio.lowlevel.checkpoint()
-                return _DISCONNECT
-            pending: Pending[None] = Pending()
-            self._receiver = pending
-            await pending.wait()
-
-    async def send(self, message: Message) -> None:
-        """Send the response start or a piece of its body (ignored once the
-        connection is over, as the client can no longer get it)."""
-        kind = message["type"]
-        if self.disconnected:
-            return
-        if kind == "http.response.body":
-            if not self.started or self.complete:
-                raise RuntimeError(
-                    "ASGI 'http.response.body' must come after 'http.response.start'"
-                    " and before the response is complete"
-                )
-            body = message.get("body", b"")
-            more = message.get("more_body", False)
-            mode = self._mode
-            data = b""
-            if body:
-                if mode == _FIXED:
-                    self._remaining -= len(body)
-                    if self._remaining < 0:
-                        raise RuntimeError("a response body longer than its Content-Length")
-                    data = body
-                elif mode == _CHUNKED:
-                    data = b"%x\r\n%s\r\n" % (len(body), body)
-                elif mode == _TO_CLOSE:
-                    data = body
-            if not more:
-                if mode == _FIXED and self._remaining:
-                    raise RuntimeError("a response body shorter than its Content-Length")
-                self.complete = True
-                self.expect_continue = False
-                if mode == _CHUNKED:
-                    data += b"0\r\n\r\n"
-            if self._head:
-                data = self._head + data
-                self._head = b""
-            connection = self._connection
-            if data:
-                await connection.write(data, None if more else self)
-            if not more:
-                await connection.response_done(self)
-        elif kind == "http.response.start":
-            if self.started:
-                raise RuntimeError("ASGI 'http.response.start' sent twice")
-            head = self._frame(message["status"], message.get("headers", ()))
-            self.started = True
-            self.expect_continue = False
-            if self._mode == _FIXED or self._mode == _NO_BODY:
-                self._head = head  # goes out with the body: one write
-            else:
-                await self._connection.write(head)  # a stream: its head goes out now
-        else:
-            raise RuntimeError(f"unexpected ASGI message type {kind!r} on an HTTP connection")
-
-    def _frame(self, status: object, headers: Any) -> bytes:
-        """The response head for ``status`` and the app's ``headers``, and how
-        its body is framed (as h11 frames it, RFC 9112 §6)."""
-        parts = [_status_line(status)]
-        length = -1
-        close = False
-        for name, value in headers:
-            lower = name.lower()
-            if lower == b"content-length":
-                if not value.isdigit() or length not in (-1, int(value)):
-                    raise RuntimeError(f"invalid response Content-Length {value!r}")
-                length = int(value)
-            elif lower == b"transfer-encoding":
-                continue  # this side frames the body: chunked when no length is given
-            elif lower == b"connection":
-                close = close or has_token(value, b"close")
-            parts.append(_header_line(name, value))
-        if self._is_head or status in (204, 304) or status < 200:  # type: ignore[operator]
-            self._mode = _NO_BODY
-        elif length >= 0:
-            self._mode = _FIXED
-            self._remaining = length
-        elif self._version == "1.1":
-            self._mode = _CHUNKED
-            parts.append(b"transfer-encoding: chunked\r\n")
-        else:
-            self._mode = _TO_CLOSE
-            self.must_close = True
-        if close:
-            self.must_close = True
-        elif self.must_close:
-            parts.append(b"connection: close\r\n")
-        parts.append(self._connection.response_headers())
-        parts.append(b"\r\n")
-        return b"".join(parts)
-
-    async def send_error(self, status: int) -> None:
-        """A response of ``status`` with no body, closing the connection."""
-        headers = [(b"content-length", b"0"), _CLOSE]
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
-        await self.send({"type": "http.response.body", "body": b""})
 
 
 @final
@@ -755,9 +432,9 @@ class Connection:
         """The reader may go on: past a pipelined request it held back, or past
         a body the app did not read (dropped from now on)."""
         resume, self._resume = self._resume, None
-        _wake(resume)
+        wake(resume)
         room, cycle.room = cycle.room, None
-        _wake(room)
+        wake(room)
 
     async def response_done(self, cycle: Cycle) -> None:
         """``cycle``'s response is sent whole (the reader may have found the
@@ -788,7 +465,7 @@ class Connection:
             if not cycle.complete:
                 self._tasks.cancel()  # the reader, the app, the watcher
             cycle.disconnect()
-        _wake(self._resume)
+        wake(self._resume)
         self._stream.socket.close()  # a read waiting on it ends
 
     async def _expire(self, too_slow: bool) -> None:
@@ -812,7 +489,7 @@ class Connection:
     async def _send_refusal(self, status: int) -> None:
         """A response of ``status`` with no body, that closes the connection."""
         data = (
-            _STATUS_LINES[status]
+            STATUS_LINES[status]
             + b"content-length: 0\r\nconnection: close\r\n"
             + self.response_headers()
             + b"\r\n"

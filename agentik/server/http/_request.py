@@ -15,9 +15,9 @@ from urllib.parse import unquote_to_bytes
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
-from agentik._input import InputError, InvalidUtf8, decimal_int, decode_json
+from agentik._input import InputError, InvalidUtf8, checked_id, decimal_int, decode_json
 from agentik._json import JsonObject, JsonValue
-from agentik.server._errors import HttpError
+from agentik.server.http._errors import HttpError
 
 
 def undecodable_url(scope: Scope) -> str | None:
@@ -86,6 +86,14 @@ def parse_json(body: bytes) -> JsonValue:
 
 async def read_json(request: Request, limit: int) -> JsonValue:
     return parse_json(await read_body(request, limit))
+
+
+def check_id(value: str, what: str = "conversation id") -> str:
+    """Ids travel in URLs and keys: printable, bounded, non-empty (``checked_id``)."""
+    try:
+        return checked_id(value, what)
+    except InputError as error:
+        raise HttpError(422, str(error), code="invalid_field") from None
 
 
 def _invalid(message: str) -> HttpError:

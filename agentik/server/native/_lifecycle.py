@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
-
 from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError, Redirect
-from agentik.server._json_response import json_response
-from agentik.server._native import check_id
-from agentik.server._native_routes import require_conversation
 from agentik.server._owners import caller_of
+from agentik.server.http import (
+    BaseRoute,
+    HttpError,
+    Redirect,
+    Request,
+    Response,
+    Route,
+    StreamingResponse,
+    check_id,
+    json_response,
+)
+from agentik.server.native._routes import require_conversation
 from agentik.storage import MEDIA_TYPE, header_line, record_line
 
 
@@ -40,14 +44,19 @@ def _not_found(conversation_id: str) -> HttpError:
     return HttpError(404, f"conversation {conversation_id!r} not found", code="not_found")
 
 
-def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
-    agent = ctx.agent
-    store = agent.storage.message_store
+class LifecycleApi:
+    """The handlers of a conversation as a whole, one method each; ``routes``
+    maps them to their paths."""
 
-    async def usage(request: Request) -> Response:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.agent = self.ctx.agent
+        self.store = self.ctx.agent.storage.message_store
+
+    async def usage(self, request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
-        await require_conversation(ctx, stored_id, conversation_id)
-        stats = await store.token_stats(stored_id)
+        await require_conversation(self.ctx, stored_id, conversation_id)
+        stats = await self.store.token_stats(stored_id)
         return json_response(
             {
                 "conversation_id": conversation_id,
@@ -58,12 +67,12 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
             }
         )
 
-    async def delete(request: Request) -> Response:
+    async def delete(self, request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
-        if agent.storage.degraded:  # a seed store cannot (``full_storage``)
+        if self.agent.storage.degraded:  # a seed store cannot (``full_storage``)
             raise HttpError(501, "this storage cannot delete conversations", code="not_supported")
         try:
-            deleted = await agent.delete_conversation(stored_id)
+            deleted = await self.agent.delete_conversation(stored_id)
         except OverloadedError as exc:
             raise HttpError(
                 429, f"conversation {conversation_id!r} is busy; retry later", code="overloaded"
@@ -86,34 +95,35 @@ def lifecycle_routes(ctx: ServerContext) -> list[BaseRoute]:
             raise _not_found(conversation_id)
         return Response(status_code=204)
 
-    async def cancel(request: Request) -> Response:
+    async def cancel(self, request: Request) -> Response:
         """Cancel the running turn and the queued ones: ``{"cancelled": n}``.
         Nothing to cancel in a conversation that exists is 200 with 0; one
         that does not (another owner's included) is 404, as everywhere."""
         conversation_id, stored_id = _conversation(request)
-        cancelled = await agent.cancel(stored_id)
+        cancelled = await self.agent.cancel(stored_id)
         if not cancelled:
-            await require_conversation(ctx, stored_id, conversation_id)
+            await require_conversation(self.ctx, stored_id, conversation_id)
         return json_response({"conversation_id": conversation_id, "cancelled": cancelled})
 
-    async def export(request: Request) -> Response:
+    async def export(self, request: Request) -> Response:
         conversation_id, stored_id = _conversation(request)
-        if agent.storage.degraded:  # a seed store cannot (``full_storage``)
+        if self.agent.storage.degraded:  # a seed store cannot (``full_storage``)
             raise HttpError(501, "this storage cannot export conversations", code="not_supported")
-        await require_conversation(ctx, stored_id, conversation_id)
+        await require_conversation(self.ctx, stored_id, conversation_id)
         owner = caller_of(request).owner  # the archive carries it: an import restores it
 
         async def lines() -> AsyncIterator[str]:
             yield header_line(conversation_id, owner)
-            async for record in store.export_conversation(stored_id):
+            async for record in self.store.export_conversation(stored_id):
                 yield record_line(record, conversation_id)
 
         return StreamingResponse(lines(), media_type=MEDIA_TYPE)
 
-    base = "/agentik/conversations/{conversation_id}"
-    return [
-        Route(base, delete, methods=["DELETE"]),
-        Route(f"{base}/usage", usage, methods=["GET"]),
-        Route(f"{base}/export", export, methods=["GET"]),
-        Route(f"{base}/cancel", cancel, methods=["POST"]),
-    ]
+    def routes(self) -> list[BaseRoute]:
+        base = "/agentik/conversations/{conversation_id}"
+        return [
+            Route(base, self.delete, methods=["DELETE"]),
+            Route(f"{base}/usage", self.usage, methods=["GET"]),
+            Route(f"{base}/export", self.export, methods=["GET"]),
+            Route(f"{base}/cancel", self.cancel, methods=["POST"]),
+        ]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import attrs
 
 from agentik._input import MAX_ID_LENGTH as MAX_ID_LENGTH
-from agentik._input import InputError, checked_id
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message
 from agentik._serde import converter
@@ -34,8 +33,15 @@ from agentik.agent import (
     TurnResult,
 )
 from agentik.models import TextDelta, ToolCallDelta
-from agentik.server._errors import HttpError
-from agentik.server._request import as_list, as_object, field_bool, field_str, optional_str
+from agentik.server.http import (
+    HttpError,
+    as_list,
+    as_object,
+    check_id,
+    field_bool,
+    field_str,
+    optional_str,
+)
 
 MAX_ARCHIVE_IDS = 1000
 """Notes one ``POST …/memory/archive`` may name."""
@@ -74,14 +80,6 @@ class ElicitationAnswer:
 
 
 ACTIONS: tuple[ElicitationAction, ...] = ("accept", "decline", "cancel")
-
-
-def check_id(value: str, what: str = "conversation id") -> str:
-    """Ids travel in URLs and keys: printable, bounded, non-empty (``checked_id``)."""
-    try:
-        return checked_id(value, what)
-    except InputError as error:
-        raise HttpError(422, str(error), code="invalid_field") from None
 
 
 def parse_turn_request(body: JsonValue) -> TurnRequest:

@@ -1,4 +1,4 @@
-"""``serve``: an ASGI app on a listening socket, one ``_http11.Connection`` per client.
+"""``serve``: an ASGI app on a listening socket, one ``_connection.Connection`` per client.
 
 Lifetimes, outermost first: the app's lifespan (startup before the first
 connection is accepted, shutdown after the last one closed) > the open
@@ -25,14 +25,10 @@ from typing import final
 
 import trio
 
-from agentik.server._accept import serve_sockets
-from agentik.server._http11 import (
-    ASGIApp,
-    Connection,
-    HttpSettings,
-    Message,
-    ResponseHeaders,
-)
+from agentik.server.http._accept import serve_sockets
+from agentik.server.http._connection import Connection
+from agentik.server.http._framing import ASGIApp, Message, ResponseHeaders
+from agentik.server.http._settings import HttpSettings
 
 log = logging.getLogger("agentik.server")
 

@@ -22,14 +22,15 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack
 
 import attrs
-from starlette.requests import Request
-from starlette.routing import BaseRoute, Route
 
 from agentik._errors import AgentikError, ApprovalError
 from agentik._json import JsonObject
 from agentik.agent import ChatAgent, TurnEvent, TurnFailed, TurnFinished, TurnResult
-from agentik.server._agui import (
-    AguiRun,
+from agentik.server._context import ServerContext
+from agentik.server._owners import SEPARATOR, Caller, caller_of
+from agentik.server._turns import log_turn, open_stream, refuse, to_http_error
+from agentik.server.agui._events import AguiRun
+from agentik.server.agui._input import (
     AguiRunError,
     Decision,
     RunInput,
@@ -37,26 +38,40 @@ from agentik.server._agui import (
     parse_run_input,
     run_ids,
 )
-from agentik.server._context import ServerContext
-from agentik.server._errors import HttpError
-from agentik.server._owners import SEPARATOR, Caller, caller_of
-from agentik.server._request import read_json
-from agentik.server._sse import sse_frame
-from agentik.server._turns import EventStream, log_turn, open_stream, refuse, to_http_error
+from agentik.server.http import (
+    BaseRoute,
+    EventStream,
+    HttpError,
+    Request,
+    Route,
+    read_json,
+    sse_frame,
+)
 
 
-def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
-    agent = ctx.agent
-    limit = ctx.config.limits.max_body_bytes
-    heartbeat = ctx.config.sse_heartbeat
+class AguiEndpoint:
+    """``POST /agui``: one AG-UI run per request, streamed as SSE; its
+    dependencies (the agent, the body limit, the heartbeat, the model's label)
+    are attributes set from the ``ServerContext``."""
 
-    async def run(request: Request) -> EventStream:
-        run_input = parse_run_input(await read_json(request, limit))
+    def __init__(self, ctx: ServerContext) -> None:
+        self.agent = ctx.agent
+        self.limit = ctx.config.limits.max_body_bytes
+        self.heartbeat = ctx.config.sse_heartbeat
+        self.model_name = ctx.model_label
+
+    def routes(self) -> list[BaseRoute]:
+        return [Route("/agui", self.run, methods=["POST"])]
+
+    async def run(self, request: Request) -> EventStream:
+        run_input = parse_run_input(await read_json(request, self.limit))
         caller = caller_of(request)
         thread = run_input.thread_id
         began = time.perf_counter()
         try:
-            waiting = [a.call.id for a in await agent.pending_approvals(caller.internal(thread))]
+            waiting = [
+                a.call.id for a in await self.agent.pending_approvals(caller.internal(thread))
+            ]
         except (AgentikError, ValueError) as exc:
             raise refuse("agui", caller, thread, exc, began) from exc
         answered = frozenset(e.interrupt_id for e in run_input.resume)
@@ -67,17 +82,19 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
         translator = AguiRun(
             thread,
             run_input.run_id,
-            model_name=ctx.model_label,
+            model_name=self.model_name,
             known_calls=known,
             ids=run_ids(run_input),
         )
         # The run sent again (its new message's turn is stored under the run's
         # key): answered with that turn, as the agent gives it back.
-        again = await _sent_before(agent, caller, run_input)
+        again = await _sent_before(self.agent, caller, run_input)
         if run_input.resume:
             stack = AsyncExitStack()
-            resumed = _Resumed(agent, caller, run_input, waiting, translator, stack, began, again)
-            return EventStream(_sse(resumed.events()), stack.aclose, heartbeat=heartbeat)
+            resumed = _Resumed(
+                self.agent, caller, run_input, waiting, translator, stack, began, again
+            )
+            return EventStream(_sse(resumed.events()), stack.aclose, heartbeat=self.heartbeat)
         if waiting and not again:
             # AG-UI: leaving an interrupt unanswered is not abandoning it, so a
             # new message does not deny what waits (as ``send`` would): refused.
@@ -87,7 +104,7 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
             return EventStream(_sse(_each(refused)), AsyncExitStack().aclose, heartbeat=None)
         assert run_input.text is not None  # a run without resume brings its message
         events, stack = await open_stream(
-            agent, "agui", caller, thread, run_input.text, run_input.turn_key
+            self.agent, "agui", caller, thread, run_input.text, run_input.turn_key
         )
 
         async def plain() -> AsyncIterator[JsonObject]:
@@ -98,9 +115,7 @@ def agui_routes(ctx: ServerContext) -> list[BaseRoute]:
             for out in translator.finish():
                 yield out
 
-        return EventStream(_sse(plain()), stack.aclose, heartbeat=heartbeat)
-
-    return [Route("/agui", run, methods=["POST"])]
+        return EventStream(_sse(plain()), stack.aclose, heartbeat=self.heartbeat)
 
 
 async def _sent_before(agent: ChatAgent, caller: Caller, run: RunInput) -> bool:
