@@ -264,7 +264,9 @@ async def serve_agentik(
                 # refuse meanwhile (the node leases say so on PostgreSQL).
                 lock = stack.enter_context(hold_sqlite_database(config.database, "serve"))
             storage = await stack.enter_async_context(
-                open_storage(config.database, lease_seconds=config.lease_seconds)
+                open_storage(
+                    config.database, lease_seconds=config.lease_seconds, readers=config.readers
+                )
             )
             storage_label = describe_location(config.database)
             # A SQLite file keeps the MCP token key beside it; on PostgreSQL the
@@ -340,12 +342,13 @@ async def serve_agentik(
             writer_gauges=lambda: writer_stats(bundle),
         )
         settings = HttpSettings(
+            keep_alive_timeout=limits.keepalive_timeout,
             limits=ConnectionLimits(
                 header_timeout=limits.header_timeout,
                 body_timeout=limits.body_timeout,
                 body_min_rate=limits.body_min_rate,
                 max_connections=limits.max_connections,
-            )
+            ),
         )
 
         async def shutdown() -> None:
