@@ -94,6 +94,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("storage", "retention_days", "float", "AGENTIK_RETENTION_DAYS"),
     Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
     Setting("storage", "lease_seconds", "float", "AGENTIK_LEASE_SECONDS"),
+    Setting("storage", "readers", "int", "AGENTIK_STORAGE_READERS"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -119,6 +120,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("limits", "body_timeout", "float", "AGENTIK_BODY_TIMEOUT"),
     Setting("limits", "body_min_rate", "float", "AGENTIK_BODY_MIN_RATE"),
     Setting("limits", "max_connections", "int", "AGENTIK_MAX_CONNECTIONS"),
+    Setting("limits", "keepalive_timeout", "float", "AGENTIK_KEEPALIVE_TIMEOUT"),
     Setting("limits", "max_skill_name", "int", "AGENTIK_MAX_SKILL_NAME"),
     Setting("limits", "max_skill_description", "int", "AGENTIK_MAX_SKILL_DESCRIPTION"),
     Setting("limits", "max_skill_body", "int", "AGENTIK_MAX_SKILL_BODY"),
@@ -129,6 +131,8 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 
 DEFAULT_API_KEY_ENV = "AGENTIK_API_KEY"
+DEFAULT_READERS = 4
+"""``[storage] readers``: the backends' own default."""
 DEFAULT_SSE_HEARTBEAT = 15.0
 """Seconds of silence before an event stream carries a ``: keep-alive`` comment:
 under the 30-60 s after which proxies and load balancers drop an idle connection."""
@@ -179,6 +183,10 @@ class Limits:
     """Bytes per second: the rate that earns a large body more time."""
     max_connections: int = 1000
     """Open HTTP connections; past it new ones wait in the listen backlog."""
+    keepalive_timeout: float = 5.0
+    """Seconds an idle keep-alive connection stays open between requests. Raise
+    it above a load balancer's or client pool's own idle timeout, so the client
+    side closes first and never sends on a connection the server is closing."""
     max_skill_name: int = 64
     """Characters of a skill's name (``ContentLimits``, as every one below)."""
     max_skill_description: int = 500
@@ -227,6 +235,9 @@ class ServerConfig:
     lease_seconds: float = 20.0
     """PostgreSQL: a node's lease on its conversations. A dead node's
     conversations move to other nodes this long after its last renewal."""
+    readers: int = DEFAULT_READERS
+    """Read connections of the storage (reads that run at once). On PostgreSQL
+    a node holds ``readers + 2`` connections (docs/scale-out.md)."""
     context_tokens: int | None = None
     """The context policy's budget (``ContextPolicy.max_tokens``): what each model
     request may carry; older history is summarized. None: the whole history."""
@@ -492,6 +503,7 @@ def _build(
         body_timeout=number("body_timeout", base.body_timeout),
         body_min_rate=number("body_min_rate", base.body_min_rate),
         max_connections=int(number("max_connections", base.max_connections)),
+        keepalive_timeout=number("keepalive_timeout", base.keepalive_timeout),
         max_skill_name=int(number("max_skill_name", base.max_skill_name)),
         max_skill_description=int(number("max_skill_description", base.max_skill_description)),
         max_skill_body=int(number("max_skill_body", base.max_skill_body)),
@@ -542,6 +554,7 @@ def _build(
         retention_days=retention if isinstance(retention, float) else None,
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
+        readers=_readers(get("storage", "readers")),
         sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
         model_limits=_model_limits(merged),
     )
@@ -563,6 +576,20 @@ def _lease_seconds(value: Raw | None) -> float:
     if not 1 <= value <= 3600:
         raise ConfigError(f"[storage] lease_seconds must be between 1 and 3600, got {value!r}")
     return float(value)
+
+
+MAX_READERS = 64
+"""Reads run in trio's worker threads, 40 at once by default: past that a
+reader only waits for a thread, and holds a connection (and, on PostgreSQL, a
+server process) for nothing."""
+
+
+def _readers(value: Raw | None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return DEFAULT_READERS
+    if value > MAX_READERS:
+        raise ConfigError(f"[storage] readers must be between 1 and {MAX_READERS}, got {value!r}")
+    return value
 
 
 MIN_SSE_HEARTBEAT = 1.0

@@ -101,10 +101,7 @@ class BenchClient:
         host = parts.hostname or ""
         origin = (parts.scheme, host, parts.port or (443 if https else 80))
         target = parts.path + (f"?{parts.query}" if parts.query else "")
-        request = (
-            f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n{self._headers}"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode("latin-1") + body
+        request = post_request(parts.netloc, target, self._headers, body)
         while True:
             connection = self._connections.get(origin)
             reused = connection is not None and not connection.fresh
@@ -161,6 +158,16 @@ class BenchClient:
                 self._tls = ssl.create_default_context()
             return await trio.open_ssl_over_tcp_stream(host, port, ssl_context=self._tls)
         return await trio.open_tcp_stream(host, port)
+
+
+def post_request(host: str, target: str, headers: str, body: bytes) -> bytes:
+    """A JSON POST as it goes on the wire; ``headers`` are whole header lines.
+    Held to h11 by ``tests/benchmark/test_bench_http.py`` (the one piece of
+    framing written here: the response side is llhttp's)."""
+    return (
+        f"POST {target} HTTP/1.1\r\nHost: {host}\r\n{headers}"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode("latin-1") + body
 
 
 class _ClosedUnanswered(Exception):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import sys
 import tempfile
 import time
@@ -61,6 +63,10 @@ class BenchConfig:
     """Bearer token for the server at ``url``."""
     progress: bool = False
     http_timeout: float = 120.0
+    prefix: str | None = None
+    """Conversation ids are ``{prefix}-0`` .. ``{prefix}-{N-1}``: several bench
+    clients sharing a cluster (or a ``database`` kept between runs) give each
+    its own. None: ``bench-`` and six random hex digits, new each run."""
 
 
 @attrs.frozen(kw_only=True)
@@ -90,6 +96,11 @@ class BenchResult:
     client_cpu_ms_per_turn: float | None = None
     """Against a server: CPU this process (the bench's HTTP client) spent per turn,
     which it takes from the machine the server runs on when both share it."""
+    client_cpu_cores: float | None = None
+    """Against a server: the client's CPU seconds per second of the run, i.e.
+    the cores it kept busy; what is left of the machine was the server's."""
+    prefix: str = "bench"
+    """The conversation ids were ``{prefix}-0`` .. ``{prefix}-{N-1}``."""
 
 
 @attrs.define
@@ -119,6 +130,21 @@ class _Tally:
     @property
     def done(self) -> int:
         return len(self.latencies) + self.failed + self.overloaded
+
+
+_PREFIX = re.compile(r"[A-Za-z0-9._~-]{1,64}")
+"""Characters a URL path carries as they are (RFC 3986 "unreserved"), so an id
+goes into ``/agentik/conversations/{id}/turns`` without escaping."""
+
+
+def _prefix(config: BenchConfig) -> str:
+    if config.prefix is None:
+        return f"bench-{secrets.token_hex(3)}"
+    if _PREFIX.fullmatch(config.prefix) is None:
+        raise ValueError(
+            f"prefix must be 1..64 characters of A-Z a-z 0-9 . _ ~ -, got {config.prefix[:80]!r}"
+        )
+    return config.prefix
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -187,7 +213,9 @@ def _draw(tally: _Tally, started: float, end: str = "") -> None:
 
 
 async def _drive(
-    config: BenchConfig, send: Callable[[str, str], AbstractAsyncContextManager[None]]
+    config: BenchConfig,
+    prefix: str,
+    send: Callable[[str, str], AbstractAsyncContextManager[None]],
 ) -> tuple[_Tally, float]:
     tally = _Tally(total=config.conversations * config.turns)
 
@@ -195,7 +223,7 @@ async def _drive(
         for t in range(config.turns):
             start = trio.current_time()
             try:
-                async with send(f"bench-{i}", f"turn {t} of conversation {i}"):
+                async with send(f"{prefix}-{i}", f"turn {t} of conversation {i}"):
                     pass
             except OverloadedError:
                 tally.overloaded += 1
@@ -226,8 +254,9 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     turn is refused 401: a run of refused turns measures nothing."""
     if config.conversations < 1 or config.turns < 1:
         raise ValueError("conversations and turns must be >= 1")
+    prefix = _prefix(config)
     if config.url is not None:
-        return await _run_http(config)
+        return await _run_http(config, prefix)
     timed = _TimedModel(_model(config))
     async with (
         _storage(config) as storage,
@@ -245,12 +274,13 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             await agent.send(cid, text)
             yield
 
-        tally, seconds = await _drive(config, send)
+        tally, seconds = await _drive(config, prefix, send)
         stats = writer_stats(agent.storage)
     latencies = sorted(tally.latencies)
     total_latency = sum(latencies)
     return _result(
         config,
+        prefix,
         f"in-process ({config.storage})",
         tally,
         seconds,
@@ -260,7 +290,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     )
 
 
-async def _run_http(config: BenchConfig) -> BenchResult:
+async def _run_http(config: BenchConfig, prefix: str) -> BenchResult:
     url = config.url
     assert url is not None
     headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
@@ -291,19 +321,21 @@ async def _run_http(config: BenchConfig) -> BenchResult:
 
     cpu = time.process_time()
     try:
-        tally, seconds = await _drive(config, send)
+        tally, seconds = await _drive(config, prefix, send)
     finally:
         cpu = time.process_time() - cpu
         for client in clients.values():
             await client.aclose()
     return attrs.evolve(
-        _result(config, f"http {config.url}", tally, seconds, None, None, None),
+        _result(config, prefix, f"http {config.url}", tally, seconds, None, None, None),
         client_cpu_ms_per_turn=1000 * cpu / max(1, tally.done),
+        client_cpu_cores=cpu / seconds if seconds else None,
     )
 
 
 def _result(
     config: BenchConfig,
+    prefix: str,
     target: str,
     tally: _Tally,
     seconds: float,
@@ -332,6 +364,7 @@ def _result(
         writer_largest_batch=None if batches is None else batches[2],
         rss_mb=rss,
         peak_rss_mb=peak,
+        prefix=prefix,
     )
 
 
@@ -344,12 +377,14 @@ def format_table(result: BenchResult) -> str:
     rows = [
         ("target", result.target),
         ("conversations x turns", f"{result.conversations} x {result.turns_per_conversation}"),
+        ("conversation ids", f"{result.prefix}-0 .. {result.prefix}-{result.conversations - 1}"),
         (
             "turns ok / failed / overloaded",
             f"{result.turns_ok} / {result.turns_failed} / {result.turns_overloaded}",
         ),
         ("wall time", f"{result.seconds:.2f} s"),
         ("turns/s", f"{result.turns_per_s:,.0f}"),
+        *_client_cpu(result),
         (
             "turn latency p50 / p95 / p99",
             f"{result.latency_ms_p50:.1f} / {result.latency_ms_p95:.1f}"
@@ -371,7 +406,15 @@ def format_table(result: BenchResult) -> str:
         ),
         ("RSS now / peak", f"{result.rss_mb:.0f} / {result.peak_rss_mb:.0f} MB"),
     ]
-    if result.client_cpu_ms_per_turn is not None:
-        rows.append(("bench client CPU per turn", f"{result.client_cpu_ms_per_turn:.3f} ms"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _client_cpu(result: BenchResult) -> list[tuple[str, str]]:
+    """Beside turns/s, what the client itself cost, so a reader can see that
+    the figure is the server's: its CPU per turn, and the cores it kept busy
+    (on a shared machine, the rest was the server's)."""
+    if result.client_cpu_ms_per_turn is None:
+        return []
+    cores = "" if result.client_cpu_cores is None else f", {result.client_cpu_cores:.2f} cores"
+    return [("bench client CPU per turn", f"{result.client_cpu_ms_per_turn:.3f} ms{cores}")]

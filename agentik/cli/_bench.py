@@ -30,6 +30,11 @@ def add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     bench.add_argument("--url", help="a running server's base URL (default: in process)")
     bench.add_argument("--token", help="bearer token for --url (default: $AGENTIK_AUTH_TOKEN)")
     bench.add_argument(
+        "--prefix",
+        help="conversation ids are PREFIX-0 .. PREFIX-(N-1); give each bench client sharing"
+        " a server its own (default: bench- and six random hex digits, printed)",
+    )
+    bench.add_argument(
         "--storage",
         choices=["sqlite", "memory"],
         default="sqlite",
@@ -85,6 +90,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             model_name=args.model,
             api_key=os.environ.get(args.api_key_env),
             auth_token=url_token,
+            prefix=args.prefix,
             progress=not args.no_progress and sys.stderr.isatty(),
         )
     except ValueError as error:

@@ -263,7 +263,9 @@ async def serve_agentik(
                 # refuse meanwhile (the node leases say so on PostgreSQL).
                 lock = stack.enter_context(hold_sqlite_database(config.database, "serve"))
             storage = await stack.enter_async_context(
-                open_storage(config.database, lease_seconds=config.lease_seconds)
+                open_storage(
+                    config.database, lease_seconds=config.lease_seconds, readers=config.readers
+                )
             )
             storage_label = describe_location(config.database)
             # A SQLite file keeps the MCP token key beside it; on PostgreSQL the
@@ -330,12 +332,13 @@ async def serve_agentik(
             watchers.start_soon(interrupt_when_told)
         bundle = storage
         settings = HttpSettings(
+            keep_alive_timeout=limits.keepalive_timeout,
             limits=ConnectionLimits(
                 header_timeout=limits.header_timeout,
                 body_timeout=limits.body_timeout,
                 body_min_rate=limits.body_min_rate,
                 max_connections=limits.max_connections,
-            )
+            ),
         )
 
         async with trio.open_nursery() as nursery:

@@ -33,11 +33,12 @@ def _looks_like_conninfo(location: str) -> bool:
 
 
 def open_storage(
-    location: str, *, lease_seconds: float | None = None
+    location: str, *, lease_seconds: float | None = None, readers: int | None = None
 ) -> AbstractAsyncContextManager[Storage]:
     """Open the bundle ``location`` names, with the backend's defaults; a
     PostgreSQL one joins as a node with ``lease_seconds`` when given (SQLite,
-    one process by nature, ignores it)."""
+    one process by nature, ignores it). ``readers``: the read connections
+    (None: the backend's default)."""
     if _looks_like_conninfo(location):
         raise StoreError(
             "the database location looks like a libpq key=value connection string;"
@@ -46,10 +47,14 @@ def open_storage(
     if is_postgres_url(location):
         from agentik.storage.postgres._open import open_postgres_storage
 
-        return open_postgres_storage(location, lease_seconds=lease_seconds)
+        if readers is None:
+            return open_postgres_storage(location, lease_seconds=lease_seconds)
+        return open_postgres_storage(location, lease_seconds=lease_seconds, readers=readers)
     from agentik.storage.sqlite._open import open_sqlite_storage
 
-    return open_sqlite_storage(location)
+    if readers is None:
+        return open_sqlite_storage(location)
+    return open_sqlite_storage(location, readers=readers)
 
 
 def describe_location(location: str) -> str:

@@ -287,3 +287,66 @@ class TestModelLimits:
     def test_nonsense_is_a_config_error(self, variable: str, value: str, message: str) -> None:
         with pytest.raises(ConfigError, match=message):
             load_config(None, env={variable: value})
+
+
+class TestKeepaliveTimeoutAndReaders:
+    """Issue 33, item 7: ``[limits] keepalive_timeout`` and ``[storage] readers``
+    are settings like the others (file, environment, refused when nonsense)."""
+
+    def test_defaults_are_the_servers_and_the_backends(self) -> None:
+        from agentik.server._http11 import HttpSettings
+
+        config = load_config(None, env={})
+        assert config.limits.keepalive_timeout == HttpSettings().keep_alive_timeout == 5.0
+        assert config.readers == 4
+
+    def test_read_from_the_file_and_the_environment(self, tmp_path: Path) -> None:
+        path = write(tmp_path, "[limits]\nkeepalive_timeout = 75\n[storage]\nreaders = 2\n")
+        config = load_config(path, env={})
+        assert (config.limits.keepalive_timeout, config.readers) == (75.0, 2)
+        env = {"AGENTIK_KEEPALIVE_TIMEOUT": "0.5", "AGENTIK_STORAGE_READERS": "16"}
+        config = load_config(path, env=env)
+        assert (config.limits.keepalive_timeout, config.readers) == (0.5, 16)
+
+    @given(
+        seconds=st.floats(min_value=1e-3, max_value=1e6, allow_nan=False),
+        readers=st.integers(min_value=1, max_value=64),
+    )
+    @settings(max_examples=50, deadline=None)
+    def test_any_valid_value_reads_back(self, seconds: float, readers: int) -> None:
+        env = {"AGENTIK_KEEPALIVE_TIMEOUT": repr(seconds), "AGENTIK_STORAGE_READERS": str(readers)}
+        config = load_config(None, env=env)
+        assert (config.limits.keepalive_timeout, config.readers) == (seconds, readers)
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "message"),
+        [
+            ("AGENTIK_KEEPALIVE_TIMEOUT", "0", r"keepalive_timeout must be a positive number"),
+            ("AGENTIK_KEEPALIVE_TIMEOUT", "-1", r"keepalive_timeout must be a positive number"),
+            ("AGENTIK_KEEPALIVE_TIMEOUT", "off", r"keepalive_timeout must be a positive number"),
+            ("AGENTIK_KEEPALIVE_TIMEOUT", "inf", r"keepalive_timeout must be a positive number"),
+            ("AGENTIK_STORAGE_READERS", "0", r"\[storage\] readers must be a positive integer"),
+            ("AGENTIK_STORAGE_READERS", "2.5", r"\[storage\] readers must be a positive integer"),
+            ("AGENTIK_STORAGE_READERS", "x", r"\[storage\] readers must be a positive integer"),
+            ("AGENTIK_STORAGE_READERS", "65", r"^\[storage\] readers must be between 1 and 64"),
+        ],
+    )
+    def test_nonsense_in_the_environment(self, variable: str, value: str, message: str) -> None:
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, env={variable: value})
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("[limits]\nkeepalive_timeout = 0\n", r"\[limits\] keepalive_timeout must be a pos"),
+            ('[limits]\nkeepalive_timeout = "5"\n', r"\[limits\] keepalive_timeout must be a pos"),
+            ("[storage]\nreaders = true\n", r"\[storage\] readers must be a positive integer"),
+            (
+                "[storage]\nreaders = 1000\n",
+                r"^\[storage\] readers must be between 1 and 64, got 1000$",
+            ),
+        ],
+    )
+    def test_nonsense_in_the_file(self, tmp_path: Path, text: str, message: str) -> None:
+        with pytest.raises(ConfigError, match=message):
+            load_config(write(tmp_path, text), env={})

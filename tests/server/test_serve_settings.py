@@ -1,0 +1,91 @@
+"""``agentik serve`` settings that reach past the config into the running
+node (issue 33, item 7): ``[limits] keepalive_timeout`` is the idle timeout of
+its HTTP connections, and ``[storage] readers`` the read connections its
+storage opens.
+
+The keep-alive test runs ``serve_agentik`` in the test's trio run under the
+mock clock (``tests.server.rawconn``), which jumps after 50 ms of real
+idleness: the timeout passes in no real time and is measured in virtual
+seconds. The readers test counts the node's connections as PostgreSQL sees
+them (``pg_stat_activity``), a real server in another process.
+"""
+
+from __future__ import annotations
+
+import h11
+import pytest
+import trio
+import trio.testing
+
+from agentik._config import Limits, ServerConfig
+from agentik.server import serve_agentik
+from tests.server.rawconn import RawClient, running_server
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0.05)
+
+
+async def answered(client: RawClient) -> int:
+    """GET /health on ``client``'s connection, kept alive; the status."""
+    await client.send(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
+    client.h11.send(h11.Request(method="GET", target="/health", headers=[("Host", "test")]))
+    client.h11.send(h11.EndOfMessage())
+    response = await client.read_event()
+    assert isinstance(response, h11.Response), response
+    while not isinstance(await client.read_event(), h11.EndOfMessage):
+        pass
+    client.h11.start_next_cycle()
+    return response.status_code
+
+
+@pytest.mark.parametrize("seconds", [1.5, 30.0])
+async def test_keepalive_timeout_closes_an_idle_connection(
+    clock: trio.testing.MockClock, seconds: float
+) -> None:
+    """Idle after an answer, the connection stays open ``keepalive_timeout``
+    seconds (not the fixed 5 s it was), then the server closes it."""
+    async with running_server(Limits(keepalive_timeout=seconds)) as server:
+        client = await RawClient.connect(server.port)
+        assert await answered(client) == 200
+        idle_since = trio.current_time()
+        await trio.sleep(seconds * 0.9)
+        assert await answered(client) == 200  # still open: the timer restarts
+        idle_since = trio.current_time()
+        with trio.fail_after(seconds * 10):
+            assert await client.closed_by_server()
+        assert seconds <= trio.current_time() - idle_since < seconds + 1
+        client.sock.close()
+
+
+async def test_readers_is_the_nodes_read_connections(postgres_dsn: str) -> None:
+    """On PostgreSQL a node holds one connection more per reader asked for."""
+    import psycopg
+
+    from tests.postgres import fresh_database
+
+    url = fresh_database(postgres_dsn)
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+
+    def connections() -> int:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    held: dict[int, int] = {}
+    for readers in (1, 5):
+        stop = trio.Event()
+        config = ServerConfig(port=0, database=url, readers=readers)
+        async with trio.open_nursery() as inner:
+            await inner.start(
+                lambda task_status, config=config, stop=stop: serve_agentik(
+                    config, shutdown_trigger=stop.wait, task_status=task_status
+                )
+            )
+            held[readers] = await trio.to_thread.run_sync(connections)
+            stop.set()
+    assert held[5] - held[1] == 4, held
