@@ -294,7 +294,7 @@ class TestKeepaliveTimeoutAndReaders:
     are settings like the others (file, environment, refused when nonsense)."""
 
     def test_defaults_are_the_servers_and_the_backends(self) -> None:
-        from agentik.server._http11 import HttpSettings
+        from agentik.server.http import HttpSettings
 
         config = load_config(None, env={})
         assert config.limits.keepalive_timeout == HttpSettings().keep_alive_timeout == 5.0
