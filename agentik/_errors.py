@@ -1,21 +1,46 @@
 """The exception tree. Every error agentik raises on purpose derives from one root.
 
+Each class imports from ``agentik``, or, where a bracket names a package, from
+that package (``from agentik.storage import StoreClosedError``). Catch a
+branch to catch every error under it.
+
     AgentikError
-    ├── StoreError                 a storage operation failed
-    │   ├── StoreClosedError       the bundle is closed or its writer died
-    │   ├── DuplicateKeyError      an idempotency key was already used
-    │   └── SchemaVersionError     the database is newer than this code, or SQLite too old
+    ├── StoreError                 a storage operation failed; nothing of it was applied
+    │   ├── StoreClosedError       [storage] the bundle is closed or its writer died
+    │   ├── DuplicateKeyError      [storage] an idempotency key was already used
+    │   └── SchemaVersionError     [storage] the database is newer than this code,
+    │                              or SQLite too old
+    ├── NotOwnedError              [storage] another node owns the conversation
+    │                              (PostgreSQL, several nodes)
+    ├── ArchiveFormatError         [storage] a conversation archive cannot be read
     ├── ToolError                  a tool definition or call is invalid
     ├── ModelBackendError          the model backend failed or answered garbage
     ├── TurnError                  a turn could not finish (step limit, model failure)
     ├── ApprovalError              a decision about a call that is not waiting, or
     │                              that contradicts one already taken
     ├── OverloadedError            too many turns queued; retry later
-    ├── TooLargeError              a skill or note is larger than its limit (also a ValueError)
-    ├── NotOwnedError              another node owns the conversation (PostgreSQL, several nodes)
-    └── ProtocolViolation          a client sent something the wire protocol forbids
+    ├── TooLargeError              [agent] a skill or note is larger than its limit
+    │                              (also a ValueError)
+    ├── ElicitationError           [agent] an answer to a tool's question the agent
+    │                              cannot take
+    ├── ConfigError                [server] the configuration is invalid
+    ├── ProtocolViolation          [server] a client sent something the wire protocol
+    │   │                          forbids
+    │   └── HttpError              [server.http] a request refused with its HTTP status
+    │       └── Redirect           [server.http] 307 to the node that owns the
+    │                              conversation
+    ├── McpConfigError             [mcp] an ``[[mcp.servers]]`` entry is invalid
+    ├── LoginRequired              [mcp] an MCP server needs a person to authorize agentik
+    ├── LoginError                 [mcp] the interactive authorization did not complete
+    ├── ServerCheckError           [benchmark] the server at a URL cannot be used
+    └── UnexpectedModelRequest     [testing] a request the ``Script`` does not cover
+                                   (also an AssertionError)
 
-Lower-layer errors (apsw, httpx) are mapped at the boundary with ``raise … from``.
+Classes that are not public (an A2A error, a database already in use) derive
+from one of these and are caught with it.
+Lower-layer errors (apsw, psycopg, httpx2, the MCP SDK) are mapped at the
+boundary with ``raise … from``; ``tests/api/test_error_tree.py`` keeps this
+tree and the public classes in step.
 """
 
 from __future__ import annotations

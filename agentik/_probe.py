@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import httpx2
 
+from agentik._errors import AgentikError
+
 PROBE_TIMEOUT = 10.0
 """Seconds the check may take (an address that drops packets must not hang)."""
 
 
-class ServerCheckError(Exception):
+class ServerCheckError(AgentikError):
     """The server at the URL cannot be used; the message says why (unreachable,
     401 unauthorized, not an agentik server)."""
 

@@ -2,6 +2,13 @@
 ``agentik._messages.Message``, in class reprs, tracebacks, pickles and
 generated docs, as trio and httpx do.
 
+Each public package publishes its ``__all__`` as its ``__init__`` finishes,
+lower layers first and ``agentik`` last: a name takes the module of the
+package that defines it (``agentik.storage.ArchivedMessage``), or, for a value
+of a private root module (``agentik._errors``), of the first package that
+exports it; ``agentik`` then claims its own core names. A name another public
+module already reports is left alone.
+
 ``typing.get_type_hints`` (and so attrs and cattrs) evaluates a class's string
 annotations (``from __future__ import annotations``) in the globals of the
 module ``__module__`` names. Before it is changed, each annotation is
@@ -24,11 +31,17 @@ def publish(namespace: Mapping[str, object], names: Iterable[str], module: str) 
         value = namespace.get(name)
         if not (inspect.isclass(value) or inspect.isfunction(value)):
             continue
-        if not value.__module__.startswith(f"{module}."):
+        if not (value.__module__.startswith(f"{module}.") or _private(value.__module__)):
             continue  # not ours, or already published
         if inspect.isclass(value):
             _evaluate_annotations(value)
         value.__module__ = module
+
+
+def _private(module: str) -> bool:
+    """An agentik module not meant to be imported: ``agentik._x`` or ``agentik.x._y``."""
+    parts = module.split(".")
+    return parts[0] == "agentik" and any(part.startswith("_") for part in parts[1:])
 
 
 def _evaluate_annotations(cls: type) -> None:

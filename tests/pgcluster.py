@@ -86,8 +86,18 @@ def start(
             shutil.chown(secret, owner)
         auth = ["--auth=scram-sha-256", f"--pwfile={secret}"]
     _run(
-        [str(bin_dir / "initdb"), "-D", str(data), "-U", DATABASE_USER, *auth,
-         "--no-sync", "-E", "UTF8", "--locale=C"],
+        [
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            DATABASE_USER,
+            *auth,
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ],
         owner,
     )
     listen = "127.0.0.1" if tcp_port else ""
@@ -97,8 +107,17 @@ def start(
         f" -c fsync={'on' if fsync else 'off'} -c full_page_writes={'on' if fsync else 'off'}"
     )
     _run(
-        [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(directory / "log"), "-w",
-         "-o", options, "start"],
+        [
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(directory / "log"),
+            "-w",
+            "-o",
+            options,
+            "start",
+        ],
         owner,
     )
     return dsn(directory, tcp_port or PORT)
@@ -110,8 +129,10 @@ def stop(directory: Path) -> None:
     data = directory / "data"
     if bin_dir is not None and (data / "postmaster.pid").exists():
         with contextlib.suppress(subprocess.CalledProcessError):
-            _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                 _owner())
+            _run(
+                [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                _owner(),
+            )
     shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -1,5 +1,15 @@
-"""The agent: conversation tasks, the turn loop, and the supervisor."""
+"""The agent: conversation tasks, the turn loop, and the supervisor.
 
+Besides ``open_chat_agent`` and ``ChatAgent`` (re-exported by ``agentik``): the
+events ``ChatAgent.stream`` yields (``TurnEvent``: ``TextDelta``,
+``ToolCallDelta``, ``ToolCallStarted``, ``ToolCallFinished``,
+``ElicitationAsked``, ``TurnFinished``, ``TurnFailed``), elicitation, the
+agent's knobs (``ContentLimits``, ``SystemPromptContributor``, ``ToolsetSource``)
+and its statistics.
+"""
+
+from agentik._errors import TooLargeError as TooLargeError
+from agentik._public import publish as _publish
 from agentik.agent._builtin_tools import BUILTIN_TOOLS as BUILTIN_TOOLS
 from agentik.agent._builtin_tools import ConversationTool as ConversationTool
 from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
@@ -31,6 +41,8 @@ from agentik.agent._runtime import ToolsetSource as ToolsetSource
 from agentik.agent._stats import AgentStats as AgentStats
 from agentik.agent._stats import Histogram as Histogram
 from agentik.agent._turn_machine import SUPERSEDED_REASON as SUPERSEDED_REASON
+from agentik.models import TextDelta as TextDelta
+from agentik.models import ToolCallDelta as ToolCallDelta
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -52,6 +64,9 @@ __all__ = [
     "ReflectionsSection",
     "SkillsCatalog",
     "SystemPromptContributor",
+    "TextDelta",
+    "TooLargeError",
+    "ToolCallDelta",
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolsetSection",
@@ -65,3 +80,5 @@ __all__ = [
     "current_tool_call",
     "open_chat_agent",
 ]
+
+_publish(globals(), __all__, __name__)

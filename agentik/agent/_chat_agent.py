@@ -31,6 +31,7 @@ import attrs
 import trio
 
 from agentik._errors import AgentikError, NotOwnedError, OverloadedError
+from agentik._groups import raise_lone_error
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._context import ContextPolicy
@@ -939,27 +940,22 @@ async def open_chat_agent(
             context.max_tokens,
             schema_tokens(offered, context.count_tokens),
         )
-    try:
-        with relaxed_gc(relax_gc):
-            async with trio.open_nursery() as nursery:
-                agent = ChatAgent(runtime, nursery)
-                agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
-                agent._tracks_gc = relax_gc
-                agent._scheduler = scheduler
-                try:
-                    await runtime.warm()
-                    store = runtime.storage.message_store
-                    if resume_interrupted:
-                        nursery.start_soon(agent._resume_at_start, store)
-                    yield agent
-                finally:
-                    agent.close(grace=close_grace)
-    except BaseExceptionGroup as group:
-        # Conversation tasks and the reaper never raise, so a lone error is the
-        # body's own: hand it out as itself, as if there were no nursery here.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
+    # Conversation tasks and the reaper never raise, so a lone error is the
+    # body's own: hand it out as itself, as if there were no nursery here.
+    with raise_lone_error(), relaxed_gc(relax_gc):
+        async with trio.open_nursery() as nursery:
+            agent = ChatAgent(runtime, nursery)
+            agent._elicitors = tuple(s for s in sources if isinstance(s, ElicitationSource))
+            agent._tracks_gc = relax_gc
+            agent._scheduler = scheduler
+            try:
+                await runtime.warm()
+                store = runtime.storage.message_store
+                if resume_interrupted:
+                    nursery.start_soon(agent._resume_at_start, store)
+                yield agent
+            finally:
+                agent.close(grace=close_grace)
 
 
 def _positive(name: str, value: float) -> None:

@@ -1,6 +1,7 @@
 """``agentik bench``: load benchmarks of the agent, in process or over HTTP."""
 
 from agentik._probe import ServerCheckError as ServerCheckError
+from agentik._public import publish as _publish
 from agentik.benchmark._run import BenchConfig as BenchConfig
 from agentik.benchmark._run import BenchResult as BenchResult
 from agentik.benchmark._run import format_table as format_table
@@ -17,3 +18,5 @@ __all__ = [
     "run_bench",
     "workload_responder",
 ]
+
+_publish(globals(), __all__, __name__)

@@ -18,6 +18,7 @@ from typing import TypeVarTuple, Unpack
 import trio
 
 from agentik._errors import StoreError
+from agentik._groups import leaves
 from agentik._probe import ServerCheckError
 
 Args = TypeVarTuple("Args")
@@ -37,13 +38,7 @@ def first_reportable(
 ) -> BaseException | None:
     """The first leaf of ``error`` (depth first through nested exception
     groups) that is one of ``kinds``; None if there is none."""
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            found = first_reportable(inner, kinds)
-            if found is not None:
-                return found
-        return None
-    return error if isinstance(error, kinds) else None
+    return next((leaf for leaf in leaves(error) if isinstance(leaf, kinds)), None)
 
 
 def report(command: str, message: str, code: int = 1) -> int:

@@ -6,6 +6,8 @@
 See docs/mcp.md.
 """
 
+from agentik._public import publish as _publish
+from agentik.agent import ElicitationError as ElicitationError
 from agentik.mcp._auth import LoginError as LoginError
 from agentik.mcp._auth import LoginRequired as LoginRequired
 from agentik.mcp._auth import login as login
@@ -24,6 +26,7 @@ from agentik.mcp._tokens import McpTokenVault as McpTokenVault
 from agentik.mcp._tokens import token_key as token_key
 
 __all__ = [
+    "ElicitationError",
     "HttpServer",
     "LoginError",
     "LoginRequired",
@@ -41,3 +44,5 @@ __all__ = [
     "parse_mcp_servers",
     "token_key",
 ]
+
+_publish(globals(), __all__, __name__)

@@ -43,6 +43,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 from pydantic import AnyUrl
 
 from agentik._errors import AgentikError
+from agentik._groups import innermost
 from agentik.mcp._config import HttpServer, McpServerConfig, OAuthSettings
 from agentik.mcp._credentials import McpCredentials
 from agentik.mcp._tokens import McpTokenVault
@@ -415,8 +416,7 @@ async def login(
 
 
 def _cause(error: BaseException) -> str:
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
+    error = innermost(error)
     return str(error) or type(error).__name__
 
 

@@ -50,6 +50,7 @@ from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentik._errors import AgentikError, ToolError
+from agentik._groups import innermost
 from agentik._json import JsonObject
 from agentik.agent import (
     ElicitationAction,
@@ -893,8 +894,7 @@ def _with_stderr(why: str, stderr: StderrTail) -> str:
 
 def _describe(exc: BaseException) -> str:
     """One line saying what went wrong, unwrapping the groups the SDK's task groups raise."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = innermost(exc)
     if isinstance(exc, _Fault):
         return str(exc)
     text = str(exc) or type(exc).__name__

@@ -1,5 +1,6 @@
 """Model backends: the protocol, a scripted model, an OpenAI-compatible client."""
 
+from agentik._public import publish as _publish
 from agentik.models._gate import FifoGate as FifoGate
 from agentik.models._gate import Gate as Gate
 from agentik.models._limits import ModelLimits as ModelLimits
@@ -59,3 +60,5 @@ __all__ = [
     "replay",
     "schedule",
 ]
+
+_publish(globals(), __all__, __name__)

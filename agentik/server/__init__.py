@@ -7,6 +7,8 @@ from agentik._config import Limits as Limits
 from agentik._config import ModelSettings as ModelSettings
 from agentik._config import ServerConfig as ServerConfig
 from agentik._config import load_config as load_config
+from agentik._errors import ProtocolViolation as ProtocolViolation
+from agentik._public import publish as _publish
 from agentik.server._app import build_app as build_app
 from agentik.server._context import ServerContext as ServerContext
 from agentik.server._demo import CLOCK as CLOCK
@@ -24,6 +26,7 @@ __all__ = [
     "ConfigError",
     "Limits",
     "ModelSettings",
+    "ProtocolViolation",
     "ServerConfig",
     "ServerContext",
     "build_app",
@@ -36,3 +39,5 @@ __all__ = [
     "open_configured_model",
     "serve_agentik",
 ]
+
+_publish(globals(), __all__, __name__)

@@ -6,6 +6,12 @@ the bundle with every capability agentik uses (``FullMessageStore``,
 ``full_storage`` makes of a seed-only bundle (docs/storage.md).
 """
 
+from agentik._errors import DuplicateKeyError as DuplicateKeyError
+from agentik._errors import NotOwnedError as NotOwnedError
+from agentik._errors import SchemaVersionError as SchemaVersionError
+from agentik._errors import StoreClosedError as StoreClosedError
+from agentik._errors import StoreError as StoreError
+from agentik._public import publish as _publish
 from agentik._sync import Pending as Pending
 from agentik._sync import PendingStatistics as PendingStatistics
 from agentik.storage._archive import ArchivedApproval as ArchivedApproval
@@ -67,17 +73,22 @@ __all__ = [
     "ConversationOwnership",
     "ConversationSnapshot",
     "DatabaseLock",
+    "DuplicateKeyError",
     "FullMessageStore",
     "FullWorkingMemoryStore",
     "KeyedTurn",
     "MessageStore",
+    "NotOwnedError",
     "Pending",
     "PendingStatistics",
     "ReflectionStore",
+    "SchemaVersionError",
     "SecretStore",
     "SkillStore",
     "Storage",
     "StorageBundle",
+    "StoreClosedError",
+    "StoreError",
     "Summary",
     "Synchronous",
     "TurnRecord",
@@ -99,3 +110,5 @@ __all__ = [
     "utc_now",
     "writer_stats",
 ]
+
+_publish(globals(), __all__, __name__)

@@ -13,6 +13,7 @@ async def test_my_backend():
     await check_storage_bundle(lambda: open_my_storage())
 """
 
+from agentik._public import publish as _publish
 from agentik.testing._history import assert_tool_called as assert_tool_called
 from agentik.testing._history import assert_toolset_active as assert_toolset_active
 from agentik.testing._history import assert_toolset_inactive as assert_toolset_inactive
@@ -50,3 +51,5 @@ __all__ = [
     "history",
     "tool_result",
 ]
+
+_publish(globals(), __all__, __name__)

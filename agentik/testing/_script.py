@@ -28,14 +28,16 @@ from typing import final
 
 import attrs
 
+from agentik._errors import AgentikError
 from agentik._json import JsonObject
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.models import ModelRequest, ModelResponse, ScriptedModel
 
 
 @final
-class UnexpectedModelRequest(AssertionError):
-    """The model got a request its ``Script`` does not cover."""
+class UnexpectedModelRequest(AgentikError, AssertionError):
+    """The model got a request its ``Script`` does not cover. An ``AssertionError``
+    too: it fails the test that made the request."""
 
 
 @final

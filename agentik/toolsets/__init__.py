@@ -6,6 +6,7 @@ of per-conversation state, and ``toolset_control_tools`` binds the
 enable/disable tools to it.
 """
 
+from agentik._public import publish as _publish
 from agentik.toolsets._activation import ToolsetActivation as ToolsetActivation
 from agentik.toolsets._arguments import parse_arguments as parse_arguments
 from agentik.toolsets._arguments import validator_for as validator_for
@@ -48,3 +49,5 @@ __all__ = [
     "tool",
     "toolset_control_tools",
 ]
+
+_publish(globals(), __all__, __name__)

@@ -31,15 +31,13 @@ from agentik import (
     NamedTool,
     Role,
     ToolCall,
-    ToolCallFinished,
-    ToolCallStarted,
     ToolsetContribution,
-    TurnFinished,
     in_memory_storage,
     open_chat_agent,
     tool,
 )
 from agentik._json import JsonObject, JsonValue
+from agentik.agent import ToolCallFinished, ToolCallStarted, TurnFinished
 from agentik.models import ScriptedModel
 from tests.agent.helpers import assert_valid_history, stored
 from tests.reliability.helpers import BACKENDS, Backend

@@ -50,8 +50,10 @@ async def balance() -> str:
 
 def calls(*pairs: tuple[str, str]) -> ModelResponse:
     return ModelResponse(
-        tool_calls=tuple(ToolCall(cid, name, '{"amount": 5}' if name == "wire_money" else "{}")
-                         for cid, name in pairs)
+        tool_calls=tuple(
+            ToolCall(cid, name, '{"amount": 5}' if name == "wire_money" else "{}")
+            for cid, name in pairs
+        )
     )
 
 
@@ -108,7 +110,11 @@ async def test_a_call_needing_approval_pauses_until_decided(backend: str, tmp_pa
         history = await stored(storage, "conv")
     assert_valid_history(history)
     assert [m.role for m in history] == [
-        Role.USER, Role.ASSISTANT, Role.TOOL, Role.TOOL, Role.ASSISTANT
+        Role.USER,
+        Role.ASSISTANT,
+        Role.TOOL,
+        Role.TOOL,
+        Role.ASSISTANT,
     ]
 
 

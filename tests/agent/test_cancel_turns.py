@@ -20,10 +20,10 @@ from agentik import (
     ModelResponse,
     NamedTool,
     TurnError,
-    TurnFailed,
     in_memory_storage,
     open_chat_agent,
 )
+from agentik.agent import TurnFailed
 from agentik.agent._turn_machine import STOPPED
 from agentik.models import ScriptedModel
 from agentik.storage import StorageBundle

@@ -22,17 +22,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import (
-    ContentLimits,
     MemoryEntry,
     ModelRequest,
     ModelResponse,
     Role,
     Skill,
     SkillSummary,
-    TooLargeError,
     in_memory_storage,
     open_chat_agent,
 )
+from agentik.agent import ContentLimits, TooLargeError
 from agentik.models import ScriptedModel
 from tests.agent.helpers import by_turn, call, stored
 from tests.reliability.helpers import BACKENDS, Backend

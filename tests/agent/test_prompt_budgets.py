@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from agentik import (
-    ContentLimits,
     ContextPolicy,
     MemoryEntry,
     Message,
@@ -30,12 +29,18 @@ from agentik import (
     Skill,
     SkillSummary,
     TurnError,
-    TurnFailed,
     in_memory_storage,
     open_chat_agent,
     tool,
 )
-from agentik.agent import PromptContext, ReflectionsSection, SkillsCatalog, WorkingMemorySection
+from agentik.agent import (
+    ContentLimits,
+    PromptContext,
+    ReflectionsSection,
+    SkillsCatalog,
+    TurnFailed,
+    WorkingMemorySection,
+)
 from agentik.agent._context import cut_to_tokens, estimate_tokens, message_tokens
 from agentik.agent._prompt import fit_rows
 from agentik.models import ScriptedModel

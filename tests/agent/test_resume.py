@@ -99,8 +99,7 @@ async def test_an_interrupted_turn_is_resumed_on_first_touch(backend: str, tmp_p
             assert agent.stats.turns_resumed == 1
             replay = await agent.send("conv", "work", idempotency_key="k")
             assert replay.text == (
-                "done before | interrupted: the process stopped before this call finished"
-                " | found"
+                "done before | interrupted: the process stopped before this call finished | found"
             )
             assert agent.stats.turns_replayed == 1
         history = await stored(storage, "conv")
@@ -115,9 +114,7 @@ async def test_a_turn_stopped_before_the_model_answered_is_resumed(
 ) -> None:
     store = Backend(backend, tmp_path / "db")
     async with store.open() as storage:
-        await storage.message_store.append(
-            "conv", Message(Role.USER, "work"), idempotency_key="k"
-        )
+        await storage.message_store.append("conv", Message(Role.USER, "work"), idempotency_key="k")
     async with store.open() as storage:
         async with agent_over(storage) as agent:
             result = await agent.send("conv", "work", idempotency_key="k")

@@ -23,7 +23,6 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from agentik import (
     ChatAgent,
-    ElicitationAsked,
     ModelRequest,
     ModelResponse,
     ScriptedModel,
@@ -32,6 +31,7 @@ from agentik import (
     open_chat_agent,
 )
 from agentik._errors import ToolError
+from agentik.agent import ElicitationAsked
 from agentik.mcp import (
     HttpServer,
     McpServerConfig,

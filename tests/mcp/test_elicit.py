@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik import ElicitationError
 from agentik._json import JsonObject, JsonValue
+from agentik.agent import ElicitationError
 from agentik.mcp._elicit import form_answer
 
 _KINDS: dict[str, st.SearchStrategy[JsonValue]] = {

@@ -17,18 +17,15 @@ import trio
 
 from agentik import (
     ChatAgent,
-    ElicitationAsked,
-    ElicitationError,
-    ElicitationRequest,
     ModelRequest,
     ModelResponse,
     ScriptedModel,
     ToolCall,
-    TurnFinished,
     TurnResult,
     in_memory_storage,
     open_chat_agent,
 )
+from agentik.agent import ElicitationAsked, ElicitationError, ElicitationRequest, TurnFinished
 from agentik.mcp import McpToolset, open_mcp_toolsets
 from tests.mcp.conftest import tiny_http
 from tests.mcp.test_stdio import LIMIT

@@ -27,17 +27,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from agentik import (
     ChatAgent,
-    ElicitationAsked,
-    ElicitationRequest,
     ModelRequest,
     ModelResponse,
     ScriptedModel,
     ToolCall,
-    TurnFinished,
     TurnResult,
     open_chat_agent,
 )
 from agentik._errors import ToolError
+from agentik.agent import ElicitationAsked, ElicitationRequest, TurnFinished
 from agentik.mcp import (
     HttpServer,
     McpServerConfig,

@@ -26,14 +26,13 @@ from agentik import (
     ModelLimits,
     ModelRequest,
     OpenAICompatibleModel,
-    RetryPolicy,
     Role,
     TurnError,
     in_memory_storage,
     open_chat_agent,
 )
 from agentik.agent import TurnFailed
-from agentik.models import FifoGate, ModelScheduler, current_fairness_key, schedule
+from agentik.models import FifoGate, ModelScheduler, RetryPolicy, current_fairness_key, schedule
 from tests.models.chat_server import ChatServer, Held, Json, completion
 from tests.models.conftest import RecordedSleep
 
@@ -42,7 +41,11 @@ LIMITED = {"error": {"message": "slow down", "type": "rate_limit_error"}}
 
 def _model(server: ChatServer, sleep: RecordedSleep, **options: object) -> OpenAICompatibleModel:
     return OpenAICompatibleModel(
-        server.base_url, "m", sleep=sleep, jitter=lambda: 0.0, **options  # type: ignore[arg-type]
+        server.base_url,
+        "m",
+        sleep=sleep,
+        jitter=lambda: 0.0,
+        **options,  # type: ignore[arg-type]
     )
 
 
@@ -115,9 +118,7 @@ async def test_a_429_pauses_every_call_in_the_scheduler_once(
         Json(LIMITED, status=429, headers={"Retry-After": "10"}),
         *[Json(completion("ok"))] * 5,
     )
-    scheduler = ModelScheduler(
-        ModelLimits(requests_per_minute=60, max_queue_wait=1e9), capacity=16
-    )
+    scheduler = ModelScheduler(ModelLimits(requests_per_minute=60, max_queue_wait=1e9), capacity=16)
     done: list[str] = []
     async with _model(chat_server, sleep, max_connections=16, timeout=math.inf) as model:
         admitted = schedule(model, scheduler)

@@ -262,9 +262,7 @@ def test_the_password_that_works_shows_nowhere(
     (after planted decoys): turns work, and neither ``/health`` nor any log
     line (DEBUG) holds it or a decoy."""
     host, port = scram
-    dsn, planted = data.draw(
-        dsn_forms(host, port, password=RIGHT, forms=(form,), any_case=False)
-    )
+    dsn, planted = data.draw(dsn_forms(host, port, password=RIGHT, forms=(form,), any_case=False))
     caplog.clear()
     with caplog.at_level(logging.DEBUG):
         seen = trio.run(serve_and_look, dsn)

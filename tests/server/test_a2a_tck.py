@@ -210,8 +210,7 @@ def tck(tmp_path_factory: pytest.TempPathFactory) -> Report:
     stale = sorted(n for n in listed if report.outcomes.get(n) in ("passed", "xpassed"))
     if stale:
         warnings.warn(
-            "listed in known-tck-issues.txt but passed (re-judge the entries): "
-            + ", ".join(stale),
+            "listed in known-tck-issues.txt but passed (re-judge the entries): " + ", ".join(stale),
             pytest.PytestWarning,
             stacklevel=1,
         )

@@ -77,9 +77,7 @@ read_times = st.one_of(st.just(HANGS), st.floats(0.0, 2 * PROBE_TIMEOUT))
 
 @given(
     durations=st.lists(read_times, min_size=1, max_size=6),
-    arrivals=st.lists(
-        st.tuples(st.floats(0.0, 3.0), st.integers(1, 20)), min_size=1, max_size=12
-    ),
+    arrivals=st.lists(st.tuples(st.floats(0.0, 3.0), st.integers(1, 20)), min_size=1, max_size=12),
 )
 @settings(max_examples=150, deadline=None)
 def test_checks_are_bounded_single_flight_and_spaced(
@@ -116,9 +114,7 @@ def test_checks_are_bounded_single_flight_and_spaced(
     if all(d < PROBE_TIMEOUT for d in durations):
         assert all(ok for _, _, ok in answers), "a storage answering in time was reported down"
     for began, ended, ok in answers:
-        finished = [
-            (s, e) for s, e in zip(reads.started, reads.ended, strict=False) if e <= ended
-        ]
+        finished = [(s, e) for s, e in zip(reads.started, reads.ended, strict=False) if e <= ended]
         if ok:  # some read ended, in time, no longer than the reuse window ago
             assert finished, "ok without any read having finished"
             start, end = finished[-1]

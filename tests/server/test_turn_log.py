@@ -30,7 +30,6 @@ from agentik import (
     ModelRequest,
     ModelResponse,
     OverloadedError,
-    StoreClosedError,
     StoreError,
     TurnError,
 )
@@ -39,6 +38,7 @@ from agentik.models import ScriptedModel
 from agentik.server import serve_agentik
 from agentik.server._owners import DEFAULT_CALLER
 from agentik.server._turns import outcome_of, to_http_error
+from agentik.storage import StoreClosedError
 
 LINE = re.compile(r"turn transport=(\S+) conversation=(\S+) outcome=(\S+) ms=")
 VOCABULARY = re.compile(

@@ -189,5 +189,3 @@ async def test_a_context_policy_asks_a_seed_only_backend_for_no_summary(seed_onl
     assert bool(summaries) is not seed_only, f"{len(summaries)} summary requests"
     history = [m async for m in storage.message_store.get_messages("c")]
     assert len(history) == 24, "history was lost"
-
-

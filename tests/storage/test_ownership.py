@@ -13,10 +13,11 @@ import psycopg
 import pytest
 import trio
 
-from agentik import Message, ModelRequest, ModelResponse, NotOwnedError, Role, StoreError
+from agentik import Message, ModelRequest, ModelResponse, Role, StoreError
 from agentik.agent import ChatAgent, open_chat_agent
 from agentik.models import ScriptedModel
 from agentik.storage import (
+    NotOwnedError,
     StorageBundle,
     open_postgres_storage,
 )

@@ -22,8 +22,9 @@ import psycopg
 import pytest
 import trio
 
-from agentik import DuplicateKeyError, Message, Role, Skill, StoreError, TokenUsage
+from agentik import Message, Role, Skill, StoreError, TokenUsage
 from agentik.storage import (
+    DuplicateKeyError,
     Pending,
     StorageBundle,
     WriterStats,

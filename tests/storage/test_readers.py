@@ -12,7 +12,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik import Message, Role, StoreClosedError, open_sqlite_storage
+from agentik import Message, Role, open_sqlite_storage
+from agentik.storage import StoreClosedError
 from agentik.storage._readers import MAX_BATCH, ReaderPool
 
 

@@ -20,19 +20,13 @@ import trio
 import trio.lowlevel
 from trio.testing import wait_all_tasks_blocked
 
-from agentik import (
-    DuplicateKeyError,
-    Message,
-    Role,
-    SchemaVersionError,
-    Skill,
-    StoreClosedError,
-    StoreError,
-    TokenUsage,
-)
+from agentik import Message, Role, Skill, StoreError, TokenUsage
 from agentik.storage import (
+    DuplicateKeyError,
     Pending,
+    SchemaVersionError,
     StorageBundle,
+    StoreClosedError,
     WriterStats,
     in_memory_storage,
     open_sqlite_storage,

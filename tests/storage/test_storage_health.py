@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik import DuplicateKeyError, Message, Role, StoreError
-from agentik.storage import WriterStats, open_sqlite_storage, writer_stats
+from agentik import Message, Role, StoreError
+from agentik.storage import DuplicateKeyError, WriterStats, open_sqlite_storage, writer_stats
 from agentik.storage.sqlite._connect import open_write_connection
 from agentik.storage.sqlite._migrate import migrate
 from agentik.storage.sqlite._open import _close_writer

@@ -27,9 +27,10 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik import DuplicateKeyError, Message, Role, StoreError, TokenUsage, ToolCall
+from agentik import Message, Role, StoreError, TokenUsage, ToolCall
 from agentik._serde import converter
 from agentik.storage import (
+    DuplicateKeyError,
     Pending,
     StorageBundle,
     open_postgres_storage,

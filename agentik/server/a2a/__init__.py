@@ -12,6 +12,9 @@ the methods (``_methods``), the turns they run in the server's nursery
 protocol.
 """
 
+from agentik._public import publish as _publish
 from agentik.server.a2a._routes import A2aEndpoint as A2aEndpoint
 
 __all__ = ["A2aEndpoint"]
+
+_publish(globals(), __all__, __name__)

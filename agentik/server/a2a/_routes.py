@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
 from agentik._json import JsonObject
 from agentik._version import __version__
 from agentik.server._context import ServerContext
@@ -45,12 +49,8 @@ from agentik.server.a2a._views import (
     agent_card,
 )
 from agentik.server.http import (
-    BaseRoute,
     EventStream,
     HttpError,
-    Request,
-    Response,
-    Route,
     json_response,
     parse_json,
     read_body,

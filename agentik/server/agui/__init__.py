@@ -10,9 +10,11 @@ Its door is ``routes(ctx)``: the routes the app mounts, served by an
 
 from __future__ import annotations
 
+from starlette.routing import BaseRoute
+
+from agentik._public import publish as _publish
 from agentik.server._context import ServerContext
 from agentik.server.agui._routes import AguiEndpoint
-from agentik.server.http import BaseRoute
 
 
 def routes(ctx: ServerContext) -> list[BaseRoute]:
@@ -21,3 +23,5 @@ def routes(ctx: ServerContext) -> list[BaseRoute]:
 
 
 __all__ = ["routes"]
+
+_publish(globals(), __all__, __name__)

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack
 
 import attrs
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Route
 
 from agentik._errors import AgentikError, ApprovalError
 from agentik._json import JsonObject
@@ -39,11 +41,8 @@ from agentik.server.agui._input import (
     run_ids,
 )
 from agentik.server.http import (
-    BaseRoute,
     EventStream,
     HttpError,
-    Request,
-    Route,
     read_json,
     sse_frame,
 )

@@ -14,7 +14,8 @@ door and on nothing else of the engine; the engine knows none of them
   leaves its status in the scope under ``REFUSED``.
 - Routing: a protocol hands the app its routes as a list of Starlette
   ``Route`` objects whose endpoints take a ``Request`` and return a
-  ``Response`` (or are ASGI apps themselves); the app mounts them in one
+  ``Response`` (Starlette's own, imported from Starlette: this door
+  re-exports no library's objects), or are ASGI apps themselves; the app mounts them in one
   Starlette router behind its guard (``agentik.server._app``).
 - Requests: the body read under a limit (``read_body``, ``receive_body``),
   strict JSON (``parse_json``, ``read_json``), typed fields (``as_object``,
@@ -27,12 +28,7 @@ door and on nothing else of the engine; the engine knows none of them
   that ends whole when the client leaves.
 """
 
-from starlette.requests import Request as Request
-from starlette.responses import Response as Response
-from starlette.responses import StreamingResponse as StreamingResponse
-from starlette.routing import BaseRoute as BaseRoute
-from starlette.routing import Route as Route
-
+from agentik._public import publish as _publish
 from agentik.server.http._connection import REFUSED as REFUSED
 from agentik.server.http._errors import HttpError as HttpError
 from agentik.server.http._errors import Redirect as Redirect
@@ -69,7 +65,6 @@ __all__ = [
     "HEARTBEAT",
     "REFUSED",
     "ASGIApp",
-    "BaseRoute",
     "ConnectionLimits",
     "EventStream",
     "HttpError",
@@ -77,12 +72,8 @@ __all__ = [
     "Message",
     "Receive",
     "Redirect",
-    "Request",
-    "Response",
-    "Route",
     "Scope",
     "Send",
-    "StreamingResponse",
     "as_list",
     "as_object",
     "check_id",
@@ -103,3 +94,5 @@ __all__ = [
     "sse_frame",
     "undecodable_url",
 ]
+
+_publish(globals(), __all__, __name__)

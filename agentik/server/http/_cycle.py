@@ -41,6 +41,7 @@ class Writer(Protocol):
     @property
     def response_headers(self) -> ResponseHeaders: ...
 
+
 PIECE_COST = 64
 """What a body piece counts against ``BODY_BUFFER`` beyond its bytes: its
 object's own size, so a client sending a byte per packet cannot make the

@@ -102,13 +102,13 @@ def _invalid(message: str) -> HttpError:
 
 def as_object(value: JsonValue, where: str = "body") -> JsonObject:
     if not isinstance(value, dict):
-        raise _invalid(f"{where} must be a JSON object, got {_kind(value)}")
+        raise _invalid(f"{where} must be a JSON object, got {kind_of(value)}")
     return value
 
 
 def as_list(value: JsonValue, where: str) -> list[JsonValue]:
     if not isinstance(value, list):
-        raise _invalid(f"{where} must be an array, got {_kind(value)}")
+        raise _invalid(f"{where} must be an array, got {kind_of(value)}")
     return value
 
 
@@ -119,7 +119,7 @@ def field_str(obj: JsonObject, key: str, *, where: str = "", non_empty: bool = T
         raise _invalid(f"field '{name}' is required")
     value = obj[key]
     if not isinstance(value, str):
-        raise _invalid(f"field '{name}' must be a string, got {_kind(value)}")
+        raise _invalid(f"field '{name}' must be a string, got {kind_of(value)}")
     if non_empty and not value.strip():
         raise _invalid(f"field '{name}' must not be empty")
     return value
@@ -138,7 +138,7 @@ def field_bool(obj: JsonObject, key: str) -> bool:
         raise _invalid(f"field '{key}' is required")
     value = obj[key]
     if not isinstance(value, bool):
-        raise _invalid(f"field '{key}' must be a boolean, got {_kind(value)}")
+        raise _invalid(f"field '{key}' must be a boolean, got {kind_of(value)}")
     return value
 
 
@@ -153,7 +153,8 @@ def query_int(request: Request, key: str, *, default: int, minimum: int, maximum
         raise _invalid(str(error)) from error
 
 
-def _kind(value: JsonValue) -> str:
+def kind_of(value: JsonValue) -> str:
+    """The JSON kind of a value as error messages name it ("a string", "null", …)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -165,7 +166,3 @@ def _kind(value: JsonValue) -> str:
     if isinstance(value, list):
         return "an array"
     return "an object"
-
-
-kind_of = _kind
-"""The JSON kind of a value as error messages name it ("a string", "null", …)."""

@@ -13,8 +13,10 @@ protocol.
 
 from __future__ import annotations
 
+from starlette.routing import BaseRoute
+
+from agentik._public import publish as _publish
 from agentik.server._context import ServerContext
-from agentik.server.http import BaseRoute
 from agentik.server.native._lifecycle import LifecycleApi
 from agentik.server.native._routes import NativeApi
 
@@ -25,3 +27,5 @@ def routes(ctx: ServerContext) -> list[BaseRoute]:
 
 
 __all__ = ["routes"]
+
+_publish(globals(), __all__, __name__)

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
 from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik.server._context import ServerContext
 from agentik.server._owners import caller_of
 from agentik.server.http import (
-    BaseRoute,
     HttpError,
     Redirect,
-    Request,
-    Response,
-    Route,
-    StreamingResponse,
     check_id,
     json_response,
 )

@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import attrs
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from agentik._errors import TooLargeError
 from agentik._json import JsonObject, JsonValue
@@ -41,13 +44,9 @@ from agentik.server._turns import (
     to_http_error,
 )
 from agentik.server.http import (
-    BaseRoute,
     EventStream,
     HttpError,
     Receive,
-    Request,
-    Response,
-    Route,
     Scope,
     Send,
     as_object,

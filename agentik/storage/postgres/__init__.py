@@ -9,3 +9,5 @@ share, ``agentik.storage._sql_*``, and its own fast paths; synchronous, run
 in worker threads), ``_writer`` (the engine the shared writer task drives)
 and the shared stores (``agentik.storage._sql_stores``).
 """
+
+__all__: list[str] = []  # a backend, opened through agentik.storage; nothing public here

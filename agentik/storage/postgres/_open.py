@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from agentik._groups import raise_lone_error
 from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import Storage
 from agentik.storage._readers import ReaderPool
@@ -155,23 +156,20 @@ async def _serving(
             secret_store=SqlSecretStore(writer, pool, QUERIES),
         )
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(writer.run)
-                nursery.start_soon(pool.run)
-                if lease is not None:
-                    nursery.start_soon(_renew, lease, lease_scope)
-                try:
-                    yield bundle
-                finally:
-                    writer.close()
-                    pool.refuse()
-                    lease_scope.cancel()
-        except BaseExceptionGroup as group:
             # The writer and the readers never raise, so a group holds the body's error alone:
             # hand it out as itself, as if there were no nursery in here.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+            with raise_lone_error():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(writer.run)
+                    nursery.start_soon(pool.run)
+                    if lease is not None:
+                        nursery.start_soon(_renew, lease, lease_scope)
+                    try:
+                        yield bundle
+                    finally:
+                        writer.close()
+                        pool.refuse()
+                        lease_scope.cancel()
         finally:
             read_connections = pool.connections
     finally:

@@ -7,3 +7,5 @@ and its own fast paths; synchronous, run in worker threads), ``_writer``
 (SQLite's engine of the shared writer task, ``agentik.storage._writer``), and
 the shared readers and stores (``agentik.storage._readers``, ``_sql_stores``).
 """
+
+__all__: list[str] = []  # a backend, opened through agentik.storage; nothing public here

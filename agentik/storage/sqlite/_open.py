@@ -22,6 +22,7 @@ import apsw
 import trio
 
 from agentik._errors import StoreError
+from agentik._groups import raise_lone_error
 from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import Storage, StorageBundle
 from agentik.storage._readers import ReaderPool
@@ -140,7 +141,9 @@ async def open_sqlite_storage(
             skill_store=SqlSkillStore(writer, pool, QUERIES),
             secret_store=SqlSecretStore(writer, pool, QUERIES),
         )
-        try:
+        # The writer and the readers never raise, so a group holds the body's error alone:
+        # hand it out as itself, as if there were no nursery in here.
+        with raise_lone_error():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(writer.run)
                 nursery.start_soon(pool.run)
@@ -149,12 +152,6 @@ async def open_sqlite_storage(
                 finally:
                     writer.close()
                     pool.refuse()
-        except BaseExceptionGroup as group:
-            # The writer and the readers never raise, so a group holds the body's error alone:
-            # hand it out as itself, as if there were no nursery in here.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
     finally:
         for connection in read_connections:
             connection.close()
