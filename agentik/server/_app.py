@@ -33,12 +33,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
-from agentik.server import a2a, agui, native
 from agentik.server._context import ServerContext
 from agentik.server._health import StorageProbe
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
 from agentik.server._tracecontext import trace_context_hook
+from agentik.server.a2a import A2aEndpoint
+from agentik.server.agui import routes as agui_routes
 from agentik.server.http import (
     REFUSED,
     HttpError,
@@ -47,6 +48,7 @@ from agentik.server.http import (
     json_response,
     undecodable_url,
 )
+from agentik.server.native import routes as native_routes
 
 log = logging.getLogger("agentik.server")
 PUBLIC_PATHS = frozenset({"/health"})
@@ -247,12 +249,12 @@ def mount(ctx: ServerContext) -> Guard:
             error_body("method_not_allowed", f"method {request.method} is not allowed here"), 405
         )
 
-    a2a_endpoint = a2a.A2aEndpoint(ctx)
+    a2a_endpoint = A2aEndpoint(ctx)
     app = Starlette(
         routes=[
             *_health_routes(ctx),
-            *native.routes(ctx),
-            *agui.routes(ctx),
+            *native_routes(ctx),
+            *agui_routes(ctx),
             *a2a_endpoint.routes(),
         ],
         exception_handlers={HttpError: _http_error, 404: not_found, 405: not_allowed},
