@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 import attrs
 from starlette.requests import Request
@@ -414,69 +415,28 @@ class NativeApi:
         return json_response(converter.unstructure(attrs.evolve(found, name=name)))
 
     def routes(self) -> list[BaseRoute]:
-        base = "/agentik"
-        return [
-            Route(
-                f"{base}/conversations/{{conversation_id}}/turns",
-                TurnEndpoint(self.ctx),
-                methods=["POST"],
-            ),
-            Route(f"{base}/conversations", self.list_conversations, methods=["GET"]),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/messages",
-                self.get_messages,
-                methods=["GET"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/memory", self.get_memory, methods=["GET"]
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/memory/archive",
-                self.archive_memory,
-                methods=["POST"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/memory/archived",
-                self.get_archived_memory,
-                methods=["GET"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/summary",
-                self.get_summary,
-                methods=["GET"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/summaries",
-                self.list_summaries,
-                methods=["GET"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/toolsets",
-                self.get_toolsets,
-                methods=["GET"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/approvals",
-                self.list_approvals,
-                methods=["GET"],
-            ),
-            Route(
-                # ``:path``: a call id is the model's choice and may hold a ``/``
-                f"{base}/conversations/{{conversation_id}}/approvals/{{call_id:path}}",
-                self.decide,
-                methods=["POST"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/elicitations",
-                self.list_elicitations,
-                methods=["GET"],
-            ),
-            Route(
-                f"{base}/conversations/{{conversation_id}}/elicitations/{{elicitation_id}}",
+        conversation = "/agentik/conversations/{conversation_id}"
+        table: list[tuple[str, Any, list[str]]] = [
+            (f"{conversation}/turns", TurnEndpoint(self.ctx), ["POST"]),
+            ("/agentik/conversations", self.list_conversations, ["GET"]),
+            (f"{conversation}/messages", self.get_messages, ["GET"]),
+            (f"{conversation}/memory", self.get_memory, ["GET"]),
+            (f"{conversation}/memory/archive", self.archive_memory, ["POST"]),
+            (f"{conversation}/memory/archived", self.get_archived_memory, ["GET"]),
+            (f"{conversation}/summary", self.get_summary, ["GET"]),
+            (f"{conversation}/summaries", self.list_summaries, ["GET"]),
+            (f"{conversation}/toolsets", self.get_toolsets, ["GET"]),
+            (f"{conversation}/approvals", self.list_approvals, ["GET"]),
+            # ``:path``: a call id is the model's choice and may hold a ``/``
+            (f"{conversation}/approvals/{{call_id:path}}", self.decide, ["POST"]),
+            (f"{conversation}/elicitations", self.list_elicitations, ["GET"]),
+            (
+                f"{conversation}/elicitations/{{elicitation_id}}",
                 self.answer_elicitation,
-                methods=["POST"],
+                ["POST"],
             ),
-            Route(f"{base}/reflections", self.get_reflections, methods=["GET"]),
-            Route(f"{base}/skills", self.list_skills, methods=["GET"]),
-            Route(f"{base}/skills/{{name}}", self.skill, methods=["GET", "PUT", "DELETE"]),
+            ("/agentik/reflections", self.get_reflections, ["GET"]),
+            ("/agentik/skills", self.list_skills, ["GET"]),
+            ("/agentik/skills/{name}", self.skill, ["GET", "PUT", "DELETE"]),
         ]
+        return [Route(path, endpoint, methods=methods) for path, endpoint, methods in table]
