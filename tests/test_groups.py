@@ -188,8 +188,14 @@ async def test_a_real_nursery_hidden_in_a_context_manager() -> None:
     nursery as itself; two tasks' errors leave as the group."""
 
     async def hidden_nursery(task_fails: bool) -> None:
+        body_raises = trio.Event()
+
         async def task() -> None:
             if task_fails:
+                # Shielded: the body's error cancels the nursery, and the task
+                # must still fail, whatever order trio runs the two in.
+                with trio.CancelScope(shield=True):
+                    await body_raises.wait()
                 raise OSError("task")
             await trio.sleep_forever()
 
@@ -197,6 +203,7 @@ async def test_a_real_nursery_hidden_in_a_context_manager() -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(task)
                 await trio.lowlevel.checkpoint()
+                body_raises.set()
                 raise ValueError("body")
 
     with pytest.raises(ValueError, match=r"^body$"):
