@@ -1,0 +1,70 @@
+"""Typed turns over HTTP: the native API (``output_schema`` in, ``output``
+out, JSON and SSE), A2A (a data part in the artifact, through the a2a-sdk
+client) and AG-UI (the run's final STATE_SNAPSHOT). The demo model answers a
+typed turn with the user's message, so a JSON message is the output."""
+
+from __future__ import annotations
+
+import json
+
+from tests.server.agui_rules import parse_sse
+from tests.server.conftest import Running
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}},
+    "required": ["city", "celsius"],
+    "additionalProperties": False,
+}
+ANSWER = {"city": "Oslo", "celsius": 12.5}
+
+
+class TestNative:
+    async def test_json_turn_returns_output(self, server: Running) -> None:
+        turn = {"text": json.dumps(ANSWER), "output_schema": SCHEMA, "idempotency_key": "k"}
+        response = await server.client.post("/agentik/conversations/t1/turns", json=turn)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["output"] == ANSWER
+        assert json.loads(body["text"]) == ANSWER
+        again = await server.client.post("/agentik/conversations/t1/turns", json=turn)
+        assert again.json() == body
+        plain = await server.client.post("/agentik/conversations/t1/turns", json={"text": "hi"})
+        assert "output" not in plain.json()
+
+    async def test_sse_turn_finishes_with_output(self, server: Running) -> None:
+        response = await server.client.post(
+            "/agentik/conversations/t2/turns",
+            json={"text": json.dumps(ANSWER), "output_schema": SCHEMA},
+            headers={"Accept": "text/event-stream"},
+        )
+        assert response.status_code == 200, response.text
+        events = parse_sse(response.text)
+        assert events[-1]["type"] == "turn_finished"
+        assert events[-1]["result"]["output"] == ANSWER
+
+    async def test_invalid_answer_is_502_invalid_output_and_history_valid(
+        self, server: Running
+    ) -> None:
+        response = await server.client.post(
+            "/agentik/conversations/t3/turns",
+            json={"text": '{"city": "Oslo"}', "output_schema": SCHEMA},
+        )
+        assert response.status_code == 502, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_output"
+        assert "celsius" in error["message"]
+        history = await server.client.get("/agentik/conversations/t3/messages")
+        assert [m["role"] for m in history.json()["messages"]] == ["user"]
+
+    async def test_unusable_schema_is_422_and_stores_nothing(self, server: Running) -> None:
+        for schema in ({"type": "nonsense"}, [1], "object"):
+            response = await server.client.post(
+                "/agentik/conversations/t4/turns", json={"text": "{}", "output_schema": schema}
+            )
+            assert response.status_code == 422, response.text
+            error = response.json()["error"]
+            assert error["code"] == "invalid_field"
+            assert "output_schema" in error["message"]
+        history = await server.client.get("/agentik/conversations/t4/messages")
+        assert history.status_code == 404 or history.json()["messages"] == []
