@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 
+from a2a.client import ClientConfig, create_client
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+from google.protobuf.json_format import MessageToDict
+
 from tests.server.agui_rules import parse_sse
 from tests.server.conftest import Running
 
@@ -68,3 +72,66 @@ class TestNative:
             assert "output_schema" in error["message"]
         history = await server.client.get("/agentik/conversations/t4/messages")
         assert history.status_code == 404 or history.json()["messages"] == []
+
+
+def typed_message(text: str, message_id: str, context_id: str) -> SendMessageRequest:
+    message = Message(
+        message_id=message_id, role=Role.ROLE_USER, parts=[Part(text=text)], context_id=context_id
+    )
+    message.metadata.update({"outputSchema": SCHEMA})
+    return SendMessageRequest(message=message)
+
+
+class TestA2A:
+    async def test_blocking_send_has_a_data_part(self, server: Running) -> None:
+        """The completed task's artifact: the JSON as text, and the output as a data part."""
+        client = await create_client(server.url, client_config=ClientConfig(streaming=False))
+        try:
+            [reply] = [
+                r async for r in client.send_message(typed_message(json.dumps(ANSWER), "m1", "x1"))
+            ]
+            task = reply.task
+            assert task.status.state == TaskState.TASK_STATE_COMPLETED
+            text, data = task.artifacts[0].parts
+            assert json.loads(text.text) == ANSWER
+            assert MessageToDict(data)["data"] == ANSWER
+            assert data.media_type == "application/json"
+            stored = await client.get_task(GetTaskRequest(id=task.id))
+            assert json.loads(stored.artifacts[0].parts[0].text) == ANSWER
+        finally:
+            await client.close()
+
+    async def test_streamed_artifact_update_has_a_data_part(self, server: Running) -> None:
+        client = await create_client(server.url, client_config=ClientConfig(streaming=True))
+        try:
+            artifacts = [
+                r.artifact_update.artifact
+                async for r in client.send_message(typed_message(json.dumps(ANSWER), "m2", "x2"))
+                if r.WhichOneof("payload") == "artifact_update"
+            ]
+        finally:
+            await client.close()
+        [artifact] = artifacts
+        assert MessageToDict(artifact.parts[1])["data"] == ANSWER
+
+    async def test_invalid_answer_fails_the_task(self, server: Running) -> None:
+        client = await create_client(server.url, client_config=ClientConfig(streaming=False))
+        try:
+            [reply] = [r async for r in client.send_message(typed_message("{}", "m3", "x3"))]
+        finally:
+            await client.close()
+        assert reply.task.status.state == TaskState.TASK_STATE_FAILED
+        assert "invalid_output" in reply.task.status.message.parts[0].text
+
+    async def test_unusable_schema_is_invalid_params(self, server: Running) -> None:
+        message = {
+            "messageId": "m4",
+            "role": "ROLE_USER",
+            "parts": [{"text": "{}"}],
+            "metadata": {"outputSchema": {"type": 5}},
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+        response = await server.client.post("/a2a", json=body, headers={"A2A-Version": "1.0"})
+        error = response.json()["error"]
+        assert error["code"] == -32602
+        assert "outputSchema" in error["message"]
