@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+from ag_ui.core import EventType, RunFinishedEvent, StateSnapshotEvent
 from google.protobuf.json_format import MessageToDict
 
-from tests.server.agui_rules import parse_sse
+from tests.server.agui_rules import check_events, parse_sse
 from tests.server.conftest import Running
+from tests.server.test_agui_node import MISSING, run_node
 
 SCHEMA = {
     "type": "object",
@@ -135,3 +138,59 @@ class TestA2A:
         error = response.json()["error"]
         assert error["code"] == -32602
         assert "outputSchema" in error["message"]
+
+
+def agui_input(thread: str, text: str, schema: object) -> dict[str, object]:
+    return {
+        "threadId": thread,
+        "runId": f"run-{thread}",
+        "protocolVersion": "1.0",
+        "state": {},
+        "messages": [{"id": f"u-{thread}", "role": "user", "content": text}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {"outputSchema": schema},
+    }
+
+
+class TestAgui:
+    async def test_run_result_and_final_state_carry_the_output(self, server: Running) -> None:
+        response = await server.client.post(
+            "/agui",
+            json=agui_input("g1", json.dumps(ANSWER), SCHEMA),
+            headers={"Accept": "text/event-stream"},
+        )
+        assert response.status_code == 200, response.text
+        events = check_events(parse_sse(response.text))
+        snapshot, finished = events[-2:]
+        assert isinstance(snapshot, StateSnapshotEvent)
+        assert snapshot.snapshot["output"] == ANSWER
+        assert isinstance(finished, RunFinishedEvent)
+        assert finished.result == ANSWER
+
+    async def test_invalid_answer_is_run_error(self, server: Running) -> None:
+        response = await server.client.post(
+            "/agui", json=agui_input("g2", "{}", SCHEMA), headers={"Accept": "text/event-stream"}
+        )
+        events = check_events(parse_sse(response.text))
+        assert events[-1].type == EventType.RUN_ERROR
+        assert events[-1].code == "invalid_output"
+
+    async def test_unusable_schema_is_422(self, server: Running) -> None:
+        response = await server.client.post(
+            "/agui",
+            json=agui_input("g3", "{}", {"type": 5}),
+            headers={"Accept": "text/event-stream"},
+        )
+        assert response.status_code == 422, response.text
+        assert "outputSchema" in response.json()["error"]["message"]
+
+    @pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+    async def test_npm_client_gets_the_result_and_state(self, server: Running) -> None:
+        step = {"say": json.dumps(ANSWER), "forwardedProps": {"outputSchema": SCHEMA}}
+        seen = await run_node(f"{server.url}/agui", "g4", json.dumps([step]))
+        assert seen["failure"] is None, seen
+        assert seen["result"] == ANSWER
+        state = seen["state"]
+        assert isinstance(state, dict)
+        assert state["output"] == ANSWER
