@@ -181,9 +181,7 @@ async def open_stream(
     stack = AsyncExitStack()
     try:
         events = await stack.enter_async_context(
-            agent.stream(
-                caller.internal(conversation_id), text, idempotency_key=key, output=output
-            )
+            agent.stream(caller.internal(conversation_id), text, idempotency_key=key, output=output)
         )
     except (AgentikError, ValueError) as exc:
         raise refuse(transport, caller, conversation_id, exc, began) from exc
