@@ -360,3 +360,31 @@ async def test_random_schemas_valid_pass_invalid_retried(
             assert raised.value.code == "invalid_output"
             assert len(seen) == 3
             assert [m.role for m in await stored(storage, "c")] == [Role.USER]
+
+
+async def test_typed_turn_under_a_context_policy() -> None:
+    """With a context window the retry messages still follow the window."""
+    from agentik.agent import ContextPolicy
+
+    model, seen = answers("fine", "{", '{"name": "Bern", "population": 140000}')
+    async with open_chat_agent(
+        model=model, storage=in_memory_storage(), context=ContextPolicy(max_tokens=4000)
+    ) as agent:
+        await agent.send("c", "an earlier turn")
+        result = await agent.send("c", "q", output=City)
+    assert result.output == City(name="Bern", population=140000)
+    assert len(seen) == 3
+    retry = seen[-1].messages
+    assert [m.role for m in retry[-3:]] == [Role.USER, Role.ASSISTANT, Role.USER]
+    assert retry[-3].content == "q"
+    assert retry[-2].content == "{"
+
+
+async def test_keyed_stream_retry_finishes_with_the_stored_output() -> None:
+    model, seen = answers('{"name": "Quito", "population": 2800000}')
+    async with open_chat_agent(model=model, storage=in_memory_storage()) as agent:
+        await agent.send("c", "q", idempotency_key="k", output=City)
+        async with agent.stream("c", "q", idempotency_key="k", output=City) as events:
+            finals = [e async for e in events if isinstance(e, TurnFinished)]
+    assert finals[0].result.output == City(name="Quito", population=2800000)
+    assert len(seen) == 1
