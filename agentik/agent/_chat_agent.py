@@ -47,6 +47,7 @@ from agentik.agent._gc import relaxed_gc, track_conversations
 from agentik.agent._handle import ConversationHandle
 from agentik.agent._limits import ContentLimits
 from agentik.agent._model_limits import fairness_key, limited_model
+from agentik.agent._output import OutputType, output_spec
 from agentik.agent._prompt import SystemPromptContributor, default_contributors
 from agentik.agent._requests import (
     Abandon,
@@ -188,7 +189,12 @@ class ChatAgent:
         return self._runtime.tracing is not None
 
     async def send(
-        self, conversation_id: str, text: str, *, idempotency_key: str | None = None
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        output: OutputType | None = None,
     ) -> TurnResult:
         """Run one turn and return its result once every message is committed.
 
@@ -200,11 +206,23 @@ class ChatAgent:
         leaves it unstarted; once started, the turn goes on and is committed.
         With ``model_limits``, raises ``OverloadedError`` at once when the turn
         would expect to wait for the model longer than ``max_queue_wait``.
+
+        With ``output`` (an attrs class, a dataclass, a ``TypedDict`` or a JSON
+        Schema dict), the model is asked for a JSON answer of that shape and
+        ``TurnResult.output`` holds it, validated; an invalid answer is sent
+        back with its error up to ``output_retries`` times, then the turn fails
+        with ``TurnError`` (``invalid_output``) and nothing of the bad answers
+        is stored. A keyed retry reads the stored answer with ``output``.
         """
+        spec = None if output is None else output_spec(output)  # refused before anything runs
         if self._scheduler is not None:  # refused before anything is stored
             self._scheduler.check(fairness_key(conversation_id))
         request = NewTurn(
-            text=text, idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
+            text=text,
+            idempotency_key=idempotency_key,
+            reply=Reply(),
+            output=spec,
+            trace_context=self._trace(),
         )
         handle = await self._route(conversation_id, request, text=text, schedule=False)
         try:
@@ -214,11 +232,19 @@ class ChatAgent:
 
     @asynccontextmanager
     async def stream(
-        self, conversation_id: str, text: str, *, idempotency_key: str | None = None
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        output: OutputType | None = None,
     ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
         """Run one turn, yielding its events as they happen; the last one is
         ``TurnFinished`` or ``TurnFailed``. Leaving early does not stop a turn
-        that started; one still queued then never starts."""
+        that started; one still queued then never starts. ``output`` as for
+        ``send``: ``TurnFinished.result.output`` holds the typed answer (the
+        text deltas of an invalid answer stream too, before it is asked again)."""
+        spec = None if output is None else output_spec(output)
         if self._scheduler is not None:  # refused before anything is stored
             self._scheduler.check(fairness_key(conversation_id))
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
@@ -226,6 +252,7 @@ class ChatAgent:
             text=text,
             idempotency_key=idempotency_key,
             reply=Reply(events=sender),
+            output=spec,
             trace_context=self._trace(),
         )
         try:
@@ -789,6 +816,7 @@ async def open_chat_agent(
     relax_gc: bool = True,
     model_limits: ModelLimits | None = None,
     close_grace: float | None = None,
+    output_retries: int = 2,
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -868,6 +896,9 @@ async def open_chat_agent(
             with this grace: turns still running that many seconds later are
             interrupted (resumed at the next start). None (the default): the
             block's end waits for them however long they take.
+        output_retries: a typed turn's (``send(..., output=T)``) invalid
+            answers sent back to the model with their error before the turn
+            fails with ``invalid_output``.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     if isinstance(max_parallel_tools, bool) or not (
@@ -886,6 +917,10 @@ async def open_chat_agent(
         raise ValueError(f"turn_queue_size must be >= 0, got {turn_queue_size!r}")
     if approval_timeout is not None:
         _positive("approval_timeout", approval_timeout)
+    if isinstance(output_retries, bool) or not (
+        isinstance(output_retries, int) and output_retries >= 0
+    ):
+        raise ValueError(f"output_retries must be an integer >= 0, got {output_retries!r}")
     if close_grace is not None and not (isinstance(close_grace, int | float) and close_grace >= 0):
         raise ValueError(
             f"close_grace must be a number of seconds >= 0 or None, got {close_grace!r}"
@@ -928,6 +963,7 @@ async def open_chat_agent(
             resume_interrupted=resume_interrupted,
             context=context,
             content_limits=content_limits or ContentLimits(),
+            output_retries=output_retries,
         ),
         approval_policy=approval_policy,
         tracing=tracing,

@@ -50,6 +50,7 @@ from agentik.agent._optional_work import (
     reflect,
     summarize,
 )
+from agentik.agent._output import OutputSpec, stored_output
 from agentik.agent._recovery import (
     StoredState,
     last_turn_start,
@@ -623,8 +624,9 @@ class Conversation:
         if key is not None:
             seq = await self._find_key(key)
             if seq is not None:
-                return await self._again(key, seq, emit)
-        turn = Turn.new(self, len(self.history), emit, key)
+                again = await self._again(key, seq, emit, request.output)
+                return again if request.output is None else stored_output(again, request.output)
+        turn = Turn.new(self, len(self.history), emit, key, output=request.output)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
         if self.paused is not None:
@@ -649,7 +651,9 @@ class Conversation:
         paused = self.paused
         return TurnResult("", ()) if paused is None else self._paused_result(paused)
 
-    async def _again(self, key: str, seq: int, emit: EmitFn | None) -> TurnResult:
+    async def _again(
+        self, key: str, seq: int, emit: EmitFn | None, output: OutputSpec | None = None
+    ) -> TurnResult:
         """A turn sent again with its idempotency key: its stored result, its
         pending approvals, or (cut short earlier) the turn resumed."""
         start = seq - self.first_seq
@@ -670,12 +674,17 @@ class Conversation:
             )
         # Its user message is stored: resume the turn where it stopped.
         record = await self._turn_record(start)
-        return await self._resume(start, record, emit, key)
+        return await self._resume(start, record, emit, key, output)
 
     async def _resume(
-        self, start: int, record: TurnRecord, emit: EmitFn | None, key: str | None
+        self,
+        start: int,
+        record: TurnRecord,
+        emit: EmitFn | None,
+        key: str | None,
+        output: OutputSpec | None = None,
     ) -> TurnResult:
-        turn = Turn.new(self, start, emit, key, usage_of(self.history[start:]))
+        turn = Turn.new(self, start, emit, key, usage_of(self.history[start:]), output)
         self.runtime.stats.turns_resumed += 1
         # Running as its key's turn: seen running, cancelled by its key.
         self._runs_on(turn)

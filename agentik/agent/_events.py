@@ -53,6 +53,9 @@ class TurnResult:
     every other call of the turn has its result."""
     approvals: tuple[ApprovalRequest, ...] = ()
     """The calls waiting for a decision (a tuple: no converter on the hot path)."""
+    output: object = attrs.field(default=None, kw_only=True)
+    """A typed turn's answer (``send(..., output=T)``): a ``T``, or for a JSON
+    Schema the JSON value; None otherwise. ``text`` is its JSON."""
 
 
 @attrs.frozen

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from agentik._errors import TurnError
 from agentik._messages import Message, Role
-from agentik.agent._context import ContextExhausted, estimate_tokens, select_window
+from agentik.agent._context import ContextExhausted, ContextPolicy, estimate_tokens, select_window
+from agentik.agent._output import OutputSpec
 from agentik.agent._prompt import PromptContext, render_system_prompt
 from agentik.agent._turn_host import PromptInputs as PromptInputs
 from agentik.models import ModelRequest
@@ -27,15 +28,31 @@ NONE_ACTIVE: frozenset[str] = frozenset()
 
 
 async def build_request(
-    conv: TurnHost, start: int
+    conv: TurnHost,
+    start: int,
+    output: OutputSpec | None = None,
+    again: Sequence[Message] = (),
 ) -> tuple[ModelRequest, ToolsetIndex, frozenset[str]]:
     """The next request of the turn whose user message is ``conv.history[start]``,
-    with the toolsets and the active ones it was built for."""
+    with the toolsets and the active ones it was built for. A typed turn
+    (``output``) asks for its schema; ``again``, its invalid answers and
+    their errors, follow the history (they are not stored)."""
     system, index, active = await system_message(conv)
     tools = offered_tools(conv.runtime.offered_core, index, active)
     policy = conv.runtime.settings.context
+    if output is not None:
+        messages = (system, *conv.history, *again)
+        if policy is not None:
+            messages = (system, *_window(conv, system, start, policy), *again)
+        return ModelRequest(messages, tools, output_schema=output.schema), index, active
     if policy is None:
         return ModelRequest((system, *conv.history), tools), index, active
+    return ModelRequest((system, *_window(conv, system, start, policy)), tools), index, active
+
+
+def _window(
+    conv: TurnHost, system: Message, start: int, policy: ContextPolicy
+) -> Sequence[Message]:
     try:
         window = select_window(
             system=conv.cost(system),
@@ -47,7 +64,7 @@ async def build_request(
         )
     except ContextExhausted as exc:
         raise TurnError(str(exc), code="context_exhausted") from exc
-    return ModelRequest((system, *window.messages), tools), index, active
+    return window.messages
 
 
 async def system_message(conv: TurnHost) -> tuple[Message, ToolsetIndex, frozenset[str]]:

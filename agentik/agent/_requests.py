@@ -36,6 +36,8 @@ from agentik.agent._turn_machine import Decided
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
+    from agentik.agent._output import OutputSpec
+
 T = TypeVar("T")
 
 
@@ -80,6 +82,8 @@ class NewTurn:
     text: str
     idempotency_key: str | None
     reply: Reply[TurnResult]
+    output: OutputSpec | None = None
+    """A typed turn's output (``send(..., output=T)``)."""
     trace_context: Context | None = None
     """The caller's OpenTelemetry context, when the agent traces: the parent of
     the turn's span, carried over the hop into the conversation's task."""

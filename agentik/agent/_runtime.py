@@ -115,6 +115,8 @@ class AgentSettings:
     """What of a conversation each request carries; None: all of it."""
     content_limits: ContentLimits = ContentLimits()
     """Sizes of skills and notes, and their share of a system prompt."""
+    output_retries: int = 2
+    """A typed turn's invalid answers sent back to the model before it fails."""
 
 
 @attrs.define

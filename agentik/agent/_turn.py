@@ -43,12 +43,14 @@ from agentik.agent._events import (
     TurnResult,
 )
 from agentik.agent._model_call import ask_model
+from agentik.agent._output import InvalidOutput, OutputSpec
 from agentik.agent._recovery import resume_event
 from agentik.agent._request import PromptInputs as PromptInputs
 from agentik.agent._request import build_request, check_room
 from agentik.agent._tool_run import run_tool
 from agentik.agent._turn_actions import (
     Activate,
+    AskAgain,
     AwaitApproval,
     CallModel,
     Commit,
@@ -105,6 +107,13 @@ class Turn:
     ready: dict[str, Ready] = attrs.Factory(dict)
     """What each valid planned call runs, until it starts."""
     spans: TurnSpans | None = None
+    output: OutputSpec | None = None
+    """A typed turn's output (``send(..., output=T)``)."""
+    value: object = None
+    """The typed turn's answer, read (``output.load``) when the model gave it."""
+    again: list[Message] = attrs.Factory(list)
+    """Invalid answers and their errors (``AskAgain``): in this turn's requests
+    only, never stored."""
 
     @classmethod
     def new(
@@ -114,17 +123,29 @@ class Turn:
         emit: EmitFn | None = None,
         key: str | None = None,
         usage: TokenUsage | None = None,
+        output: OutputSpec | None = None,
     ) -> Turn:
         """A turn whose user message is (or will be) ``history[start]``."""
         runtime = conversation.runtime
         settings = runtime.settings
         machine = TurnMachine(
-            settings.max_tool_rounds, settings.max_parallel_tools, settings.resume_interrupted
+            settings.max_tool_rounds,
+            settings.max_parallel_tools,
+            settings.resume_interrupted,
+            output_retries=settings.output_retries,
         )
         spans = None if runtime.tracing is None else TurnSpans(runtime.tracing)
         writes = TurnWrites(conversation, start)
         return cls(
-            conversation, machine, start, writes, emit, key, usage or TokenUsage(), spans=spans
+            conversation,
+            machine,
+            start,
+            writes,
+            emit,
+            key,
+            usage or TokenUsage(),
+            spans=spans,
+            output=output,
         )
 
     async def begin(self, text: str) -> TurnResult:
@@ -232,6 +253,8 @@ class Turn:
                     self.spans.toolsets_changed(self.conversation, action.by)
             elif isinstance(action, Refuse):
                 await self._refuse(action)
+            elif isinstance(action, AskAgain):
+                self.again += (action.answer, action.feedback)
             elif isinstance(action, RecordDecision):
                 await writes.record_decision(action)
                 if self.emit is not None and action.result is not None:
@@ -316,7 +339,8 @@ class Turn:
     async def _call_model(self) -> ModelAnswered:
         """Ask the model; its answer as the message to record, with a plan per call."""
         conv = self.conversation
-        request, index, active = await build_request(conv, self.start)
+        output = self.output
+        request, index, active = await build_request(conv, self.start, output, self.again)
         chat = None if self.spans is None else self.spans.start_chat(conv, active, request)
         response = await ask_model(conv.runtime, request, self.emit, chat)
         usage = response.usage
@@ -325,6 +349,11 @@ class Turn:
         calls = response.tool_calls
         message = Message(Role.ASSISTANT, response.text or "", calls, None, usage)
         if not calls:
+            if output is not None:
+                try:
+                    self.value = output.load(message.content)
+                except InvalidOutput as error:
+                    return ModelAnswered(message, (), str(error))
             return ModelAnswered(message)
         return ModelAnswered(message, tuple([self._plan(call, index) for call in calls]))
 
@@ -340,7 +369,7 @@ class Turn:
     async def _result(self, text: str, waiting: Sequence[ToolCall]) -> TurnResult:
         stored = await self.writes.commit()
         if not waiting:
-            return TurnResult(text, stored, self.usage)
+            return TurnResult(text, stored, self.usage, output=self.value)
         cid = self.conversation.conversation_id
         self.conversation.runtime.stats.approvals_requested += len(waiting)
         return TurnResult(

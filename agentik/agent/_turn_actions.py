@@ -94,6 +94,17 @@ class AwaitApproval:
 
 @final
 @attrs.frozen
+class AskAgain:
+    """The answer did not match the turn's output schema: show the model
+    ``answer`` and then ``feedback`` (the error) in the next requests of this
+    turn only (neither is stored), and ask again (``CallModel`` follows)."""
+
+    answer: Message
+    feedback: Message
+
+
+@final
+@attrs.frozen
 class Finish:
     """The turn ended with this answer; commit what was recorded and report it."""
 
@@ -119,6 +130,7 @@ TurnAction: TypeAlias = (
     | RunTool
     | Refuse
     | AwaitApproval
+    | AskAgain
     | Finish
     | Fail
 )

@@ -19,6 +19,9 @@ FINISHED, FAILED or SUPERSEDED. In words::
                              waiting; the others run again (idempotent,
                              ``rerun``) or are answered ``interrupted``
     MODEL     ModelAnswered  no call: Record(answer), Finish              FINISHED
+                             no call, its output invalid: AskAgain,       MODEL
+                             CallModel while ``output_retries`` last,
+                             else Fail(invalid_output)                    FAILED
                              calls: Record(assistant + calls, with the
                              ids that wait for a person), then (run)      TOOLS..
     MODEL     Stop           Fail(code)                                   FAILED
@@ -60,6 +63,8 @@ Invariants (checked over random walks by the tests):
   (then exactly the waiting calls have none);
 - the results of a batch are recorded in call order;
 - at most ``max_steps`` model calls;
+- an answer whose output is invalid is never recorded: at most
+  ``output_retries`` times the model is asked again, then the turn fails;
 - at most ``max_parallel`` calls run at once; a sequential call never runs
   beside another call of its answer; calls needing approval run only once
   every waiting call is decided, and a denied call never runs;
@@ -84,6 +89,7 @@ import attrs
 from agentik._messages import Message, Role, ToolCall
 from agentik.agent._turn_actions import (
     Activate,
+    AskAgain,
     AwaitApproval,
     CallModel,
     Commit,
@@ -161,6 +167,15 @@ FAILURE_CODES: Final[Mapping[Failure, str]] = {
 """The ``TurnError`` code of each failure (a reported one keeps its own)."""
 
 STEP_LIMIT = "step_limit"
+INVALID_OUTPUT = "invalid_output"
+
+
+def output_feedback(error: str) -> str:
+    """What the model is told after an answer that does not match the schema."""
+    return (
+        f"Your answer does not match the required JSON schema: {error}."
+        " Answer again with only the JSON value, matching the schema."
+    )
 
 
 class PolicyAnswer(enum.Enum):
@@ -249,6 +264,9 @@ class ModelAnswered:
     """The assistant message to record (its ``tool_calls`` are the plans' calls)."""
     plans: tuple[CallPlan, ...] = ()
     """One per call of ``message``, in order (a tuple: no converter on this path)."""
+    invalid_output: str | None = None
+    """A typed turn's answer without calls that does not match its output
+    schema: why, in words for the model (the shell validated it)."""
 
 
 @final
@@ -323,6 +341,10 @@ class TurnMachine:
     rerun: bool = True
     """On ``Resume``, an idempotent call a crash cut short runs again (else it
     is answered ``interrupted``, as every other such call is)."""
+    output_retries: int = attrs.field(default=0, kw_only=True)
+    """A typed turn: how many times an invalid answer is sent back to the model."""
+    output_tries: int = attrs.field(default=0, kw_only=True)
+    """Invalid answers sent back so far."""
     state: TurnState = TurnState.NEW
     steps: int = 0
     """Model calls asked for so far."""
@@ -421,6 +443,8 @@ class TurnMachine:
                 "the answer must be an assistant message carrying the plans' calls"
             )
         if not plans:
+            if event.invalid_output is not None:
+                return self._invalid_output(message, event.invalid_output)
             self.state = TurnState.FINISHED
             return [message, Finish(message.content)]
         batch: list[CallPlan] = []
@@ -500,6 +524,24 @@ class TurnMachine:
         self.plans.clear()
         self.state = TurnState.FAILED
         return [*out, Fail(code, event.message)]
+
+    def _invalid_output(self, answer: Message, error: str) -> list[TurnAction]:
+        """Ask again while retries (and model calls) last; else fail. The bad
+        answer is never recorded: history holds only a valid one."""
+        if self.output_tries < self.output_retries and self.steps < self.max_steps:
+            self.output_tries += 1
+            self.steps += 1
+            return [AskAgain(answer, Message(Role.USER, output_feedback(error))), _CALL_MODEL]
+        self.state = TurnState.FAILED
+        tries = self.output_tries + 1
+        return [
+            Fail(
+                INVALID_OUTPUT,
+                f"the model's answer did not match the output schema after {tries}"
+                f" {'try' if tries == 1 else 'tries'} (output_retries={self.output_retries}):"
+                f" {error}",
+            )
+        ]
 
     # --- the batch: (run) and (settle) -------------------------------------------
 

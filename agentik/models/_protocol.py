@@ -11,6 +11,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from agentik._json import JsonValue
 from agentik._messages import Message, TokenUsage, ToolCall
 from agentik.toolsets import NamedTool
 
@@ -40,6 +41,9 @@ class ModelRequest:
     purpose: RequestPurpose = "turn"
     """Why the agent asks: ``turn`` (a conversation's turn), ``summary`` (to
     compact history), ``reflection`` (a lesson after a turn)."""
+    output_schema: dict[str, JsonValue] | None = attrs.field(default=None, kw_only=True)
+    """The JSON Schema the final answer must match (a typed turn: ``send(...,
+    output=T)``), else None. A backend answers with the JSON as its text."""
 
 
 @attrs.frozen

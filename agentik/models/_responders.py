@@ -29,6 +29,9 @@ def demo_responder(request: ModelRequest) -> ModelResponse:
       ``You said: <text>``.
     - The last messages are tool results: it summarises them,
       ``<tool> returned: <result>``, one line each.
+    - A typed request (``output_schema``) whose last message is the user's:
+      it answers with that message as it is, so a JSON message comes back as
+      the turn's output (and anything else fails ``invalid_output``).
 
     Usage is a rough count (one token per four characters), so token
     statistics have something to show.
@@ -40,6 +43,8 @@ def demo_responder(request: ModelRequest) -> ModelResponse:
     if last.role is Role.TOOL:
         text = _summarise_results(request.messages)
         return _text_answer(text, prompt_tokens)
+    if request.output_schema is not None and last.role is Role.USER:
+        return _text_answer(last.content, prompt_tokens)
     call = _named_call(last.content, request) if last.role is Role.USER else None
     if call is None:
         return _text_answer(f"You said: {last.content}", prompt_tokens)

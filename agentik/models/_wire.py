@@ -23,6 +23,7 @@ from agentik._errors import ModelBackendError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.models._protocol import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
+from agentik.models._response_format import response_format
 
 RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 """Body keys agentik sets itself; extra params may not override them."""
@@ -46,6 +47,8 @@ def request_body(
             for tool in request.tools
         ]
     body.update(params)
+    if request.output_schema is not None:  # a typed turn: over any response_format in params
+        body["response_format"] = response_format(request.output_schema)
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -35,6 +35,7 @@ from agentik._errors import (
     OverloadedError,
     TurnError,
 )
+from agentik._json import JsonObject
 from agentik.agent import (
     ChatAgent,
     ElicitationError,
@@ -55,6 +56,9 @@ _TURN_STATUS = {
     "model_unavailable": 503,
     "cancelled": 409,
     "step_limit": 500,
+    # The model's answer did not match the turn's output schema, also when
+    # asked again (output_retries): the upstream model's failure.
+    "invalid_output": 502,
     "turn_failed": 500,
     # The storage failed or did not answer in time (a database that is down,
     # frozen, full): the server cannot serve turns now, as /health says; retry.
@@ -147,10 +151,14 @@ async def send_turn(
     conversation_id: str,
     text: str,
     key: str | None,
+    *,
+    output: JsonObject | None = None,
 ) -> TurnResult:
     began = time.perf_counter()
     try:
-        result = await agent.send(caller.internal(conversation_id), text, idempotency_key=key)
+        result = await agent.send(
+            caller.internal(conversation_id), text, idempotency_key=key, output=output
+        )
     except (AgentikError, ValueError) as exc:
         raise refuse(transport, caller, conversation_id, exc, began) from exc
     log_turn(transport, caller, conversation_id, result.status, began)
@@ -164,6 +172,8 @@ async def open_stream(
     conversation_id: str,
     text: str,
     key: str | None,
+    *,
+    output: JsonObject | None = None,
 ) -> tuple[AsyncIterator[TurnEvent], AsyncExitStack]:
     """Enter ``agent.stream``; refusals raise ``HttpError`` before any byte is sent.
     The caller closes the returned stack when done (``EventStream`` does)."""
@@ -171,7 +181,7 @@ async def open_stream(
     stack = AsyncExitStack()
     try:
         events = await stack.enter_async_context(
-            agent.stream(caller.internal(conversation_id), text, idempotency_key=key)
+            agent.stream(caller.internal(conversation_id), text, idempotency_key=key, output=output)
         )
     except (AgentikError, ValueError) as exc:
         raise refuse(transport, caller, conversation_id, exc, began) from exc

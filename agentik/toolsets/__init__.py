@@ -27,6 +27,8 @@ from agentik.toolsets._named_tool import NamedTool as NamedTool
 from agentik.toolsets._named_tool import ToolHandler as ToolHandler
 from agentik.toolsets._prompt import render_toolset_section as render_toolset_section
 from agentik.toolsets._tool import tool as tool
+from agentik.toolsets._types import schema_for_type as schema_for_type
+from agentik.toolsets._validate import compile_schema as compile_schema
 
 __all__ = [
     "DISABLE_TOOLSET",
@@ -41,11 +43,13 @@ __all__ = [
     "ToolsetActivation",
     "ToolsetContribution",
     "ToolsetIndex",
+    "compile_schema",
     "disable_answer",
     "dispatch",
     "enable_answer",
     "parse_arguments",
     "render_toolset_section",
+    "schema_for_type",
     "tool",
     "toolset_control_tools",
 ]

@@ -4,14 +4,15 @@ Both come from one walk over the hint, so the schema the model sees and the
 conversion the tool gets can never disagree. Supported: ``str``, ``int``,
 ``float``, ``bool``, ``None``, ``list[T]`` / ``tuple[T, ...]`` /
 ``Sequence[T]``, ``dict[str, T]``, ``T | None`` and unions of these,
-``Literal[...]``, ``enum.Enum`` subclasses, attrs classes (nested objects),
-and ``Annotated[T, "description"]``. Anything else is refused when the tool
-is defined, never when it is called.
+``Literal[...]``, ``enum.Enum`` subclasses, attrs classes, dataclasses and
+``TypedDict``s (nested objects), and ``Annotated[T, "description"]``.
+Anything else is refused when the tool is defined, never when it is called.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import enum
 import types
 import typing
@@ -57,6 +58,12 @@ def schema_and_converter(hint: object) -> tuple[JsonObject, Convert]:
     return _Walker().walk(hint)
 
 
+def schema_for_type(hint: object) -> JsonObject:
+    """The JSON Schema of values of ``hint`` (what ``@tool`` writes for a
+    parameter); raises ``TypeError`` naming a hint it cannot describe."""
+    return _Walker().walk(hint)[0]
+
+
 class _Walker:
     def __init__(self) -> None:
         self._open: set[type] = set()  # attrs classes being described, to refuse recursion
@@ -83,6 +90,10 @@ class _Walker:
             return _enum(hint)
         if isinstance(hint, type) and attrs.has(hint):
             return self._attrs_class(hint)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return self._dataclass(hint)
+        if isinstance(hint, type) and typing.is_typeddict(hint):
+            return self._typeddict(hint)
         if origin in _SEQUENCES or hint in (list, tuple):
             return self._sequence(hint, origin, args)
         if origin is dict or hint is dict:
@@ -156,8 +167,54 @@ class _Walker:
         return {"type": "object", "additionalProperties": value_schema}, convert
 
     def _attrs_class(self, cls: type) -> tuple[JsonObject, Convert]:
+        def fields(hints: dict[str, object]) -> list[_Field]:
+            return [
+                _Field(
+                    field.alias or field.name,
+                    hints.get(field.name, field.type),
+                    field.default is attrs.NOTHING,
+                    field.metadata.get("description"),
+                )
+                for field in attrs.fields(cls)
+                if field.init
+            ]
+
+        return self._object(cls, "attrs class", fields, make=lambda values: cls(**values))
+
+    def _dataclass(self, cls: type) -> tuple[JsonObject, Convert]:
+        def fields(hints: dict[str, object]) -> list[_Field]:
+            return [
+                _Field(
+                    field.name,
+                    hints.get(field.name, field.type),
+                    field.default is dataclasses.MISSING
+                    and field.default_factory is dataclasses.MISSING,
+                    field.metadata.get("description"),
+                )
+                for field in dataclasses.fields(cls)
+                if field.init
+            ]
+
+        return self._object(cls, "dataclass", fields, make=lambda values: cls(**values))
+
+    def _typeddict(self, cls: type) -> tuple[JsonObject, Convert]:
+        required: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
+
+        def fields(hints: dict[str, object]) -> list[_Field]:
+            return [_Field(key, hint, key in required, None) for key, hint in hints.items()]
+
+        return self._object(cls, "TypedDict", fields, make=dict)
+
+    def _object(
+        self,
+        cls: type,
+        kind: str,
+        fields_of: Callable[[dict[str, object]], list[_Field]],
+        make: Callable[[dict[str, object]], object],
+    ) -> tuple[JsonObject, Convert]:
+        """An object schema for a class with named fields (attrs, dataclass, TypedDict)."""
         if cls in self._open:
-            raise UnsupportedType(f"recursive attrs class {cls.__qualname__}")
+            raise UnsupportedType(f"recursive {kind} {cls.__qualname__}")
         self._open.add(cls)
         try:
             try:
@@ -165,23 +222,19 @@ class _Walker:
                 hints = typing.get_type_hints(cls, localns={cls.__name__: cls}, include_extras=True)
             except NameError as error:
                 raise UnsupportedType(
-                    f"attrs class {cls.__qualname__} with an unresolvable hint: {error}"
+                    f"{kind} {cls.__qualname__} with an unresolvable hint: {error}"
                 ) from error
             properties: JsonObject = {}
             required: list[JsonValue] = []
             converters: dict[str, Convert] = {}
-            for field in attrs.fields(cls):
-                if not field.init:
-                    continue
-                key = field.alias or field.name
-                field_schema, field_convert = self.walk(hints.get(field.name, field.type))
-                description = field.metadata.get("description")
-                if isinstance(description, str):
-                    field_schema = {**field_schema, "description": description}
-                properties[key] = field_schema
-                if field.default is attrs.NOTHING:
-                    required.append(key)
-                converters[key] = field_convert
+            for field in fields_of(hints):
+                field_schema, field_convert = self.walk(field.hint)
+                if isinstance(field.description, str):
+                    field_schema = {**field_schema, "description": field.description}
+                properties[field.key] = field_schema
+                if field.required:
+                    required.append(field.key)
+                converters[field.key] = field_convert
         finally:
             self._open.discard(cls)
         schema_out: JsonObject = {
@@ -193,9 +246,17 @@ class _Walker:
 
         def convert(value: JsonValue) -> object:
             assert isinstance(value, dict)
-            return cls(**{key: converters[key](item) for key, item in value.items()})
+            return make({key: converters[key](item) for key, item in value.items()})
 
         return schema_out, convert
+
+
+@attrs.frozen
+class _Field:
+    key: str
+    hint: object
+    required: bool
+    description: object
 
 
 def _json_type(value: JsonValue) -> str:

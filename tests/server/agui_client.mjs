@@ -4,7 +4,8 @@
 // Usage: node agui_client.mjs URL THREAD_ID TEXT [TOKEN]
 //    or: node agui_client.mjs URL THREAD_ID STEPS_JSON [TOKEN]
 // STEPS_JSON is an array of steps, run in order on the same HttpAgent:
-//   {"say": text}          add a user message, run
+//   {"say": text}          add a user message, run (with "forwardedProps": {...},
+//                          run with those forwardedProps)
 //   {"resume": payload}    answer every pending interrupt (status "resolved",
 //                          this payload; payload "cancelled": status
 //                          "cancelled"), run
@@ -61,7 +62,7 @@ for (const step of steps) {
     await run({ runId: previous.runId });
   } else if (step.say !== undefined || step.sayAnyway !== undefined) {
     agent.addMessage({ id: `u-${runs.length}-${Date.now()}`, role: "user", content: step.say ?? step.sayAnyway });
-    await run({});
+    await run(step.forwardedProps ? { forwardedProps: step.forwardedProps } : {});
     if (step.sayAnyway !== undefined) agent.messages.pop();
   } else {
     const resume = agent.pendingInterrupts.map((interrupt) =>

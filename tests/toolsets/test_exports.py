@@ -17,11 +17,13 @@ EXPECTED = {
     "ToolsetActivation",
     "ToolsetContribution",
     "ToolsetIndex",
+    "compile_schema",
     "disable_answer",
     "dispatch",
     "enable_answer",
     "parse_arguments",
     "render_toolset_section",
+    "schema_for_type",
     "tool",
     "toolset_control_tools",
 }

@@ -92,7 +92,13 @@ class A2aMethods:
         self.ledger.start(run.key)
         try:
             events, stack = await open_stream(
-                self.agent, "a2a", caller, send.context_id, send.text, send.task_id
+                self.agent,
+                "a2a",
+                caller,
+                send.context_id,
+                send.text,
+                send.task_id,
+                output=send.output_schema,
             )
         except HttpError:
             self.ledger.finish(run.key)

@@ -42,6 +42,7 @@ from agentik._errors import AgentikError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import ToolCall
 from agentik.agent import ElicitationAction, ElicitationRequest
+from agentik.toolsets import compile_schema
 
 A2A_VERSION = "1.0"
 
@@ -191,6 +192,9 @@ class SendParams:
     follow_up: bool = False
     data: tuple[JsonValue, ...] = ()
     """The data parts' values, in order (only a follow-up may carry them)."""
+    output_schema: JsonObject | None = None
+    """A typed turn: ``message.metadata.outputSchema``, the JSON Schema the
+    answer must match (the artifact then carries it as a data part too)."""
 
 
 def _string(obj: JsonObject, key: str, where: str) -> str:
@@ -264,6 +268,7 @@ def parse_send(params: JsonObject) -> SendParams:
         )
     if not text.strip():
         raise invalid_params("field 'message.parts' must contain text")
+    output_schema = _output_schema(message.get("metadata"))
     if context_id is None:
         context_id = f"ctx-{uuid.uuid4().hex}"
     return SendParams(
@@ -272,7 +277,28 @@ def parse_send(params: JsonObject) -> SendParams:
         task_id=make_task_id(context_id, message_id),
         message_id=message_id,
         return_immediately=immediately,
+        output_schema=output_schema,
     )
+
+
+def _output_schema(metadata: JsonValue) -> JsonObject | None:
+    """``message.metadata.outputSchema``: a usable JSON Schema, or -32602."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise invalid_params("field 'message.metadata' must be an object")
+    schema = metadata.get("outputSchema")
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise invalid_params("field 'message.metadata.outputSchema' must be an object")
+    try:
+        compile_schema(schema)
+    except ValueError as error:
+        raise invalid_params(
+            f"field 'message.metadata.outputSchema' is not usable: {error}"
+        ) from None
+    return schema
 
 
 @attrs.frozen

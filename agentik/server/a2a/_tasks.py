@@ -29,7 +29,8 @@ import attrs
 import trio
 
 from agentik._errors import AgentikError, TurnError
-from agentik._json import JsonObject
+from agentik._json import JsonObject, JsonValue
+from agentik._serde import converter
 from agentik.agent import (
     ElicitationAsked,
     ElicitationRequest,
@@ -86,8 +87,15 @@ def view_of_result(task_id: str, context_id: str, result: TurnResult) -> TaskVie
     if result.status == "awaiting_approval":
         waiting = tuple(request.call for request in result.approvals)
         return TaskView(task_id, context_id, INPUT_REQUIRED, at, history=history, waiting=waiting)
+    output: JsonValue = None if result.output is None else converter.unstructure(result.output)
     return TaskView(
-        task_id, context_id, "TASK_STATE_COMPLETED", at, answer=result.text, history=history
+        task_id,
+        context_id,
+        "TASK_STATE_COMPLETED",
+        at,
+        answer=result.text,
+        output=output,
+        history=history,
     )
 
 
@@ -186,7 +194,7 @@ def view_updates(view: TaskView) -> list[TaskUpdate]:
         update: JsonObject = {
             "taskId": view.task_id,
             "contextId": view.context_id,
-            "artifact": artifact(view.task_id, view.answer),
+            "artifact": artifact(view.task_id, view.answer, view.output),
             "lastChunk": True,
         }
         updates.append((None, {"artifactUpdate": update}))

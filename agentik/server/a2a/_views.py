@@ -63,8 +63,12 @@ def status(state: str, at: datetime, message: JsonObject | None = None) -> JsonO
     return out
 
 
-def artifact(task_id: str, text: str) -> JsonObject:
-    return {"artifactId": f"{task_id}.answer", "name": "answer", "parts": [{"text": text}]}
+def artifact(task_id: str, text: str, output: JsonValue = None) -> JsonObject:
+    """The answer; a typed turn's (``output``) also as a data part."""
+    parts: list[JsonValue] = [{"text": text}]
+    if output is not None:
+        parts.append({"data": output, "mediaType": "application/json"})
+    return {"artifactId": f"{task_id}.answer", "name": "answer", "parts": parts}
 
 
 def approval_message(task_id: str, context_id: str, waiting: Sequence[ToolCall]) -> JsonObject:
@@ -125,6 +129,9 @@ class TaskView:
     state: str
     at: datetime
     answer: str | None = None
+    output: JsonValue = None
+    """A typed turn's answer as JSON (shown by the run that returned it; the
+    stored task has its text, the same JSON)."""
     error: str | None = None
     history: tuple[Message, ...] = ()
     waiting: tuple[ToolCall, ...] = ()
@@ -146,7 +153,7 @@ class TaskView:
         task: JsonObject = {"id": self.task_id, "contextId": self.context_id}
         task["status"] = self.status_json()
         if self.answer is not None:
-            task["artifacts"] = [artifact(self.task_id, self.answer)]
+            task["artifacts"] = [artifact(self.task_id, self.answer, self.output)]
         if history_length is not None and history_length > 0 and self.history:
             messages: list[JsonValue] = [
                 _history_message(m, self.context_id, self.task_id, i)

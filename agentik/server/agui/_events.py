@@ -18,8 +18,9 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from agentik._json import JsonObject
+from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik._serde import converter
 from agentik.agent import (
     ElicitationAsked,
     ToolCallFinished,
@@ -203,25 +204,27 @@ class AguiRun:
         usage = TokenUsage()
         for turn_usage in self._usage.values():
             usage += turn_usage
-        return [
-            *events,
-            {"type": "STATE_SNAPSHOT", "snapshot": state},
-            {
-                "type": "RUN_FINISHED",
-                "threadId": self.thread_id,
-                "runId": self.run_id,
-                "outcome": outcome,
-                "usage": [
-                    {
-                        "provider": "agentik",
-                        "model": self.model_name,
-                        "inputTokens": usage.prompt_tokens,
-                        "outputTokens": usage.completion_tokens,
-                        "totalTokens": usage.total_tokens,
-                    }
-                ],
-            },
-        ]
+        finished: JsonObject = {
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "outcome": outcome,
+            "usage": [
+                {
+                    "provider": "agentik",
+                    "model": self.model_name,
+                    "inputTokens": usage.prompt_tokens,
+                    "outputTokens": usage.completion_tokens,
+                    "totalTokens": usage.total_tokens,
+                }
+            ],
+        }
+        if result.output is not None:
+            # A typed turn: its output is the run's result (what the client's
+            # ``runAgent()`` returns) and part of the final state.
+            output: JsonValue = converter.unstructure(result.output)
+            state["output"] = finished["result"] = output
+        return [*events, {"type": "STATE_SNAPSHOT", "snapshot": state}, finished]
 
     def error(self, message: str, code: str | None = None) -> list[JsonObject]:
         """Close what is open, then RUN_ERROR; nothing follows it."""

@@ -33,6 +33,7 @@ import attrs
 
 from agentik._json import JsonObject, JsonValue
 from agentik.server.http import HttpError, as_list, as_object, check_id, field_str, kind_of
+from agentik.toolsets import compile_schema
 
 PROTOCOL_VERSION = "1.0"
 
@@ -78,6 +79,9 @@ class RunInput:
     resume: tuple[ResumeEntry, ...] = ()
     message_id: str | None = None
     """The new user message's id (with ``text``)."""
+    output_schema: JsonObject | None = None
+    """A typed turn: ``forwardedProps.outputSchema``, the JSON Schema the answer
+    must match (the run's ``result`` and final state then carry it)."""
 
     @property
     def turn_key(self) -> str | None:
@@ -225,9 +229,10 @@ def parse_run_input(body: JsonValue) -> RunInput:
         field_str(message_obj, "id", where=f"messages[{i}].")
         field_str(message_obj, "role", where=f"messages[{i}].")
     resume = _resume_entries(obj["resume"]) if obj.get("resume") is not None else ()
+    schema = _output_schema(obj.get("forwardedProps"))
     if resume:
         text, message_id = _new_text_after(messages, {e.interrupt_id for e in resume})
-        return RunInput(thread_id, run_id, text, parent, resume, message_id)
+        return RunInput(thread_id, run_id, text, parent, resume, message_id, schema)
     if not messages:
         raise _invalid("field 'messages' must end with a user message, got an empty array")
     last = as_object(messages[-1])
@@ -243,7 +248,22 @@ def parse_run_input(body: JsonValue) -> RunInput:
         text=text,
         parent_run_id=parent,
         message_id=field_str(last, "id"),
+        output_schema=schema,
     )
+
+
+def _output_schema(props: JsonValue) -> JsonObject | None:
+    """``forwardedProps.outputSchema``: a usable JSON Schema, None, or 422."""
+    if not isinstance(props, dict) or props.get("outputSchema") is None:
+        return None
+    schema = props["outputSchema"]
+    if not isinstance(schema, dict):
+        raise _invalid("field 'forwardedProps.outputSchema' must be an object")
+    try:
+        compile_schema(schema)
+    except ValueError as error:
+        raise _invalid(f"field 'forwardedProps.outputSchema' is not usable: {error}") from None
+    return schema
 
 
 def decision_of(entry: ResumeEntry, index: int = 0) -> Decision:

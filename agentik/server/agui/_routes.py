@@ -103,7 +103,13 @@ class AguiEndpoint:
             return EventStream(_sse(_each(refused)), AsyncExitStack().aclose, heartbeat=None)
         assert run_input.text is not None  # a run without resume brings its message
         events, stack = await open_stream(
-            self.agent, "agui", caller, thread, run_input.text, run_input.turn_key
+            self.agent,
+            "agui",
+            caller,
+            thread,
+            run_input.text,
+            run_input.turn_key,
+            output=run_input.output_schema,
         )
 
         async def plain() -> AsyncIterator[JsonObject]:
@@ -184,7 +190,13 @@ class _Resumed:
                         yield out
                 if run.text is not None and not translator.ended:
                     events, inner = await open_stream(
-                        self.agent, "agui", self.caller, run.thread_id, run.text, run.turn_key
+                        self.agent,
+                        "agui",
+                        self.caller,
+                        run.thread_id,
+                        run.text,
+                        run.turn_key,
+                        output=run.output_schema,
                     )
                     self.stack.push_async_callback(inner.aclose)
                     async for out in self._relay(events, whole=True):

@@ -136,12 +136,24 @@ class TurnEndpoint:
         turn = parse_turn_request(parse_json(body))
         if accept is None or b"text/event-stream" not in accept:
             result = await send_turn(
-                self.agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
+                self.agent,
+                "native",
+                caller,
+                conversation_id,
+                turn.text,
+                turn.idempotency_key,
+                output=turn.output_schema,
             )
             await send_json(send, turn_result_json(result))
             return
         events, stack = await open_stream(
-            self.agent, "native", caller, conversation_id, turn.text, turn.idempotency_key
+            self.agent,
+            "native",
+            caller,
+            conversation_id,
+            turn.text,
+            turn.idempotency_key,
+            output=turn.output_schema,
         )
 
         async def frames() -> AsyncIterator[bytes]:

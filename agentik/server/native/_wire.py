@@ -42,6 +42,7 @@ from agentik.server.http import (
     field_str,
     optional_str,
 )
+from agentik.toolsets import compile_schema
 
 MAX_ARCHIVE_IDS = 1000
 """Notes one ``POST …/memory/archive`` may name."""
@@ -54,6 +55,8 @@ class TurnRequest:
 
     text: str
     idempotency_key: str | None = None
+    output_schema: JsonObject | None = None
+    """A typed turn: the JSON Schema the answer must match (``"output"`` in the answer)."""
 
 
 @attrs.frozen
@@ -84,13 +87,22 @@ ACTIONS: tuple[ElicitationAction, ...] = ("accept", "decline", "cancel")
 
 def parse_turn_request(body: JsonValue) -> TurnRequest:
     obj = as_object(body)
-    unknown = sorted(set(obj) - {"text", "idempotency_key"})
+    unknown = sorted(set(obj) - {"text", "idempotency_key", "output_schema"})
     if unknown:
         raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
     key = optional_str(obj, "idempotency_key")
     if key is not None:
         check_id(key, "field 'idempotency_key'")
-    return TurnRequest(text=field_str(obj, "text"), idempotency_key=key)
+    schema = obj.get("output_schema")
+    if schema is not None:
+        schema = as_object(schema, "field 'output_schema'")
+        try:
+            compile_schema(schema)
+        except ValueError as error:  # refused before anything is stored
+            raise HttpError(
+                422, f"field 'output_schema' is not usable: {error}", code="invalid_field"
+            ) from None
+    return TurnRequest(text=field_str(obj, "text"), idempotency_key=key, output_schema=schema)
 
 
 def parse_decision(body: JsonValue) -> DecisionRequest:
@@ -177,6 +189,8 @@ def message_json(message: Message) -> JsonObject:
 def turn_result_json(result: TurnResult) -> JsonObject:
     data: JsonObject = converter.unstructure(result)
     data["approvals"] = [approval_json(a) for a in result.approvals]
+    if result.output is None:  # an untyped turn: its JSON as it always was
+        data.pop("output", None)
     return data
 
 

@@ -1,0 +1,130 @@
+"""Typed answers: what ``send(..., output=T)`` asks the model for and how its
+answer is read.
+
+``output_spec(T)`` turns ``T`` (an attrs class, a dataclass, a ``TypedDict``,
+or a JSON Schema dict) into an ``OutputSpec``: the JSON Schema the model is
+asked to answer in (``ModelRequest.output_schema``, titled with the class's
+name), and ``load``, which reads the answer's text into the value or raises
+``InvalidOutput`` with the words the model is shown.
+Classes are read by the one cattrs converter (``agentik._serde``, strict: no
+coercion, no unknown keys); a schema dict is checked by jsonschema
+(``agentik.toolsets.compile_schema``: its dialect, no remote ``$ref``).
+
+The answer's text (the JSON) is what the turn stores, so ``load`` of the
+stored text gives the value back: that is how a keyed retry returns the same
+output. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Final, TypeAlias, cast
+
+import attrs
+
+from agentik._errors import TurnError
+from agentik._json import JsonObject, JsonValue
+from agentik._serde import converter, structure_error
+from agentik.agent._events import TurnResult
+from agentik.toolsets import compile_schema, schema_for_type
+
+OutputType: TypeAlias = type | Mapping[str, JsonValue]
+"""What ``send(..., output=...)`` takes: an attrs class, a dataclass, a
+``TypedDict``, or a JSON Schema."""
+
+
+class InvalidOutput(ValueError):
+    """The model's answer does not match the output schema; the message says
+    how, in words the model can act on."""
+
+
+@attrs.frozen(kw_only=True)
+class OutputSpec:
+    """What a typed turn asks of the model's final answer."""
+
+    schema: JsonObject
+    """Its ``title`` names it on the wire (a class's name)."""
+    load: Callable[[str], object] = attrs.field(eq=False)
+    """The answer's text -> the value; raises ``InvalidOutput``."""
+
+
+_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MAX_SHOWN: Final = 200
+
+
+def output_spec(output: object) -> OutputSpec:
+    """The spec of ``output``: a class (attrs, dataclass, ``TypedDict``) or a
+    JSON Schema dict. Raises ``ValueError`` for anything else, or a schema
+    that is not valid JSON Schema."""
+    if isinstance(output, Mapping):
+        return _schema_spec(cast("JsonObject", dict(output)))
+    if not isinstance(output, type):
+        raise ValueError(
+            f"output must be a class (attrs, dataclass, TypedDict) or a JSON Schema dict,"
+            f" got {type(output).__name__}"
+        )
+    try:
+        schema = schema_for_type(output)
+    except TypeError as error:
+        raise ValueError(f"output {output.__qualname__} cannot be described: {error}") from None
+    if schema.get("type") != "object":
+        raise ValueError(f"output {output.__qualname__} must be a class with fields")
+    cls = output
+
+    def load(text: str) -> object:
+        data = _parse(text)
+        try:
+            return converter.structure(data, cls)
+        except Exception as error:  # cattrs reports every bad field in one group
+            raise InvalidOutput(structure_error(error)) from None
+
+    if _NAME.fullmatch(output.__name__):
+        schema = {"title": output.__name__, **schema}
+    return OutputSpec(schema=schema, load=load)
+
+
+def _schema_spec(schema: JsonObject) -> OutputSpec:
+    try:
+        check = compile_schema(schema)
+    except ValueError as error:
+        raise ValueError(f"output_schema is not usable: {error}") from None
+
+    def load(text: str) -> object:
+        data = _parse(text)
+        try:
+            failure = check(data)
+        except RecursionError:
+            raise InvalidOutput("the answer is nested too deeply") from None
+        if failure is not None:
+            field = failure.field()
+            subject = f"field {field!r}" if field else "the answer"
+            raise InvalidOutput(f"{subject} {failure.message}")
+        return data
+
+    return OutputSpec(schema=schema, load=load)
+
+
+def _parse(text: str) -> JsonValue:
+    try:
+        value: JsonValue = json.loads(text)
+    except ValueError as error:
+        shown = text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
+        raise InvalidOutput(f"the answer is not JSON ({error}): {shown!r}") from None
+    return value
+
+
+def stored_output(result: TurnResult, spec: OutputSpec) -> TurnResult:
+    """A keyed retry's result with its output read from the stored answer (the
+    turn's final text, the JSON it was validated from): the same value."""
+    if result.status != "finished" or result.output is not None:
+        return result
+    try:
+        value = spec.load(result.text)
+    except InvalidOutput as error:
+        raise TurnError(
+            f"the stored answer of this turn does not match output: {error}",
+            code="invalid_output",
+        ) from None
+    return attrs.evolve(result, output=value)
