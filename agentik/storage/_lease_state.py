@@ -25,8 +25,9 @@ class LeaseState:
     live_nodes: int
     """Nodes live at the last renewal, this one included."""
     renewed_seconds_ago: float | None
-    """Seconds since the start of the last successful renewal (or join);
-    None if there was none in this generation."""
+    """Seconds since the start of the last successful renewal (or join),
+    kept while the lease is lapsed (how long it has been); None before the
+    first join."""
     valid_for_seconds: float
     """Seconds of validity left (0 when not valid)."""
     last_error: str | None = None

@@ -26,17 +26,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import httpx2
 import psycopg
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
+from starlette.types import Message, Receive, Scope, Send
 from trio.testing import MockClock
 
 from agentik import ModelRequest, ModelResponse, ScriptedModel
 from agentik.agent import ChatAgent, open_chat_agent
 from agentik.server import ServerConfig, ServerContext, build_app
+from agentik.server._app import Guard
 from agentik.server.http import serve as http_serve
 from agentik.storage import (
     StorageBundle,
@@ -254,3 +260,60 @@ async def test_a_node_without_storage_or_lease_refuses_with_retry_after(
     }
     check(answers, {"health", "delete", *TURN_ROUTES, *reads})
     assert answers["health"].json()["lease"]["valid"] is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    status=st.sampled_from([200, 204, 307, 400, 404, 429, 500, 502, 503, 504]),
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from([b"content-type", b"x-a", b"Retry-After", b"retry-after"]),
+            st.sampled_from([b"1", b"7", b"text/plain"]),
+        ),
+        max_size=4,
+    ),
+)
+def test_the_guard_gives_every_503_a_retry_after(
+    status: int, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Whatever a route answers: a 503 without ``Retry-After`` leaves with
+    ``Retry-After: 1``, one that has it keeps its own, and nothing else
+    changes (the net under every route, future ones included)."""
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    agent = SimpleNamespace(storage=SimpleNamespace(message_store=None), tracing=False)
+    ctx = ServerContext(
+        agent=cast(ChatAgent, agent),
+        config=ServerConfig(),
+        model_label="m",
+        demo_model=False,
+        storage_label="s",
+    )
+    guard = Guard(route, ctx)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/health",
+        "raw_path": b"/health",
+        "query_string": b"",
+        "headers": [],
+    }
+    trio.run(guard, scope, receive, send)
+    out = sent[0]["headers"]
+    said = [v for n, v in out if n.lower() == b"retry-after"]
+    if status == 503 and not any(n.lower() == b"retry-after" for n, _ in headers):
+        assert out == [*headers, (b"retry-after", b"1")]
+    else:
+        assert out == headers
+    assert status != 503 or said
