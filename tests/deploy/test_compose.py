@@ -256,6 +256,8 @@ async def test_the_compose_services_serve_turns_through_haproxy(
                             assert balancer.returncode is None, log_text
                         await trio.sleep(0.05)
                     await trio.sleep(2.5)  # rise 1, inter 1s: every node has passed a check
+                health = (await client.get("/health")).json()
+                assert health["lease"]["valid"], health  # a node of several, with its lease
                 before = server_connections(tmp_path / "haproxy.sock")
                 redirected = 0
 
