@@ -120,6 +120,9 @@ async def start_node(
     env["PYTHONPATH"] = str(ROOT)
     env["AGENTIK_LEASE_SECONDS"] = str(lease)
     env["AGENTIK_MAX_QUEUED_TURNS"] = "64"
+    # As deploy/compose.yaml runs them: idle connections outlive HAProxy's
+    # (deploy/haproxy.cfg keeps connections to the nodes alive).
+    env["AGENTIK_KEEPALIVE_TIMEOUT"] = "300"
     command = [
         sys.executable,
         "-m",

@@ -49,9 +49,18 @@ from agentik.server.http import (
     undecodable_url,
 )
 from agentik.server.native import routes as native_routes
+from agentik.storage import LeaseState, StoreError
 
 log = logging.getLogger("agentik.server")
 PUBLIC_PATHS = frozenset({"/health"})
+
+
+async def _store_error(_: Request, exc: Exception) -> Response:
+    """A read the storage failed (a database down, frozen, gone): the server
+    cannot answer now, as ``/health`` says; retry, as for a turn's ``store_error``."""
+    return json_response(
+        error_body("store_error", f"the storage failed: {exc}"), 503, {"Retry-After": "1"}
+    )
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -66,6 +75,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 _CLOSE = (b"connection", b"close")
+_RETRY_AFTER = (b"retry-after", b"1")
+
+
+def _says_when(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(name.lower() == b"retry-after" for name, _ in headers)
 
 
 def _has_body(scope: Scope) -> bool:
@@ -122,6 +136,10 @@ class Guard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if status == 503 and not _says_when(message["headers"]):
+                    # Every 503 says when to retry (RFC 9110 §15.6.4): a client or
+                    # balancer that gets none may retry at once, and in a loop.
+                    message = {**message, "headers": [*message["headers"], _RETRY_AFTER]}
                 if body_unread:  # refused before the body was read: the server will
                     # close the connection (h11 cannot skip the rest), so say so
                     message = {**message, "headers": [*message["headers"], _CLOSE]}
@@ -161,6 +179,26 @@ class Guard:
             )
 
 
+def lease_health(lease: LeaseState) -> JsonObject:
+    """``/health``'s ``lease``: what the node holds, how old its lease is, and
+    the last renewal error (several nodes on PostgreSQL; docs/scale-out.md)."""
+    error: JsonValue = None
+    if lease.last_error is not None:
+        ago = lease.last_error_seconds_ago
+        error = {"message": lease.last_error, "seconds_ago": None if ago is None else round(ago, 3)}
+    renewed = lease.renewed_seconds_ago
+    return {
+        "node_id": lease.node_id,
+        "valid": lease.valid,
+        "conversations": lease.conversations,
+        "lease_seconds": lease.lease_seconds,
+        "renewed_seconds_ago": None if renewed is None else round(renewed, 3),
+        "valid_for_seconds": round(lease.valid_for_seconds, 3),
+        "live_nodes": lease.live_nodes,
+        "last_renewal_error": error,
+    }
+
+
 def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
     probe = StorageProbe(ctx.agent.storage, ctx.writer_gauges)
 
@@ -198,6 +236,15 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
                 if health.state.value in ("failed", "restarting"):
                     body["status"] = "degraded"
             body["mcp"] = servers
+        ownership = ctx.agent.storage.ownership
+        if ownership is not None:
+            lease = ownership.lease_state()
+            body["lease"] = lease_health(lease)
+            if not lease.valid:
+                # Turns here would be refused (its claims lapsed): out of the
+                # balancer's rotation until the node has joined again.
+                body["status"] = "degraded"
+                status = 503
         answer = await probe.check(ctx.background)  # first: it may find writes work again
         writer = ctx.writer_gauges()
         if writer is not None and writer.failing:
@@ -257,6 +304,11 @@ def mount(ctx: ServerContext) -> Guard:
             *agui_routes(ctx),
             *a2a_endpoint.routes(),
         ],
-        exception_handlers={HttpError: _http_error, 404: not_found, 405: not_allowed},
+        exception_handlers={
+            HttpError: _http_error,
+            StoreError: _store_error,
+            404: not_found,
+            405: not_allowed,
+        },
     )
     return Guard(app, ctx, drain=a2a_endpoint.stop_idle_watchers)

@@ -34,6 +34,7 @@ from agentik.storage._jsonl import header_line as header_line
 from agentik.storage._jsonl import read_archive as read_archive
 from agentik.storage._jsonl import record_line as record_line
 from agentik.storage._jsonl import split_lines as split_lines
+from agentik.storage._lease_state import LeaseState as LeaseState
 from agentik.storage._location import describe_location as describe_location
 from agentik.storage._location import is_postgres_url as is_postgres_url
 from agentik.storage._location import open_storage as open_storage
@@ -77,6 +78,7 @@ __all__ = [
     "FullMessageStore",
     "FullWorkingMemoryStore",
     "KeyedTurn",
+    "LeaseState",
     "MessageStore",
     "NotOwnedError",
     "Pending",

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from agentik._messages import Message, TokenStats
     from agentik._sync import Pending
     from agentik.storage._archive import ArchiveRecord
+    from agentik.storage._lease_state import LeaseState
     from agentik.storage._values import (
         ConversationSnapshot,
         KeyedTurn,
@@ -371,6 +372,11 @@ class ConversationOwnership(Protocol):
     def live_nodes(self) -> int:
         """Nodes whose lease was live at the last renewal, at least 1: each
         node keeps its share of the model's limits (``ModelLimits``)."""
+        ...
+
+    def lease_state(self) -> LeaseState:
+        """The node's lease as it measures it, without asking the database
+        (``/health``)."""
         ...
 
 

@@ -156,9 +156,12 @@ def test_the_route_table_is_complete() -> None:
 
 def check_response(response: httpx2.Response) -> None:
     """No undocumented 5xx; errors are ``{"error": {"code", "message"}}``; JSON
-    parses; every SSE frame is one JSON object and the stream ends properly."""
+    parses; every SSE frame is one JSON object and the stream ends properly;
+    a 503 says when to retry."""
     status = response.status_code
     assert status < 500 or status in DOCUMENTED_5XX, (status, response.text[:500])
+    if status == 503:
+        assert response.headers.get("retry-after", "").isdigit(), response.headers
     kind = response.headers.get("content-type", "")
     if status == 204:
         assert response.content == b""

@@ -74,21 +74,30 @@ class LifecycleApi:
             deleted = await self.agent.delete_conversation(stored_id)
         except OverloadedError as exc:
             raise HttpError(
-                429, f"conversation {conversation_id!r} is busy; retry later", code="overloaded"
+                429,
+                f"conversation {conversation_id!r} is busy; retry later",
+                code="overloaded",
+                headers={"Retry-After": "1"},
             ) from exc
         except NotOwnedError as exc:
             # Another live node owns it (several nodes on one database): it
             # deletes it there, as it runs its turns there.
             if not exc.owner_url:
                 raise HttpError(
-                    503, "the conversation could not be deleted; retry", code="unavailable"
+                    503,
+                    "the conversation could not be deleted; retry",
+                    code="unavailable",
+                    headers={"Retry-After": "1"},
                 ) from exc
             raise Redirect(
                 f"conversation {conversation_id!r} is owned by another node", base_url=exc.owner_url
             ) from exc
         except AgentikError as exc:
             raise HttpError(
-                503, "the conversation could not be deleted; retry", code="unavailable"
+                503,
+                "the conversation could not be deleted; retry",
+                code="unavailable",
+                headers={"Retry-After": "1"},
             ) from exc
         if not deleted:
             raise _not_found(conversation_id)

@@ -42,6 +42,7 @@ import psycopg
 import trio
 
 from agentik._errors import NotOwnedError, StoreError
+from agentik.storage._lease_state import LeaseState
 from agentik.storage.postgres._watchdog import Watchdog
 
 log = logging.getLogger("agentik.storage")
@@ -161,6 +162,10 @@ class NodeLease:
         self._valid_until = -math.inf
         self._subscribers: list[Callable[[], None]] = []
         self._live_nodes = 1
+        self._renewed_at: float | None = None
+        """When the last successful renewal (or join) began; for ``/health``."""
+        self._error: tuple[str, float] | None = None
+        """The last renewal's or join's failure and when; for ``/health``."""
 
     # --- the database, from a worker thread ---
 
@@ -222,6 +227,22 @@ class NodeLease:
         each keeps its share of the model's limits."""
         return self._live_nodes
 
+    def lease_state(self) -> LeaseState:
+        now = trio.current_time()
+        valid = now < self._valid_until
+        error, error_at = self._error if self._error is not None else (None, None)
+        return LeaseState(
+            node_id=self.node_id,
+            valid=valid,
+            lease_seconds=self.lease,
+            conversations=len(self._owned) if valid else 0,
+            live_nodes=self._live_nodes,
+            renewed_seconds_ago=None if self._renewed_at is None else now - self._renewed_at,
+            valid_for_seconds=self._valid_until - now if valid else 0.0,
+            last_error=error,
+            last_error_seconds_ago=None if error_at is None else now - error_at,
+        )
+
     async def advertise(self, url: str) -> None:
         self._url = url
         await self._db(_advertise, self.node_id, url)
@@ -239,6 +260,7 @@ class NodeLease:
         except StoreError as error:  # the count can wait for the next renewal
             log.warning("could not count the live nodes: %s", error)
         self._valid_until = began + self.lease - self._margin
+        self._renewed_at = began
         log.info("node %s joined (lease %.0f s)", node_id, self.lease)
 
     def _lose(self) -> None:
@@ -269,6 +291,7 @@ class NodeLease:
                     await self.join()
                 except StoreError as error:
                     log.warning("node could not join: %s", error)
+                    self._error = (f"join: {error}", trio.current_time())
                 continue
             await trio.sleep(period)
             began = trio.current_time()
@@ -276,12 +299,15 @@ class NodeLease:
                 renewed, self._live_nodes = await self._db(_renew, self.node_id, self.lease)
             except StoreError as error:
                 log.warning("node lease renewal failed: %s", error)
+                self._error = (f"renewal: {error}", trio.current_time())
                 continue  # the watchdog gives the claims up when the lease runs out
             if self._valid_until == -math.inf:
                 continue  # lost while the renewal was under way: join anew
             if renewed:
                 self._valid_until = began + self.lease - self._margin
+                self._renewed_at = began
             else:  # the row expired: others may own our conversations already
+                self._error = ("renewal: the node's row had expired", trio.current_time())
                 self._lose()
 
     async def _watchdog(self) -> None:
