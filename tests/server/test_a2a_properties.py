@@ -246,7 +246,9 @@ async def test_any_sequence_of_operations_keeps_tasks_as_the_model_says(
             await check(served, model)
             if model.paused() is None:  # else exactly its waiting calls have no result
                 check_history(await history(served.storage, "ctx"))
-    assert model.paid == PAID
+    # The approved calls of one answer run together (max_parallel_tools), so
+    # they may pay in any order; each paid exactly once, and nothing else did.
+    assert sorted(model.paid) == sorted(PAID)
 
 
 # --- decisions ---------------------------------------------------------------------
