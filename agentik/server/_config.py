@@ -1,0 +1,478 @@
+"""Server configuration: ``agentik.toml``, then environment variables, then CLI flags.
+
+Each setting is declared once in ``SETTINGS`` (its TOML section and key, its
+environment variable, its kind and default), so the three layers cannot drift
+apart. Layers are merged into one flat mapping, later layers winning, and only
+then validated into a frozen ``ServerConfig`` (``_settings`` holds the values);
+every error names the setting (``[limits] max_queued_turns``) and what was
+expected. Secrets (the model API
+key, the bearer token) come from the environment or the file, never from a
+flag, and are kept out of ``repr`` and out of every error message.
+
+``[[server.clients]]`` (or ``AGENTIK_CLIENTS``) maps bearer tokens to owners;
+``_clients`` reads it. ``[server] auth_token`` stays the token of the default
+owner, whose conversation ids are stored as sent (as before owners existed).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+import attrs
+
+from agentik._errors import ConfigError
+from agentik._input import InputError, decimal_float, decimal_int, shown
+from agentik.models import ModelLimits
+from agentik.server._clients import _TOKEN_RULE, TOKEN, Client, read_clients
+from agentik.server._settings import (
+    DEFAULT_READERS,
+    DEFAULT_SSE_HEARTBEAT,
+    Limits,
+    ModelSettings,
+    ServerConfig,
+    is_loopback,
+)
+
+if TYPE_CHECKING:
+    from agentik.mcp import McpServerConfig
+
+Kind: TypeAlias = Literal["str", "int", "count", "float", "interval", "list", "bind", "bool"]
+"""``int`` is positive, ``count`` may be 0 too; ``float`` is positive seconds,
+``interval`` may be 0 too, or ``"off"`` (read as 0: the thing it times is off)."""
+Raw: TypeAlias = "str | int | float | bool | list[str]"
+
+
+@attrs.frozen
+class Setting:
+    """One configurable value and where it may come from."""
+
+    section: str
+    key: str
+    kind: Kind
+    env: str | None
+    """Environment variable that overrides the file, if any."""
+    secret: bool = False
+    """Errors about it never show its value."""
+
+    @property
+    def name(self) -> str:
+        return f"[{self.section}] {self.key}"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("server", "bind", "bind", "AGENTIK_BIND"),
+    Setting("server", "auth_token", "str", "AGENTIK_AUTH_TOKEN", secret=True),
+    Setting("server", "gc_freeze", "bool", "AGENTIK_GC_FREEZE"),
+    Setting("server", "advertise_url", "str", "AGENTIK_ADVERTISE_URL"),
+    Setting("server", "sse_heartbeat", "interval", "AGENTIK_SSE_HEARTBEAT"),
+    Setting("storage", "database", "str", "AGENTIK_DATABASE"),
+    Setting("storage", "retention_days", "float", "AGENTIK_RETENTION_DAYS"),
+    Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
+    Setting("storage", "lease_seconds", "float", "AGENTIK_LEASE_SECONDS"),
+    Setting("storage", "readers", "int", "AGENTIK_STORAGE_READERS"),
+    Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
+    Setting("model", "model", "str", "AGENTIK_MODEL"),
+    Setting("model", "api_key_env", "str", None),
+    Setting("model", "context_tokens", "int", "AGENTIK_CONTEXT_TOKENS"),
+    Setting("model", "max_connections", "int", "AGENTIK_MODEL_MAX_CONNECTIONS"),
+    Setting("model", "timeout", "float", "AGENTIK_MODEL_TIMEOUT"),
+    Setting("model", "connect_timeout", "float", "AGENTIK_MODEL_CONNECT_TIMEOUT"),
+    Setting("model", "max_retries", "count", "AGENTIK_MODEL_MAX_RETRIES"),
+    Setting("model", "requests_per_minute", "int", "AGENTIK_MODEL_REQUESTS_PER_MINUTE"),
+    Setting("model", "tokens_per_minute", "int", "AGENTIK_MODEL_TOKENS_PER_MINUTE"),
+    Setting("model", "max_concurrent", "int", "AGENTIK_MODEL_MAX_CONCURRENT"),
+    Setting("model", "max_queue_wait", "float", "AGENTIK_MODEL_MAX_QUEUE_WAIT"),
+    Setting("agent", "system_prompt", "str", "AGENTIK_SYSTEM_PROMPT"),
+    Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
+    Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
+    Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
+    Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
+    Setting("limits", "max_conversations", "int", "AGENTIK_MAX_CONVERSATIONS"),
+    Setting("limits", "max_tool_rounds", "int", "AGENTIK_MAX_TOOL_ROUNDS"),
+    Setting("limits", "tool_timeout", "float", "AGENTIK_TOOL_TIMEOUT"),
+    Setting("limits", "graceful_timeout", "float", "AGENTIK_GRACEFUL_TIMEOUT"),
+    Setting("limits", "header_timeout", "float", "AGENTIK_HEADER_TIMEOUT"),
+    Setting("limits", "body_timeout", "float", "AGENTIK_BODY_TIMEOUT"),
+    Setting("limits", "body_min_rate", "float", "AGENTIK_BODY_MIN_RATE"),
+    Setting("limits", "max_connections", "int", "AGENTIK_MAX_CONNECTIONS"),
+    Setting("limits", "keepalive_timeout", "float", "AGENTIK_KEEPALIVE_TIMEOUT"),
+    Setting("limits", "max_skill_name", "int", "AGENTIK_MAX_SKILL_NAME"),
+    Setting("limits", "max_skill_description", "int", "AGENTIK_MAX_SKILL_DESCRIPTION"),
+    Setting("limits", "max_skill_body", "int", "AGENTIK_MAX_SKILL_BODY"),
+    Setting("limits", "max_note", "int", "AGENTIK_MAX_NOTE"),
+    Setting("limits", "skills_prompt_tokens", "int", "AGENTIK_SKILLS_PROMPT_TOKENS"),
+    Setting("limits", "notes_prompt_tokens", "int", "AGENTIK_NOTES_PROMPT_TOKENS"),
+)
+_BY_NAME = {(s.section, s.key): s for s in SETTINGS}
+
+DEFAULT_API_KEY_ENV = "AGENTIK_API_KEY"
+
+
+_MIN_CONTEXT_TOKENS = 256
+"""Below this a system prompt and one short turn hardly fit."""
+_MAX_INT = 2**63 - 1
+"""Largest integer setting: what SQLite and every consumer downstream can hold."""
+
+
+def _shown(value: object) -> str:
+    """A setting's value for an error message, long text (or a 4,000-digit
+    integer from TOML) cut short."""
+    if isinstance(value, str):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def parse_bind(value: str, *, name: str = "[server] bind") -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6)."""
+    host, sep, port_text = value.rpartition(":")
+    try:  # ASCII digits only: "²".isdigit() is true, and int("²") raises
+        port: int | None = decimal_int(port_text, "the port")
+    except InputError:
+        port = None
+    if not sep or not host or port is None:
+        raise ConfigError(f"{name} must be 'host:port', got {shown(value)}")
+    if port > 65535:
+        raise ConfigError(f"{name} port must be 0..65535, got {port}")
+    return host.removeprefix("[").removesuffix("]"), port
+
+
+def read_file(path: Path) -> dict[tuple[str, str], Raw]:
+    """The settings a TOML file gives, keyed by (section, key)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {str(path)!r} is not valid UTF-8") from error
+    try:
+        document = tomllib.loads(text)
+    except ValueError as error:  # TOMLDecodeError, or int()'s digit limit from inside tomllib
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {error}") from error
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid TOML: nested too deeply"
+        ) from None
+    found: dict[tuple[str, str], Raw] = {}
+    for section, table in document.items():
+        if section == "mcp":
+            continue  # nested tables: read by read_mcp_servers
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table, got {table!r}")
+        for key, value in table.items():
+            if (section, key) == ("server", "clients"):
+                continue  # an array of tables: read by read_clients
+            setting = _BY_NAME.get((section, key))
+            if setting is None:
+                raise ConfigError(f"{path}: unknown setting [{section}] {key}")
+            found[(section, key)] = _check_kind(setting, value, origin=str(path))
+    return found
+
+
+def read_mcp_servers(path: Path) -> tuple[McpServerConfig, ...]:
+    """The ``[[mcp.servers]]`` tables of a TOML file (checked: errors name the key)."""
+    document = tomllib.loads(path.read_bytes().decode("utf-8"))
+    mcp = document.get("mcp")
+    if mcp is None:
+        return ()
+    if not isinstance(mcp, dict) or set(mcp) - {"servers"}:
+        raise ConfigError(f"{path}: [mcp] may only hold the [[mcp.servers]] array")
+    from agentik.mcp import McpConfigError, parse_mcp_servers  # the SDK loads only if used
+
+    try:
+        return parse_mcp_servers(mcp.get("servers", []))
+    except McpConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
+
+
+def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
+    where = f"{origin}: {setting.name}"
+    if setting.kind in ("str", "bind"):
+        if not isinstance(value, str):
+            shown = "a value not shown (it is secret)" if setting.secret else repr(value)
+            raise ConfigError(f"{where} must be a string, got {shown}")
+        return value
+    if setting.kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if setting.kind in ("int", "count"):
+        low = 0 if setting.kind == "count" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INT:
+            expected = "an integer >= 0" if low == 0 else "a positive integer"
+            raise ConfigError(f"{where} must be {expected}, got {_shown(value)}")
+        return value
+    if setting.kind in ("float", "interval"):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_INT:
+            value = float(value)
+        if isinstance(value, float) and 0 < value < math.inf:  # also false for nan
+            return value
+        if setting.kind == "float":
+            raise ConfigError(f"{where} must be a positive number, got {_shown(value)}")
+        if value == "off" or (isinstance(value, float) and value == 0):
+            return 0.0
+        raise ConfigError(
+            f"{where} must be a number of seconds >= 0, or 'off', got {_shown(value)}"
+        )
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+    return [str(v) for v in value]
+
+
+def read_env(env: Mapping[str, str]) -> dict[tuple[str, str], Raw]:
+    """The settings environment variables give."""
+    found: dict[tuple[str, str], Raw] = {}
+    for setting in SETTINGS:
+        if setting.env is None or setting.env not in env:
+            continue
+        text = env[setting.env]
+        value: object = text
+        if setting.kind == "bool":
+            value = {"1": True, "true": True, "0": False, "false": False}.get(text.lower(), text)
+        elif setting.kind in ("int", "count"):
+            try:  # ASCII digits only: int() also reads '٣', ' 7 ' and '1_0'
+                value = decimal_int(text, setting.env, minimum=-_MAX_INT, maximum=_MAX_INT)
+            except InputError:
+                value = text
+        elif setting.kind in ("float", "interval"):
+            try:  # float() also reads 'nan', 'inf', '١' and '1_0'
+                value = decimal_float(text, setting.env)
+            except InputError:
+                value = text
+        elif setting.kind == "list":
+            value = [part.strip() for part in text.split(",") if part.strip()]
+        found[(setting.section, setting.key)] = _check_kind(setting, value, origin=setting.env)
+    return found
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[tuple[str, str], object] | None = None,
+) -> ServerConfig:
+    """Merge file < environment < ``overrides`` (CLI flags) and validate.
+
+    ``path`` None reads ``./agentik.toml`` if it exists; an explicit path
+    that does not exist is an error.
+    """
+    env = os.environ if env is None else env
+    if path is None:
+        default = Path("agentik.toml")
+        path = default if default.is_file() else None
+    merged: dict[tuple[str, str], Raw] = {}
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    if path is not None:
+        merged.update(read_file(path))
+        mcp_servers = read_mcp_servers(path)
+    merged.update(read_env(env))
+    for (section, key), value in (overrides or {}).items():
+        setting = _BY_NAME.get((section, key))
+        if setting is None:
+            raise ConfigError(f"unknown setting [{section}] {key}")
+        merged[(section, key)] = _check_kind(setting, value, origin="command line")
+    return _build(merged, env, read_clients(path, env), mcp_servers)
+
+
+def _build(
+    merged: Mapping[tuple[str, str], Raw],
+    env: Mapping[str, str],
+    clients: tuple[Client, ...],
+    mcp_servers: tuple[McpServerConfig, ...],
+) -> ServerConfig:
+    def get(section: str, key: str) -> Raw | None:
+        return merged.get((section, key))
+
+    host, port = "127.0.0.1", 8080
+    bind = get("server", "bind")
+    if isinstance(bind, str):
+        host, port = parse_bind(bind)
+    token = get("server", "auth_token")
+    auth_token = token if isinstance(token, str) and token else None
+    if auth_token is not None and not TOKEN.match(auth_token):
+        # the rule of [[server.clients]] tokens: a short token is guessable
+        raise ConfigError(f"[server] auth_token must be {_TOKEN_RULE} (the value is not shown)")
+    if not is_loopback(host) and auth_token is None and not clients:
+        raise ConfigError(
+            f"[server] auth_token is required when binding to the non-loopback address {host!r}"
+            " (set AGENTIK_AUTH_TOKEN, or give clients tokens in [[server.clients]])"
+        )
+
+    def number(key: str, default: float) -> float:
+        value = get("limits", key)
+        return value if isinstance(value, int | float) else default
+
+    base = Limits()
+    limits = Limits(
+        max_body_bytes=int(number("max_body_bytes", base.max_body_bytes)),
+        max_queued_turns=int(number("max_queued_turns", base.max_queued_turns)),
+        max_conversations=int(number("max_conversations", base.max_conversations)),
+        max_tool_rounds=int(number("max_tool_rounds", base.max_tool_rounds)),
+        tool_timeout=number("tool_timeout", base.tool_timeout),
+        graceful_timeout=number("graceful_timeout", base.graceful_timeout),
+        header_timeout=number("header_timeout", base.header_timeout),
+        body_timeout=number("body_timeout", base.body_timeout),
+        body_min_rate=number("body_min_rate", base.body_min_rate),
+        max_connections=int(number("max_connections", base.max_connections)),
+        keepalive_timeout=number("keepalive_timeout", base.keepalive_timeout),
+        max_skill_name=int(number("max_skill_name", base.max_skill_name)),
+        max_skill_description=int(number("max_skill_description", base.max_skill_description)),
+        max_skill_body=int(number("max_skill_body", base.max_skill_body)),
+        max_note=int(number("max_note", base.max_note)),
+        skills_prompt_tokens=int(number("skills_prompt_tokens", base.skills_prompt_tokens)),
+        notes_prompt_tokens=int(number("notes_prompt_tokens", base.notes_prompt_tokens)),
+    )
+    database = get("storage", "database")
+    retention = get("storage", "retention_days")
+    url = get("storage", "url")
+    if isinstance(url, str):
+        if isinstance(database, str):
+            raise ConfigError("set one of [storage] database and [storage] url, not both")
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                "[storage] url must start with postgresql:// (the value is not shown)"
+            )
+        database = url
+    prompt = get("agent", "system_prompt")
+    context_tokens = get("model", "context_tokens")
+    if context_tokens is not None and (
+        not isinstance(context_tokens, int) or context_tokens < _MIN_CONTEXT_TOKENS
+    ):
+        raise ConfigError(
+            f"[model] context_tokens must be an integer >= {_MIN_CONTEXT_TOKENS},"
+            f" got {context_tokens!r}"
+        )
+    toolsets = get("agent", "toolsets")
+    tools = get("agent", "tools")
+    return ServerConfig(
+        host=host,
+        port=port,
+        database=database if isinstance(database, str) else "./agentik.db",
+        model=_model(merged, env),
+        system_prompt=prompt if isinstance(prompt, str) else None,
+        toolsets=tuple(check_entry_point(t) for t in toolsets)
+        if isinstance(toolsets, list)
+        else (),
+        tools=tuple(check_entry_point(t, "tools") for t in tools)
+        if isinstance(tools, list)
+        else (),
+        auth_token=auth_token,
+        clients=clients,
+        limits=limits,
+        mcp_servers=mcp_servers,
+        context_tokens=context_tokens if isinstance(context_tokens, int) else None,
+        gc_freeze=get("server", "gc_freeze") is True,
+        retention_days=retention if isinstance(retention, float) else None,
+        advertise_url=_advertise_url(get("server", "advertise_url")),
+        lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
+        readers=_readers(get("storage", "readers")),
+        sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
+        model_limits=_model_limits(merged),
+    )
+
+
+def _advertise_url(value: Raw | None) -> str | None:
+    if not isinstance(value, str):
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"[server] advertise_url must start with http:// or https://, got {value!r}"
+        )
+    return value.rstrip("/")
+
+
+def _lease_seconds(value: Raw | None) -> float:
+    if not isinstance(value, int | float):
+        return 20.0
+    if not 1 <= value <= 3600:
+        raise ConfigError(f"[storage] lease_seconds must be between 1 and 3600, got {value!r}")
+    return float(value)
+
+
+MAX_READERS = 64
+"""Reads run in trio's worker threads, 40 at once by default: past that a
+reader only waits for a thread, and holds a connection (and, on PostgreSQL, a
+server process) for nothing."""
+
+
+def _readers(value: Raw | None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return DEFAULT_READERS
+    if value > MAX_READERS:
+        raise ConfigError(f"[storage] readers must be between 1 and {MAX_READERS}, got {value!r}")
+    return value
+
+
+MIN_SSE_HEARTBEAT = 1.0
+"""Seconds: a shorter heartbeat only costs bytes (proxies drop a connection
+after tens of seconds of silence)."""
+
+
+def _sse_heartbeat(value: Raw | None) -> float | None:
+    if not isinstance(value, float):
+        return DEFAULT_SSE_HEARTBEAT
+    if value == 0:
+        return None
+    if value < MIN_SSE_HEARTBEAT:
+        raise ConfigError(
+            f"[server] sse_heartbeat must be 0 or 'off' (no heartbeat) or at least"
+            f" {MIN_SSE_HEARTBEAT:g} second, got {value!r}"
+        )
+    return value
+
+
+def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> ModelSettings | None:
+    base_url = merged.get(("model", "base_url"))
+    model = merged.get(("model", "model"))
+    if base_url is None and model is None:
+        return None
+    if not isinstance(base_url, str) or not base_url:
+        raise ConfigError("[model] base_url is required when [model] model is set")
+    if not isinstance(model, str) or not model:
+        raise ConfigError("[model] model is required when [model] base_url is set")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"[model] base_url must start with http:// or https://, got {base_url!r}")
+    key_env = merged.get(("model", "api_key_env"), DEFAULT_API_KEY_ENV)
+    api_key = env.get(key_env) if isinstance(key_env, str) else None
+    connections = merged.get(("model", "max_connections"))
+    if connections is not None and (not isinstance(connections, int) or connections < 1):
+        raise ConfigError(f"[model] max_connections must be an integer >= 1, got {connections!r}")
+    timeout = merged.get(("model", "timeout"))
+    connect_timeout = merged.get(("model", "connect_timeout"))
+    retries = merged.get(("model", "max_retries"))
+    return ModelSettings(
+        base_url=base_url,
+        model=model,
+        api_key=api_key or None,
+        max_connections=connections,
+        # each checked by its kind already (_check_kind)
+        timeout=timeout if isinstance(timeout, float) else None,
+        connect_timeout=connect_timeout if isinstance(connect_timeout, float) else None,
+        max_retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
+    )
+
+
+_LIMIT_KEYS = ("requests_per_minute", "tokens_per_minute", "max_concurrent", "max_queue_wait")
+
+
+def _model_limits(merged: Mapping[tuple[str, str], Raw]) -> ModelLimits | None:
+    """``ModelLimits`` from the ``[model]`` settings of its fields; None if none is set."""
+    given = {key: merged[("model", key)] for key in _LIMIT_KEYS if ("model", key) in merged}
+    if not given:
+        return None
+    try:
+        return ModelLimits(**given)  # type: ignore[arg-type]
+    except ValueError as error:  # the kinds were checked; this is a range
+        raise ConfigError(f"[model] {error}") from None
+
+
+def check_entry_point(spec: str, key: str = "toolsets") -> str:
+    module, sep, attribute = spec.partition(":")
+    if not sep or not module or not attribute:
+        raise ConfigError(f"[agent] {key} entry {spec!r} must be 'module:attribute'")
+    return spec
