@@ -196,11 +196,7 @@ async def test_a_real_nursery_hidden_in_a_context_manager() -> None:
         with raise_lone_error():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(task)
-                # the task has run (failed, or sleeps) before the body fails;
-                # shielded, so its failure cannot cancel the body first (a bare
-                # checkpoint left that to trio's random scheduling order)
-                with trio.CancelScope(shield=True):
-                    await trio.testing.wait_all_tasks_blocked()
+                await trio.lowlevel.checkpoint()
                 raise ValueError("body")
 
     with pytest.raises(ValueError, match=r"^body$"):
