@@ -174,6 +174,7 @@ def dispatch(
     toolset tool (auto-activated), or ``Error("tool 'X' not found")``.
 
     O(1) in the number of toolsets and tools when ``contributions`` is a
-    ``ToolsetIndex`` or a tuple (indexed once, cached by identity).
+    ``ToolsetIndex`` (build it once and keep it, as the runtime does); any
+    other sequence is indexed afresh on every call.
     """
     return index_of(contributions).dispatch(active, call, core_tools)
