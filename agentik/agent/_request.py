@@ -32,7 +32,8 @@ async def build_request(
     """The next request of the turn whose user message is ``conv.history[start]``,
     with the toolsets and the active ones it was built for."""
     system, index, active = await system_message(conv)
-    tools = offered_tools(conv.runtime.offered_core, index, active)
+    core = conv.runtime.offered_core
+    tools = offered_tools(core, index, active)
     policy = conv.runtime.settings.context
     if policy is None:
         return ModelRequest((system, *conv.history), tools), index, active
@@ -42,7 +43,8 @@ async def build_request(
             summary=conv.summary_message,
             history=conv.history,
             turn_start=start,
-            budget=policy.max_tokens,
+            # The active toolsets' schemas take their share of the window.
+            budget=policy.max_tokens - index.costs.total(tools[len(core) :]),
             cost=conv.cost,
         )
     except ContextExhausted as exc:

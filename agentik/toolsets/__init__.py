@@ -19,6 +19,7 @@ from agentik.toolsets._control import TOOLSET_NAME_PARAMETERS as TOOLSET_NAME_PA
 from agentik.toolsets._control import disable_answer as disable_answer
 from agentik.toolsets._control import enable_answer as enable_answer
 from agentik.toolsets._control import toolset_control_tools as toolset_control_tools
+from agentik.toolsets._cost import ToolCosts as ToolCosts
 from agentik.toolsets._dispatch import Error as Error
 from agentik.toolsets._dispatch import Run as Run
 from agentik.toolsets._dispatch import ToolsetIndex as ToolsetIndex
@@ -37,6 +38,7 @@ __all__ = [
     "Error",
     "NamedTool",
     "Run",
+    "ToolCosts",
     "ToolHandler",
     "ToolsetActivation",
     "ToolsetContribution",

@@ -13,6 +13,7 @@ EXPECTED = {
     "Error",
     "NamedTool",
     "Run",
+    "ToolCosts",
     "ToolHandler",
     "ToolsetActivation",
     "ToolsetContribution",
