@@ -103,7 +103,8 @@ class ToolsetStatus:
 
 async def _enable(state: ConversationState, arguments: JsonObject) -> str:
     assert isinstance(state, Conversation)
-    return enable_answer(state.runtime.toolsets()[1], state.activation, arguments)
+    runtime = state.runtime
+    return enable_answer(runtime.toolsets()[1], state.activation, arguments, runtime.tools_budget)
 
 
 async def _disable(state: ConversationState, arguments: JsonObject) -> str:

@@ -33,7 +33,8 @@ async def build_request(
     with the toolsets and the active ones it was built for."""
     system, index, active = await system_message(conv)
     core = conv.runtime.offered_core
-    tools = offered_tools(core, index, active)
+    selection = tuple(s for s in conv.activation.selection() if s[0] in active) if active else ()
+    tools = offered_tools(core, index, selection)
     policy = conv.runtime.settings.context
     if policy is None:
         return ModelRequest((system, *conv.history), tools), index, active
@@ -110,13 +111,18 @@ async def check_room(conv: TurnHost, text: str) -> None:
 
 
 def offered_tools(
-    core: Sequence[NamedTool], index: ToolsetIndex, active: frozenset[str]
+    core: Sequence[NamedTool],
+    index: ToolsetIndex,
+    selection: Sequence[tuple[str, frozenset[str] | None]],
 ) -> tuple[NamedTool, ...]:
     """What the model is offered: core tools (with enable/disable when toolsets
-    exist) and the tools of active toolsets; inactive toolsets stay hidden."""
-    if not active:
+    exist), then the tools enabled of the active toolsets in the order they
+    were switched on (``ToolsetActivation.selection``): a stable array, so a
+    request shares the longest prefix with the one before (the provider's
+    prompt cache). Inactive toolsets stay hidden."""
+    if not selection:
         return tuple(core)
-    return (*core, *index.tools_for(active))
+    return (*core, *index.tools_of(selection))
 
 
 def _same_prompt_inputs(a: PromptInputs, b: PromptInputs) -> bool:

@@ -10,6 +10,7 @@ from agentik._public import publish as _publish
 from agentik.toolsets._activation import ToolsetActivation as ToolsetActivation
 from agentik.toolsets._arguments import parse_arguments as parse_arguments
 from agentik.toolsets._arguments import validator_for as validator_for
+from agentik.toolsets._budget import activate_for_call as activate_for_call
 from agentik.toolsets._contribution import ToolsetContribution as ToolsetContribution
 from agentik.toolsets._control import DISABLE_TOOLSET as DISABLE_TOOLSET
 from agentik.toolsets._control import DISABLE_TOOLSET_DESCRIPTION as DISABLE_TOOLSET_DESCRIPTION
@@ -43,6 +44,7 @@ __all__ = [
     "ToolsetActivation",
     "ToolsetContribution",
     "ToolsetIndex",
+    "activate_for_call",
     "disable_answer",
     "dispatch",
     "enable_answer",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from agentik._errors import ToolError
 from agentik._json import JsonObject, JsonValue
 from agentik.toolsets._activation import ToolsetActivation
+from agentik.toolsets._budget import switch_on, switched_off_text
 from agentik.toolsets._dispatch import ToolsetIndex
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._validate import describe
@@ -72,12 +73,27 @@ def _available(index: ToolsetIndex) -> str:
     return ", ".join(index.names) or "(none)"
 
 
-def enable_answer(index: ToolsetIndex, activation: ToolsetActivation, arguments: JsonObject) -> str:
-    """Enable the named toolset and say so; refreshes its use when already active."""
+def enable_answer(
+    index: ToolsetIndex,
+    activation: ToolsetActivation,
+    arguments: JsonObject,
+    budget: int | None = None,
+) -> str:
+    """Enable the named toolset and say so; refreshes its use when already active.
+
+    Within ``budget`` tokens of tool schemas (None: unbounded) the least
+    recently used active toolsets are switched off to make room, and the
+    answer names them; a toolset that alone needs more is an error
+    (``OverBudget``) that changes nothing.
+    """
     name = _requested_name(ENABLE_TOOLSET, index, arguments)
-    if activation.enable(name):
-        return f"Toolset '{name}' activated."
-    return f"Toolset '{name}' is already active."
+    if activation.is_active(name) and activation.tools_of(name) is None:
+        activation.enable(name)
+        return f"Toolset '{name}' is already active."
+    evicted = switch_on(index, activation, name, None, budget)
+    if evicted:
+        return f"Toolset '{name}' activated; {switched_off_text(evicted)}"
+    return f"Toolset '{name}' activated."
 
 
 def disable_answer(
@@ -90,12 +106,13 @@ def disable_answer(
 
 
 def toolset_control_tools(
-    index: ToolsetIndex, activation: ToolsetActivation
+    index: ToolsetIndex, activation: ToolsetActivation, budget: int | None = None
 ) -> tuple[NamedTool, NamedTool]:
-    """``enable_toolset`` and ``disable_toolset`` bound to one conversation's activation."""
+    """``enable_toolset`` and ``disable_toolset`` bound to one conversation's
+    activation, enabling within ``budget`` tokens of tool schemas."""
 
     async def enable(arguments: JsonObject) -> str:
-        return enable_answer(index, activation, arguments)
+        return enable_answer(index, activation, arguments, budget)
 
     async def disable(arguments: JsonObject) -> str:
         return disable_answer(index, activation, arguments)

@@ -90,3 +90,57 @@ def test_a_tools_budget_that_leaves_no_window_is_refused() -> None:
         with pytest.raises(ValueError) as caught:
             ContextPolicy(max_tokens=1_000, tools_budget=bad)
         assert str(caught.value) == message
+
+
+async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -> None:
+    """Through real turns: the enable result names what was switched off, the
+    tools array is the core tools then the toolsets in activation order, and
+    the active toolsets' schemas never pass the tools budget."""
+    a, b, c = _toolset("a", 1, 300), _toolset("b", 1, 300), _toolset("c", 1, 300)
+    one = ToolCosts().of(a.tools[0])
+    requests: list[ModelRequest] = []
+    script = {
+        "go": [
+            call("enable_toolset", {"name": "b"}),
+            call("enable_toolset", {"name": "a"}),
+            call("b_v0"),  # a use of b: a is now the least recently used
+            call("c_v0"),  # auto-activation makes room too
+            call("enable_toolset", {"name": "a"}),
+            "done",
+        ]
+    }
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        step = sum(1 for m in request.messages if m.role is Role.ASSISTANT)
+        answer = script["go"][step]
+        return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
+
+    policy = ContextPolicy(max_tokens=20_000, tools_budget=2 * one + 1)
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=[a, b, c],
+        builtin_tools=False,
+        context=policy,
+    ) as agent:
+        result = await agent.send("conv", "go")
+    results = [m.content for m in result.messages if m.role is Role.TOOL]
+    assert results == [
+        "Toolset 'b' activated.",
+        "Toolset 'a' activated.",
+        "ok",
+        "ok",
+        "Toolset 'a' activated; 'b' was switched off to make room.",
+    ]
+    names = [[t.name for t in r.tools] for r in requests]
+    core = ["enable_toolset", "disable_toolset"]
+    assert names == [
+        core,
+        [*core, "b_v0"],
+        [*core, "b_v0", "a_v0"],
+        [*core, "b_v0", "a_v0"],
+        [*core, "b_v0", "c_v0"],
+        [*core, "c_v0", "a_v0"],
+    ]
+    assert all(_toolset_tools_cost(r) <= policy.tools_budget_tokens for r in requests)

@@ -18,6 +18,7 @@ EXPECTED = {
     "ToolsetActivation",
     "ToolsetContribution",
     "ToolsetIndex",
+    "activate_for_call",
     "disable_answer",
     "dispatch",
     "enable_answer",
