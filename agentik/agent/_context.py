@@ -74,6 +74,12 @@ class ContextPolicy:
     """Tokens the active toolsets' schemas may take of ``max_tokens``; None: a
     quarter of it (``tools_budget_tokens``). Enabling a toolset past it
     switches the least recently used ones off."""
+    find_tools: bool | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(bool))
+    )
+    """Offer ``find_tools`` (when there are toolsets): None, when all the
+    toolsets' schemas together exceed the tools budget; True, always; False,
+    never."""
 
     @tools_budget.validator
     def _check_tools_budget(

@@ -14,11 +14,16 @@ from typing import TYPE_CHECKING
 
 from agentik._errors import TurnError
 from agentik._messages import Message, Role
-from agentik.agent._context import ContextExhausted, estimate_tokens, select_window
+from agentik.agent._context import (
+    ContextExhausted,
+    ContextPolicy,
+    estimate_tokens,
+    select_window,
+)
 from agentik.agent._prompt import PromptContext, render_system_prompt
 from agentik.agent._turn_host import PromptInputs as PromptInputs
 from agentik.models import ModelRequest
-from agentik.toolsets import NamedTool, ToolsetIndex
+from agentik.toolsets import FIND_TOOLS, NamedTool, ToolsetIndex
 
 if TYPE_CHECKING:
     from agentik.agent._turn_host import TurnHost
@@ -32,10 +37,13 @@ async def build_request(
     """The next request of the turn whose user message is ``conv.history[start]``,
     with the toolsets and the active ones it was built for."""
     system, index, active = await system_message(conv)
-    core = conv.runtime.offered_core
+    runtime = conv.runtime
+    core = runtime.offered_core
+    policy = runtime.settings.context
+    if policy is not None and _offers_find(policy, index):
+        core = (*core, runtime.core_tools[FIND_TOOLS])
     selection = tuple(s for s in conv.activation.selection() if s[0] in active) if active else ()
     tools = offered_tools(core, index, selection)
-    policy = conv.runtime.settings.context
     if policy is None:
         return ModelRequest((system, *conv.history), tools), index, active
     try:
@@ -123,6 +131,14 @@ def offered_tools(
     if not selection:
         return tuple(core)
     return (*core, *index.tools_of(selection))
+
+
+def _offers_find(policy: ContextPolicy, index: ToolsetIndex) -> bool:
+    """Whether ``find_tools`` is offered: there are toolsets, and the policy
+    asks for it, or (by default) they would not all fit the tools budget."""
+    if not len(index) or policy.find_tools is False:
+        return False
+    return policy.find_tools is True or index.total_cost > policy.tools_budget_tokens
 
 
 def _same_prompt_inputs(a: PromptInputs, b: PromptInputs) -> bool:

@@ -16,6 +16,7 @@ from agentik.toolsets._control import DISABLE_TOOLSET as DISABLE_TOOLSET
 from agentik.toolsets._control import DISABLE_TOOLSET_DESCRIPTION as DISABLE_TOOLSET_DESCRIPTION
 from agentik.toolsets._control import ENABLE_TOOLSET as ENABLE_TOOLSET
 from agentik.toolsets._control import ENABLE_TOOLSET_DESCRIPTION as ENABLE_TOOLSET_DESCRIPTION
+from agentik.toolsets._control import ENABLE_TOOLSET_PARAMETERS as ENABLE_TOOLSET_PARAMETERS
 from agentik.toolsets._control import TOOLSET_NAME_PARAMETERS as TOOLSET_NAME_PARAMETERS
 from agentik.toolsets._control import disable_answer as disable_answer
 from agentik.toolsets._control import enable_answer as enable_answer
@@ -25,6 +26,10 @@ from agentik.toolsets._dispatch import Error as Error
 from agentik.toolsets._dispatch import Run as Run
 from agentik.toolsets._dispatch import ToolsetIndex as ToolsetIndex
 from agentik.toolsets._dispatch import dispatch as dispatch
+from agentik.toolsets._find import FIND_TOOLS as FIND_TOOLS
+from agentik.toolsets._find import FIND_TOOLS_DESCRIPTION as FIND_TOOLS_DESCRIPTION
+from agentik.toolsets._find import FIND_TOOLS_PARAMETERS as FIND_TOOLS_PARAMETERS
+from agentik.toolsets._find import find_answer as find_answer
 from agentik.toolsets._named_tool import NamedTool as NamedTool
 from agentik.toolsets._named_tool import ToolHandler as ToolHandler
 from agentik.toolsets._prompt import render_toolset_section as render_toolset_section
@@ -35,6 +40,10 @@ __all__ = [
     "DISABLE_TOOLSET_DESCRIPTION",
     "ENABLE_TOOLSET",
     "ENABLE_TOOLSET_DESCRIPTION",
+    "ENABLE_TOOLSET_PARAMETERS",
+    "FIND_TOOLS",
+    "FIND_TOOLS_DESCRIPTION",
+    "FIND_TOOLS_PARAMETERS",
     "TOOLSET_NAME_PARAMETERS",
     "Error",
     "NamedTool",
@@ -48,6 +57,7 @@ __all__ = [
     "disable_answer",
     "dispatch",
     "enable_answer",
+    "find_answer",
     "parse_arguments",
     "render_toolset_section",
     "tool",

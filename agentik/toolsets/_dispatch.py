@@ -24,6 +24,7 @@ from agentik.toolsets._contribution import ToolsetContribution
 from agentik.toolsets._cost import ToolCosts
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._prompt import render_toolset_section
+from agentik.toolsets._search import BM25, words
 
 
 @attrs.frozen
@@ -77,6 +78,7 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         "_contributions",
         "_costs",
         "_names",
+        "_search",
         "_sections",
         "_set_costs",
         "_tools",
@@ -107,6 +109,7 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         self._sections: dict[frozenset[str], str | None] = {}
         self._costs = _ESTIMATED if costs is None else costs
         self._set_costs: dict[str, int] | None = None
+        self._search: tuple[BM25, tuple[tuple[str, NamedTool], ...]] | None = None
 
     @property
     def costs(self) -> ToolCosts:
@@ -150,6 +153,20 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
             else:
                 out.extend(t for t in contribution.tools if t.name in tools)
         return tuple(out)
+
+    def find_tools(self, query: str, limit: int) -> tuple[tuple[str, NamedTool], ...]:
+        """The ``limit`` tools of all toolsets that best match ``query``
+        (BM25 over names and descriptions), best first, each with its
+        toolset; none when no word matches. Indexed on first use."""
+        if self._search is None:
+            entries = tuple((c.name, t) for c in self._contributions for t in c.tools)
+            documents = [
+                words(f"{t.name} {t.description} {name} {self._by_name[name].description}")
+                for name, t in entries
+            ]
+            self._search = (BM25(documents), entries)
+        ranking, entries = self._search
+        return tuple(entries[i] for i in ranking.top(words(query), limit))
 
     @property
     def names(self) -> tuple[str, ...]:

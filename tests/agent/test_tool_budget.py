@@ -116,7 +116,7 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
         answer = script["go"][step]
         return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
 
-    policy = ContextPolicy(max_tokens=20_000, tools_budget=2 * one + 1)
+    policy = ContextPolicy(max_tokens=20_000, tools_budget=2 * one + 1, find_tools=False)
     async with open_chat_agent(
         model=ScriptedModel(respond),
         storage=in_memory_storage(),
@@ -144,3 +144,97 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
         [*core, "c_v0", "a_v0"],
     ]
     assert all(_toolset_tools_cost(r) <= policy.tools_budget_tokens for r in requests)
+
+
+def _tool_names(request: ModelRequest) -> list[str]:
+    return [t.name for t in request.tools]
+
+
+async def _first_request_tools(toolsets: list[ToolsetContribution], **options: object) -> list[str]:
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return ModelResponse(text="hi")
+
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=toolsets,
+        builtin_tools=False,
+        **options,  # type: ignore[arg-type]
+    ) as agent:
+        await agent.send("c", "hello")
+    return _tool_names(requests[0])
+
+
+async def test_find_tools_is_offered_when_the_catalog_passes_the_budget() -> None:
+    """Offered (after the switches, before any toolset's tools) only when all
+    the toolsets' schemas would not fit the tools budget, or when asked."""
+    sets = [_toolset(n, 1, 300) for n in ("a", "b", "c")]
+    total = ToolCosts().total(t for s in sets for t in s.tools)
+    switches = ["enable_toolset", "disable_toolset"]
+    assert await _first_request_tools(sets) == switches  # no policy, no budget
+    for budget, find, offered in [
+        (total - 1, None, True),
+        (total, None, False),
+        (total, True, True),
+        (total - 1, False, False),
+    ]:
+        policy = ContextPolicy(max_tokens=50_000, tools_budget=budget, find_tools=find)
+        tools = await _first_request_tools(sets, context=policy)
+        assert tools == ([*switches, "find_tools"] if offered else switches), (budget, find)
+    assert await _first_request_tools([], context=ContextPolicy(max_tokens=500)) == []
+
+
+async def test_find_then_enable_only_the_tools_needed() -> None:
+    """A well-behaved model: find_tools, enable the one tool it needs, call it;
+    then call another tool of the toolset by name (auto-activation adds it)."""
+
+    def tool(name: str, description: str) -> NamedTool:
+        return NamedTool(name, description, {"type": "object", "properties": {}}, _ok)
+
+    github = ToolsetContribution(
+        "github",
+        "Issues and pull requests",
+        [
+            tool("github_create_issue", "Create a new issue in a repository." + " " * 900),
+            tool("github_list_pulls", "List the pull requests of a repository." + " " * 900),
+            tool("github_merge_pull", "Merge a pull request." + " " * 900),
+        ],
+    )
+    one = ToolCosts().of(github.tools[0])
+    script = [
+        call("find_tools", {"query": "open an issue", "limit": 1}),
+        call("enable_toolset", {"name": "github", "tools": ["github_create_issue"]}),
+        call("github_create_issue"),
+        call("github_merge_pull"),
+        "done",
+    ]
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        answer = script[sum(1 for m in request.messages if m.role is Role.ASSISTANT)]
+        return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
+
+    policy = ContextPolicy(max_tokens=50_000, tools_budget=2 * one + 10)
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=[github],
+        builtin_tools=False,
+        context=policy,
+    ) as agent:
+        result = await agent.send("c", "go")
+    results = [m.content for m in result.messages if m.role is Role.TOOL]
+    assert results[0].split("\n")[1].startswith("github_create_issue (toolset github, ~")
+    assert results[1:] == ["Toolset 'github' activated (1 of its 3 tools).", "ok", "ok"]
+    base = ["enable_toolset", "disable_toolset", "find_tools"]
+    assert [_tool_names(r) for r in requests] == [
+        base,
+        base,
+        [*base, "github_create_issue"],
+        [*base, "github_create_issue"],
+        [*base, "github_create_issue", "github_merge_pull"],
+    ]
