@@ -19,6 +19,7 @@ from agentik.toolsets import (
     ToolsetContribution,
     ToolsetIndex,
     activate_for_call,
+    disable_answer,
     enable_answer,
 )
 from agentik.toolsets._budget import OverBudget, switch_on
@@ -198,3 +199,26 @@ def test_without_a_budget_nothing_is_evicted() -> None:
     for name in ("x", "y", "z", "big"):
         assert enable_answer(TWO, activation, {"name": name}) == f"Toolset '{name}' activated."
     assert [n for n, _ in activation.selection()] == ["x", "y", "z", "big"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), roomy=st.booleans())
+def test_the_seed_texts_are_unchanged_when_nothing_is_evicted(
+    data: st.DataObject, roomy: bool
+) -> None:
+    """No budget, or one everything fits: every answer is the seed's, byte for byte."""
+    index = data.draw(catalogs())
+    if not len(index):
+        return
+    budget = index.total_cost if roomy else None
+    activation = ToolsetActivation(clock=lambda: 0.0)
+    for op, name, _ in data.draw(_ops(index)):
+        if op == "enable":
+            was = activation.is_active(name)
+            answer = enable_answer(index, activation, {"name": name}, budget)
+            seed = "is already active." if was else "activated."
+            assert answer == f"Toolset '{name}' {seed}"
+        elif op == "disable":
+            assert disable_answer(index, activation, {"name": name}) == (
+                f"Toolset '{name}' deactivated."
+            )
