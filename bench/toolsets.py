@@ -12,7 +12,8 @@ made it. Each server is one toolset.
 The workload is one conversation of ``--tasks`` turns, each needing 1 to 3
 random tools of the catalog. A scripted model behaves as a well-behaved model
 would: it calls a tool it is offered; otherwise it gets it the way the
-strategy allows, then calls it. Strategies, each through a real agent:
+strategy allows, then calls it (a tool an earlier search in its window
+found is not searched again). Strategies, each through a real agent:
 
 - ``flat``: every schema on every request (no toolsets);
 - ``toolsets``: agentik without a context policy: ``enable_toolset`` of the
@@ -135,12 +136,18 @@ def model_for(
                 return _call(name, {}, n)  # enabled and still not offered: by name
             if strategy == "toolsets":
                 return _call("enable_toolset", {"name": toolset}, n)
+            # A tool some search of the window already found needs none.
+            known = any(
+                m.role is Role.TOOL and f"\n{name} (toolset " in m.content for m in messages
+            )
             query = query_for(by_name[name])
-            searched = [c for c in calls if c.name == "find_tools"]
-            if not any(json.loads(c.arguments)["query"] == query for c in searched):
+            searched = {
+                json.loads(c.arguments)["query"]: c.id for c in calls if c.name == "find_tools"
+            }
+            if query in searched:  # the search was for this tool: did it find it?
+                hits.append(f"\n{name} (" in results.get(searched[query], ""))
+            elif not known:
                 return _call("find_tools", {"query": query}, n)
-            found = results.get(searched[-1].id, "")
-            hits.append(f"\n{name} (" in found)
             wanted = [t for t in task.tools if t.split("_", 1)[0] == toolset]
             if strategy == "vendor search":  # found tools are only ever added
                 wanted += [t for t in offered if t.split("_", 1)[0] == toolset]
