@@ -154,5 +154,11 @@ class NotOwnedError(AgentikError):
         """The base URL the owner advertises (``http://host:port``)."""
 
 
+class ConfigError(AgentikError):
+    """The server's configuration is invalid; the message names the setting.
+    Defined here, with the tree, so the CLI can catch it without loading the
+    server (``agentik.server`` exports it)."""
+
+
 class ProtocolViolation(AgentikError):
     """A client sent something the wire protocol does not allow."""

@@ -4,7 +4,7 @@ archive and the CLI.
 ``agentik serve`` stores the default owner's conversation ``demo`` as
 ``demo``, and owner ``alice``'s as ``"alice\\x1fdemo"``. U+001F appears neither
 in an id or a skill name a client may send (``checked_id``: printable only)
-nor in an owner name (``agentik._clients.OWNER``), so the mapping is
+nor in an owner name (``OWNER``), so the mapping is
 one-to-one: the prefix up to the first U+001F names the owner, no name one
 owner sends reaches another owner's, and an id from outside that still holds
 one (an archive's header) is refused rather than let plant a conversation in
@@ -19,10 +19,15 @@ embedder whose conversation ids hold no U+001F has one scope, ``""``.
 
 from __future__ import annotations
 
-from agentik._clients import OWNER, OWNER_RULE
+import re
+
 from agentik._input import InputError, checked_id, shown
 
 SEPARATOR = "\x1f"
+OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$")
+"""An owner's name (``[[server.clients]]``): 1..48 characters; no separator
+or control character can hide in it."""
+OWNER_RULE = "1..48 of A-Z a-z 0-9 . _ - (starting with a letter or digit)"
 
 
 def scope_of(stored: str) -> str:

@@ -6,8 +6,9 @@ For each scale it prints CPU ns per call, the minimum and the median over
 interleaved repeats. CPU time is used so that other processes on the shared
 cores do not count. Three variants are timed:
 
-- ``dispatch``: the module-level function, given a tuple of contributions
-  whose index is cached by identity;
+- ``dispatch``: the module-level function, given the ``ToolsetIndex`` (it
+  keeps no cache: given a plain tuple it would index all of it on every
+  call, which is not what is measured here);
 - ``index``: ``ToolsetIndex.dispatch``, the agent's hot path;
 - ``baseline``: a bare dict lookup of the same names, in the same process.
 
@@ -105,7 +106,7 @@ def _runners(
 
     def run_dispatch() -> None:
         for call in calls:
-            dispatch(active, contributions, call, core)
+            dispatch(active, index, call, core)
 
     def run_index() -> None:
         for call in calls:

@@ -41,9 +41,9 @@ import time  # noqa: E402
 import attrs  # noqa: E402
 import trio  # noqa: E402
 
-from agentik._config import ServerConfig  # noqa: E402
 from agentik.agent import open_chat_agent  # noqa: E402
 from agentik.models import ScriptedModel, bench_responder  # noqa: E402
+from agentik.server import ServerConfig  # noqa: E402
 from agentik.storage import open_sqlite_storage  # noqa: E402
 from agentik.toolsets import ToolsetContribution, tool  # noqa: E402
 

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik._config import ConfigError, load_config
 from agentik._input import (
     MAX_JSON_DEPTH,
     MAX_JSON_INT_DIGITS,
@@ -24,6 +23,7 @@ from agentik._input import (
     decode_json,
     json_depth,
 )
+from agentik.server import ConfigError, load_config
 
 every_character = st.characters(exclude_categories=())
 number_like = st.one_of(

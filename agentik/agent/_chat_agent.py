@@ -70,12 +70,17 @@ from agentik.toolsets import (
     DISABLE_TOOLSET_DESCRIPTION,
     ENABLE_TOOLSET,
     ENABLE_TOOLSET_DESCRIPTION,
+    ENABLE_TOOLSET_PARAMETERS,
+    FIND_TOOLS,
+    FIND_TOOLS_DESCRIPTION,
+    FIND_TOOLS_PARAMETERS,
     TOOLSET_NAME_PARAMETERS,
     NamedTool,
     ToolsetActivation,
     ToolsetContribution,
     disable_answer,
     enable_answer,
+    find_answer,
 )
 
 if TYPE_CHECKING:
@@ -104,7 +109,8 @@ class ToolsetStatus:
 
 async def _enable(state: ConversationState, arguments: JsonObject) -> str:
     assert isinstance(state, Conversation)
-    return enable_answer(state.runtime.toolsets()[1], state.activation, arguments)
+    runtime = state.runtime
+    return enable_answer(runtime.toolsets()[1], state.activation, arguments, runtime.tools_budget)
 
 
 async def _disable(state: ConversationState, arguments: JsonObject) -> str:
@@ -112,15 +118,25 @@ async def _disable(state: ConversationState, arguments: JsonObject) -> str:
     return disable_answer(state.runtime.toolsets()[1], state.activation, arguments)
 
 
+async def _find(state: ConversationState, arguments: JsonObject) -> str:
+    assert isinstance(state, Conversation)
+    return find_answer(state.runtime.toolsets()[1], arguments)
+
+
 # One definition each, every call bound to the calling conversation's activation.
 _CONTROL_TOOLS = (
     ConversationTool(
-        ENABLE_TOOLSET, ENABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, run=_enable
+        ENABLE_TOOLSET, ENABLE_TOOLSET_DESCRIPTION, ENABLE_TOOLSET_PARAMETERS, run=_enable
     ),
     ConversationTool(
         DISABLE_TOOLSET, DISABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, run=_disable
     ),
 )
+FIND_TOOL = ConversationTool(
+    FIND_TOOLS, FIND_TOOLS_DESCRIPTION, FIND_TOOLS_PARAMETERS, run=_find, sequential=False
+)
+"""Searches the toolsets' tools: a core tool whenever there are toolsets,
+offered when the context policy says so (``_request.offered_tools``)."""
 
 
 @final
@@ -777,6 +793,12 @@ def _core_tools(
         if t.name in core:
             raise ValueError(f"tool name {t.name!r} appears twice among the core tools")
         core[t.name] = t
+    if contributions:  # dispatchable always, offered per request
+        if FIND_TOOLS in core:
+            raise ValueError(
+                f"tool name {FIND_TOOLS!r} is taken by the toolsets' search; rename the core tool"
+            )
+        core[FIND_TOOLS] = FIND_TOOL
     for c in contributions:
         for t in c.tools:
             if t.name in core:

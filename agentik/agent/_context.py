@@ -15,8 +15,11 @@ tests/agent/test_context.py checks on random conversations:
 
 Tokens are counted by ``ContextPolicy.count_tokens`` over what the model reads:
 each message's content, each tool call's name and arguments, plus a few tokens
-of framing per message (``MESSAGE_OVERHEAD``). Tool schemas are not counted:
-they are the same on every request (docs/agent.md says how to size for them).
+of framing per message (``MESSAGE_OVERHEAD``). The schemas of the active
+toolsets' tools are counted too: they take at most ``tools_budget`` tokens
+(enabling past it switches the least recently used toolsets off), and the
+window gets what they leave. The core tools' schemas are the same on every
+request and come on top (docs/agent.md says how to size for them).
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class ContextPolicy:
 
     max_tokens: int = attrs.field(validator=_positive)
     """The budget of every request's prompt: system message, summary, messages
-    (content, tool call names and arguments). Tool schemas come on top."""
+    (content, tool call names and arguments) and the active toolsets' tool
+    schemas. The core tools' schemas come on top."""
     count_tokens: Callable[[str], int] = estimate_tokens
     """Tokens in a text; the default is the offline ``estimate_tokens``."""
     summarize_at: float = attrs.field(default=0.75, validator=_fraction)
@@ -66,6 +70,35 @@ class ContextPolicy:
     """Seconds a summary may take (all its model requests and its write); past
     that it is dropped, changing nothing (the next turn tries again). No turn
     waits for a summary either way: it runs beside the conversation."""
+    tools_budget: int | None = attrs.field(default=None)
+    """Tokens the active toolsets' schemas may take of ``max_tokens``; None: a
+    quarter of it (``tools_budget_tokens``). Enabling a toolset past it
+    switches the least recently used ones off."""
+    find_tools: bool | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(bool))
+    )
+    """Offer ``find_tools`` (when there are toolsets): None, when all the
+    toolsets' schemas together exceed the tools budget; True, always; False,
+    never."""
+
+    @tools_budget.validator
+    def _check_tools_budget(
+        self, attribute: attrs.Attribute[int | None], value: int | None
+    ) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"tools_budget must be a positive integer, got {value!r}")
+        if value >= self.max_tokens:
+            raise ValueError(
+                f"tools_budget must be less than max_tokens ({self.max_tokens}), got {value!r}"
+            )
+
+    @property
+    def tools_budget_tokens(self) -> int:
+        """Tokens the active toolsets' schemas may take: ``tools_budget``, or a
+        quarter of ``max_tokens``."""
+        return self.max_tokens // 4 if self.tools_budget is None else self.tools_budget
 
 
 def cut_to_tokens(text: str, budget: int, count: Callable[[str], int]) -> str:

@@ -12,7 +12,8 @@ nothing; it only walks. What it walks is what grows: new conversations and
 their histories, and the turns in flight, which at 10,000 conversations in
 lockstep live 5-20 s each and were promoted object by object. With the
 defaults the collector took more than half of a 50,000-turn run (31 full
-collections, docs/performance.md, "Turns"); with the first threshold at
+collections, docs/history/performance-log.md, "Per-turn cost against the
+bare sketch" and "Long conversations"); with the first threshold at
 10,000, 2 full and 11 of generation 1; at 100,000, none of either, and it
 walked 40 objects a turn instead of 248 (100 at 10,000).
 
@@ -59,7 +60,9 @@ KNOWN_DEFAULTS = frozenset({DEFAULT_THRESHOLDS, (2000, 10, 10)})
 """Thresholds agentik treats as untouched: 3.8-3.12's and 3.13's."""
 
 RELAXED_THRESHOLDS = (100_000, 10, 10)
-"""While an agent is open (measured: docs/performance.md, "Turns")."""
+"""While an agent is open (measured: docs/history/performance-log.md, "The
+collector, and what a turn leaves it"; now: docs/performance.md, "Where the
+time goes")."""
 
 YOUNG_PER_CONVERSATION = 64
 """Young container objects a live conversation keeps while its turn is in

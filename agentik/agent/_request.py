@@ -19,7 +19,7 @@ from agentik.agent._output import OutputSpec
 from agentik.agent._prompt import PromptContext, render_system_prompt
 from agentik.agent._turn_host import PromptInputs as PromptInputs
 from agentik.models import ModelRequest
-from agentik.toolsets import NamedTool, ToolsetIndex
+from agentik.toolsets import FIND_TOOLS, NamedTool, ToolsetIndex
 
 if TYPE_CHECKING:
     from agentik.agent._turn_host import TurnHost
@@ -38,28 +38,38 @@ async def build_request(
     (``output``) asks for its schema; ``again``, its invalid answers and
     their errors, follow the history (they are not stored)."""
     system, index, active = await system_message(conv)
-    tools = offered_tools(conv.runtime.offered_core, index, active)
-    policy = conv.runtime.settings.context
+    runtime = conv.runtime
+    core = runtime.offered_core
+    policy = runtime.settings.context
+    if policy is not None and _offers_find(policy, index):
+        core = (*core, runtime.core_tools[FIND_TOOLS])
+    selection = tuple(s for s in conv.activation.selection() if s[0] in active) if active else ()
+    tools = offered_tools(core, index, selection)
+    # The active toolsets' schemas take their share of the window.
+    schemas = index.costs.total(tools[len(core) :]) if policy is not None else 0
     if output is not None:
         messages = (system, *conv.history, *again)
         if policy is not None:
-            messages = (system, *_window(conv, system, start, policy), *again)
+            messages = (system, *_window(conv, system, start, policy, schemas), *again)
         return ModelRequest(messages, tools, output_schema=output.schema), index, active
     if policy is None:
         return ModelRequest((system, *conv.history), tools), index, active
-    return ModelRequest((system, *_window(conv, system, start, policy)), tools), index, active
+    messages = (system, *_window(conv, system, start, policy, schemas))
+    return ModelRequest(messages, tools), index, active
 
 
 def _window(
-    conv: TurnHost, system: Message, start: int, policy: ContextPolicy
+    conv: TurnHost, system: Message, start: int, policy: ContextPolicy, schemas: int
 ) -> Sequence[Message]:
+    """The history that fits the window beside the system message and the
+    active toolsets' schemas (``schemas`` tokens)."""
     try:
         window = select_window(
             system=conv.cost(system),
             summary=conv.summary_message,
             history=conv.history,
             turn_start=start,
-            budget=policy.max_tokens,
+            budget=policy.max_tokens - schemas,
             cost=conv.cost,
         )
     except ContextExhausted as exc:
@@ -125,13 +135,26 @@ async def check_room(conv: TurnHost, text: str) -> None:
 
 
 def offered_tools(
-    core: Sequence[NamedTool], index: ToolsetIndex, active: frozenset[str]
+    core: Sequence[NamedTool],
+    index: ToolsetIndex,
+    selection: Sequence[tuple[str, frozenset[str] | None]],
 ) -> tuple[NamedTool, ...]:
     """What the model is offered: core tools (with enable/disable when toolsets
-    exist) and the tools of active toolsets; inactive toolsets stay hidden."""
-    if not active:
+    exist), then the tools enabled of the active toolsets in the order they
+    were switched on (``ToolsetActivation.selection``): a stable array, so a
+    request shares the longest prefix with the one before (the provider's
+    prompt cache). Inactive toolsets stay hidden."""
+    if not selection:
         return tuple(core)
-    return (*core, *index.tools_for(active))
+    return (*core, *index.tools_of(selection))
+
+
+def _offers_find(policy: ContextPolicy, index: ToolsetIndex) -> bool:
+    """Whether ``find_tools`` is offered: there are toolsets, and the policy
+    asks for it, or (by default) they would not all fit the tools budget."""
+    if not len(index) or policy.find_tools is False:
+        return False
+    return policy.find_tools is True or index.total_cost > policy.tools_budget_tokens
 
 
 def _same_prompt_inputs(a: PromptInputs, b: PromptInputs) -> bool:

@@ -47,7 +47,7 @@ from agentik.storage import (
     StorageBundle,
     full_storage,
 )
-from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
+from agentik.toolsets import NamedTool, ToolCosts, ToolsetContribution, ToolsetIndex
 
 if TYPE_CHECKING:
     from agentik.agent._spans import Tracing
@@ -318,6 +318,9 @@ class AgentRuntime:
     tracing: Tracing | None = None
     """The agent's spans; None when it does not trace (``_tracing``)."""
     budgets: PromptBudgets = attrs.field(factory=lambda: PromptBudgets.of(ContentLimits(), None))
+    tool_costs: ToolCosts = attrs.field(factory=ToolCosts)
+    """Tokens of each tool's schema under the context policy's counter,
+    counted once per tool (``build`` sets it)."""
     """Tokens the skills, notes and reflections may take in a system message,
     and a tool result in a request (``build`` sets them from the settings)."""
 
@@ -359,6 +362,9 @@ class AgentRuntime:
             tracing=tracing,
             budgets=PromptBudgets.of(
                 limits, None if settings.context is None else settings.context.max_tokens
+            ),
+            tool_costs=ToolCosts(
+                estimate_tokens if settings.context is None else settings.context.count_tokens
             ),
         )
         runtime.pure_prompt = all(type(c) in _PURE_CONTRIBUTORS for c in contributors)
@@ -404,11 +410,17 @@ class AgentRuntime:
             self._refresh(force=False)
         return self._contributions, self._index
 
+    @property
+    def tools_budget(self) -> int | None:
+        """Tokens the active toolsets' schemas may take; None without a context policy."""
+        context = self.settings.context
+        return None if context is None else context.tools_budget_tokens
+
     def _refresh(self, *, force: bool) -> None:
         current = tuple(map(_contribution, self._sources))
         if force or any(a is not b for a, b in zip(current, self._contributions, strict=True)):
             self._contributions = current
-            self._index = ToolsetIndex(current)
+            self._index = ToolsetIndex(current, self.tool_costs)
             self.approvals_possible = (
                 self.approval_policy is not None
                 or any(t.requires_approval for t in self.core_tools.values())

@@ -74,6 +74,7 @@ from agentik.agent._turn_machine import (
 )
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
+from agentik.toolsets import activate_for_call
 
 if TYPE_CHECKING:
     from agentik.agent._elicitation import ElicitationRequest
@@ -248,7 +249,15 @@ class Turn:
             elif isinstance(action, Record):
                 await writes.record_with(action)
             elif isinstance(action, Activate):
-                self.conversation.activation.enable(action.toolset)
+                conversation = self.conversation
+                runtime = conversation.runtime
+                activate_for_call(
+                    runtime.toolsets()[1],
+                    conversation.activation,
+                    action.toolset,
+                    action.by,
+                    runtime.tools_budget,
+                )
                 if self.spans is not None:
                     self.spans.toolsets_changed(self.conversation, action.by)
             elif isinstance(action, Refuse):

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
-from agentik._config import load_config
 from agentik._input import InputError, checked_id
 from agentik._scope import checked_owner, stored_id
 from agentik.cli._failures import CommandError, report, run_command
@@ -170,7 +169,11 @@ def run_archive(args: argparse.Namespace) -> int:
         return run_command(command, _delete_through, args.url, args.conversation_id, token)
     if command == "delete" and args.token is not None:
         return report(command, "--token goes with --url")
-    database = args.database or load_config(None).database
+    database = args.database
+    if not database:  # from the configuration: the server package, loaded only here
+        from agentik.server import load_config
+
+        database = load_config(None).database
     if command != "import" and not is_postgres_url(database) and not Path(database).is_file():
         return report(command, f"database {database!r} does not exist")
     if command == "export":

@@ -54,7 +54,7 @@ from agentik.cli._failures import REPORTED, CommandError, first_reportable, repo
 from agentik.models import TextDelta
 
 if TYPE_CHECKING:
-    from agentik._config import ServerConfig
+    from agentik.server import ServerConfig
 
 PROMPT = "you> "
 
@@ -217,7 +217,7 @@ def _line_editing() -> Iterator[None]:
 
 
 async def _chat_in_process(args: argparse.Namespace) -> int:
-    from agentik._config import load_config
+    from agentik.server import load_config
     from agentik.storage import hold_sqlite_database, is_postgres_url
 
     overrides = {("storage", "database"): args.database} if args.database else {}

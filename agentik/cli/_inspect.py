@@ -19,7 +19,6 @@ from pathlib import Path
 
 import apsw
 
-from agentik._config import load_config
 from agentik._messages import Message
 from agentik.cli._failures import CommandError, report, run_command
 from agentik.storage import is_postgres_url, open_storage
@@ -79,7 +78,11 @@ async def _reading(database: str, read: Callable[[], Awaitable[int]]) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    database = args.database or load_config(None).database
+    database = args.database
+    if not database:  # from the configuration: the server package, loaded only here
+        from agentik.server import load_config
+
+        database = load_config(None).database
     if not is_postgres_url(database) and not Path(database).is_file():
         return report(args.command, f"database {database!r} does not exist")
     if args.command == "conversations":

@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # argparse names no command for these; the command's parser does
         commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
-    from agentik._config import ConfigError
+    from agentik._errors import ConfigError
     from agentik.cli._failures import report, stdout_gone
 
     if args.command is None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
-from agentik._config import ServerConfig, load_config
+if TYPE_CHECKING:
+    from agentik.server import ServerConfig
 
 
 def add_mcp_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,6 +43,8 @@ def run_mcp(args: argparse.Namespace) -> int:
     if args.mcp_command != "login":
         print("agentik mcp: expected an action: login NAME", file=sys.stderr)
         return 2
+    from agentik.server import load_config
+
     overrides = {("storage", "database"): args.database} if args.database else {}
     config = load_config(Path(args.config) if args.config else None, overrides=overrides)
     names = [server.name for server in config.mcp_servers]

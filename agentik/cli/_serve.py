@@ -23,8 +23,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from agentik._config import Raw, ServerConfig, load_config
 from agentik.cli._failures import REPORTED, first_reportable, report
+from agentik.server import ServerConfig, load_config
 
 log = logging.getLogger("agentik.server")
 
@@ -46,7 +46,7 @@ _FLAGS = {
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    overrides: dict[tuple[str, str], Raw] = {}
+    overrides: dict[tuple[str, str], object] = {}
     for flag, setting in _FLAGS.items():
         value = getattr(args, flag, None)
         if value is not None:

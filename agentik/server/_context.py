@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from agentik._config import ServerConfig
 from agentik.agent import ChatAgent
+from agentik.server._settings import ServerConfig
 from agentik.storage import WriterStats
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ a real model) takes it away; it never mixes with a user's own toolsets.
 
 from __future__ import annotations
 
-from agentik._config import ServerConfig
+from agentik.server._settings import ServerConfig
 from agentik.toolsets import ToolsetContribution, tool
 
 

@@ -26,9 +26,9 @@ import hmac
 import attrs
 from starlette.requests import Request
 
-from agentik._config import ServerConfig
 from agentik._memory import Reflection
 from agentik._scope import SEPARATOR as SEPARATOR
+from agentik.server._settings import ServerConfig
 from agentik.storage import MessageStore, ReflectionStore
 
 _AFTER_EVERY_ID = "\U0010ffff"

@@ -27,14 +27,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import trio
 
-from agentik._config import (
-    ConfigError,
-    ModelSettings,
-    ServerConfig,
-    ToolEntry,
-    ToolsetEntry,
-    check_entry_point,
-)
+from agentik._errors import ConfigError
 from agentik.agent import (
     DEFAULT_SYSTEM_PROMPT,
     ContentLimits,
@@ -50,9 +43,11 @@ from agentik.models import (
     demo_responder,
 )
 from agentik.server._app import mount
+from agentik.server._config import check_entry_point
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
 from agentik.server._retention import run_retention
+from agentik.server._settings import ModelSettings, ServerConfig, ToolEntry, ToolsetEntry
 from agentik.server.http import ConnectionLimits, HttpSettings
 from agentik.server.http import serve as http_serve
 from agentik.storage import (

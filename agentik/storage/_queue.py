@@ -5,9 +5,9 @@ needs on top: ``put_nowait`` (False rather than ``WouldBlock``, so a caller
 that has room pays no exception) and ``take``, everything queued at once up
 to a limit (the batch). It replaced a hand-written queue parked on
 ``wait_task_rescheduled``: the channel measured the same per turn
-(docs/performance.md, "Turns"), and trio's own rules come with it: every
-``put`` and ``take`` is a checkpoint, even when it need not wait;
-``statistics()`` says what waits.
+(docs/history/performance-log.md, "Per-turn cost against the bare sketch"),
+and trio's own rules come with it: every ``put`` and ``take`` is a
+checkpoint, even when it need not wait; ``statistics()`` says what waits.
 
 Semantics (trio's): FIFO; a sender waits only when the buffer is full
 (backpressure), and a new sender never overtakes one that waits for room (the

@@ -1,12 +1,16 @@
-"""A small pool of read connections, used from worker threads, with group reads.
+"""A small pool of read connections, used from worker threads; the reads
+queued at once share one thread hop.
 
 Reads queue up; one task per connection takes what is queued (at most
-``max_batch``) and runs it in one worker-thread hop, each query on its own,
-then wakes each caller with its own result or error. The thread hop is what a
-read costs the event loop, not the query: 1,000 conversations opening at once
-made 1,000 hops through four threads and spent about 300 µs of CPU on each
-empty history read, where the three queries take 26 µs (docs/performance.md,
-"Group reads"). Taken together, a burst of reads costs a few hops.
+``max_batch``) and runs it in one worker-thread hop, each query on its own
+(the reads of one kind that ``read_together`` sends, in one call for all of
+them), then wakes each caller with its own result or error. The thread hop is
+what a read costs the event loop, not the query: 1,000 conversations opening
+at once made 1,000 hops through four threads and spent about 300 µs of CPU
+on each empty history read, where the three queries take 26 µs
+(docs/performance.md, "The speed budget"; measured in
+docs/history/performance-log.md, "Group reads"). Taken together, a burst of
+reads costs a few hops.
 
 Each read is one short read (SQLite: a read transaction on a WAL connection;
 PostgreSQL: one statement or one read-only transaction) and sees every commit

@@ -19,7 +19,8 @@ from agentik._serde import converter
 
 _unstructure_tool_calls = converter.get_unstructure_hook(tuple[ToolCall, ...])
 """The converter's own hook, looked up once: as fast as a hand-written
-encoding was (docs/performance.md), and the converter stays the one source."""
+encoding was (docs/history/performance-log.md, "Per-turn cost against the bare
+sketch"), and the converter stays the one source."""
 
 
 def tool_calls_json(tool_calls: Sequence[ToolCall]) -> str:

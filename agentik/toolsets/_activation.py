@@ -12,13 +12,18 @@ the time of the latest enable or use):
     enable   active, use = now      active, use = now
     touch    (nothing)              active, use = now
     disable  (nothing)              inactive
+
+The active toolsets keep the order they were switched on in (a use or a
+second enable does not move one): the tools array follows it, so a request
+shares its prefix with the one before. A toolset may be enabled with only
+some of its tools (``enable(name, tools)``); without ``tools`` it is whole.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import trio
 
@@ -41,7 +46,7 @@ class ToolsetActivation:
     until something is enabled): the agent keeps one per conversation.
     """
 
-    __slots__ = ("_clock", "_last_use", "_timeout")
+    __slots__ = ("_clock", "_last_use", "_timeout", "_tools")
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] | None = None):
         if not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
@@ -49,15 +54,31 @@ class ToolsetActivation:
         self._timeout = float(timeout)
         self._clock = clock
         self._last_use: dict[str, float] | None = None
+        """Active toolset -> time of its last use, in activation order."""
+        self._tools: dict[str, frozenset[str]] | None = None
+        """The toolsets enabled with only some tools -> those tools."""
 
     @property
     def timeout(self) -> float:
         """Seconds a toolset stays active after its last use."""
         return self._timeout
 
-    def enable(self, name: str) -> bool:
-        """Switch ``name`` on, or refresh its use; True if it was not active before."""
-        return not self._step(name, _Action.ENABLE)
+    def enable(self, name: str, tools: Iterable[str] | None = None) -> bool:
+        """Switch ``name`` on, or refresh its use; True if it was not active before.
+
+        ``tools``: only these of its tools (a toolset too big to take whole);
+        None, the whole toolset. Either replaces what was enabled of it.
+        """
+        was_active = self._step(name, _Action.ENABLE)
+        if tools is None:
+            if self._tools is not None:
+                self._tools.pop(name, None)
+        else:
+            if self._tools is None:
+                self._tools = {}
+            self._tools[name] = frozenset(tools)
+        self._drop_empty()
+        return not was_active
 
     def disable(self, name: str) -> bool:
         """Switch ``name`` off; True if it was active before."""
@@ -70,6 +91,26 @@ class ToolsetActivation:
     def is_active(self, name: str) -> bool:
         """Whether ``name`` is active now."""
         return name in self._expire(self._now())
+
+    def tools_of(self, name: str) -> frozenset[str] | None:
+        """The tools enabled of active toolset ``name``; None when it is whole
+        (or inactive)."""
+        if not self.is_active(name) or self._tools is None:
+            return None
+        return self._tools.get(name)
+
+    def selection(self) -> tuple[tuple[str, frozenset[str] | None], ...]:
+        """The active toolsets in the order they were switched on, each with
+        the tools enabled of it (None: all): what the model is offered."""
+        live = self._expire(self._now())
+        tools = self._tools or {}
+        return tuple((name, tools.get(name)) for name in live)
+
+    def least_recently_used(self) -> tuple[str, ...]:
+        """The active toolsets, the least recently used first (ties: the
+        earlier switched on first): the order they make room in."""
+        live = self._expire(self._now())
+        return tuple(sorted(live, key=live.__getitem__))
 
     def active_names(self) -> frozenset[str]:
         """The toolsets active now, dropping those unused for ``timeout`` seconds."""
@@ -93,6 +134,8 @@ class ToolsetActivation:
         expired = [name for name, used in last_use.items() if used <= deadline]
         for name in expired:
             del last_use[name]
+            if self._tools is not None:
+                self._tools.pop(name, None)
         return last_use
 
     def _step(self, name: str, action: _Action) -> bool:
@@ -106,9 +149,17 @@ class ToolsetActivation:
             self._last_use[name] = now
         elif action is _Action.DISABLE and was_active:
             del live[name]
-        if self._last_use is not None and not self._last_use:
-            self._last_use = None  # an idle conversation holds no dict
+            if self._tools is not None:
+                self._tools.pop(name, None)
+        self._drop_empty()
         return was_active
+
+    def _drop_empty(self) -> None:
+        """An idle conversation holds no dict."""
+        if self._last_use is not None and not self._last_use:
+            self._last_use = None
+        if self._tools is not None and not self._tools:
+            self._tools = None
 
     def __repr__(self) -> str:
         names = sorted(self._last_use or ())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from agentik._errors import ToolError
 from agentik._json import JsonObject, JsonValue
 from agentik.toolsets._activation import ToolsetActivation
+from agentik.toolsets._budget import OverBudget, switch_on, switched_off_text
 from agentik.toolsets._dispatch import ToolsetIndex
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._validate import describe
@@ -47,7 +48,26 @@ def toolset_name_parameters() -> JsonObject:
 
 
 TOOLSET_NAME_PARAMETERS: JsonObject = toolset_name_parameters()
-"""The shared schema of both tools; treat as read-only."""
+"""The schema of ``disable_toolset`` (and of ``enable_toolset`` before it took
+``tools``); treat as read-only."""
+
+
+def enable_toolset_parameters() -> JsonObject:
+    """The schema of ``enable_toolset``: ``name``, and optionally ``tools``, to
+    enable only some tools of a large toolset (a fresh copy each call)."""
+    schema = toolset_name_parameters()
+    properties = schema["properties"]
+    assert isinstance(properties, dict)
+    properties["tools"] = {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Only these of its tools (for a large toolset); all of them when omitted.",
+    }
+    return schema
+
+
+ENABLE_TOOLSET_PARAMETERS: JsonObject = enable_toolset_parameters()
+"""The schema of ``enable_toolset``; treat as read-only."""
 
 
 def _requested_name(tool_name: str, index: ToolsetIndex, arguments: JsonObject) -> str:
@@ -72,12 +92,63 @@ def _available(index: ToolsetIndex) -> str:
     return ", ".join(index.names) or "(none)"
 
 
-def enable_answer(index: ToolsetIndex, activation: ToolsetActivation, arguments: JsonObject) -> str:
-    """Enable the named toolset and say so; refreshes its use when already active."""
+def enable_answer(
+    index: ToolsetIndex,
+    activation: ToolsetActivation,
+    arguments: JsonObject,
+    budget: int | None = None,
+) -> str:
+    """Enable the named toolset and say so; refreshes its use when already active.
+
+    Within ``budget`` tokens of tool schemas (None: unbounded) the least
+    recently used active toolsets are switched off to make room, and the
+    answer names them; a toolset that alone needs more is an error
+    (``OverBudget``) that changes nothing.
+    """
     name = _requested_name(ENABLE_TOOLSET, index, arguments)
-    if activation.enable(name):
-        return f"Toolset '{name}' activated."
-    return f"Toolset '{name}' is already active."
+    tools = _requested_tools(index, name, arguments)
+    if activation.is_active(name) and activation.tools_of(name) == tools:
+        activation.enable(name, tools)
+        return f"Toolset '{name}' is already active."
+    try:
+        evicted = switch_on(index, activation, name, tools, budget)
+    except OverBudget as exc:
+        if tools is not None:
+            raise
+        raise ToolError(
+            f'{exc}; enable only the tools you need: enable_toolset({{"name": "{name}",'
+            ' "tools": [...]})'
+        ) from exc
+    text = f"Toolset '{name}' activated"
+    contribution = index.get(name)
+    if tools is not None and contribution is not None:
+        text += f" ({len(tools)} of its {len(contribution.tools)} tools)"
+    if evicted:
+        return f"{text}; {switched_off_text(evicted)}"
+    return f"{text}."
+
+
+def _requested_tools(
+    index: ToolsetIndex, name: str, arguments: JsonObject
+) -> frozenset[str] | None:
+    """The ``tools`` argument: some tools of toolset ``name``, or None for all."""
+    raw: JsonValue = arguments.get("tools")
+    if raw is None:
+        return None
+    contribution = index.get(name)
+    assert contribution is not None
+    known = [t.name for t in contribution.tools]
+    if not isinstance(raw, list) or not raw or not all(isinstance(t, str) for t in raw):
+        raise ToolError(
+            f"tools must be a non-empty list of tool names of toolset {name!r}, got {describe(raw)}"
+        )
+    unknown = [t for t in raw if t not in known]
+    if unknown:
+        raise ToolError(
+            f"toolset {name!r} has no tool {unknown[0]!r}; its tools are: {', '.join(known)}"
+        )
+    chosen = frozenset(t for t in raw if isinstance(t, str))
+    return None if len(chosen) == len(known) else chosen
 
 
 def disable_answer(
@@ -90,17 +161,18 @@ def disable_answer(
 
 
 def toolset_control_tools(
-    index: ToolsetIndex, activation: ToolsetActivation
+    index: ToolsetIndex, activation: ToolsetActivation, budget: int | None = None
 ) -> tuple[NamedTool, NamedTool]:
-    """``enable_toolset`` and ``disable_toolset`` bound to one conversation's activation."""
+    """``enable_toolset`` and ``disable_toolset`` bound to one conversation's
+    activation, enabling within ``budget`` tokens of tool schemas."""
 
     async def enable(arguments: JsonObject) -> str:
-        return enable_answer(index, activation, arguments)
+        return enable_answer(index, activation, arguments, budget)
 
     async def disable(arguments: JsonObject) -> str:
         return disable_answer(index, activation, arguments)
 
     return (
-        NamedTool(ENABLE_TOOLSET, ENABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, enable),
+        NamedTool(ENABLE_TOOLSET, ENABLE_TOOLSET_DESCRIPTION, ENABLE_TOOLSET_PARAMETERS, enable),
         NamedTool(DISABLE_TOOLSET, DISABLE_TOOLSET_DESCRIPTION, TOOLSET_NAME_PARAMETERS, disable),
     )

@@ -14,15 +14,17 @@ dispatch is a couple of dict look-ups, whatever the number of toolsets.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
 import attrs
 
 from agentik._messages import ToolCall
 from agentik.toolsets._contribution import ToolsetContribution
+from agentik.toolsets._cost import ToolCosts
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._prompt import render_toolset_section
+from agentik.toolsets._search import BM25, words
 
 
 @attrs.frozen
@@ -49,6 +51,12 @@ class Error:
 
 
 _SECTION_CACHE_SIZE = 32
+_ESTIMATED = ToolCosts()
+"""Costs under the offline estimate: an index built without a policy's counter."""
+
+Selection = tuple[tuple[str, frozenset[str] | None], ...]
+"""Active toolsets in activation order, each with the tools enabled of it
+(None: all of them): ``ToolsetActivation.selection()``."""
 
 
 def _not_found(name: str) -> Error:
@@ -60,12 +68,25 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
 
     It is itself the (immutable) sequence of contributions, so it can be passed
     wherever contributions are expected. Raises ``ValueError`` when two
-    contributions share a toolset name.
+    contributions share a toolset name. ``costs`` measures the tools'
+    schemas (the context policy's counter; the offline estimate by default);
+    each toolset's cost is summed once, on first use.
     """
 
-    __slots__ = ("_by_name", "_contributions", "_names", "_sections", "_tools")
+    __slots__ = (
+        "_by_name",
+        "_contributions",
+        "_costs",
+        "_names",
+        "_search",
+        "_sections",
+        "_set_costs",
+        "_tools",
+    )
 
-    def __init__(self, contributions: Sequence[ToolsetContribution] = ()) -> None:
+    def __init__(
+        self, contributions: Sequence[ToolsetContribution] = (), costs: ToolCosts | None = None
+    ) -> None:
         items = tuple(contributions)
         by_name: dict[str, ToolsetContribution] = {}
         # tool name -> (toolset, outcome when active, outcome when inactive): the
@@ -86,6 +107,66 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         self._tools = tools
         self._names = tuple(by_name)
         self._sections: dict[frozenset[str], str | None] = {}
+        self._costs = _ESTIMATED if costs is None else costs
+        self._set_costs: dict[str, int] | None = None
+        self._search: tuple[BM25, tuple[tuple[str, NamedTool], ...]] | None = None
+
+    @property
+    def costs(self) -> ToolCosts:
+        """What measures the tools' schemas."""
+        return self._costs
+
+    @property
+    def toolset_costs(self) -> Mapping[str, int]:
+        """Tokens of each toolset's schemas (all its tools), by name."""
+        if self._set_costs is None:
+            total = self._costs.total
+            self._set_costs = {c.name: total(c.tools) for c in self._contributions}
+        return self._set_costs
+
+    @property
+    def total_cost(self) -> int:
+        """Tokens of every toolset's schemas: what offering them all would take."""
+        return sum(self.toolset_costs.values())
+
+    def cost_of(self, name: str, tools: frozenset[str] | None = None) -> int:
+        """Tokens of toolset ``name``'s schemas, or of those of its ``tools`` only."""
+        if tools is None:
+            return self.toolset_costs[name]
+        of = self._costs.of
+        return sum(of(t) for t in self._by_name[name].tools if t.name in tools)
+
+    def tools_of(
+        self, selection: Iterable[tuple[str, frozenset[str] | None]]
+    ) -> tuple[NamedTool, ...]:
+        """The tools ``selection`` enables, toolset by toolset in its order (each
+        toolset's tools in their contribution order): a stable tools array, so
+        consecutive requests share the longest prefix. Unknown names are skipped."""
+        out: list[NamedTool] = []
+        by_name = self._by_name
+        for name, tools in selection:
+            contribution = by_name.get(name)
+            if contribution is None:
+                continue
+            if tools is None:
+                out.extend(contribution.tools)
+            else:
+                out.extend(t for t in contribution.tools if t.name in tools)
+        return tuple(out)
+
+    def find_tools(self, query: str, limit: int) -> tuple[tuple[str, NamedTool], ...]:
+        """The ``limit`` tools of all toolsets that best match ``query``
+        (BM25 over names and descriptions), best first, each with its
+        toolset; none when no word matches. Indexed on first use."""
+        if self._search is None:
+            entries = tuple((c.name, t) for c in self._contributions for t in c.tools)
+            documents = [
+                words(f"{t.name} {t.description} {name} {self._by_name[name].description}")
+                for name, t in entries
+            ]
+            self._search = (BM25(documents), entries)
+        ranking, entries = self._search
+        return tuple(entries[i] for i in ranking.top(words(query), limit))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -111,7 +192,8 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         )
 
     def render_section(self, active: frozenset[str]) -> str | None:
-        """``render_toolset_section(self, active)``, remembered for the last few active sets.
+        """``render_toolset_section(self, active, self.toolset_costs)``, remembered
+        for the last few active sets.
 
         Most conversations share a handful of active sets (often the empty
         one), so the catalog text is built once per set, not once per request.
@@ -119,7 +201,9 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
         sections = self._sections
         if active in sections:
             return sections[active]
-        section = render_toolset_section(self._contributions, active)
+        section = render_toolset_section(
+            self._contributions, active, self.toolset_costs if self._contributions else None
+        )
         if len(sections) >= _SECTION_CACHE_SIZE:
             del sections[next(iter(sections))]
         sections[active] = section
@@ -174,6 +258,7 @@ def dispatch(
     toolset tool (auto-activated), or ``Error("tool 'X' not found")``.
 
     O(1) in the number of toolsets and tools when ``contributions`` is a
-    ``ToolsetIndex`` or a tuple (indexed once, cached by identity).
+    ``ToolsetIndex`` (build it once and keep it, as the runtime does); any
+    other sequence is indexed afresh on every call.
     """
     return index_of(contributions).dispatch(active, call, core_tools)

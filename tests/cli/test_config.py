@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik._clients import ClientConfigError, parse_clients_table
-from agentik._config import ConfigError, Limits, ModelSettings, load_config, parse_bind
+from agentik.server import ConfigError, Limits, ModelSettings, load_config
+from agentik.server._clients import ClientConfigError, parse_clients_table
+from agentik.server._config import parse_bind
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -77,7 +77,7 @@ async def test_conversations_and_show_read_postgres(
 def test_storage_url_setting(tmp_path: Path) -> None:
     """``[storage] url`` is the database; with ``database`` too it is refused,
     and a URL that is not PostgreSQL's is refused without showing it."""
-    from agentik._config import ConfigError, load_config
+    from agentik.server import ConfigError, load_config
 
     config = tmp_path / "agentik.toml"
     config.write_text('[storage]\nurl = "postgresql://agentik@db/agentik"\n')
@@ -136,8 +136,7 @@ async def test_delete_over_http_on_postgres(postgres_dsn: str) -> None:
     import attrs
 
     from agentik import ModelResponse, ScriptedModel
-    from agentik._config import ServerConfig
-    from agentik.server import serve_agentik
+    from agentik.server import ServerConfig, serve_agentik
 
     url = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
     config = ServerConfig(port=0, database=url)

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import all_versions
 
-from agentik._config import SETTINGS
 from agentik.server import load_config
+from agentik.server._config import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes"

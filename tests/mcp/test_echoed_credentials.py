@@ -43,9 +43,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from psycopg import sql
 
 from agentik import ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall
-from agentik._config import ServerConfig
 from agentik.mcp import HttpServer, McpServerConfig, McpTokenVault, OAuthSettings
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import StorageBundle, open_postgres_storage, open_sqlite_storage
 from tests.mcp import echo_server, oauth_server
 from tests.mcp.recording import serving

@@ -13,9 +13,8 @@ import httpx2
 import pytest
 import trio
 
-from agentik._config import load_config
 from agentik.cli import main
-from agentik.server import serve_agentik
+from agentik.server import load_config, serve_agentik
 from tests.mcp import oauth_server
 from tests.mcp.recording import serving
 from tests.mcp.test_oauth import _browse

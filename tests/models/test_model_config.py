@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik._config import ConfigError, ModelSettings, load_config
+from agentik.server import ConfigError, ModelSettings, load_config
 from agentik.server._serve import model_timeouts
 
 MODEL = '[model]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'

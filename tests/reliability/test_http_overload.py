@@ -30,9 +30,8 @@ import trio
 import trio.testing
 
 from agentik import ModelRequest, ModelResponse, Role
-from agentik._config import Limits, ServerConfig
 from agentik.models import ScriptedModel
-from agentik.server import serve_agentik
+from agentik.server import Limits, ServerConfig, serve_agentik
 from agentik.storage import StorageBundle, in_memory_storage
 from tests.reliability.helpers import check_history, history, rss_bytes
 

@@ -16,9 +16,8 @@ import pytest
 import trio
 
 from agentik import ModelRequest, ModelResponse, Role, ScriptedModel
-from agentik._config import ServerConfig
 from agentik.models import demo_responder
-from agentik.server import Client, serve_agentik
+from agentik.server import Client, ServerConfig, serve_agentik
 from agentik.storage import StorageBundle, open_sqlite_storage
 
 TOOLSETS = ("tests.server.sample_toolsets:clock",)

@@ -23,10 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentik import Role, in_memory_storage
-from agentik._config import ServerConfig
 from agentik._errors import OverloadedError
 from agentik._messages import Message
-from agentik.server import Client
+from agentik.server import Client, ServerConfig
 from agentik.server._owners import SEPARATOR, Authenticator, Caller, owned_conversations
 from agentik.server._turns import to_http_error
 from agentik.server.a2a._rpc import make_task_id

@@ -40,9 +40,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
 
-from agentik._config import ServerConfig
 from agentik._errors import StoreError
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import open_postgres_storage
 from agentik.storage._location import describe_location
 from agentik.storage.postgres._dsn import describe

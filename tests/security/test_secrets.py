@@ -25,12 +25,11 @@ import pytest
 import trio
 
 from agentik import ModelRequest, OpenAICompatibleModel, Role
-from agentik._config import ConfigError, ServerConfig, load_config
 from agentik._errors import ModelBackendError
 from agentik._messages import Message
 from agentik.models import RetryPolicy
 from agentik.models._redact import Redactor
-from agentik.server import Client, serve_agentik
+from agentik.server import Client, ConfigError, ServerConfig, load_config, serve_agentik
 from tests.security.backend import EchoBackend
 
 ROOT = Path(__file__).resolve().parents[2]

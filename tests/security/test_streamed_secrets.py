@@ -27,8 +27,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik._config import load_config
-from agentik.server import serve_agentik
+from agentik.server import load_config, serve_agentik
 from tests.security.backend import DripBackend
 from tests.server.agui_rules import check_events, parse_sse
 

@@ -30,10 +30,9 @@ from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse
 
 from agentik import ModelRequest, ModelResponse, ToolCall
 from agentik import Role as StoredRole
-from agentik._config import ServerConfig
 from agentik.models import ScriptedModel
 from agentik.server import Client as Owner
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import StorageBundle, open_sqlite_storage
 from agentik.toolsets import ToolsetContribution, tool
 

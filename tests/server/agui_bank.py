@@ -14,9 +14,8 @@ import trio
 
 from agentik import ModelRequest, ModelResponse, Role, ScriptedModel
 from agentik import ToolCall as AgentikCall
-from agentik._config import ServerConfig
 from agentik.models import demo_responder
-from agentik.server import Client, serve_agentik
+from agentik.server import Client, ServerConfig, serve_agentik
 from agentik.storage import open_sqlite_storage
 from agentik.toolsets import ToolsetContribution, tool
 

@@ -16,8 +16,7 @@ import attrs
 import trio
 
 from agentik import ModelBackendError, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall
-from agentik._config import ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.toolsets import NamedTool, ToolsetContribution, tool
 from tests.reliability.helpers import Backend
 

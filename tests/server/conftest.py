@@ -15,8 +15,7 @@ import httpx2
 import pytest
 import trio
 
-from agentik._config import Limits, ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import Limits, ServerConfig, serve_agentik
 
 TOOLSETS = ("tests.server.sample_toolsets:clock",)
 

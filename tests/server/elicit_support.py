@@ -21,8 +21,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from agentik import ScriptedModel
-from agentik._config import ServerConfig
-from agentik.server import Client, serve_agentik
+from agentik.server import Client, ServerConfig, serve_agentik
 from tests.mcp import tiny_server
 from tests.mcp.conftest import tiny_http
 from tests.mcp.test_elicitation import _books

@@ -25,9 +25,8 @@ import trio
 import trio.testing
 
 from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall
-from agentik._config import Limits, ServerConfig
 from agentik.models import ScriptedModel
-from agentik.server import serve_agentik
+from agentik.server import Limits, ServerConfig, serve_agentik
 from agentik.server.a2a._tasks import RUN_TASK_NAME
 from agentik.storage import StorageBundle, in_memory_storage
 

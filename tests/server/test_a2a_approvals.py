@@ -28,7 +28,7 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict
 
-from agentik._config import Limits
+from agentik.server import Limits
 from agentik.server.a2a import _tasks as _a2a_tasks
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import (

@@ -42,9 +42,8 @@ from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from agentik import Message as StoredMessage
 from agentik import ModelBackendError, ModelRequest, ModelResponse
 from agentik import Role as StoredRole
-from agentik._config import ServerConfig
 from agentik.models import ChatModel, ScriptedModel
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.server.a2a._rpc import make_task_id
 from agentik.storage import StorageBundle, open_sqlite_storage, writer_stats
 from tests.reliability.helpers import check_history, history

@@ -15,7 +15,7 @@ from ag_ui.core import (
     ToolCallResultEvent,
 )
 
-from agentik._config import Limits
+from agentik.server import Limits
 from tests.server.agui_rules import check_events, parse_sse
 from tests.server.conftest import Running, start_server
 

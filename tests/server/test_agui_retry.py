@@ -23,8 +23,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik._config import Limits
-from agentik.server import Client
+from agentik.server import Client, Limits
 from agentik.toolsets import NamedTool, tool
 from tests.server.agui_rules import check_events, parse_sse
 from tests.server.conftest import Running, start_server

@@ -23,7 +23,7 @@ import httpx2
 import pytest
 import trio
 
-from agentik._config import Limits
+from agentik.server import Limits
 from tests.security.conftest import LEGACY, OWNER_CLIENTS, TOKENS, Server, start
 from tests.server.agui_rules import check_events, parse_sse
 

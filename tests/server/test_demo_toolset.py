@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentik._config import ModelSettings, ServerConfig
 from agentik.mcp import McpServerConfig, StdioServer
+from agentik.server import ModelSettings, ServerConfig
 from agentik.server._demo import CLOCK, demo_toolsets
 
 MODEL = ModelSettings(base_url="http://127.0.0.1:1/v1", model="m")

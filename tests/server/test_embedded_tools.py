@@ -11,8 +11,7 @@ import pytest
 import trio
 
 from agentik import NamedTool, ToolsetContribution, tool
-from agentik._config import ConfigError
-from agentik.server import ServerConfig, load_tools, load_toolsets, serve_agentik
+from agentik.server import ConfigError, ServerConfig, load_tools, load_toolsets, serve_agentik
 
 
 @tool

@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx2
 import trio
 
-from agentik._config import ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import StorageBundle, open_sqlite_storage
 from tests.storage.vfs_faults import DiskFullVFS, ReadOnlyVFS
 from tests.storage.vfs_faults import disk_full_vfs as disk_full_vfs

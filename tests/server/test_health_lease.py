@@ -24,8 +24,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from agentik._config import ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import open_postgres_storage
 from tests.postgres import fresh_schema
 

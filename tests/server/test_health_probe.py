@@ -27,8 +27,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik._config import ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.server._health import PROBE_REUSE, PROBE_TIMEOUT, StorageProbe
 from agentik.storage import ConversationSnapshot, StorageBundle, in_memory_storage
 from agentik.storage import open_sqlite_storage as open_sqlite_storage

@@ -33,9 +33,8 @@ from a2a.types import SubscribeToTaskRequest, TaskState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentik._config import ConfigError, ServerConfig, load_config
 from agentik.models import ScriptedModel
-from agentik.server import serve_agentik
+from agentik.server import ConfigError, ServerConfig, load_config, serve_agentik
 from agentik.server.http._sse import HEARTBEAT, EventStream, sse_frame
 from agentik.storage import in_memory_storage
 from tests.server.a2a_support import user_message

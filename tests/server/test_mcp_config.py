@@ -10,8 +10,7 @@ import httpx2
 import pytest
 import trio
 
-from agentik._config import ConfigError, load_config
-from agentik.server import serve_agentik
+from agentik.server import ConfigError, load_config, serve_agentik
 
 
 def _write(path: Path, servers: str) -> Path:

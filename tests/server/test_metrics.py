@@ -11,10 +11,9 @@ import httpx2
 import trio
 
 from agentik import ModelLimits, ModelResponse, ScriptedModel, TokenUsage
-from agentik._config import ServerConfig
 from agentik.agent import AgentStats
 from agentik.models import ModelScheduler
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.server._metrics import render_metrics
 from agentik.storage import WriterStats
 

@@ -22,8 +22,7 @@ import trio
 from ag_ui.core import RunErrorEvent
 
 from agentik import ModelBackendError, ModelLimits, ModelRequest, ModelResponse, ScriptedModel
-from agentik._config import ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import open_sqlite_storage
 from tests.server.agui_rules import check_events, parse_sse
 from tests.server.conftest import Running, start_server

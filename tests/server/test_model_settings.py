@@ -22,8 +22,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik._config import ModelSettings, ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ModelSettings, ServerConfig, serve_agentik
 from agentik.storage import in_memory_storage
 from tests.models.blackhole import blackholed_port
 from tests.models.chat_server import ChatServer, Hang, Json

@@ -22,9 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik import MessageStore, Role, ScriptedModel, StorageBundle, WorkingMemoryStore
-from agentik._config import ServerConfig
 from agentik.models import demo_responder
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.server.http._errors import HttpError
 from agentik.server.native._wire import parse_archive
 from agentik.storage import in_memory_storage

@@ -15,9 +15,8 @@ import trio
 import trio.testing
 
 from agentik import Message, ModelResponse, Role, ScriptedModel, StoreError
-from agentik._config import ConfigError, ServerConfig, load_config
 from agentik.agent import open_chat_agent
-from agentik.server import serve_agentik
+from agentik.server import ConfigError, ServerConfig, load_config, serve_agentik
 from agentik.server._retention import run_retention
 from agentik.storage import StorageBundle, in_memory_storage
 

@@ -9,7 +9,7 @@ import httpx2
 import pytest
 import trio
 
-from agentik._config import Limits
+from agentik.server import Limits
 from tests.server.conftest import Running, start_server
 
 TURN = "/agentik/conversations/c/turns"

@@ -17,8 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik._config import Limits, ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import Limits, ServerConfig, serve_agentik
 from tests.server.rawconn import RawClient, running_server
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentik import tool
-from agentik._config import ConfigError
-from agentik.server import load_tools
+from agentik.server import ConfigError, load_tools
 from tests.server.approval_tools import RUNS, ledger_pay
 from tests.server.conftest import Running, start_server
 

@@ -9,8 +9,8 @@ import h11
 import httpx2
 import trio
 
-from agentik._config import Limits
 from agentik.agent._turn_machine import INTERRUPTED
+from agentik.server import Limits
 from agentik.storage import open_sqlite_storage
 from tests.server.conftest import start_server
 from tests.server.rawconn import RawClient, request_bytes

@@ -25,7 +25,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik._config import ConfigError, Limits, load_config
+from agentik.server import ConfigError, Limits, load_config
 from agentik.server.http._serve import warn_if_descriptors_short
 from agentik.server.http._timer import ConnectionLimits
 from tests.server.rawconn import (

@@ -33,9 +33,8 @@ from agentik import (
     StoreError,
     TurnError,
 )
-from agentik._config import Limits, ServerConfig
 from agentik.models import ScriptedModel
-from agentik.server import serve_agentik
+from agentik.server import Limits, ServerConfig, serve_agentik
 from agentik.server._owners import DEFAULT_CALLER
 from agentik.server._turns import outcome_of, to_http_error
 from agentik.storage import StoreClosedError

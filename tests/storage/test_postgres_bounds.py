@@ -33,8 +33,7 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from agentik._config import ServerConfig
-from agentik.server import serve_agentik
+from agentik.server import ServerConfig, serve_agentik
 from agentik.server._health import PROBE_REUSE, PROBE_TIMEOUT
 from agentik.storage import StorageBundle, open_postgres_storage
 from agentik.storage.postgres._migrate import MIGRATION_LOCK

@@ -10,6 +10,7 @@ from agentik._json import JsonObject
 from agentik.toolsets import (
     DISABLE_TOOLSET,
     ENABLE_TOOLSET,
+    ENABLE_TOOLSET_PARAMETERS,
     TOOLSET_NAME_PARAMETERS,
     ToolsetActivation,
     ToolsetIndex,
@@ -100,9 +101,12 @@ class TestTools:
         assert mine.active_names() == frozenset()
 
     async def test_schema_is_a_string_name_and_nothing_else(self) -> None:
-        """Both tools take {"name": string}; other fields and types are refused."""
+        """Both tools take {"name": string} (enable also some ``tools``); other
+        fields and types are refused."""
         enable, disable = toolset_control_tools(INDEX, ToolsetActivation())
-        assert enable.parameters == disable.parameters == TOOLSET_NAME_PARAMETERS
+        assert disable.parameters == TOOLSET_NAME_PARAMETERS
+        assert enable.parameters == ENABLE_TOOLSET_PARAMETERS
+        assert set(enable.parameters["properties"]) == {"name", "tools"}  # type: ignore[arg-type]
         assert parse_arguments(enable, '{"name": "ping"}') == {"name": "ping"}
         with pytest.raises(ToolError, match=r"field 'toolset' is not an accepted field"):
             parse_arguments(enable, '{"toolset": "ping"}')

@@ -68,7 +68,7 @@ def test_index_renders_the_same_text_and_remembers_it() -> None:
     index = ToolsetIndex([FILES, WEB, GIT])
     for active in (frozenset(), frozenset({"git"}), frozenset({"web", "files"})):
         first = index.render_section(active)
-        assert first == render_toolset_section((FILES, WEB, GIT), active)
+        assert first == render_toolset_section((FILES, WEB, GIT), active, index.toolset_costs)
         assert index.render_section(frozenset(active)) is first
     assert ToolsetIndex([]).render_section(frozenset()) is None
 
@@ -78,6 +78,6 @@ def test_index_section_cache_is_bounded() -> None:
     index = ToolsetIndex([FILES])
     for n in range(100):
         assert index.render_section(frozenset({f"x{n}"})) == render_toolset_section(
-            (FILES,), frozenset()
+            (FILES,), frozenset(), index.toolset_costs
         )
     assert len(index._sections) <= 32

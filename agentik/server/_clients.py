@@ -12,19 +12,19 @@ token, only the entry's position and owner.
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import attrs
 
-from agentik._errors import AgentikError
+from agentik._errors import AgentikError, ConfigError
+from agentik._scope import OWNER, OWNER_RULE
 
-OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$")
-"""1..48 characters; no separator or control character can hide in it."""
 TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]{16,}=*$")
 """RFC 6750 ``b64token``, at least 16 characters before any ``=`` padding."""
 CLIENTS_ENV = "AGENTIK_CLIENTS"
 
-OWNER_RULE = "1..48 of A-Z a-z 0-9 . _ - (starting with a letter or digit)"
 _TOKEN_RULE = "16 or more of A-Z a-z 0-9 - . _ ~ + / (then '=' padding)"
 
 
@@ -103,3 +103,19 @@ def check_distinct(clients: Sequence[Client], auth_token: str | None) -> None:
                 f"client entries {first} and {number} have the same token;"
                 " a token must name one owner"
             )
+
+
+def read_clients(path: Path | None, env: Mapping[str, str]) -> tuple[Client, ...]:
+    """``AGENTIK_CLIENTS`` if set, else the file's ``[[server.clients]]``."""
+    try:
+        if CLIENTS_ENV in env:
+            return parse_clients_env(env[CLIENTS_ENV])
+        if path is None:
+            return ()
+        server = tomllib.loads(path.read_bytes().decode("utf-8")).get("server", {})
+        if not isinstance(server, dict) or "clients" not in server:
+            return ()
+        return parse_clients_table(server["clients"], env)
+    except ClientConfigError as error:
+        origin = "" if CLIENTS_ENV in env else f"{path}: "
+        raise ConfigError(f"{origin}{error}") from None

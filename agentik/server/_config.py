@@ -3,8 +3,9 @@
 Each setting is declared once in ``SETTINGS`` (its TOML section and key, its
 environment variable, its kind and default), so the three layers cannot drift
 apart. Layers are merged into one flat mapping, later layers winning, and only
-then validated into a frozen ``ServerConfig``; every error names the setting
-(``[limits] max_queued_turns``) and what was expected. Secrets (the model API
+then validated into a frozen ``ServerConfig`` (``_settings`` holds the values);
+every error names the setting (``[limits] max_queued_turns``) and what was
+expected. Secrets (the model API
 key, the bearer token) come from the environment or the file, never from a
 flag, and are kept out of ``repr`` and out of every error message.
 
@@ -15,7 +16,6 @@ owner, whose conversation ids are stored as sent (as before owners existed).
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import tomllib
@@ -25,46 +25,26 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from agentik._clients import (
-    _TOKEN_RULE,
-    CLIENTS_ENV,
-    TOKEN,
-    Client,
-    ClientConfigError,
-    check_distinct,
-    parse_clients_env,
-    parse_clients_table,
-)
-from agentik._errors import AgentikError
+from agentik._errors import ConfigError
 from agentik._input import InputError, decimal_float, decimal_int, shown
 from agentik.models import ModelLimits
+from agentik.server._clients import _TOKEN_RULE, TOKEN, Client, read_clients
+from agentik.server._settings import (
+    DEFAULT_READERS,
+    DEFAULT_SSE_HEARTBEAT,
+    Limits,
+    ModelSettings,
+    ServerConfig,
+    is_loopback,
+)
+
+if TYPE_CHECKING:
+    from agentik.mcp import McpServerConfig
 
 Kind: TypeAlias = Literal["str", "int", "count", "float", "interval", "list", "bind", "bool"]
 """``int`` is positive, ``count`` may be 0 too; ``float`` is positive seconds,
 ``interval`` may be 0 too, or ``"off"`` (read as 0: the thing it times is off)."""
 Raw: TypeAlias = "str | int | float | bool | list[str]"
-
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-
-    from agentik.agent import ToolsetSource
-    from agentik.mcp import McpServerConfig
-    from agentik.toolsets import NamedTool, ToolsetContribution
-
-ToolEntry: TypeAlias = "str | NamedTool | Iterable[NamedTool] | Callable[[], object]"
-"""A ``[agent] tools`` entry: ``"module:attribute"`` naming what the other kinds
-are, or (from a program that builds its ``ServerConfig``) a ``NamedTool``, an
-iterable of them, or a callable returning either."""
-ToolsetEntry: TypeAlias = (
-    "str | ToolsetContribution | ToolsetSource | Iterable[ToolsetContribution | ToolsetSource]"
-    " | Callable[[], object]"
-)
-"""A ``[agent] toolsets`` entry: ``"module:attribute"``, or the object it would name."""
-
-
-class ConfigError(AgentikError):
-    """The configuration is invalid; the message names the setting."""
 
 
 @attrs.frozen
@@ -131,145 +111,6 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 
 DEFAULT_API_KEY_ENV = "AGENTIK_API_KEY"
-DEFAULT_READERS = 4
-"""``[storage] readers``: the backends' own default."""
-DEFAULT_SSE_HEARTBEAT = 15.0
-"""Seconds of silence before an event stream carries a ``: keep-alive`` comment:
-under the 30-60 s after which proxies and load balancers drop an idle connection."""
-
-
-@attrs.frozen(kw_only=True)
-class ModelSettings:
-    """An OpenAI-compatible backend. Absent means the scripted demo model."""
-
-    base_url: str
-    model: str
-    api_key: str | None = attrs.field(default=None, repr=False)
-    max_connections: int | None = None
-    """Model calls on the wire at once (``OpenAICompatibleModel(max_connections=)``);
-    more wait in agentik's queue. None: the model's default."""
-    timeout: float | None = None
-    """Seconds one model call may take in total, retries and waits included
-    (``OpenAICompatibleModel(timeout=)``). None: the model's default, 600 s."""
-    connect_timeout: float | None = None
-    """Seconds to open one connection to the backend
-    (``OpenAICompatibleModel(connect_timeout=)``); a connection not open by
-    then is a failed attempt, retried. None: only ``timeout`` bounds it."""
-    max_retries: int | None = None
-    """Retries after a failed attempt (``RetryPolicy(max_retries=)``); 0: none.
-    None: the model's default, 2."""
-
-
-@attrs.frozen(kw_only=True)
-class Limits:
-    """Bounds that keep one server's memory and latency in check."""
-
-    max_body_bytes: int = 1_048_576
-    """Larger request bodies get 413 before they are parsed."""
-    max_queued_turns: int = 8
-    """Turns waiting per conversation; past it, 429 with Retry-After."""
-    max_conversations: int = 100_000
-    """Live conversations (about 12 KiB each); a turn for a new one past it gets 429."""
-    max_tool_rounds: int = 25
-    tool_timeout: float = 60.0
-    graceful_timeout: float = 30.0
-    """Seconds in-flight requests get to finish after SIGINT/SIGTERM."""
-    header_timeout: float = 10.0
-    """Seconds a client may take to send a request head (from its first byte); then 408."""
-    body_timeout: float = 20.0
-    """Seconds a client may take to send a request body (from the end of the
-    head), plus one second per ``body_min_rate`` bytes received; then 408."""
-    body_min_rate: float = 500.0
-    """Bytes per second: the rate that earns a large body more time."""
-    max_connections: int = 1000
-    """Open HTTP connections; past it new ones wait in the listen backlog."""
-    keepalive_timeout: float = 5.0
-    """Seconds an idle keep-alive connection stays open between requests. Raise
-    it above a load balancer's or client pool's own idle timeout, so the client
-    side closes first and never sends on a connection the server is closing."""
-    max_skill_name: int = 64
-    """Characters of a skill's name (``ContentLimits``, as every one below)."""
-    max_skill_description: int = 500
-    """Characters of a skill's description; longer is 413 (the model: an error result)."""
-    max_skill_body: int = 32_000
-    """Characters of a skill's body."""
-    max_note: int = 4_000
-    """Characters of a working-memory note."""
-    skills_prompt_tokens: int = 2_000
-    """Tokens an owner's skills catalog may take in a system message (at most a
-    tenth of ``[model] context_tokens`` too)."""
-    notes_prompt_tokens: int = 4_000
-    """Tokens a conversation's notes may take in a system message (at most 15 %
-    of ``[model] context_tokens`` too)."""
-
-
-@attrs.frozen(kw_only=True)
-class ServerConfig:
-    """Everything ``agentik serve`` needs, validated."""
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    database: str = "./agentik.db"
-    """A SQLite file path, or a ``postgresql://`` URL (``[storage] url``)."""
-    model: ModelSettings | None = None
-    system_prompt: str | None = None
-    toolsets: tuple[ToolsetEntry, ...] = ()
-    """Entry points ``module:attribute``, each giving one or more toolset
-    contributions; a program may pass the contributions (or sources, or a
-    callable returning them) instead."""
-    tools: tuple[ToolEntry, ...] = ()
-    """Core tools, offered to the model in every turn, unlike a toolset's:
-    entry points ``module:attribute`` each giving one or more ``NamedTool``,
-    or, from a program, the ``NamedTool`` objects themselves (``@tool`` makes
-    them), iterables of them, or callables returning either."""
-    auth_token: str | None = attrs.field(default=None, repr=False)
-    """The default owner's token: its conversation ids are stored as sent."""
-    clients: tuple[Client, ...] = ()
-    """Tokens of named owners; each owner sees only its own conversations."""
-    limits: Limits = Limits()
-    mcp_servers: tuple[McpServerConfig, ...] = ()
-    """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
-    advertise_url: str | None = None
-    """Where other nodes on the same PostgreSQL database send requests for
-    this node's conversations; None: the address the server bound."""
-    lease_seconds: float = 20.0
-    """PostgreSQL: a node's lease on its conversations. A dead node's
-    conversations move to other nodes this long after its last renewal."""
-    readers: int = DEFAULT_READERS
-    """Read connections of the storage (reads that run at once). On PostgreSQL
-    a node holds ``readers + 2`` connections (docs/scale-out.md)."""
-    context_tokens: int | None = None
-    """The context policy's budget (``ContextPolicy.max_tokens``): what each model
-    request may carry; older history is summarized. None: the whole history."""
-    gc_freeze: bool = False
-    """Freeze the objects alive at start-up out of the garbage collector and raise
-    its thresholds (``agentik serve`` only): fewer, cheaper collections under load."""
-    retention_days: float | None = None
-    """Delete conversations idle (no new message) for longer than this many
-    days, checked hourly, in small batches; None keeps them for ever."""
-    sse_heartbeat: float | None = DEFAULT_SSE_HEARTBEAT
-    """Seconds an event stream may stay silent before the server sends a
-    ``: keep-alive`` comment (proxies and browsers drop idle connections);
-    None: never."""
-    model_limits: ModelLimits | None = None
-    """The model provider's budget (``[model] requests_per_minute``,
-    ``tokens_per_minute``, ``max_concurrent``, ``max_queue_wait``), kept for
-    every model call (``open_chat_agent(model_limits=)``); None: no limits."""
-
-    @property
-    def is_loopback(self) -> bool:
-        return _is_loopback(self.host)
-
-    def __attrs_post_init__(self) -> None:
-        try:
-            check_distinct(self.clients, self.auth_token)
-        except ClientConfigError as error:
-            raise ConfigError(str(error)) from None
-
-    @property
-    def requires_auth(self) -> bool:
-        """Whether every endpoint but ``/health`` needs a bearer token."""
-        return self.auth_token is not None or bool(self.clients)
 
 
 _MIN_CONTEXT_TOKENS = 256
@@ -285,15 +126,6 @@ def _shown(value: object) -> str:
         return shown(value)
     text = repr(value)
     return text if len(text) <= 40 else text[:40] + "…"
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_bind(value: str, *, name: str = "[server] bind") -> tuple[str, int]:
@@ -356,22 +188,6 @@ def read_mcp_servers(path: Path) -> tuple[McpServerConfig, ...]:
         return parse_mcp_servers(mcp.get("servers", []))
     except McpConfigError as error:
         raise ConfigError(f"{path}: {error}") from error
-
-
-def read_clients(path: Path | None, env: Mapping[str, str]) -> tuple[Client, ...]:
-    """``AGENTIK_CLIENTS`` if set, else the file's ``[[server.clients]]``."""
-    try:
-        if CLIENTS_ENV in env:
-            return parse_clients_env(env[CLIENTS_ENV])
-        if path is None:
-            return ()
-        server = tomllib.loads(path.read_bytes().decode("utf-8")).get("server", {})
-        if not isinstance(server, dict) or "clients" not in server:
-            return ()
-        return parse_clients_table(server["clients"], env)
-    except ClientConfigError as error:
-        origin = "" if CLIENTS_ENV in env else f"{path}: "
-        raise ConfigError(f"{origin}{error}") from None
 
 
 def _check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
@@ -438,7 +254,7 @@ def load_config(
     path: Path | None = None,
     *,
     env: Mapping[str, str] | None = None,
-    overrides: Mapping[tuple[str, str], Raw] | None = None,
+    overrides: Mapping[tuple[str, str], object] | None = None,
 ) -> ServerConfig:
     """Merge file < environment < ``overrides`` (CLI flags) and validate.
 
@@ -481,7 +297,7 @@ def _build(
     if auth_token is not None and not TOKEN.match(auth_token):
         # the rule of [[server.clients]] tokens: a short token is guessable
         raise ConfigError(f"[server] auth_token must be {_TOKEN_RULE} (the value is not shown)")
-    if not _is_loopback(host) and auth_token is None and not clients:
+    if not is_loopback(host) and auth_token is None and not clients:
         raise ConfigError(
             f"[server] auth_token is required when binding to the non-loopback address {host!r}"
             " (set AGENTIK_AUTH_TOKEN, or give clients tokens in [[server.clients]])"

@@ -1,0 +1,123 @@
+"""The tools budget: the active toolsets' schemas fit it, least recently used out first.
+
+A conversation's active toolsets take at most ``budget`` tokens of tool
+schemas (``ContextPolicy.tools_budget``). Switching one on when that would
+not fit first switches off the least recently used others until it does; a
+toolset that alone needs more than the budget is refused (``OverBudget``).
+``budget=None`` (no context policy) bounds nothing.
+
+What to switch off is decided by ``room_for`` from the activation's recency
+and the index's costs, reading no clock of its own; ``switch_on`` applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from agentik._errors import ToolError
+from agentik.toolsets._activation import ToolsetActivation
+from agentik.toolsets._dispatch import ToolsetIndex
+
+
+class OverBudget(ToolError):
+    """A toolset (or the tools asked of it) needs more than the whole tools budget."""
+
+    def __init__(self, name: str, needed: int, budget: int) -> None:
+        super().__init__(
+            f"toolset {name!r} needs {needed:,} tokens of tool schemas, more than the"
+            f" tools budget of {budget:,} tokens"
+        )
+        self.name = name
+        self.needed = needed
+        self.budget = budget
+
+
+def room_for(
+    index: ToolsetIndex,
+    activation: ToolsetActivation,
+    name: str,
+    tools: frozenset[str] | None,
+    budget: int | None,
+) -> tuple[str, ...]:
+    """The active toolsets to switch off, least recently used first, so that
+    ``name`` (only ``tools`` of it, or whole) fits ``budget`` with the rest.
+
+    Raises ``OverBudget`` when ``name`` alone does not fit.
+    """
+    if budget is None:
+        return ()
+    needed = index.cost_of(name, tools)
+    if needed > budget:
+        raise OverBudget(name, needed, budget)
+    costs = {
+        other: index.cost_of(other, chosen)
+        for other, chosen in activation.selection()
+        if other != name and index.get(other) is not None  # a vanished toolset costs nothing
+    }
+    total = needed + sum(costs.values())
+    out: list[str] = []
+    for other in activation.least_recently_used():
+        if total <= budget:
+            break
+        if other in costs:
+            total -= costs[other]
+            out.append(other)
+    return tuple(out)
+
+
+def switch_on(
+    index: ToolsetIndex,
+    activation: ToolsetActivation,
+    name: str,
+    tools: Collection[str] | None,
+    budget: int | None,
+) -> tuple[str, ...]:
+    """Switch ``name`` on (only ``tools`` of it, or whole) within ``budget``;
+    the toolsets switched off to make room, least recently used first."""
+    chosen = None if tools is None else frozenset(tools)
+    evicted = room_for(index, activation, name, chosen, budget)
+    for other in evicted:
+        activation.disable(other)
+    activation.enable(name, chosen)
+    return evicted
+
+
+def activate_for_call(
+    index: ToolsetIndex,
+    activation: ToolsetActivation,
+    toolset: str,
+    tool: str,
+    budget: int | None,
+) -> None:
+    """A call of ``tool`` starts: count a use of its ``toolset``, switching on
+    what the call needs (the whole toolset if it fits the budget, else the
+    tool alone, added to those enabled of a toolset enabled in part, or
+    instead of them if both do not fit), never past the budget. A tool that
+    alone needs more than the budget runs without being switched on. The
+    model is told nothing: the call runs and returns its own result."""
+    if index.get(toolset) is None:  # its source changed since the call was planned
+        activation.enable(toolset)
+        return
+    if activation.is_active(toolset):
+        chosen = activation.tools_of(toolset)
+        if chosen is None or tool in chosen:
+            activation.touch(toolset)
+            return
+        attempts: Sequence[frozenset[str] | None] = (chosen | {tool}, frozenset({tool}))
+    else:
+        attempts = (None, frozenset({tool}))
+    for tools in attempts:
+        try:
+            switch_on(index, activation, toolset, tools, budget)
+        except OverBudget:
+            continue
+        return
+    activation.touch(toolset)
+
+
+def switched_off_text(names: Sequence[str]) -> str:
+    """``'Y' was switched off to make room.`` or ``'Y' and 'Z' were …``."""
+    quoted = [f"'{name}'" for name in names]
+    if len(quoted) == 1:
+        return f"{quoted[0]} was switched off to make room."
+    return f"{', '.join(quoted[:-1])} and {quoted[-1]} were switched off to make room."

@@ -1,0 +1,240 @@
+"""Tool schemas inside the context budget, through real turns (issue 35)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentik import ContextPolicy, ModelBackendError, ModelRequest, ModelResponse, NamedTool, Role
+from agentik.agent import open_chat_agent
+from agentik.agent._context import estimate_tokens, message_tokens
+from agentik.models import ScriptedModel
+from agentik.storage import in_memory_storage
+from agentik.toolsets import ToolCosts, ToolsetContribution
+from tests.agent.helpers import call
+
+
+async def _ok(arguments: object) -> str:
+    return "ok"
+
+
+def _toolset(name: str, verbs: int, size: int) -> ToolsetContribution:
+    return ToolsetContribution(
+        name,
+        f"the {name} toolset",
+        [
+            NamedTool(f"{name}_v{i}", "d" * size, {"type": "object", "properties": {}}, _ok)
+            for i in range(verbs)
+        ],
+    )
+
+
+def _request_tokens(request: ModelRequest) -> int:
+    return sum(message_tokens(m, estimate_tokens) for m in request.messages)
+
+
+def _users(request: ModelRequest) -> int:
+    return sum(1 for m in request.messages if m.role is Role.USER)
+
+
+def _toolset_tools_cost(request: ModelRequest) -> int:
+    costs = ToolCosts()
+    return costs.total(t for t in request.tools if "_v" in t.name)
+
+
+async def test_active_toolsets_take_their_share_of_the_window() -> None:
+    """Messages and the active toolsets' schemas together fit ``max_tokens``:
+    once a big toolset is on, the window carries fewer old turns."""
+    big = _toolset("big", 2, 600)
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        if request.purpose == "summary":  # no summary: the window must drop old turns
+            raise ModelBackendError("no summaries in this test")
+        requests.append(request)
+        user = [m for m in request.messages if m.role is Role.USER][-1]
+        done = request.messages[-1].role is Role.TOOL
+        if user.content.startswith("use") and not done:
+            return call("big_v0")
+        return ModelResponse(text="fine")
+
+    policy = ContextPolicy(max_tokens=2_000, tools_budget=500)
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=[big],
+        builtin_tools=False,
+        context=policy,
+    ) as agent:
+        for turn in range(25):
+            await agent.send("c", f"{turn}:" + "u" * 300)
+        before = _users(requests[-1])
+        await agent.send("c", "use it")
+        await agent.send("c", "26:" + "u" * 300)
+    assert _toolset_tools_cost(requests[-1]) > 400
+    for request in requests:
+        assert _request_tokens(request) + _toolset_tools_cost(request) <= 2_000
+    assert _users(requests[-1]) < before
+
+
+def test_the_tools_budget_is_a_quarter_of_the_window_unless_given() -> None:
+    assert ContextPolicy(max_tokens=10_001).tools_budget_tokens == 2_500
+    assert ContextPolicy(max_tokens=10_000, tools_budget=300).tools_budget_tokens == 300
+
+
+def test_a_tools_budget_that_leaves_no_window_is_refused() -> None:
+    for bad, message in [
+        (0, "tools_budget must be a positive integer, got 0"),
+        (True, "tools_budget must be a positive integer, got True"),
+        (1_000, "tools_budget must be less than max_tokens (1000), got 1000"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            ContextPolicy(max_tokens=1_000, tools_budget=bad)
+        assert str(caught.value) == message
+
+
+async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -> None:
+    """Through real turns: the enable result names what was switched off, the
+    tools array is the core tools then the toolsets in activation order, and
+    the active toolsets' schemas never pass the tools budget."""
+    a, b, c = _toolset("a", 1, 300), _toolset("b", 1, 300), _toolset("c", 1, 300)
+    one = ToolCosts().of(a.tools[0])
+    requests: list[ModelRequest] = []
+    script = {
+        "go": [
+            call("enable_toolset", {"name": "b"}),
+            call("enable_toolset", {"name": "a"}),
+            call("b_v0"),  # a use of b: a is now the least recently used
+            call("c_v0"),  # auto-activation makes room too
+            call("enable_toolset", {"name": "a"}),
+            "done",
+        ]
+    }
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        step = sum(1 for m in request.messages if m.role is Role.ASSISTANT)
+        answer = script["go"][step]
+        return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
+
+    policy = ContextPolicy(max_tokens=20_000, tools_budget=2 * one + 1, find_tools=False)
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=[a, b, c],
+        builtin_tools=False,
+        context=policy,
+    ) as agent:
+        result = await agent.send("conv", "go")
+    results = [m.content for m in result.messages if m.role is Role.TOOL]
+    assert results == [
+        "Toolset 'b' activated.",
+        "Toolset 'a' activated.",
+        "ok",
+        "ok",
+        "Toolset 'a' activated; 'b' was switched off to make room.",
+    ]
+    names = [[t.name for t in r.tools] for r in requests]
+    core = ["enable_toolset", "disable_toolset"]
+    assert names == [
+        core,
+        [*core, "b_v0"],
+        [*core, "b_v0", "a_v0"],
+        [*core, "b_v0", "a_v0"],
+        [*core, "b_v0", "c_v0"],
+        [*core, "c_v0", "a_v0"],
+    ]
+    assert all(_toolset_tools_cost(r) <= policy.tools_budget_tokens for r in requests)
+
+
+def _tool_names(request: ModelRequest) -> list[str]:
+    return [t.name for t in request.tools]
+
+
+async def _first_request_tools(toolsets: list[ToolsetContribution], **options: object) -> list[str]:
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return ModelResponse(text="hi")
+
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=toolsets,
+        builtin_tools=False,
+        **options,  # type: ignore[arg-type]
+    ) as agent:
+        await agent.send("c", "hello")
+    return _tool_names(requests[0])
+
+
+async def test_find_tools_is_offered_when_the_catalog_passes_the_budget() -> None:
+    """Offered (after the switches, before any toolset's tools) only when all
+    the toolsets' schemas would not fit the tools budget, or when asked."""
+    sets = [_toolset(n, 1, 300) for n in ("a", "b", "c")]
+    total = ToolCosts().total(t for s in sets for t in s.tools)
+    switches = ["enable_toolset", "disable_toolset"]
+    assert await _first_request_tools(sets) == switches  # no policy, no budget
+    for budget, find, offered in [
+        (total - 1, None, True),
+        (total, None, False),
+        (total, True, True),
+        (total - 1, False, False),
+    ]:
+        policy = ContextPolicy(max_tokens=50_000, tools_budget=budget, find_tools=find)
+        tools = await _first_request_tools(sets, context=policy)
+        assert tools == ([*switches, "find_tools"] if offered else switches), (budget, find)
+    assert await _first_request_tools([], context=ContextPolicy(max_tokens=500)) == []
+
+
+async def test_find_then_enable_only_the_tools_needed() -> None:
+    """A well-behaved model: find_tools, enable the one tool it needs, call it;
+    then call another tool of the toolset by name (auto-activation adds it)."""
+
+    def tool(name: str, description: str) -> NamedTool:
+        return NamedTool(name, description, {"type": "object", "properties": {}}, _ok)
+
+    github = ToolsetContribution(
+        "github",
+        "Issues and pull requests",
+        [
+            tool("github_create_issue", "Create a new issue in a repository." + " " * 900),
+            tool("github_list_pulls", "List the pull requests of a repository." + " " * 900),
+            tool("github_merge_pull", "Merge a pull request." + " " * 900),
+        ],
+    )
+    one = ToolCosts().of(github.tools[0])
+    script = [
+        call("find_tools", {"query": "open an issue", "limit": 1}),
+        call("enable_toolset", {"name": "github", "tools": ["github_create_issue"]}),
+        call("github_create_issue"),
+        call("github_merge_pull"),
+        "done",
+    ]
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        answer = script[sum(1 for m in request.messages if m.role is Role.ASSISTANT)]
+        return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
+
+    policy = ContextPolicy(max_tokens=50_000, tools_budget=2 * one + 10)
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=[github],
+        builtin_tools=False,
+        context=policy,
+    ) as agent:
+        result = await agent.send("c", "go")
+    results = [m.content for m in result.messages if m.role is Role.TOOL]
+    assert results[0].split("\n")[1].startswith("github_create_issue (toolset github, ~")
+    assert results[1:] == ["Toolset 'github' activated (1 of its 3 tools).", "ok", "ok"]
+    base = ["enable_toolset", "disable_toolset", "find_tools"]
+    assert [_tool_names(r) for r in requests] == [
+        base,
+        base,
+        [*base, "github_create_issue"],
+        [*base, "github_create_issue"],
+        [*base, "github_create_issue", "github_merge_pull"],
+    ]
