@@ -363,8 +363,9 @@ class TurnMachine:
     rerun_ids: set[str] = attrs.Factory(set)
     """Batch calls that a crash interrupted (run again)."""
     durable: bool = True
-    """Everything a call may depend on (its assistant message, its approval)
-    is committed: set by ``Commit``, cleared by recording such a record."""
+    """Everything a call may depend on (its assistant message, its approval,
+    the decisions of the calls it waited with) is committed: set by
+    ``Commit``, cleared by recording such a record."""
     waiting: dict[str, ToolCall] = attrs.Factory(dict)
     """Calls waiting for a decision, by id, in call order."""
     approved: set[str] = attrs.Factory(set)
@@ -485,9 +486,12 @@ class TurnMachine:
         if approve:
             out = [RecordDecision(call_id, True, reason)]
             self.approved.add(call_id)  # runs once every waiting call is decided
-            self.durable = False  # the approval, just recorded
         else:
             out = [_denial(call_id, reason)]
+        # Either decision, just recorded: an approved call may start only once
+        # it is durable. Lost in a crash, a restart would see a call still
+        # waiting and take the approved ones for not started, and run them again.
+        self.durable = False
         if self.waiting:
             return [*out, AwaitApproval(self.waiting.values())]
         batch = [p for i, p in self.plans.items() if i in self.approved]

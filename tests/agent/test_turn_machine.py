@@ -268,6 +268,20 @@ class TestTable:
         ]
         assert m.handle(ToolDone("c1", "one")) == [result("c1", "one"), CallModel()]
 
+    def test_a_resumed_approved_call_waits_for_the_last_decision_to_commit(self) -> None:
+        """Resumed with c1 approved and c2 waiting: denying c2 starts c1, but
+        only after the denial is committed. Lost in a crash, the restart would
+        read c2 as waiting and c1 as not started, and run c1 a second time
+        (a Hypothesis random walk found it)."""
+        m = TurnMachine(max_steps=3)
+        plans = [CallPlan(call(1), needs_approval=True), CallPlan(call(2), needs_approval=True)]
+        m.handle(Resume(1, plans, awaiting=frozenset({"c2"}), approved=frozenset({"c1"})))
+        assert m.handle(Decided("c2", False, "no")) == [
+            RecordDecision("c2", False, "no", result("c2", "denied: no")),
+            Commit(),
+            RunTool(call(1)),
+        ]
+
     def test_approved_calls_run_together_in_call_order(self) -> None:
         m = started(TurnMachine(max_steps=3, max_parallel=8))
         m.handle(answer(*(CallPlan(call(i), True, idempotent=True) for i in range(3))))
