@@ -545,3 +545,34 @@ async def test_random_schemas_through_the_final_answer_tool(
             assert raised.value.code == "invalid_output"
             assert len(seen) == 3
             assert [m.role for m in await stored(storage, "c")] == [Role.USER]
+
+
+async def test_tool_mode_stream_finishes_with_the_output() -> None:
+    """Streamed, the final-answer call is no tool run (no ToolCallStarted);
+    the turn finishes with the output."""
+    from agentik.agent import ToolCallStarted
+
+    model, _ = tool_answers("[]", '{"name": "Rome", "population": 2800000}')
+    async with (
+        open_chat_agent(model=model, storage=in_memory_storage()) as agent,
+        agent.stream("c", "q", output=City) as events,
+    ):
+        seen = [e async for e in events]
+    finals = [e for e in seen if isinstance(e, TurnFinished)]
+    assert finals[0].result.output == City(name="Rome", population=2800000)
+    assert not [e for e in seen if isinstance(e, ToolCallStarted)]
+
+
+async def test_a_scheduled_model_keeps_its_structured_output() -> None:
+    """Behind the agent's model scheduler (``model_limits``) the model's mode
+    still decides how a typed turn asks."""
+    from agentik.models import ModelLimits
+
+    model, seen = tool_answers('{"name": "Rome", "population": 2800000}')
+    limits = ModelLimits(max_concurrent=2)
+    async with open_chat_agent(
+        model=model, storage=in_memory_storage(), model_limits=limits
+    ) as agent:
+        result = await agent.send("c", "q", output=City)
+    assert result.output == City(name="Rome", population=2800000)
+    assert seen[0].output_tool == "final_answer"
