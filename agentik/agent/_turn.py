@@ -411,7 +411,10 @@ class Turn:
         return plan
 
     async def _result(self, text: str, waiting: Sequence[ToolCall]) -> TurnResult:
-        stored = await self.writes.commit()
+        if not waiting and self.output is not None:
+            stored = await self.writes.commit_output()
+        else:
+            stored = await self.writes.commit()
         if not waiting:
             return TurnResult(text, stored, self.usage, output=self.value)
         cid = self.conversation.conversation_id
