@@ -10,6 +10,13 @@ Classes are read by the one cattrs converter (``agentik._serde``, strict: no
 coercion, no unknown keys); a schema dict is checked by jsonschema
 (``agentik.toolsets.compile_schema``: its dialect, no remote ``$ref``).
 
+A backend that cannot take ``response_format`` (``structured_output="tool"``)
+is offered ``final_answer_tool``: its parameters are the schema (wrapped as
+the property ``answer`` when the schema is not an object: tool parameters
+are an object), and ``tool_answer`` reads a call's arguments into the value
+and the answer's JSON text, which the turn stores as its final text as in
+the other mode.
+
 The answer's text (the JSON) is what the turn stores, so ``load`` of the
 stored text gives the value back: that is how a keyed retry returns the same
 output. Pure: no I/O.
@@ -28,7 +35,7 @@ from agentik._errors import TurnError
 from agentik._json import JsonObject, JsonValue
 from agentik._serde import converter, structure_error
 from agentik.agent._events import TurnResult
-from agentik.toolsets import compile_schema, schema_for_type
+from agentik.toolsets import NamedTool, compile_schema, schema_for_type
 
 OutputType: TypeAlias = type | Mapping[str, JsonValue]
 """What ``send(..., output=...)`` takes: an attrs class, a dataclass, a
@@ -113,6 +120,43 @@ def _parse(text: str) -> JsonValue:
         shown = text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
         raise InvalidOutput(f"the answer is not JSON ({error}): {shown!r}") from None
     return value
+
+
+FINAL_ANSWER: Final = "final_answer"
+"""The final-answer tool's name (``structured_output="tool"``)."""
+
+_WRAPPED: Final = "answer"
+
+
+def final_answer_tool(spec: OutputSpec) -> NamedTool:
+    """The tool a ``structured_output="tool"`` model calls to answer. It never
+    runs: the turn reads the call's arguments (``tool_answer``)."""
+    schema = spec.schema
+    if schema.get("type") != "object":
+        schema = {"type": "object", "properties": {_WRAPPED: schema}, "required": [_WRAPPED]}
+    return NamedTool(
+        FINAL_ANSWER,
+        "Give your final answer to the user's request by calling this tool, alone,"
+        " once you have everything you need; its arguments are the answer.",
+        schema,
+        _never_runs,
+    )
+
+
+async def _never_runs(arguments: JsonObject) -> str:
+    raise AssertionError("the final-answer tool is read by the turn, never run")
+
+
+def tool_answer(spec: OutputSpec, arguments: str) -> tuple[object, str]:
+    """The value a final-answer call gives and its JSON text (what the turn
+    stores, and ``spec.load`` reads back); raises ``InvalidOutput``."""
+    if spec.schema.get("type") == "object":
+        return spec.load(arguments), arguments
+    data = _parse(arguments)
+    if not isinstance(data, dict) or set(data) != {_WRAPPED}:
+        raise InvalidOutput(f"the arguments must be an object with the one property {_WRAPPED!r}")
+    text = json.dumps(data[_WRAPPED], ensure_ascii=False)
+    return spec.load(text), text
 
 
 def stored_output(result: TurnResult, spec: OutputSpec) -> TurnResult:

@@ -32,11 +32,14 @@ async def build_request(
     start: int,
     output: OutputSpec | None = None,
     again: Sequence[Message] = (),
+    answer_tool: NamedTool | None = None,
 ) -> tuple[ModelRequest, ToolsetIndex, frozenset[str]]:
     """The next request of the turn whose user message is ``conv.history[start]``,
     with the toolsets and the active ones it was built for. A typed turn
     (``output``) asks for its schema; ``again``, its invalid answers and
-    their errors, follow the history (they are not stored)."""
+    their errors, follow the history (they are not stored); ``answer_tool``,
+    the final-answer tool of a ``structured_output="tool"`` model, is offered
+    last."""
     system, index, active = await system_message(conv)
     runtime = conv.runtime
     core = runtime.offered_core
@@ -51,7 +54,13 @@ async def build_request(
         messages = (system, *conv.history, *again)
         if policy is not None:
             messages = (system, *_window(conv, system, start, policy, schemas), *again)
-        return ModelRequest(messages, tools, output_schema=output.schema), index, active
+        if answer_tool is None:
+            return ModelRequest(messages, tools, output_schema=output.schema), index, active
+        offered = (*tools, answer_tool)
+        request = ModelRequest(
+            messages, offered, output_schema=output.schema, output_tool=answer_tool.name
+        )
+        return request, index, active
     if policy is None:
         return ModelRequest((system, *conv.history), tools), index, active
     messages = (system, *_window(conv, system, start, policy, schemas))

@@ -43,7 +43,13 @@ from agentik.agent._events import (
     TurnResult,
 )
 from agentik.agent._model_call import ask_model
-from agentik.agent._output import InvalidOutput, OutputSpec
+from agentik.agent._output import (
+    FINAL_ANSWER,
+    InvalidOutput,
+    OutputSpec,
+    final_answer_tool,
+    tool_answer,
+)
 from agentik.agent._recovery import resume_event
 from agentik.agent._request import PromptInputs as PromptInputs
 from agentik.agent._request import build_request, check_room
@@ -74,7 +80,8 @@ from agentik.agent._turn_machine import (
 )
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
-from agentik.toolsets import activate_for_call
+from agentik.models import structured_output_of
+from agentik.toolsets import NamedTool, activate_for_call
 
 if TYPE_CHECKING:
     from agentik.agent._elicitation import ElicitationRequest
@@ -115,6 +122,9 @@ class Turn:
     again: list[Message] = attrs.Factory(list)
     """Invalid answers and their errors (``AskAgain``): in this turn's requests
     only, never stored."""
+    answer_tool: NamedTool | None = None
+    """A typed turn of a ``structured_output="tool"`` model: the final-answer
+    tool it is offered, whose call is the answer."""
 
     @classmethod
     def new(
@@ -129,11 +139,15 @@ class Turn:
         """A turn whose user message is (or will be) ``history[start]``."""
         runtime = conversation.runtime
         settings = runtime.settings
+        answer_tool = None
+        if output is not None and structured_output_of(runtime.model) == "tool":
+            answer_tool = final_answer_tool(output)
         machine = TurnMachine(
             settings.max_tool_rounds,
             settings.max_parallel_tools,
             settings.resume_interrupted,
             output_retries=settings.output_retries,
+            output_tool=None if answer_tool is None else FINAL_ANSWER,
         )
         spans = None if runtime.tracing is None else TurnSpans(runtime.tracing)
         writes = TurnWrites(conversation, start)
@@ -147,6 +161,7 @@ class Turn:
             usage or TokenUsage(),
             spans=spans,
             output=output,
+            answer_tool=answer_tool,
         )
 
     async def begin(self, text: str) -> TurnResult:
@@ -349,7 +364,9 @@ class Turn:
         """Ask the model; its answer as the message to record, with a plan per call."""
         conv = self.conversation
         output = self.output
-        request, index, active = await build_request(conv, self.start, output, self.again)
+        request, index, active = await build_request(
+            conv, self.start, output, self.again, self.answer_tool
+        )
         chat = None if self.spans is None else self.spans.start_chat(conv, active, request)
         response = await ask_model(conv.runtime, request, self.emit, chat)
         usage = response.usage
@@ -358,13 +375,31 @@ class Turn:
         calls = response.tool_calls
         message = Message(Role.ASSISTANT, response.text or "", calls, None, usage)
         if not calls:
-            if output is not None:
+            if output is not None and self.answer_tool is None:
                 try:
                     self.value = output.load(message.content)
                 except InvalidOutput as error:
                     return ModelAnswered(message, (), str(error))
             return ModelAnswered(message)
-        return ModelAnswered(message, tuple([self._plan(call, index) for call in calls]))
+        if self.answer_tool is None:
+            return ModelAnswered(message, tuple([self._plan(call, index) for call in calls]))
+        return self._with_answer_tool(message, index)
+
+    def _with_answer_tool(self, message: Message, index: ToolsetIndex) -> ModelAnswered:
+        """An answer with calls in ``structured_output="tool"`` mode: a lone
+        final-answer call is read (the machine decides what it means); one
+        beside other calls is planned as is, for the machine to refuse."""
+        assert self.output is not None
+        calls = message.tool_calls
+        if len(calls) == 1 and calls[0].name == FINAL_ANSWER:
+            plan = CallPlan(calls[0])
+            try:
+                self.value, text = tool_answer(self.output, calls[0].arguments)
+            except InvalidOutput as error:
+                return ModelAnswered(message, (plan,), str(error))
+            return ModelAnswered(message, (plan,), output_text=text)
+        plans = [CallPlan(c) if c.name == FINAL_ANSWER else self._plan(c, index) for c in calls]
+        return ModelAnswered(message, tuple(plans))
 
     def _plan(self, call: ToolCall, index: ToolsetIndex, *, read_back: bool = False) -> CallPlan:
         conv = self.conversation
@@ -376,7 +411,10 @@ class Turn:
         return plan
 
     async def _result(self, text: str, waiting: Sequence[ToolCall]) -> TurnResult:
-        stored = await self.writes.commit()
+        if not waiting and self.output is not None:
+            stored = await self.writes.commit_output()
+        else:
+            stored = await self.writes.commit()
         if not waiting:
             return TurnResult(text, stored, self.usage, output=self.value)
         cid = self.conversation.conversation_id

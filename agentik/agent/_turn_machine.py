@@ -22,6 +22,12 @@ FINISHED, FAILED or SUPERSEDED. In words::
                              no call, its output invalid: AskAgain,       MODEL
                              CallModel while ``output_retries`` last,
                              else Fail(invalid_output)                    FAILED
+                             (``output_tool``: the answer is a call of
+                             that tool, alone: valid, Record(it, a result,
+                             its JSON as the final answer), Finish; its
+                             arguments invalid, or text, or the call
+                             beside others (refused, the others run):
+                             as an invalid output)
                              calls: Record(assistant + calls, with the
                              ids that wait for a person), then (run)      TOOLS..
     MODEL     Stop           Fail(code)                                   FAILED
@@ -170,12 +176,22 @@ STEP_LIMIT = "step_limit"
 INVALID_OUTPUT = "invalid_output"
 
 
-def output_feedback(error: str) -> str:
-    """What the model is told after an answer that does not match the schema."""
+def output_feedback(error: str, tool: str | None = None) -> str:
+    """What the model is told after an answer that does not match the schema
+    (given as text, or by calling ``tool``)."""
+    if tool is not None:
+        return (
+            f"Your answer was not accepted: {error}."
+            f" Call the tool {tool} again, alone, its arguments matching its schema."
+        )
     return (
         f"Your answer does not match the required JSON schema: {error}."
         " Answer again with only the JSON value, matching the schema."
     )
+
+
+ANSWER_RECEIVED = "answer received"
+"""The result recorded for a valid final-answer call (every call answered)."""
 
 
 class PolicyAnswer(enum.Enum):
@@ -265,8 +281,12 @@ class ModelAnswered:
     plans: tuple[CallPlan, ...] = ()
     """One per call of ``message``, in order (a tuple: no converter on this path)."""
     invalid_output: str | None = None
-    """A typed turn's answer without calls that does not match its output
-    schema: why, in words for the model (the shell validated it)."""
+    """A typed turn's answer without calls (or its lone final-answer call:
+    ``TurnMachine.output_tool``) that does not match its output schema: why,
+    in words for the model (the shell validated it)."""
+    output_text: str | None = attrs.field(default=None, kw_only=True)
+    """A valid lone final-answer call's answer as JSON text: the turn's final
+    answer, stored as the last assistant message's text."""
 
 
 @final
@@ -345,6 +365,9 @@ class TurnMachine:
     """A typed turn: how many times an invalid answer is sent back to the model."""
     output_tries: int = attrs.field(default=0, kw_only=True)
     """Invalid answers sent back so far."""
+    output_tool: str | None = attrs.field(default=None, kw_only=True)
+    """A typed turn whose answer is a call of this tool (the model's
+    ``structured_output="tool"``), alone in its answer; else None."""
     state: TurnState = TurnState.NEW
     steps: int = 0
     """Model calls asked for so far."""
@@ -443,7 +466,19 @@ class TurnMachine:
             raise TurnStateError(
                 "the answer must be an assistant message carrying the plans' calls"
             )
-        if not plans:
+        tool = self.output_tool
+        if tool is not None:
+            if not plans:
+                error = f"the answer is text, not a call of the tool {tool}"
+                return self._invalid_output(message, error)
+            if len(plans) == 1 and plans[0].call.name == tool:
+                return self._final_call(event, plans[0].call.id)
+            # Beside other calls it is refused (they may change the answer).
+            refused = f"error: call {tool} alone, once your other calls have their results"
+            plans = tuple(
+                attrs.evolve(p, invalid=refused) if p.call.name == tool else p for p in plans
+            )
+        elif not plans:
             if event.invalid_output is not None:
                 return self._invalid_output(message, event.invalid_output)
             self.state = TurnState.FINISHED
@@ -529,13 +564,36 @@ class TurnMachine:
         self.state = TurnState.FAILED
         return [*out, Fail(code, event.message)]
 
-    def _invalid_output(self, answer: Message, error: str) -> list[TurnAction]:
+    def _final_call(self, event: ModelAnswered, call_id: str) -> list[TurnAction]:
+        """The lone final-answer call: the answer, or an invalid one. The call
+        is answered and the answer's JSON follows as the final text (what a
+        keyed retry reads back), so history stays valid."""
+        if event.invalid_output is not None:
+            return self._invalid_output(event.message, event.invalid_output, call_id)
+        text = event.output_text
+        if text is None:
+            raise TurnStateError("a valid final-answer call needs its output_text")
+        self.state = TurnState.FINISHED
+        answer = Message(Role.ASSISTANT, text)
+        return [event.message, _result(call_id, ANSWER_RECEIVED), answer, Finish(text)]
+
+    def _invalid_output(
+        self, answer: Message, error: str, call_id: str | None = None
+    ) -> list[TurnAction]:
         """Ask again while retries (and model calls) last; else fail. The bad
-        answer is never recorded: history holds only a valid one."""
+        answer is never recorded: history holds only a valid one. A bad
+        final-answer call (``call_id``) is answered with the error, so the
+        request that follows stays valid."""
         if self.output_tries < self.output_retries and self.steps < self.max_steps:
             self.output_tries += 1
             self.steps += 1
-            return [AskAgain(answer, Message(Role.USER, output_feedback(error))), _CALL_MODEL]
+            feedback = output_feedback(error, self.output_tool)
+            told = (
+                Message(Role.USER, feedback)
+                if call_id is None
+                else _result(call_id, f"error: {feedback}")
+            )
+            return [AskAgain(answer, told), _CALL_MODEL]
         self.state = TurnState.FAILED
         tries = self.output_tries + 1
         return [

@@ -136,6 +136,18 @@ class TurnWrites:
         self.decisions.clear()
         return conv.history[self.start :]
 
+    async def commit_output(self) -> list[Message]:
+        """Commit what the typed turn recorded (its answer last), then record
+        that its answer is a typed output (``TurnRecord.output``), so a later
+        read of the turn shows it as data; the turn's messages as stored."""
+        conv = self.conversation
+        stored = await self.commit()
+        user = conv.history[self.start]
+        if user.seq is not None:
+            store = conv.runtime.storage.message_store
+            await (await store.submit_turn_output(conv.conversation_id, user.seq)).wait()
+        return stored
+
     async def commit_failure(self, code: str) -> None:
         """Commit what the turn recorded, then record that it failed (so a restart
         does not resume it); a cancelled turn too."""

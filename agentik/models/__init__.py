@@ -14,6 +14,7 @@ from agentik.models._protocol import ModelStreamEvent as ModelStreamEvent
 from agentik.models._protocol import StreamingChatModel as StreamingChatModel
 from agentik.models._protocol import TextDelta as TextDelta
 from agentik.models._protocol import ToolCallDelta as ToolCallDelta
+from agentik.models._protocol import structured_output_of as structured_output_of
 from agentik.models._rate_limits import RateLimitAnswer as RateLimitAnswer
 from agentik.models._rate_limits import read_rate_limit as read_rate_limit
 from agentik.models._responders import bench_responder as bench_responder
@@ -59,6 +60,7 @@ __all__ = [
     "read_rate_limit",
     "replay",
     "schedule",
+    "structured_output_of",
 ]
 
 _publish(globals(), __all__, __name__)

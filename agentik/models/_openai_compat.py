@@ -41,8 +41,10 @@ from agentik.models._protocol import (
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    StructuredOutput,
     TextDelta,
     ToolCallDelta,
+    check_structured_output,
 )
 from agentik.models._rate_limits import read_rate_limit
 from agentik.models._redact import Redactor, StreamMasker
@@ -104,6 +106,11 @@ class OpenAICompatibleModel:
             ``messages``, ``tools``, ``stream`` or ``stream_options``.
         headers: Extra HTTP headers for every call.
         timeout: Seconds one call may take in total, retries included.
+        structured_output: How a typed turn (``send(..., output=T)``) asks for
+            its answer: ``response_format`` (OpenAI Structured Outputs), or
+            ``tool`` (a final-answer tool whose parameters are the schema,
+            with ``tool_choice: required`` unless ``params`` sets it) for a
+            backend that does not take ``response_format``.
         connect_timeout: Seconds the model's own clients may take to open a
             connection (TCP and TLS); past it the attempt fails and is retried
             like a refused connection. None: only ``timeout`` bounds it. Not
@@ -137,6 +144,7 @@ class OpenAICompatibleModel:
         "_redact",
         "_retry",
         "_sleep",
+        "_structured_output",
         "_timeout",
         "_url",
     )
@@ -157,6 +165,7 @@ class OpenAICompatibleModel:
         max_connections: int | None = None,
         gate: Gate | None = None,
         connect_timeout: float | None = None,
+        structured_output: StructuredOutput = "response_format",
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ModelBackendError(
@@ -185,6 +194,10 @@ class OpenAICompatibleModel:
                 f"gate capacity must be at most {MAX_OWN_CONNECTIONS} (the model opens that"
                 f" many connections), got {gate.capacity}; give the gate a capacity"
             )
+        try:
+            self._structured_output = check_structured_output(structured_output)
+        except ValueError as error:
+            raise ModelBackendError(str(error)) from None
         self._base_url = base_url.rstrip("/")
         self._url = f"{self._base_url}/chat/completions"
         self._model = model
@@ -220,6 +233,12 @@ class OpenAICompatibleModel:
     def model_name(self) -> str:
         """The model requested (``gen_ai.request.model`` on spans)."""
         return self._model
+
+    @property
+    def structured_output(self) -> StructuredOutput:
+        """How a typed turn asks this backend for its answer: ``response_format``
+        (``json_schema``), or ``tool`` for a backend that cannot take it."""
+        return self._structured_output
 
     @property
     def gate(self) -> Gate:

@@ -30,6 +30,28 @@ def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
 
 RequestPurpose: TypeAlias = Literal["turn", "summary", "reflection"]
 
+StructuredOutput: TypeAlias = Literal["response_format", "tool"]
+"""How a backend is asked for a typed answer: OpenAI's ``response_format``
+(``json_schema``), or a final-answer tool the model must call (a backend
+that cannot take ``response_format``); a model says which by its
+``structured_output`` attribute (``response_format`` when it has none)."""
+
+STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = ("response_format", "tool")
+
+
+def check_structured_output(value: object) -> StructuredOutput:
+    """``value`` as a ``StructuredOutput``, or a clear ``ValueError``."""
+    for mode in STRUCTURED_OUTPUTS:
+        if value == mode:
+            return mode
+    raise ValueError(f"structured_output must be 'response_format' or 'tool', got {value!r}")
+
+
+def structured_output_of(model: object) -> StructuredOutput:
+    """How ``model`` is asked for a typed answer (its ``structured_output``,
+    else ``response_format``)."""
+    return check_structured_output(getattr(model, "structured_output", "response_format"))
+
 
 @attrs.frozen
 class ModelRequest:
@@ -43,7 +65,13 @@ class ModelRequest:
     compact history), ``reflection`` (a lesson after a turn)."""
     output_schema: dict[str, JsonValue] | None = attrs.field(default=None, kw_only=True)
     """The JSON Schema the final answer must match (a typed turn: ``send(...,
-    output=T)``), else None. A backend answers with the JSON as its text."""
+    output=T)``), else None. A backend answers with the JSON as its text,
+    unless ``output_tool`` is set."""
+    output_tool: str | None = attrs.field(default=None, kw_only=True)
+    """A typed turn asked in ``structured_output="tool"`` mode: the name of the
+    offered tool (in ``tools``, its parameters the output schema, or the schema
+    wrapped as the property ``answer`` when it is not an object) the model must
+    call to give its answer; the backend then sends no ``response_format``."""
 
 
 @attrs.frozen

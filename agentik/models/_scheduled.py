@@ -25,6 +25,8 @@ from agentik.models._protocol import (
     ModelResponse,
     ModelStreamEvent,
     StreamingChatModel,
+    StructuredOutput,
+    structured_output_of,
 )
 from agentik.models._scheduler import ModelScheduler, ScheduledCall, current_fairness_key
 
@@ -58,6 +60,11 @@ class ScheduledModel:
     def model(self) -> ChatModel:
         """The model admitted."""
         return self._model
+
+    @property
+    def structured_output(self) -> StructuredOutput:
+        """How the model admitted is asked for a typed answer."""
+        return structured_output_of(self._model)
 
     def __repr__(self) -> str:
         return f"ScheduledModel({self._model!r})"

@@ -21,8 +21,10 @@ from agentik.models._protocol import (
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    StructuredOutput,
     TextDelta,
     ToolCallDelta,
+    check_structured_output,
 )
 
 Responder: TypeAlias = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
@@ -46,6 +48,12 @@ class ScriptedModel:
     """A sync or async function ``ModelRequest -> ModelResponse``."""
     latency: float = attrs.field(default=0.0, kw_only=True, validator=_latency)
     """Seconds to wait (``trio.sleep``) before each answer, to simulate a real model."""
+    structured_output: StructuredOutput = attrs.field(
+        default="response_format", kw_only=True, converter=check_structured_output
+    )
+    """How the agent asks it for a typed answer: ``response_format`` (it
+    answers with the JSON as its text) or ``tool`` (it calls the request's
+    ``output_tool``), to play either kind of backend."""
 
     @property
     def provider_name(self) -> str:

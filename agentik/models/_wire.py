@@ -47,7 +47,9 @@ def request_body(
             for tool in request.tools
         ]
     body.update(params)
-    if request.output_schema is not None:  # a typed turn: over any response_format in params
+    if request.output_tool is not None:  # a typed turn by a final-answer tool
+        body.setdefault("tool_choice", "required")
+    elif request.output_schema is not None:  # a typed turn: over any response_format in params
         body["response_format"] = response_format(request.output_schema)
     if stream:
         body["stream"] = True

@@ -83,6 +83,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "timeout", "float", "AGENTIK_MODEL_TIMEOUT"),
     Setting("model", "connect_timeout", "float", "AGENTIK_MODEL_CONNECT_TIMEOUT"),
     Setting("model", "max_retries", "count", "AGENTIK_MODEL_MAX_RETRIES"),
+    Setting("model", "structured_output", "str", "AGENTIK_MODEL_STRUCTURED_OUTPUT"),
     Setting("model", "requests_per_minute", "int", "AGENTIK_MODEL_REQUESTS_PER_MINUTE"),
     Setting("model", "tokens_per_minute", "int", "AGENTIK_MODEL_TOKENS_PER_MINUTE"),
     Setting("model", "max_concurrent", "int", "AGENTIK_MODEL_MAX_CONCURRENT"),
@@ -445,6 +446,11 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
     timeout = merged.get(("model", "timeout"))
     connect_timeout = merged.get(("model", "connect_timeout"))
     retries = merged.get(("model", "max_retries"))
+    structured = merged.get(("model", "structured_output"))
+    if structured is not None and structured not in ("response_format", "tool"):
+        raise ConfigError(
+            f"[model] structured_output must be 'response_format' or 'tool', got {structured!r}"
+        )
     return ModelSettings(
         base_url=base_url,
         model=model,
@@ -454,6 +460,9 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
         timeout=timeout if isinstance(timeout, float) else None,
         connect_timeout=connect_timeout if isinstance(connect_timeout, float) else None,
         max_retries=retries if isinstance(retries, int) and not isinstance(retries, bool) else None,
+        structured_output=(
+            None if structured is None else "tool" if structured == "tool" else "response_format"
+        ),
     )
 
 

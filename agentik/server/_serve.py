@@ -209,6 +209,8 @@ def model_timeouts(settings: ModelSettings) -> dict[str, Any]:
         given["connect_timeout"] = settings.connect_timeout
     if settings.max_retries is not None:
         given["retry"] = RetryPolicy(max_retries=settings.max_retries)
+    if settings.structured_output is not None:
+        given["structured_output"] = settings.structured_output
     return given
 
 

@@ -10,7 +10,7 @@ key, the bearer tokens) are kept out of ``repr``.
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
@@ -62,6 +62,10 @@ class ModelSettings:
     max_retries: int | None = None
     """Retries after a failed attempt (``RetryPolicy(max_retries=)``); 0: none.
     None: the model's default, 2."""
+    structured_output: Literal["response_format", "tool"] | None = None
+    """How a typed turn asks the backend for its answer
+    (``OpenAICompatibleModel(structured_output=)``): ``tool`` for a backend
+    that cannot take ``response_format``. None: the model's default."""
 
 
 @attrs.frozen(kw_only=True)

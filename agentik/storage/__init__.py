@@ -18,6 +18,7 @@ from agentik.storage._archive import ArchivedApproval as ArchivedApproval
 from agentik.storage._archive import ArchivedFailure as ArchivedFailure
 from agentik.storage._archive import ArchivedMessage as ArchivedMessage
 from agentik.storage._archive import ArchivedNote as ArchivedNote
+from agentik.storage._archive import ArchivedOutput as ArchivedOutput
 from agentik.storage._archive import ArchivedReflection as ArchivedReflection
 from agentik.storage._archive import ArchivedSummary as ArchivedSummary
 from agentik.storage._archive import ArchiveRecord as ArchiveRecord
@@ -68,6 +69,7 @@ __all__ = [
     "ArchivedFailure",
     "ArchivedMessage",
     "ArchivedNote",
+    "ArchivedOutput",
     "ArchivedReflection",
     "ArchivedSummary",
     "Clock",

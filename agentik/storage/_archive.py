@@ -65,6 +65,15 @@ class ArchivedFailure:
 
 
 @attrs.frozen(kw_only=True)
+class ArchivedOutput:
+    """A turn that answered with a typed output (``TurnRecord.output``): its
+    user message's seq."""
+
+    seq: int
+    created_at: datetime
+
+
+@attrs.frozen(kw_only=True)
 class ArchivedSummary:
     """One summary of the chain a context policy asked for (``FullMessageStore.submit_summary``)."""
 
@@ -77,6 +86,7 @@ ArchiveRecord: TypeAlias = (
     | ArchivedReflection
     | ArchivedApproval
     | ArchivedFailure
+    | ArchivedOutput
     | ArchivedSummary
 )
 """One record of a conversation's archive."""

@@ -22,9 +22,11 @@ are those of the model APIs and of the agent's own turns:
   token counts are not negative;
 - approvals name a call of the assistant message at their seq, once, and are
   decided (``approved`` set) exactly when they have a decision time; a turn
-  failure names a user message; summaries chain over the messages;
+  failure and a typed turn name a user message; summaries chain over the
+  messages;
 - the records come in the order an export writes them (messages, notes,
-  reflections oldest first, approvals and failures by seq, summaries), so a
+  reflections oldest first, approvals, failures and typed turns by seq,
+  summaries), so a
   conversation exported again after an import is the same file but for the
   ids of notes and reflections, which the importing store numbers itself.
 
@@ -46,6 +48,7 @@ from agentik.storage._archive import (
     ArchivedFailure,
     ArchivedMessage,
     ArchivedNote,
+    ArchivedOutput,
     ArchivedReflection,
     ArchivedSummary,
     ArchiveRecord,
@@ -60,7 +63,8 @@ _ORDER: dict[type, int] = {
     ArchivedReflection: 2,
     ArchivedApproval: 3,
     ArchivedFailure: 4,
-    ArchivedSummary: 5,
+    ArchivedOutput: 5,
+    ArchivedSummary: 6,
 }
 _KIND = {
     ArchivedMessage: "message",
@@ -68,6 +72,7 @@ _KIND = {
     ArchivedReflection: "reflection",
     ArchivedApproval: "approval",
     ArchivedFailure: "turn failure",
+    ArchivedOutput: "typed turn",
     ArchivedSummary: "summary",
 }
 
@@ -213,6 +218,13 @@ def _problem(
             return "turn failures must be listed by seq, one per turn"
         if not 1 <= seq <= history.seq or history.roles[seq - 1] is not Role.USER:
             return f"a turn failure names seq {seq}, which is not a user message"
+        return None
+    if isinstance(record, ArchivedOutput):
+        seq = record.seq
+        if isinstance(last, ArchivedOutput) and seq <= last.seq:
+            return "typed turns must be listed by seq, one per turn"
+        if not 1 <= seq <= history.seq or history.roles[seq - 1] is not Role.USER:
+            return f"a typed turn names seq {seq}, which is not a user message"
         return None
     summary = record.summary
     covered = last.summary.through_seq if isinstance(last, ArchivedSummary) else 0

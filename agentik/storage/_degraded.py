@@ -186,6 +186,10 @@ class SeedMessageStore:
         await trio.lowlevel.checkpoint()
         return Pending.completed(None)  # recorded nowhere: the agent remembers it in memory
 
+    async def submit_turn_output(self, conversation_id: str, seq: int) -> Pending[None]:
+        await trio.lowlevel.checkpoint()
+        return Pending.completed(None)  # recorded nowhere, as a failure is not
+
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
         await trio.lowlevel.checkpoint()
         return TurnRecord()

@@ -28,6 +28,7 @@ from agentik.storage._archive import (
     ArchivedFailure,
     ArchivedMessage,
     ArchivedNote,
+    ArchivedOutput,
     ArchivedReflection,
     ArchivedSummary,
     ArchiveRecord,
@@ -59,6 +60,8 @@ class _Conversation:
     """``(seq, call id)`` -> when it was asked and decided (for export)."""
     failures: dict[int, tuple[str, datetime]] = attrs.Factory(dict)
     """Seq of a failed turn's user message -> its code and when it was recorded."""
+    outputs: dict[int, datetime] = attrs.Factory(dict)
+    """Seqs of the user messages of turns that answered with a typed output."""
     summaries: builtins.list[Summary] = attrs.Factory(list)
     """Oldest first; each covers more than the one before."""
 
@@ -307,6 +310,14 @@ class InMemoryMessageStore:
         conversation.failures[seq] = (code, self._clock())
         return Pending.completed(None)
 
+    async def submit_turn_output(self, conversation_id: str, seq: int) -> Pending[None]:
+        await trio.lowlevel.checkpoint()
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or not 1 <= seq <= len(conversation.messages):
+            return Pending.failed(StoreError(f"conversation {conversation_id!r} has no seq {seq}"))
+        conversation.outputs.setdefault(seq, self._clock())
+        return Pending.completed(None)
+
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
         await trio.lowlevel.checkpoint()
         conversation = self._conversations.get(conversation_id)
@@ -318,7 +329,11 @@ class InMemoryMessageStore:
         )
         approvals = tuple(a for (at, _), a in conversation.approvals.items() if seq < at < end)
         failure = conversation.failures.get(seq)
-        return TurnRecord(approvals=approvals, failure=None if failure is None else failure[0])
+        return TurnRecord(
+            approvals=approvals,
+            failure=None if failure is None else failure[0],
+            output=seq in conversation.outputs,
+        )
 
     async def interrupted_conversations(
         self, *, after: str | None = None, limit: int = 100
@@ -387,6 +402,8 @@ class InMemoryMessageStore:
                 yield ArchivedApproval(approval=approval, created_at=asked, decided_at=decided)
             for seq, (code, at) in sorted(conversation.failures.items()):
                 yield ArchivedFailure(seq=seq, code=code, created_at=at)
+            for seq, at in sorted(conversation.outputs.items()):
+                yield ArchivedOutput(seq=seq, created_at=at)
             for summary in builtins.list(conversation.summaries):
                 yield ArchivedSummary(summary=summary)
 
@@ -426,6 +443,8 @@ class InMemoryMessageStore:
                 conversation.approval_times[at] = (record.created_at, record.decided_at)
             elif isinstance(record, ArchivedFailure):
                 conversation.failures[record.seq] = (record.code, record.created_at)
+            elif isinstance(record, ArchivedOutput):
+                conversation.outputs[record.seq] = record.created_at
             else:
                 conversation.summaries.append(record.summary)
         _check_summaries(conversation.summaries, len(conversation.messages))

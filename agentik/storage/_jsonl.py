@@ -41,6 +41,7 @@ from agentik.storage._archive import (
     ArchivedFailure,
     ArchivedMessage,
     ArchivedNote,
+    ArchivedOutput,
     ArchivedReflection,
     ArchivedSummary,
     ArchiveRecord,
@@ -58,6 +59,7 @@ _TYPES: dict[type, str] = {
     ArchivedReflection: "reflection",
     ArchivedApproval: "approval",
     ArchivedFailure: "turn_failure",
+    ArchivedOutput: "turn_output",
     ArchivedSummary: "summary",
 }
 _CLASSES = {name: cls for cls, name in _TYPES.items()}

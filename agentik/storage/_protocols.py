@@ -245,9 +245,16 @@ class FullMessageStore(MessageStore, Protocol):
         (resumed)."""
         ...
 
+    async def submit_turn_output(self, conversation_id: str, seq: int) -> Pending[None]:
+        """Record that the turn whose user message is ``seq`` answered with a
+        typed output (its last assistant message's text is the JSON), so a
+        later read of the turn shows it as data (``TurnRecord.output``)."""
+        ...
+
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
         """The record of the turn whose user message is ``seq``: approvals of
-        calls made after it (up to the next user message) and its failure."""
+        calls made after it (up to the next user message), its failure, and
+        whether it answered with a typed output."""
         ...
 
     async def interrupted_conversations(

@@ -27,6 +27,7 @@ from agentik.storage._archive import (
     ArchivedFailure,
     ArchivedMessage,
     ArchivedNote,
+    ArchivedOutput,
     ArchivedReflection,
     ArchivedSummary,
     ArchiveRecord,
@@ -46,6 +47,7 @@ CONVERSATION_TABLES = (
     "reflection",
     "approval",
     "turn_failure",
+    "turn_output",
     "summary",
 )
 
@@ -198,6 +200,14 @@ class SqlQueries(TurnQueries[C]):
                 out.append(
                     ArchivedFailure(seq=seq, code=d.text_of(code), created_at=d.time_of(created))
                 )
+            for seq, created in d.rows(
+                connection,
+                d.sql(
+                    "SELECT seq, {created} FROM turn_output WHERE conversation_id = ? ORDER BY seq"
+                ),
+                key,
+            ):
+                out.append(ArchivedOutput(seq=seq, created_at=d.time_of(created)))
             for row in d.rows(
                 connection,
                 d.sql(
@@ -297,6 +307,14 @@ class SqlQueries(TurnQueries[C]):
                         " VALUES (?, ?, ?, ?)"
                     ),
                     (key, record.seq, d.text(record.code), d.time(record.created_at)),
+                )
+            elif isinstance(record, ArchivedOutput):
+                d.changed(
+                    connection,
+                    d.sql(
+                        "INSERT INTO turn_output (conversation_id, seq, {created}) VALUES (?, ?, ?)"
+                    ),
+                    (key, record.seq, d.time(record.created_at)),
                 )
             else:
                 summaries.append(record.summary)

@@ -98,6 +98,11 @@ class SqlMessageStore(Generic[C, S]):
             )
         )
 
+    async def submit_turn_output(self, conversation_id: str, seq: int) -> Pending[None]:
+        return await self._writer.submit(
+            partial(self._q.insert_turn_output, conversation_id=conversation_id, seq=seq)
+        )
+
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:
         return await self._readers.read(
             partial(self._q.turn_record, conversation_id=conversation_id, seq=seq)

@@ -33,6 +33,9 @@ WHERE a.conversation_id = :c AND a.seq > :seq AND a.seq < stop.at
 UNION ALL
 SELECT 'f', f.seq, f.code, NULL, NULL, NULL FROM turn_failure AS f
 WHERE f.conversation_id = :c AND f.seq = :seq
+UNION ALL
+SELECT 'o', o.seq, NULL, NULL, NULL, NULL FROM turn_output AS o
+WHERE o.conversation_id = :c AND o.seq = :seq
 ORDER BY 1, 2, 6
 """
 
@@ -145,6 +148,28 @@ class TurnQueries(MessageQueries[C]):
         if changed != 1:
             raise StoreError(f"conversation {conversation_id!r} has no seq {seq}")
 
+    def insert_turn_output(self, session: SqlSession[C], conversation_id: str, seq: int) -> None:
+        """Record that the turn whose user message is ``seq`` answered with a typed output."""
+        d = self.d
+        changed = d.changed(
+            session.connection,
+            d.sql(
+                "INSERT INTO turn_output (conversation_id, seq, {created})"
+                " SELECT conversation_id, seq, ? FROM message"
+                " WHERE conversation_id = ? AND seq = ?"
+                " ON CONFLICT (conversation_id, seq) DO NOTHING"
+            ),
+            (session.stamp, d.text(conversation_id), seq),
+        )
+        if changed != 1:
+            exists = d.rows(
+                session.connection,
+                d.sql("SELECT 1 FROM message WHERE conversation_id = ? AND seq = ?"),
+                (d.text(conversation_id), seq),
+            )
+            if not exists:
+                raise StoreError(f"conversation {conversation_id!r} has no seq {seq}")
+
     def turn_record(self, connection: C, conversation_id: str, seq: int) -> TurnRecord:
         """Approvals of calls made after ``seq`` up to the next user message, and
         the failure of the turn at ``seq``."""
@@ -156,9 +181,12 @@ class TurnQueries(MessageQueries[C]):
         )
         approvals = []
         failure = None
+        output = False
         for kind, at, name, approved, reason, _ in rows:
             if kind == "f":
                 failure = d.text_of(name)
+            elif kind == "o":
+                output = True
             else:
                 approvals.append(
                     Approval(
@@ -168,7 +196,7 @@ class TurnQueries(MessageQueries[C]):
                         reason="" if reason is None else d.text_of(reason),
                     )
                 )
-        return TurnRecord(approvals=tuple(approvals), failure=failure)
+        return TurnRecord(approvals=tuple(approvals), failure=failure, output=output)
 
     def interrupted_conversations(self, connection: C, after: str | None, limit: int) -> list[str]:
         """``FullMessageStore.interrupted_conversations``."""

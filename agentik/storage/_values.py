@@ -76,3 +76,6 @@ class TurnRecord:
     failure: str | None = None
     """The code the turn failed with; None if it has not failed (finished,
     running, waiting for a decision, or interrupted by a stop)."""
+    output: bool = False
+    """The turn answered with a typed output (``send(..., output=T)``): its
+    last assistant message's text is the output's JSON."""

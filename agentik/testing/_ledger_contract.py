@@ -115,6 +115,24 @@ async def _failures_are_recorded_per_turn(bundle: Storage) -> None:
             await (await ledger.submit_turn_failure(conversation_id, seq, "x")).wait()
 
 
+async def _typed_turns_are_recorded_per_turn(bundle: Storage) -> None:
+    """``submit_turn_output`` marks one turn (by its user message) as typed;
+    recorded twice is still once; an unknown seq is refused. (A delete
+    forgets it: ``_delete_removes_the_conversation_whole``.)"""
+    store = bundle.message_store
+    await store.append("c", Message(Role.USER, "one"))
+    await store.append("c", Message(Role.ASSISTANT, '{"a": 1}'))
+    await store.append("c", Message(Role.USER, "two"))
+    await (await store.submit_turn_output("c", 1)).wait()
+    await (await store.submit_turn_output("c", 1)).wait()
+    assert (await store.turn_record("c", 1)).output is True
+    assert (await store.turn_record("c", 1)).failure is None
+    assert (await store.turn_record("c", 3)).output is False
+    for conversation_id, seq in (("c", 4), ("nobody", 1)):
+        with _refused(f"a typed turn at seq {seq} in {conversation_id!r}"):
+            await (await store.submit_turn_output(conversation_id, seq)).wait()
+
+
 async def _interrupted_turns_are_found(bundle: Storage) -> None:
     """``interrupted_conversations`` lists exactly the conversations
     whose last turn neither finished, failed, nor waits for a decision."""
@@ -157,5 +175,6 @@ LEDGER_CASES: tuple[Case, ...] = (
     _decisions_are_taken_once,
     _a_record_covers_its_turn_only,
     _failures_are_recorded_per_turn,
+    _typed_turns_are_recorded_per_turn,
     _interrupted_turns_are_found,
 )

@@ -48,6 +48,7 @@ async def _fill(bundle: Storage, conversation_id: str) -> None:
     await store.append(conversation_id, Message(Role.ASSISTANT, "done", usage=TokenUsage(7, 2)))
     await store.append(conversation_id, Message(Role.USER, "second ✓"), idempotency_key="k2")
     await (await store.submit_turn_failure(conversation_id, 6, "model_error")).wait()
+    await (await store.submit_turn_output(conversation_id, 1)).wait()
     notes = bundle.working_memory_store
     old = await notes.append(conversation_id, "old note")
     await notes.append(conversation_id, "kept note")
@@ -77,6 +78,7 @@ async def _everything_of(bundle: Storage, conversation_id: str) -> tuple[object,
 async def _delete_removes_the_conversation_whole(bundle: Storage) -> None:
     deleter = bundle.message_store
     await _fill(bundle, "gone")
+    assert (await bundle.message_store.turn_record("gone", 1)).output
     await _fill(bundle, "kept")
     kept = await _everything_of(bundle, "kept")
     assert await deleter.delete_conversation("gone") is True
@@ -86,7 +88,7 @@ async def _delete_removes_the_conversation_whole(bundle: Storage) -> None:
     assert await store.find_idempotency_key("gone", "k1") is None, "a key survived the delete"
     assert await bundle.working_memory_store.list("gone") == [], "notes survived the delete"
     assert await bundle.reflection_store.list_for_conversation("gone") == []
-    assert await store.turn_record("gone", 1) == TurnRecord(), "approvals survived"
+    assert await store.turn_record("gone", 1) == TurnRecord(), "approvals or a typed mark survived"
     assert await store.turn_record("gone", 6) == TurnRecord(), "a failed turn survived"
     assert await store.latest_summary("gone") is None, "a summary survived the delete"
     assert await store.list_conversations() == ["kept"]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from agentik._messages import Message, Role, ToolCall
 from agentik.agent._turn_actions import (
     Activate,
+    AskAgain,
     AwaitApproval,
     CallModel,
     Commit,
@@ -791,3 +792,81 @@ def test_one_batch_finishing_in_any_order_records_in_call_order(
                 recorded.append(action.content)
     assert recorded == [f"c{i}" for i in range(count)]
     assert m.state is TurnState.MODEL
+
+
+# --- a typed turn answered by the final-answer tool (``output_tool``) -----------
+
+FINAL = "final_answer"
+
+_ANSWER_KINDS = st.sampled_from(["text", "valid", "invalid", "beside"])
+
+
+@given(kinds=st.lists(_ANSWER_KINDS, min_size=1, max_size=8), retries=st.integers(0, 3))
+@settings(max_examples=200)
+def test_final_answer_tool_walk(kinds: list[str], retries: int) -> None:
+    """Random answers to a typed turn in tool mode: it finishes exactly at the
+    first lone valid final-answer call, with the call, its result and the
+    answer's JSON recorded; a text answer or invalid arguments are asked
+    again (an invalid call answered by a tool result naming it, so the next
+    request is valid) until ``output_retries`` run out (invalid_output); a
+    final-answer call beside another call is refused and the other runs.
+    Every recorded call has exactly one recorded result."""
+    machine = TurnMachine(50, 4, output_retries=retries, output_tool=FINAL)
+    stored: list[Message] = []
+    actions = machine.handle(Begin("q"))
+    tries = 0
+    outcome: TurnAction | None = None
+    for n, kind in enumerate(kinds):
+        assert isinstance(actions[-1], CallModel)
+        stored += [a for a in actions if isinstance(a, Message)]
+        stored += [a.message for a in actions if isinstance(a, Record)]
+        final = ToolCall(f"f{n}", FINAL, '{"a": 1}')
+        if kind == "text":
+            event = ModelAnswered(Message(Role.ASSISTANT, '{"a": 1}'))
+        elif kind == "valid":
+            event = answer(CallPlan(final), text="")
+            event = attrs.evolve(event, output_text='{"a": 1}')
+        elif kind == "invalid":
+            event = attrs.evolve(answer(CallPlan(final)), invalid_output="field 'a' is required")
+        else:
+            event = answer(CallPlan(call(n, "t")), CallPlan(final))
+        actions = machine.handle(event)
+        if kind == "beside":
+            runs = [a for a in actions if isinstance(a, RunTool)]
+            refused = [a for a in actions if isinstance(a, Refuse)]
+            assert [r.call.name for r in runs] == ["t"]
+            assert [r.call.id for r in refused] == [final.id]
+            assert "alone" in refused[0].content
+            stored += [a for a in actions if isinstance(a, Message)]
+            stored += [a.message for a in actions if isinstance(a, Record)]
+            actions = machine.handle(ToolDone(runs[0].call.id, "ok"))
+            continue
+        if kind == "valid":
+            assert isinstance(actions[-1], Finish) and actions[-1].text == '{"a": 1}'
+            assert machine.state is TurnState.FINISHED
+            recorded = [a for a in actions if isinstance(a, Message)]
+            assert [m.role for m in recorded] == [Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+            assert recorded[1].tool_call_id == final.id
+            assert recorded[2].content == '{"a": 1}' and not recorded[2].tool_calls
+            stored += recorded
+            outcome = actions[-1]
+            break
+        # text or invalid: asked again, or failed
+        if tries == retries:
+            assert isinstance(actions[-1], Fail) and actions[-1].code == "invalid_output"
+            assert machine.state is TurnState.FAILED
+            outcome = actions[-1]
+            break
+        tries += 1
+        [again] = [a for a in actions if isinstance(a, AskAgain)]
+        if kind == "invalid":
+            assert again.feedback.role is Role.TOOL and again.feedback.tool_call_id == final.id
+            assert FINAL in again.feedback.content
+        else:
+            assert again.feedback.role is Role.USER
+            assert "not a call of the tool final_answer" in again.feedback.content
+        assert not [a for a in actions if isinstance(a, Message | Record)]  # never stored
+    calls = [c.id for m in stored for c in m.tool_calls]
+    results = [m.tool_call_id for m in stored if m.role is Role.TOOL]
+    if outcome is not None:
+        assert sorted(calls) == sorted(results)

@@ -21,6 +21,7 @@ from agentik import (
     ModelResponse,
     Role,
     ScriptedModel,
+    ToolCall,
     TurnError,
     in_memory_storage,
     open_chat_agent,
@@ -388,3 +389,190 @@ async def test_keyed_stream_retry_finishes_with_the_stored_output() -> None:
             finals = [e async for e in events if isinstance(e, TurnFinished)]
     assert finals[0].result.output == City(name="Quito", population=2800000)
     assert len(seen) == 1
+
+
+# --- the final-answer tool (a backend without response_format) -------------------
+
+
+def tool_answers(*arguments: str) -> tuple[ScriptedModel, list[ModelRequest]]:
+    """A model in ``structured_output="tool"`` mode that calls the offered
+    final-answer tool with ``arguments`` in order (the last one again after)."""
+    seen: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        assert request.output_tool is not None
+        args = arguments[min(len(seen), len(arguments)) - 1]
+        return ModelResponse(tool_calls=(ToolCall(f"f{len(seen)}", request.output_tool, args),))
+
+    return ScriptedModel(respond, structured_output="tool"), seen
+
+
+async def test_tool_mode_offers_the_schema_as_a_tool_and_retries_its_arguments() -> None:
+    """The schema is a tool's parameters; invalid arguments are answered with
+    the error as the call's result (not stored) and asked again; the valid
+    call, its result and the answer's JSON as the final text are stored."""
+    model, seen = tool_answers('{"name": 1}', '{"name": "Oslo", "population": 709000}')
+    storage = in_memory_storage()
+    async with open_chat_agent(model=model, storage=storage) as agent:
+        result = await agent.send("c", "q", output=City)
+        again = await agent.send("c", "q2", output=City)
+    assert result.output == City(name="Oslo", population=709000)
+    assert again.output == result.output
+    first = seen[0]
+    assert first.output_tool == "final_answer"
+    assert first.output_schema is not None
+    (tool,) = [t for t in first.tools if t.name == "final_answer"]
+    assert tool.parameters == first.output_schema
+    second = seen[1].messages
+    assert second[-2].tool_calls[0].arguments == '{"name": 1}'
+    assert second[-1].role is Role.TOOL and second[-1].tool_call_id == "f1"
+    assert "expected a string" in second[-1].content
+    history = await stored(storage, "c")
+    assert_valid_history(history)
+    assert [m.role for m in history[:4]] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+    assert history[1].tool_calls[0].id == "f2"
+    assert json.loads(history[3].content) == {"name": "Oslo", "population": 709000}
+    assert result.text == history[3].content
+
+
+async def test_tool_mode_text_without_the_call_is_asked_again_then_fails() -> None:
+    model = ScriptedModel(
+        lambda request: ModelResponse(text='{"name": "x", "population": 1}'),
+        structured_output="tool",
+    )
+    storage = in_memory_storage()
+    async with open_chat_agent(model=model, storage=storage, output_retries=1) as agent:
+        with pytest.raises(TurnError, match="final_answer") as raised:
+            await agent.send("c", "q", output=City)
+    assert raised.value.code == "invalid_output"
+    assert [m.role for m in await stored(storage, "c")] == [Role.USER]
+
+
+async def test_tool_mode_final_answer_beside_other_calls_is_refused_then_answered() -> None:
+    """Called together with another tool, the final-answer call is refused
+    (every call answered, history valid) and the other runs; the next answer
+    gives the output."""
+    from agentik import tool
+
+    ran: list[str] = []
+
+    @tool
+    async def lookup(city: str) -> str:
+        """Look a city up."""
+        ran.append(city)
+        return "709000"
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        assert request.output_tool is not None
+        if request.messages[-1].role is Role.USER:
+            return ModelResponse(
+                tool_calls=(
+                    ToolCall("a", "lookup", '{"city": "Oslo"}'),
+                    ToolCall("b", request.output_tool, '{"name": "Oslo", "population": 1}'),
+                )
+            )
+        return ModelResponse(
+            tool_calls=(
+                ToolCall("c", request.output_tool, '{"name": "Oslo", "population": 709000}'),
+            )
+        )
+
+    storage = in_memory_storage()
+    model = ScriptedModel(respond, structured_output="tool")
+    async with open_chat_agent(model=model, storage=storage, tools=[lookup]) as agent:
+        result = await agent.send("c", "q", output=City)
+    assert result.output == City(name="Oslo", population=709000)
+    assert ran == ["Oslo"]
+    history = await stored(storage, "c")
+    assert_valid_history(history)
+    refused = [m for m in history if m.role is Role.TOOL and m.tool_call_id == "b"]
+    assert len(refused) == 1 and "alone" in refused[0].content
+
+
+@pytest.mark.parametrize("mode", ["response_format", "tool"])
+async def test_structured_output_is_checked(mode: str) -> None:
+    assert ScriptedModel(lambda r: ModelResponse(text=""), structured_output=mode)
+    with pytest.raises(ValueError, match="structured_output"):
+        ScriptedModel(lambda r: ModelResponse(text=""), structured_output="json")  # type: ignore[arg-type]
+
+
+async def test_tool_mode_keyed_retry_after_restart_returns_the_stored_output(
+    reopen: Callable[[], AbstractAsyncContextManager[StorageBundle]],
+) -> None:
+    model, seen = tool_answers("{}", '{"name": "Lima", "population": 10000000}')
+    async with reopen() as storage, open_chat_agent(model=model, storage=storage) as agent:
+        first = await agent.send("c", "q", idempotency_key="k", output=City)
+    async with reopen() as storage, open_chat_agent(model=model, storage=storage) as agent:
+        after_restart = await agent.send("c", "q", idempotency_key="k", output=City)
+        history = await stored(storage, "c")
+    assert first.output == City(name="Lima", population=10000000)
+    assert after_restart.output == first.output
+    assert len(seen) == 2
+    assert_valid_history(history)
+
+
+@given(data=st.data(), schema=SCHEMAS, bad_count=st.integers(0, 3))
+@settings(max_examples=40, deadline=None)
+async def test_random_schemas_through_the_final_answer_tool(
+    data: st.DataObject, schema: dict[str, object], bad_count: int
+) -> None:
+    """As above, the answers given as the final-answer tool's arguments (a
+    schema that is not an object is wrapped as the property ``answer``)."""
+    bad = [data.draw(invalid_value(schema)) for _ in range(bad_count)]
+    good = data.draw(valid_value(schema))
+    wrapped = schema.get("type") != "object"
+
+    def args(value: object) -> str:
+        return json.dumps({"answer": value} if wrapped else value)
+
+    model, seen = tool_answers(*[args(v) for v in [*bad, good]])
+    storage = in_memory_storage()
+    async with open_chat_agent(model=model, storage=storage, output_retries=2) as agent:
+        if bad_count <= 2:
+            result = await agent.send("c", "q", output=schema, idempotency_key="k")
+            assert result.output == good
+            again = await agent.send("c", "q", output=schema, idempotency_key="k")
+            assert again.output == result.output
+            history = await stored(storage, "c")
+            assert_valid_history(history)
+            assert json.loads(history[-1].content) == result.output
+            assert len(seen) == bad_count + 1
+            assert len(history) == 4
+        else:
+            with pytest.raises(TurnError) as raised:
+                await agent.send("c", "q", output=schema)
+            assert raised.value.code == "invalid_output"
+            assert len(seen) == 3
+            assert [m.role for m in await stored(storage, "c")] == [Role.USER]
+
+
+async def test_tool_mode_stream_finishes_with_the_output() -> None:
+    """Streamed, the final-answer call is no tool run (no ToolCallStarted);
+    the turn finishes with the output."""
+    from agentik.agent import ToolCallStarted
+
+    model, _ = tool_answers("[]", '{"name": "Rome", "population": 2800000}')
+    async with (
+        open_chat_agent(model=model, storage=in_memory_storage()) as agent,
+        agent.stream("c", "q", output=City) as events,
+    ):
+        seen = [e async for e in events]
+    finals = [e for e in seen if isinstance(e, TurnFinished)]
+    assert finals[0].result.output == City(name="Rome", population=2800000)
+    assert not [e for e in seen if isinstance(e, ToolCallStarted)]
+
+
+async def test_a_scheduled_model_keeps_its_structured_output() -> None:
+    """Behind the agent's model scheduler (``model_limits``) the model's mode
+    still decides how a typed turn asks."""
+    from agentik.models import ModelLimits
+
+    model, seen = tool_answers('{"name": "Rome", "population": 2800000}')
+    limits = ModelLimits(max_concurrent=2)
+    async with open_chat_agent(
+        model=model, storage=in_memory_storage(), model_limits=limits
+    ) as agent:
+        result = await agent.send("c", "q", output=City)
+    assert result.output == City(name="Rome", population=2800000)
+    assert seen[0].output_tool == "final_answer"

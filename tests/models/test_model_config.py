@@ -183,3 +183,28 @@ def test_settings_are_kept_on_a_value_object() -> None:
     """``ModelSettings`` carries them; absent ones are None."""
     settings = ModelSettings(base_url="http://x/v1", model="m", timeout=5.0)
     assert (settings.timeout, settings.connect_timeout, settings.max_retries) == (5.0, None, None)
+
+
+class TestStructuredOutput:
+    """``[model] structured_output``: how a typed turn asks this backend."""
+
+    def test_read_checked_and_passed_on(self, tmp_path: Path) -> None:
+        path = tmp_path / "agentik.toml"
+        path.write_text(MODEL + 'structured_output = "tool"\n')
+        model = load_config(path, env={}).model
+        assert model is not None and model.structured_output == "tool"
+        assert model_timeouts(model)["structured_output"] == "tool"
+        env = {"AGENTIK_MODEL_STRUCTURED_OUTPUT": "response_format"}
+        model = load_config(path, env=env).model
+        assert model is not None and model.structured_output == "response_format"
+        path.write_text(MODEL)
+        model = load_config(path, env={}).model
+        assert model is not None and model.structured_output is None
+        assert "structured_output" not in model_timeouts(model)
+
+    @pytest.mark.parametrize("value", ["json", "", "Tool"])
+    def test_nonsense_is_a_config_error(self, tmp_path: Path, value: str) -> None:
+        path = tmp_path / "agentik.toml"
+        path.write_text(MODEL)
+        with pytest.raises(ConfigError, match=r"structured_output must be 'response_format' or"):
+            load_config(path, env={"AGENTIK_MODEL_STRUCTURED_OUTPUT": value})

@@ -6,15 +6,25 @@ typed turn with the user's message, so a JSON message is the output."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import trio
 from a2a.client import ClientConfig, create_client
-from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import (
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
 from ag_ui.core import EventType, RunFinishedEvent, StateSnapshotEvent
 from google.protobuf.json_format import MessageToDict
 
 from tests.server.agui_rules import check_events, parse_sse
-from tests.server.conftest import Running
+from tests.server.conftest import Running, start_server
 from tests.server.test_agui_node import MISSING, run_node
 
 SCHEMA = {
@@ -101,8 +111,58 @@ class TestA2A:
             assert data.media_type == "application/json"
             stored = await client.get_task(GetTaskRequest(id=task.id))
             assert json.loads(stored.artifacts[0].parts[0].text) == ANSWER
+            assert stored.artifacts[0] == task.artifacts[0], "GetTask shows the data part too"
         finally:
             await client.close()
+
+    async def test_get_and_list_tasks_show_the_data_part_after_a_restart(
+        self, tmp_path: Path
+    ) -> None:
+        """GetTask and ListTasks rebuild the task from stored history: the turn
+        is stored as typed, so after a restart they show the same artifact
+        (text and data part) as SendMessage's answer; an untyped turn whose
+        answer happens to be JSON has no data part."""
+        plain = SendMessageRequest(
+            message=Message(
+                message_id="p1",
+                role=Role.ROLE_USER,
+                parts=[Part(text="{}")],
+                context_id="xr",
+            )
+        )
+        async with trio.open_nursery() as nursery:
+            async for first in start_server(nursery, tmp_path):
+                client = await create_client(first.url, client_config=ClientConfig(streaming=False))
+                try:
+                    message = typed_message(json.dumps(ANSWER), "r1", "xr")
+                    [reply] = [r async for r in client.send_message(message)]
+                    [untyped] = [r async for r in client.send_message(plain)]
+                finally:
+                    await client.close()
+                first.stop.set()
+        sent = reply.task.artifacts[0]
+        assert len(sent.parts) == 2
+        async with trio.open_nursery() as nursery:
+            async for second in start_server(nursery, tmp_path):
+                client = await create_client(
+                    second.url, client_config=ClientConfig(streaming=False)
+                )
+                try:
+                    got = await client.get_task(GetTaskRequest(id=reply.task.id))
+                    other = await client.get_task(GetTaskRequest(id=untyped.task.id))
+                    listed = await client.list_tasks(
+                        ListTasksRequest(context_id="xr", include_artifacts=True)
+                    )
+                finally:
+                    await client.close()
+                second.stop.set()
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+        assert got.artifacts[0] == sent
+        assert MessageToDict(got.artifacts[0].parts[1])["data"] == ANSWER
+        assert [len(a.parts) for a in other.artifacts] == [1]
+        by_id = {t.id: t for t in listed.tasks}
+        assert by_id[reply.task.id].artifacts[0] == sent
+        assert [len(a.parts) for a in by_id[untyped.task.id].artifacts] == [1]
 
     async def test_streamed_artifact_update_has_a_data_part(self, server: Running) -> None:
         client = await create_client(server.url, client_config=ClientConfig(streaming=True))

@@ -18,6 +18,7 @@ from agentik.storage import (
     ArchivedFailure,
     ArchivedMessage,
     ArchivedNote,
+    ArchivedOutput,
     ArchivedReflection,
     ArchivedSummary,
     ArchiveRecord,
@@ -37,6 +38,7 @@ def conversations(draw: st.DrawFn, max_turns: int = 4) -> list[ArchiveRecord]:
     messages: list[ArchivedMessage] = []
     approvals: list[ArchivedApproval] = []
     failures: list[ArchivedFailure] = []
+    outputs: list[ArchivedOutput] = []
     keys = draw(st.lists(TEXT, unique=True, max_size=max_turns))
     call_ids = iter(
         draw(st.lists(TEXT, unique=True, min_size=6 * max_turns, max_size=6 * max_turns))
@@ -92,6 +94,8 @@ def conversations(draw: st.DrawFn, max_turns: int = 4) -> list[ArchiveRecord]:
                 )
             else:
                 add(Message(Role.ASSISTANT, draw(TEXT), usage=draw(USAGE)))
+                if draw(st.booleans()):  # a typed turn
+                    outputs.append(ArchivedOutput(seq=user_seq, created_at=draw(TIMES)))
     notes = [
         ArchivedNote(
             entry=MemoryEntry(id=i, conversation_id="c", text=draw(TEXT), created_at=draw(TIMES)),
@@ -111,4 +115,4 @@ def conversations(draw: st.DrawFn, max_turns: int = 4) -> list[ArchiveRecord]:
         for seq in covered
         if seq <= len(messages)
     ]
-    return [*messages, *notes, *reflections, *approvals, *failures, *summaries]
+    return [*messages, *notes, *reflections, *approvals, *failures, *outputs, *summaries]

@@ -99,7 +99,15 @@ async def test_agentiks_backends_offer_the_full_protocol(
 
 # --- PostgreSQL: the same contract, the same whole-table check ---------------
 
-_PG_TABLES = ("message", "memory_entry", "reflection", "approval", "turn_failure", "summary")
+_PG_TABLES = (
+    "message",
+    "memory_entry",
+    "reflection",
+    "approval",
+    "turn_failure",
+    "turn_output",
+    "summary",
+)
 
 
 @pytest.mark.parametrize("forgotten", _PG_TABLES)

@@ -310,7 +310,9 @@ async def _view(
     in_progress = ledger.runs(key)
     record = None
     resumes = False
-    if not in_progress and not is_finished(messages):
+    if is_finished(messages):
+        record = await store.turn_record(stored, turn.seq)  # a typed answer?
+    elif not in_progress:
         record = await store.turn_record(stored, turn.seq)  # waiting, cancelled, failed
         resumes = await will_resume(store, ledger, stored, messages, record)
     return view_from_turn(

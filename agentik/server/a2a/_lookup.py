@@ -72,7 +72,9 @@ class TaskLookup:
         turn = await self.read_turn(stored, seq)
         record = None
         resumes = False
-        if not running and not is_finished(turn):
+        if is_finished(turn):
+            record = await self.store.turn_record(stored, seq)  # a typed answer?
+        elif not running:
             record = await self.store.turn_record(stored, seq)  # waiting, cancelled, failed
             resumes = await will_resume(self.store, self.ledger, stored, turn, record)
             # Started while we read (a decision over another transport): what

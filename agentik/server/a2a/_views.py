@@ -10,6 +10,7 @@ client's answers are read in ``_rpc`` (its docstring has the whole format).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -130,8 +131,9 @@ class TaskView:
     at: datetime
     answer: str | None = None
     output: JsonValue = None
-    """A typed turn's answer as JSON (shown by the run that returned it; the
-    stored task has its text, the same JSON)."""
+    """A typed turn's answer as JSON: from the run that returned it, or read
+    back from the stored answer of a turn recorded as typed
+    (``TurnRecord.output``)."""
     error: str | None = None
     history: tuple[Message, ...] = ()
     waiting: tuple[ToolCall, ...] = ()
@@ -207,8 +209,15 @@ def view_from_turn(
     assert at is not None, "stored messages carry created_at"
     history = conversational(turn)
     if is_finished(turn):
+        output = _stored_output(last.content) if record is not None and record.output else None
         return TaskView(
-            task_id, context_id, "TASK_STATE_COMPLETED", at, answer=last.content, history=history
+            task_id,
+            context_id,
+            "TASK_STATE_COMPLETED",
+            at,
+            answer=last.content,
+            output=output,
+            history=history,
         )
     if running:
         return TaskView(task_id, context_id, "TASK_STATE_WORKING", at, history=history)
@@ -230,6 +239,15 @@ def view_from_turn(
         error="the turn ended without an answer",
         history=history,
     )
+
+
+def _stored_output(text: str) -> JsonValue:
+    """A typed turn's stored answer (validated JSON when it was stored) as its data."""
+    try:
+        value: JsonValue = json.loads(text)
+    except ValueError:
+        return None
+    return value
 
 
 def is_interrupted(turn: Sequence[Message], record: TurnRecord) -> bool:
