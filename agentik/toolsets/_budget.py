@@ -2,7 +2,8 @@
 
 A conversation's active toolsets take at most ``budget`` tokens of tool
 schemas (``ContextPolicy.tools_budget``). Switching one on when that would
-not fit first switches off the least recently used others until it does; a
+not fit first switches off the least recently used others until it does,
+with room to spare (below); a
 toolset that alone needs more than the budget is refused (``OverBudget``).
 ``budget=None`` (no context policy) bounds nothing.
 
