@@ -29,9 +29,12 @@ found is not searched again). Strategies, each through a real agent:
 Per strategy: the mean and total tokens of the tools array per request
 (every tool, core ones included, by the offline estimate), the largest
 request's, the share of requests whose tools array starts with the previous
-request's (what a prompt cache can reuse), the largest the active toolsets'
-schemas got (against the budget), and for the search strategies how often
-the needed tool was among ``find_tools``' five answers.
+request's (what a prompt cache can reuse of the tools array), the share
+whose tools array equals the previous request's (providers render the tools
+before the system prompt and the history, so any change of the array, an
+append included, leaves only the array's unchanged part cached), the
+largest the active toolsets' schemas got (against the budget), and for the
+search strategies how often the needed tool was among ``find_tools``' five answers.
 """
 
 from __future__ import annotations
@@ -165,6 +168,7 @@ class Figures:
     total_tokens: int
     largest: int
     prefix_share: float
+    same_share: float
     largest_toolsets: int
     search_hits: float | None
 
@@ -202,6 +206,7 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
     toolsets = [costs.total(t for t in r.tools if t.name not in _TOOLS) for r in requests]
     arrays = [tuple(t.name for t in r.tools) for r in requests]
     kept = sum(1 for a, b in itertools.pairwise(arrays) if b[: len(a)] == a)
+    same = sum(1 for a, b in itertools.pairwise(arrays) if b == a)
     return Figures(
         strategy=strategy,
         requests=len(requests),
@@ -209,6 +214,7 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
         total_tokens=sum(sizes),
         largest=max(sizes),
         prefix_share=kept / max(1, len(arrays) - 1),
+        same_share=same / max(1, len(arrays) - 1),
         largest_toolsets=0 if strategy == "flat" else max(toolsets),
         search_hits=sum(hits) / len(hits) if hits else None,
     )
@@ -229,7 +235,7 @@ def main() -> None:
     )
     print(
         f"{'strategy':<14} {'requests':>8} {'tokens/req':>10} {'total':>10} {'% flat':>7}"
-        f" {'largest':>8} {'prefix kept':>11} {'max active':>10} {'found':>6}"
+        f" {'largest':>8} {'prefix kept':>11} {'same tools':>10} {'max active':>10} {'found':>6}"
     )
     flat_total = None
     for strategy in STRATEGIES:
@@ -239,7 +245,7 @@ def main() -> None:
         print(
             f"{f.strategy:<14} {f.requests:>8} {f.mean_tokens:>10,.0f} {f.total_tokens:>10,}"
             f" {f.total_tokens / flat_total:>7.1%} {f.largest:>8,} {f.prefix_share:>11.0%}"
-            f" {f.largest_toolsets:>10,} {found:>6}"
+            f" {f.same_share:>10.0%} {f.largest_toolsets:>10,} {found:>6}"
         )
 
 

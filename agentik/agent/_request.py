@@ -46,7 +46,7 @@ async def build_request(
     policy = runtime.settings.context
     if policy is not None and _offers_find(policy, index):
         core = (*core, runtime.core_tools[FIND_TOOLS])
-    selection = tuple(s for s in conv.activation.selection() if s[0] in active) if active else ()
+    selection = tuple(s for s in conv.activation.offer_order() if s[0] in active) if active else ()
     tools = offered_tools(core, index, selection)
     # The active toolsets' schemas take their share of the window.
     schemas = index.costs.total(tools[len(core) :]) if policy is not None else 0
@@ -150,9 +150,10 @@ def offered_tools(
 ) -> tuple[NamedTool, ...]:
     """What the model is offered: core tools (with enable/disable when toolsets
     exist), then the tools enabled of the active toolsets in the order they
-    were switched on (``ToolsetActivation.selection``): a stable array, so a
-    request shares the longest prefix with the one before (the provider's
-    prompt cache). Inactive toolsets stay hidden."""
+    were switched on (``ToolsetActivation.offer_order``): an array that only
+    grows at its end until something is switched off, so a request shares
+    the longest prefix with the one before (the provider's prompt cache).
+    Inactive toolsets stay hidden."""
     if not selection:
         return tuple(core)
     return (*core, *index.tools_of(selection))

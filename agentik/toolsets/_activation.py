@@ -13,10 +13,13 @@ the time of the latest enable or use):
     touch    (nothing)              active, use = now
     disable  (nothing)              inactive
 
-The active toolsets keep the order they were switched on in (a use or a
-second enable does not move one): the tools array follows it, so a request
-shares its prefix with the one before. A toolset may be enabled with only
-some of its tools (``enable(name, tools)``); without ``tools`` it is whole.
+The tools keep the order they were switched on in (``offer_order``): a use
+or a second enable moves nothing, and tools added later to a toolset enabled
+in part come after everything switched on before them, not beside the
+toolset's earlier ones. The tools array follows that order, so a request's
+array extends the one before unless something was switched off: the prefix
+a provider's prompt cache reuses. A toolset may be enabled with only some of
+its tools (``enable(name, tools)``); without ``tools`` it is whole.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class ToolsetActivation:
     until something is enabled): the agent keeps one per conversation.
     """
 
-    __slots__ = ("_clock", "_last_use", "_timeout", "_tools")
+    __slots__ = ("_clock", "_last_use", "_order", "_timeout", "_tools")
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] | None = None):
         if not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
@@ -57,6 +60,9 @@ class ToolsetActivation:
         """Active toolset -> time of its last use, in activation order."""
         self._tools: dict[str, frozenset[str]] | None = None
         """The toolsets enabled with only some tools -> those tools."""
+        self._order: list[tuple[str, frozenset[str] | None]] | None = None
+        """What was switched on, piece by piece in order: a toolset and the tools
+        it gained then (None: all of its tools not in its earlier pieces)."""
 
     @property
     def timeout(self) -> float:
@@ -70,15 +76,48 @@ class ToolsetActivation:
         None, the whole toolset. Either replaces what was enabled of it.
         """
         was_active = self._step(name, _Action.ENABLE)
-        if tools is None:
+        chosen = None if tools is None else frozenset(tools)
+        self._place(name, chosen, was_active)
+        if chosen is None:
             if self._tools is not None:
                 self._tools.pop(name, None)
         else:
             if self._tools is None:
                 self._tools = {}
-            self._tools[name] = frozenset(tools)
+            self._tools[name] = chosen
         self._drop_empty()
         return not was_active
+
+    def _place(self, name: str, chosen: frozenset[str] | None, was_active: bool) -> None:
+        """Record in ``_order`` what enabling ``name`` with ``chosen`` adds:
+        tools it gains go last, tools it keeps stay where they are, tools
+        it loses leave."""
+        if self._order is None:
+            self._order = []
+        order = self._order
+        if not was_active:
+            order.append((name, chosen))
+            return
+        before = self._tools.get(name) if self._tools is not None else None
+        if chosen == before:
+            return
+        if chosen is None:  # the rest of a toolset enabled in part
+            order.append((name, None))
+            return
+        kept: set[str] = set()
+        pieces: list[tuple[str, frozenset[str] | None]] = []
+        for piece, tools in order:
+            if piece == name:
+                # Only a toolset's last piece can be "the rest": make it concrete.
+                tools = (chosen - kept) if tools is None else (tools & chosen)
+                if not tools:
+                    continue
+                kept |= tools
+            pieces.append((piece, tools))
+        gained = chosen - kept
+        if gained:
+            pieces.append((name, gained))
+        order[:] = pieces
 
     def disable(self, name: str) -> bool:
         """Switch ``name`` off; True if it was active before."""
@@ -105,6 +144,18 @@ class ToolsetActivation:
         live = self._expire(self._now())
         tools = self._tools or {}
         return tuple((name, tools.get(name)) for name in live)
+
+    def offer_order(self) -> tuple[tuple[str, frozenset[str] | None], ...]:
+        """What the model is offered, in the order it was switched on: pieces
+        of (toolset, the tools it gained then; None: all its tools not in its
+        earlier pieces). A toolset enabled in part and extended later has
+        several pieces. ``ToolsetIndex.tools_of`` turns it into the tools
+        array, which thus only grows at its end until something is switched
+        off."""
+        live = self._expire(self._now())
+        if not live or self._order is None:
+            return ()
+        return tuple(piece for piece in self._order if piece[0] in live)
 
     def least_recently_used(self) -> tuple[str, ...]:
         """The active toolsets, the least recently used first (ties: the
@@ -136,7 +187,16 @@ class ToolsetActivation:
             del last_use[name]
             if self._tools is not None:
                 self._tools.pop(name, None)
+        if expired:
+            self._forget(frozenset(expired))
         return last_use
+
+    def _forget(self, names: frozenset[str]) -> None:
+        """Drop the pieces of toolsets switched off."""
+        if self._order is not None:
+            self._order[:] = [piece for piece in self._order if piece[0] not in names]
+            if not self._order:
+                self._order = None
 
     def _step(self, name: str, action: _Action) -> bool:
         """Apply one transition of the table; return whether ``name`` was active before."""
@@ -151,6 +211,7 @@ class ToolsetActivation:
             del live[name]
             if self._tools is not None:
                 self._tools.pop(name, None)
+            self._forget(frozenset((name,)))
         self._drop_empty()
         return was_active
 
@@ -160,6 +221,8 @@ class ToolsetActivation:
             self._last_use = None
         if self._tools is not None and not self._tools:
             self._tools = None
+        if self._order is not None and not self._order:
+            self._order = None
 
     def __repr__(self) -> str:
         names = sorted(self._last_use or ())

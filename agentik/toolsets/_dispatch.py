@@ -139,19 +139,25 @@ class ToolsetIndex(Sequence[ToolsetContribution]):
     def tools_of(
         self, selection: Iterable[tuple[str, frozenset[str] | None]]
     ) -> tuple[NamedTool, ...]:
-        """The tools ``selection`` enables, toolset by toolset in its order (each
-        toolset's tools in their contribution order): a stable tools array, so
-        consecutive requests share the longest prefix. Unknown names are skipped."""
+        """The tools ``selection`` enables, entry by entry in its order (an
+        entry's tools in their contribution order): a stable tools array, so
+        consecutive requests share the longest prefix. A toolset may come in
+        several entries (``ToolsetActivation.offer_order``): a later None
+        entry adds its tools not given before. Unknown names are skipped."""
         out: list[NamedTool] = []
         by_name = self._by_name
+        given: dict[str, set[str]] = {}
         for name, tools in selection:
             contribution = by_name.get(name)
             if contribution is None:
                 continue
             if tools is None:
-                out.extend(contribution.tools)
+                before = given.get(name)
+                picked = [t for t in contribution.tools if before is None or t.name not in before]
             else:
-                out.extend(t for t in contribution.tools if t.name in tools)
+                picked = [t for t in contribution.tools if t.name in tools]
+            out.extend(picked)
+            given.setdefault(name, set()).update(t.name for t in picked)
         return tuple(out)
 
     def find_tools(self, query: str, limit: int) -> tuple[tuple[str, NamedTool], ...]:

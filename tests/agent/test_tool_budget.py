@@ -94,8 +94,9 @@ def test_a_tools_budget_that_leaves_no_window_is_refused() -> None:
 
 async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -> None:
     """Through real turns: the enable result names what was switched off, the
-    tools array is the core tools then the toolsets in activation order, and
-    the active toolsets' schemas never pass the tools budget."""
+    tools array is the core tools then the toolsets in activation order, the
+    active toolsets' schemas never pass the tools budget, and making room
+    goes down to half of it."""
     a, b, c = _toolset("a", 1, 300), _toolset("b", 1, 300), _toolset("c", 1, 300)
     one = ToolCosts().of(a.tools[0])
     requests: list[ModelRequest] = []
@@ -104,8 +105,9 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
             call("enable_toolset", {"name": "b"}),
             call("enable_toolset", {"name": "a"}),
             call("b_v0"),  # a use of b: a is now the least recently used
-            call("c_v0"),  # auto-activation makes room too
+            call("c_v0"),  # auto-activation makes room too: a, then b
             call("enable_toolset", {"name": "a"}),
+            call("enable_toolset", {"name": "b"}),
             "done",
         ]
     }
@@ -131,7 +133,8 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
         "Toolset 'a' activated.",
         "ok",
         "ok",
-        "Toolset 'a' activated; 'b' was switched off to make room.",
+        "Toolset 'a' activated.",
+        "Toolset 'b' activated; 'c' and 'a' were switched off to make room.",
     ]
     names = [[t.name for t in r.tools] for r in requests]
     core = ["enable_toolset", "disable_toolset"]
@@ -140,10 +143,51 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
         [*core, "b_v0"],
         [*core, "b_v0", "a_v0"],
         [*core, "b_v0", "a_v0"],
-        [*core, "b_v0", "c_v0"],
+        [*core, "c_v0"],
         [*core, "c_v0", "a_v0"],
+        [*core, "b_v0"],
     ]
     assert all(_toolset_tools_cost(r) <= policy.tools_budget_tokens for r in requests)
+
+
+async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
+    """Through real turns: extending a toolset enabled in part (by enable or
+    by a call by name) appends its new tools after everything else, so each
+    request's tools array starts with the one before; narrowing it removes
+    tools in place."""
+    a, b = _toolset("a", 3, 50), _toolset("b", 1, 50)
+    requests: list[ModelRequest] = []
+    script = [
+        call("enable_toolset", {"name": "a", "tools": ["a_v0"]}),
+        call("enable_toolset", {"name": "b"}),
+        call("enable_toolset", {"name": "a", "tools": ["a_v0", "a_v1"]}),
+        call("a_v2"),  # auto-activation adds it
+        call("enable_toolset", {"name": "a", "tools": ["a_v2"]}),
+        "done",
+    ]
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        answer = script[sum(1 for m in request.messages if m.role is Role.ASSISTANT)]
+        return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
+
+    async with open_chat_agent(
+        model=ScriptedModel(respond),
+        storage=in_memory_storage(),
+        toolsets=[a, b],
+        builtin_tools=False,
+        context=ContextPolicy(max_tokens=20_000, find_tools=False),
+    ) as agent:
+        await agent.send("conv", "go")
+    core = ["enable_toolset", "disable_toolset"]
+    assert [_tool_names(r) for r in requests] == [
+        core,
+        [*core, "a_v0"],
+        [*core, "a_v0", "b_v0"],
+        [*core, "a_v0", "b_v0", "a_v1"],
+        [*core, "a_v0", "b_v0", "a_v1", "a_v2"],
+        [*core, "b_v0", "a_v2"],
+    ]
 
 
 def _tool_names(request: ModelRequest) -> list[str]:

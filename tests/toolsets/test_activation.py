@@ -141,3 +141,45 @@ class TestFootprint:
         finally:
             tracemalloc.stop()
         assert per_object < 300
+
+
+class TestOfferOrder:
+    """What the model is offered, piece by piece in the order it was switched on."""
+
+    def test_tools_added_later_come_last_and_lost_ones_leave_in_place(self) -> None:
+        now = [0.0]
+        activation = ToolsetActivation(clock=lambda: now[0])
+        activation.enable("git", ["git_log"])
+        activation.enable("web")
+        activation.enable("git", ["git_log", "git_diff"])
+        assert activation.offer_order() == (
+            ("git", frozenset({"git_log"})),
+            ("web", None),
+            ("git", frozenset({"git_diff"})),
+        )
+        activation.enable("git")  # the rest of git, after everything
+        assert activation.offer_order()[-1] == ("git", None)
+        activation.enable("git", ["git_diff", "git_push"])  # "the rest" becomes concrete
+        assert activation.offer_order() == (
+            ("web", None),
+            ("git", frozenset({"git_diff"})),
+            ("git", frozenset({"git_push"})),
+        )
+        activation.disable("git")
+        assert activation.offer_order() == (("web", None),)
+        now[0] += 600.0
+        assert activation.offer_order() == ()
+        assert activation._order is None  # an idle conversation holds no list
+
+    def test_the_index_gives_a_later_whole_piece_only_the_rest(self) -> None:
+        from agentik.toolsets import NamedTool, ToolsetContribution, ToolsetIndex
+
+        async def ok(arguments: object) -> str:
+            return "ok"
+
+        git = ToolsetContribution(
+            "git", "git", [NamedTool(f"git_{v}", v, {"type": "object"}, ok) for v in "abc"]
+        )
+        index = ToolsetIndex([git])
+        pieces = [("git", frozenset({"git_c"})), ("git", None)]
+        assert [t.name for t in index.tools_of(pieces)] == ["git_c", "git_a", "git_b"]

@@ -1,6 +1,8 @@
 """The tools budget on random catalogs and activation sequences (issue 35):
-the budget always holds, eviction is least recently used first, the offered
-order is stable, and an enabled toolset's tools are exactly those asked for."""
+the budget always holds, eviction is least recently used first (down to half
+the budget), the offered order is stable (the tools array only grows at its
+end unless something is switched off), and an enabled toolset's tools are
+exactly those asked for."""
 
 from __future__ import annotations
 
@@ -74,6 +76,11 @@ def _selection_cost(index: ToolsetIndex, activation: ToolsetActivation) -> int:
     return sum(index.cost_of(n, t) for n, t in activation.selection())
 
 
+def _array(index: ToolsetIndex, activation: ToolsetActivation) -> list[str]:
+    """The toolsets' part of the tools array a request would carry now."""
+    return [t.name for t in index.tools_of(activation.offer_order())]
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), budget=st.integers(1, 200))
 def test_budget_lru_order_and_exact_tools(data: st.DataObject, budget: int) -> None:
@@ -86,6 +93,7 @@ def test_budget_lru_order_and_exact_tools(data: st.DataObject, budget: int) -> N
     for op, name, tools in data.draw(_ops(index)):
         now[0] += 1.0  # every step is later: recency is strict
         before = activation.selection()
+        array_before = _array(index, activation)
         for n in list(first_on):  # switched off or expired since
             if n not in activation.active_names():
                 del first_on[n]
@@ -116,9 +124,10 @@ def test_budget_lru_order_and_exact_tools(data: st.DataObject, budget: int) -> N
             evicted = switch_on(index, activation, name, tools, budget)
             # Exactly the tools asked for (all of them without ``tools``).
             assert activation.tools_of(name) == tools
-            offered = [t.name for t in index.tools_of(activation.selection())]
+            offered = _array(index, activation)
             expected = [t.name for t in index.get(name).tools if tools is None or t.name in tools]
-            assert [t for t in offered if t.split("_")[0] == name] == expected
+            # (tools it gained later come after, so compare them as a set)
+            assert sorted(t for t in offered if t.split("_")[0] == name) == sorted(expected)
             # Least recently used first: every evicted toolset was used
             # before every other one that stayed.
             kept = [n for n, _ in activation.selection() if n != name]
@@ -126,6 +135,14 @@ def test_budget_lru_order_and_exact_tools(data: st.DataObject, budget: int) -> N
                 assert gone not in activation.active_names()
                 assert all(recency[gone] < recency[k] for k in kept)
             assert list(evicted) == sorted(evicted, key=recency.__getitem__)
+            # Down to half the budget in one go, and not one more than that.
+            if evicted:
+                low = budget // 2  # LOW_WATER, written out so the test can fail
+                assert _selection_cost(index, activation) <= low or not kept
+                cost_before_last = _selection_cost(index, activation) + index.cost_of(
+                    evicted[-1], dict(before)[evicted[-1]]
+                )
+                assert cost_before_last > low
         # The budget always holds.
         assert _selection_cost(index, activation) <= budget
         # Stable order: the toolsets that stayed keep their relative order,
@@ -143,6 +160,16 @@ def test_budget_lru_order_and_exact_tools(data: st.DataObject, budget: int) -> N
         ]
         kept_before = [n for n, _ in before if n in after]
         assert after[: len(kept_before)] == kept_before
+        # The array offers exactly the selection's tools; those that stay
+        # keep their order, and with nothing switched off (no eviction,
+        # disable, expiry or narrowed selection) it only grows at its end.
+        array = _array(index, activation)
+        assert sorted(array) == sorted(t.name for t in index.tools_of(activation.selection()))
+        assert len(set(array)) == len(array)
+        stayed = [t for t in array_before if t in array]
+        assert [t for t in array if t in array_before] == stayed
+        if len(stayed) == len(array_before):
+            assert array[: len(array_before)] == array_before
 
 
 TWO = ToolsetIndex(
@@ -164,7 +191,8 @@ TWO = ToolsetIndex(
 
 
 def test_the_enable_texts_name_what_was_switched_off() -> None:
-    """The seed's exact text when nothing is evicted; one or two names otherwise."""
+    """The seed's exact text when nothing is evicted; the names otherwise,
+    switched off until the active toolsets take at most half the budget."""
     now = [0.0]
     activation = ToolsetActivation(clock=lambda: now[0])
 
@@ -172,14 +200,22 @@ def test_the_enable_texts_name_what_was_switched_off() -> None:
         now[0] += 1
         return enable_answer(TWO, activation, {"name": name}, budget)
 
-    assert enable("x", 80) == "Toolset 'x' activated."
-    assert enable("y", 80) == "Toolset 'y' activated."
-    assert enable("x", 80) == "Toolset 'x' is already active."  # a use: y is now the LRU
-    assert enable("z", 80) == "Toolset 'z' activated; 'y' was switched off to make room."
-    assert enable("big", 100) == (
-        "Toolset 'big' activated; 'x' and 'z' were switched off to make room."
+    assert enable("big", 160) == "Toolset 'big' activated."
+    assert enable("x", 160) == "Toolset 'x' activated."
+    # 180 > 160: 'big' goes, which leaves 80, half the budget: 'x' stays.
+    assert enable("y", 160) == "Toolset 'y' activated; 'big' was switched off to make room."
+    assert enable("z", 160) == "Toolset 'z' activated."
+    assert enable("x", 160) == "Toolset 'x' is already active."  # a use: y is now the LRU
+    # 220 > 200: down to 100 (half) takes all three, least recently used first.
+    assert enable("big", 200) == (
+        "Toolset 'big' activated; 'y', 'z' and 'x' were switched off to make room."
     )
-    assert activation.active_names() == {"big"}
+    assert enable("x", 160) == "Toolset 'x' activated."
+    # 180 > 150: 'big' goes (140 left), then 'x' (40 left, at most 75).
+    assert enable("z", 150) == (
+        "Toolset 'z' activated; 'big' and 'x' were switched off to make room."
+    )
+    assert activation.active_names() == {"z"}
     assert enable("x", None) == "Toolset 'x' activated."  # type: ignore[arg-type]
 
 
