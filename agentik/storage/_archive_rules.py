@@ -213,19 +213,11 @@ def _problem(
     if isinstance(record, ArchivedApproval):
         return _approval_problem(record, last, history, approvals)
     if isinstance(record, ArchivedFailure):
-        seq = record.seq
-        if isinstance(last, ArchivedFailure) and seq <= last.seq:
-            return "turn failures must be listed by seq, one per turn"
-        if not 1 <= seq <= history.seq or history.roles[seq - 1] is not Role.USER:
-            return f"a turn failure names seq {seq}, which is not a user message"
-        return None
+        earlier = last.seq if isinstance(last, ArchivedFailure) else None
+        return _turn_mark_problem(record.seq, earlier, history, "turn failure")
     if isinstance(record, ArchivedOutput):
-        seq = record.seq
-        if isinstance(last, ArchivedOutput) and seq <= last.seq:
-            return "typed turns must be listed by seq, one per turn"
-        if not 1 <= seq <= history.seq or history.roles[seq - 1] is not Role.USER:
-            return f"a typed turn names seq {seq}, which is not a user message"
-        return None
+        earlier = last.seq if isinstance(last, ArchivedOutput) else None
+        return _turn_mark_problem(record.seq, earlier, history, "typed turn")
     summary = record.summary
     covered = last.summary.through_seq if isinstance(last, ArchivedSummary) else 0
     if not covered < summary.through_seq <= history.seq or summary.created_at is None:
@@ -263,4 +255,16 @@ def _approval_problem(
             f"the approval of call {call_id!r} must have a decided_at exactly when it is"
             " decided (approved true or false)"
         )
+    return None
+
+
+def _turn_mark_problem(
+    seq: int, earlier: int | None, history: HistoryCheck, kind: str
+) -> str | None:
+    """A record that marks one turn (its failure, its typed answer): by seq,
+    one per turn, on a user message."""
+    if earlier is not None and seq <= earlier:
+        return f"{kind}s must be listed by seq, one per turn"
+    if not 1 <= seq <= history.seq or history.roles[seq - 1] is not Role.USER:
+        return f"a {kind} names seq {seq}, which is not a user message"
     return None
