@@ -50,21 +50,19 @@ async def build_request(
     tools = offered_tools(core, index, selection)
     # The active toolsets' schemas take their share of the window.
     schemas = index.costs.total(tools[len(core) :]) if policy is not None else 0
-    if output is not None:
-        messages = (system, *conv.history, *again)
-        if policy is not None:
-            messages = (system, *_window(conv, system, start, policy, schemas), *again)
-        if answer_tool is None:
-            return ModelRequest(messages, tools, output_schema=output.schema), index, active
-        offered = (*tools, answer_tool)
-        request = ModelRequest(
-            messages, offered, output_schema=output.schema, output_tool=answer_tool.name
-        )
-        return request, index, active
-    if policy is None:
-        return ModelRequest((system, *conv.history), tools), index, active
-    messages = (system, *_window(conv, system, start, policy, schemas))
-    return ModelRequest(messages, tools), index, active
+    window = conv.history if policy is None else _window(conv, system, start, policy, schemas)
+    messages = (system, *window, *again)
+    if output is None:
+        return ModelRequest(messages, tools), index, active
+    if answer_tool is not None:
+        tools = (*tools, answer_tool)
+    request = ModelRequest(
+        messages,
+        tools,
+        output_schema=output.schema,
+        output_tool=None if answer_tool is None else answer_tool.name,
+    )
+    return request, index, active
 
 
 def _window(
