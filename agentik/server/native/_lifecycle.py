@@ -3,7 +3,7 @@ of ``/agentik``: its token totals (``GET …/usage``), deleting it
 (``DELETE …``), exporting it as JSON Lines (``GET …/export``) and cancelling
 its turns (``POST …/cancel``).
 
-Kept apart from ``_native_routes`` (the turn and read routes), which other
+Kept apart from ``_routes`` (the turn and read routes), which other
 work changes often; the app adds these routes beside them. Another owner's
 conversation is simply not found, as everywhere. With several nodes on one
 database, deleting a conversation another live node owns is a 307 to that
@@ -24,19 +24,10 @@ from agentik.server._owners import caller_of
 from agentik.server.http import (
     HttpError,
     Redirect,
-    check_id,
     json_response,
 )
-from agentik.server.native._routes import require_conversation
+from agentik.server.native._routes import conversation_ids, require_conversation
 from agentik.storage import MEDIA_TYPE, header_line, record_line
-
-
-def _conversation(request: Request) -> tuple[str, str]:
-    """The client's conversation id (checked) and the owner-scoped stored one."""
-    value = request.path_params["conversation_id"]
-    assert isinstance(value, str)
-    conversation_id = check_id(value)
-    return conversation_id, caller_of(request).internal(conversation_id)
 
 
 def _not_found(conversation_id: str) -> HttpError:
@@ -53,7 +44,7 @@ class LifecycleApi:
         self.store = self.ctx.agent.storage.message_store
 
     async def usage(self, request: Request) -> Response:
-        conversation_id, stored_id = _conversation(request)
+        conversation_id, stored_id = conversation_ids(request)
         await require_conversation(self.ctx, stored_id, conversation_id)
         stats = await self.store.token_stats(stored_id)
         return json_response(
@@ -67,7 +58,7 @@ class LifecycleApi:
         )
 
     async def delete(self, request: Request) -> Response:
-        conversation_id, stored_id = _conversation(request)
+        conversation_id, stored_id = conversation_ids(request)
         if self.agent.storage.degraded:  # a seed store cannot (``full_storage``)
             raise HttpError(501, "this storage cannot delete conversations", code="not_supported")
         try:
@@ -107,14 +98,14 @@ class LifecycleApi:
         """Cancel the running turn and the queued ones: ``{"cancelled": n}``.
         Nothing to cancel in a conversation that exists is 200 with 0; one
         that does not (another owner's included) is 404, as everywhere."""
-        conversation_id, stored_id = _conversation(request)
+        conversation_id, stored_id = conversation_ids(request)
         cancelled = await self.agent.cancel(stored_id)
         if not cancelled:
             await require_conversation(self.ctx, stored_id, conversation_id)
         return json_response({"conversation_id": conversation_id, "cancelled": cancelled})
 
     async def export(self, request: Request) -> Response:
-        conversation_id, stored_id = _conversation(request)
+        conversation_id, stored_id = conversation_ids(request)
         if self.agent.storage.degraded:  # a seed store cannot (``full_storage``)
             raise HttpError(501, "this storage cannot export conversations", code="not_supported")
         await require_conversation(self.ctx, stored_id, conversation_id)

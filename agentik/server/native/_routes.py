@@ -97,6 +97,12 @@ async def _messages(
     return out
 
 
+def conversation_ids(request: Request) -> tuple[str, str]:
+    """The client's conversation id (checked) and the owner-scoped stored one."""
+    conversation_id = _path_id(request)
+    return conversation_id, caller_of(request).internal(conversation_id)
+
+
 async def require_conversation(ctx: ServerContext, stored_id: str, conversation_id: str) -> None:
     """404 (naming the client's id) unless the stored conversation has a message."""
     if not await _messages(ctx, stored_id, 0, 1):
@@ -189,8 +195,7 @@ class NativeApi:
         return json_response(body)
 
     async def get_messages(self, request: Request) -> Response:
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
+        conversation_id, stored_id = conversation_ids(request)
         after = query_int(request, "after_seq", default=0, minimum=0, maximum=2**62)
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
         messages = await _messages(self.ctx, stored_id, after, page)
@@ -204,8 +209,7 @@ class NativeApi:
         return json_response(body)
 
     async def get_memory(self, request: Request) -> Response:
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
+        conversation_id, stored_id = conversation_ids(request)
         await require_conversation(self.ctx, stored_id, conversation_id)
         entries = [
             attrs.evolve(entry, conversation_id=conversation_id)
@@ -219,8 +223,7 @@ class NativeApi:
         """Archive notes, as the model's ``memory_archive`` does: they leave
         the prompt and stay stored. Every id must be an active note of this
         conversation, or nothing is archived (404)."""
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
+        conversation_id, stored_id = conversation_ids(request)
         wanted = parse_archive(await read_json(request, self.limit)).entry_ids
         await require_conversation(self.ctx, stored_id, conversation_id)
         active = {
@@ -238,8 +241,7 @@ class NativeApi:
 
     async def get_summary(self, request: Request) -> Response:
         """The latest summary of the history (a context policy's), or null."""
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
+        conversation_id, stored_id = conversation_ids(request)
         await require_conversation(self.ctx, stored_id, conversation_id)
         store = self.agent.storage.message_store
         summary = await store.latest_summary(stored_id)
@@ -249,8 +251,7 @@ class NativeApi:
     async def _paged(self, request: Request, after_key: str) -> tuple[str, str, int, int]:
         """The conversation (sent, stored), checked to exist, and the page asked
         for: ``after_key`` (a seq or note id) and ``limit``."""
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
+        conversation_id, stored_id = conversation_ids(request)
         after = query_int(request, after_key, default=0, minimum=0, maximum=2**62)
         page = query_int(request, "limit", default=100, minimum=1, maximum=MAX_PAGE)
         await require_conversation(self.ctx, stored_id, conversation_id)
@@ -290,8 +291,7 @@ class NativeApi:
         return json_response(body)
 
     async def get_toolsets(self, request: Request) -> Response:
-        conversation_id = _path_id(request)
-        stored_id = caller_of(request).internal(conversation_id)
+        conversation_id, stored_id = conversation_ids(request)
         await require_conversation(self.ctx, stored_id, conversation_id)
         statuses = self.agent.toolset_status(stored_id)
         return json_response(
