@@ -94,7 +94,8 @@ class Node:
             self.process.send_signal(signal.SIGTERM)
 
 
-async def _read_lines(stream: trio.abc.ReceiveStream, lines: list[str], bound: trio.Event) -> None:
+async def read_lines(stream: trio.abc.ReceiveStream, lines: list[str], bound: trio.Event) -> None:
+    """Collect a node's log lines; set ``bound`` once it says where it serves."""
     buffer = b""
     async for chunk in stream:
         buffer += chunk
@@ -139,7 +140,7 @@ async def start_node(
     lines: list[str] = []
     bound = trio.Event()
     assert process.stderr is not None
-    nursery.start_soon(_read_lines, process.stderr, lines, bound)
+    nursery.start_soon(read_lines, process.stderr, lines, bound)
     try:
         with trio.fail_after(60):
             await bound.wait()

@@ -38,7 +38,7 @@ import yaml
 
 from agentik import Role
 from agentik.storage import open_postgres_storage
-from tests.cluster import free_port
+from tests.cluster import free_port, read_lines
 from tests.kits import missing_kit
 from tests.postgres import fresh_database
 
@@ -81,17 +81,6 @@ class Started:
     lines: list[str]
 
 
-async def _follow(stream: trio.abc.ReceiveStream, lines: list[str], ready: trio.Event) -> None:
-    buffer = b""
-    async for chunk in stream:
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for raw in complete:
-            lines.append(raw.decode(errors="replace"))
-            if "serving url=" in lines[-1]:
-                ready.set()
-
-
 async def start_node(
     nursery: trio.Nursery, service: dict[str, Any], env: dict[str, str], cwd: Path, port: int
 ) -> Started:
@@ -104,7 +93,7 @@ async def start_node(
     lines: list[str] = []
     ready = trio.Event()
     assert process.stderr is not None
-    nursery.start_soon(_follow, process.stderr, lines, ready)
+    nursery.start_soon(read_lines, process.stderr, lines, ready)
     with trio.move_on_after(60):
         await ready.wait()
     if not ready.is_set():
