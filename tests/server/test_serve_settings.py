@@ -12,31 +12,18 @@ them (``pg_stat_activity``), a real server in another process.
 
 from __future__ import annotations
 
-import h11
 import pytest
 import trio
 import trio.testing
 
 from agentik.server import Limits, ServerConfig, serve_agentik
 from tests.server.rawconn import RawClient, running_server
+from tests.server.test_slow_clients import get_health
 
 
 @pytest.fixture
 def clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0.05)
-
-
-async def answered(client: RawClient) -> int:
-    """GET /health on ``client``'s connection, kept alive; the status."""
-    await client.send(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
-    client.h11.send(h11.Request(method="GET", target="/health", headers=[("Host", "test")]))
-    client.h11.send(h11.EndOfMessage())
-    response = await client.read_event()
-    assert isinstance(response, h11.Response), response
-    while not isinstance(await client.read_event(), h11.EndOfMessage):
-        pass
-    client.h11.start_next_cycle()
-    return response.status_code
 
 
 @pytest.mark.parametrize("seconds", [1.5, 30.0])
@@ -47,10 +34,10 @@ async def test_keepalive_timeout_closes_an_idle_connection(
     seconds (not the fixed 5 s it was), then the server closes it."""
     async with running_server(Limits(keepalive_timeout=seconds)) as server:
         client = await RawClient.connect(server.port)
-        assert await answered(client) == 200
+        assert await get_health(client) == 200
         idle_since = trio.current_time()
         await trio.sleep(seconds * 0.9)
-        assert await answered(client) == 200  # still open: the timer restarts
+        assert await get_health(client) == 200  # still open: the timer restarts
         idle_since = trio.current_time()
         with trio.fail_after(seconds * 10):
             assert await client.closed_by_server()
