@@ -8,8 +8,9 @@ description (a query for "git" finds ``git_log``). Words are lowercase runs
 of letters and digits, camelCase and ``snake_case`` split, and a plural ``s``
 dropped (``issues`` finds ``create_issue``). Scores are BM25 with k1 = 1.5,
 b = 0.75 and Lucene's idf, ``log(1 + (N - n + 0.5) / (n + 0.5))``, which is
-never negative, so a word in most tools still counts a little (rank_bm25's
-Okapi scoring is the tests' oracle).
+never negative, so a word in most tools still counts a little. Written here,
+not taken from rank_bm25 (the tests' oracle for these scores): that package
+brings numpy into every install for some forty lines of arithmetic.
 """
 
 from __future__ import annotations
