@@ -305,9 +305,21 @@ class ChatAgent:
         decision to that turn (a call of another turn is ``not_waiting``), and
         the turn it runs on is then that key's: ``turn_in_progress`` sees it and
         ``cancel(..., idempotency_key=...)`` stops it, as for the turn's first run.
+
+        A call a child turn of the conversation waits on (``agent_tool``) is
+        decided in the child conversation, and the child turn's result is
+        returned (``idempotency_key`` is then not used); the parent turn, which
+        waits in its agent-tool call, goes on when the child turn is over.
         """
+        decided = _decision(call_id, approve, reason)
+        children = self._runtime.children
+        held = children.holder(conversation_id, call_id) if children.running else None
+        if held is not None:
+            return await held.agent.decide(
+                held.conversation_id, call_id, approve=approve, reason=reason
+            )
         request = Decision(
-            decided=_decision(call_id, approve, reason),
+            decided=decided,
             idempotency_key=idempotency_key,
             reply=Reply(),
             trace_context=self._trace(),
@@ -317,6 +329,8 @@ class ChatAgent:
             return await request.reply.wait()
         finally:
             handle.forget(request)
+            if children.watchers:
+                children.moved(conversation_id)
 
     async def cancel_paused(self, conversation_id: str, *, idempotency_key: str) -> None:
         """End the conversation's turn that waits for approval, and carries
@@ -330,7 +344,12 @@ class ChatAgent:
             idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
         )
         await self._route(conversation_id, request)
-        await request.reply.wait()
+        try:
+            await request.reply.wait()
+        finally:
+            children = self._runtime.children
+            if children.watchers:
+                children.moved(conversation_id)
 
     @asynccontextmanager
     async def stream_decision(
@@ -340,10 +359,20 @@ class ChatAgent:
         a denied call's result (``ToolCallFinished``), the turn running on, and
         last ``TurnFinished`` (its result is what ``decide`` returns) or
         ``TurnFailed`` (also for an ``ApprovalError``, with its code). For
-        transports that stream the continued turn; leaving early does not stop it."""
+        transports that stream the continued turn; leaving early does not stop it.
+        A call a child turn waits on (``agent_tool``): the child's, as ``decide``."""
+        decided = _decision(call_id, approve, reason)
+        children = self._runtime.children
+        held = children.holder(conversation_id, call_id) if children.running else None
+        if held is not None:
+            async with held.agent.stream_decision(
+                held.conversation_id, call_id, approve=approve, reason=reason
+            ) as events:
+                yield events
+            return
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
         request = Decision(
-            decided=_decision(call_id, approve, reason),
+            decided=decided,
             idempotency_key=None,
             reply=Reply(events=sender),
             trace_context=self._trace(),
@@ -359,6 +388,8 @@ class ChatAgent:
                 yield receiver
         finally:
             handle.forget(request)
+            if children.watchers:
+                children.moved(conversation_id)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation whole: its messages, idempotency keys, notes,
@@ -406,7 +437,14 @@ class ChatAgent:
         return await request.reply.wait()
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
-        """The tool calls of the conversation that wait for a decision, oldest first."""
+        """The tool calls of the conversation that wait for a decision, oldest
+        first; while its turn waits in agent-tool calls (``agent_tool``), those
+        their child turns wait on (each names its child conversation)."""
+        children = self._runtime.children
+        if children.running:
+            waiting = children.waiting(conversation_id)
+            if waiting:
+                return waiting
         request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
         return (await request.reply.wait()).approvals
