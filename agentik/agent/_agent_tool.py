@@ -48,7 +48,7 @@ child's own ``approval_timeout`` denies without telling it."""
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _DIGEST = 32
-_CHILD = re.compile(rf"[A-Za-z0-9_-]{{1,64}}~([1-9][0-9]{{0,2}})~[0-9a-f]{{{_DIGEST}}}")
+_CHILD = re.compile(rf"[A-Za-z0-9_-]{{1,64}}~([1-9][0-9]{{0,8}})~[0-9a-f]{{{_DIGEST}}}")
 
 PARAMETERS: JsonObject = {
     "type": "object",
