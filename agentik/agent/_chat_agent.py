@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from agentik._errors import AgentikError, NotOwnedError, OverloadedError
+from agentik._errors import AgentikError, ApprovalError, NotOwnedError, OverloadedError
 from agentik._groups import raise_lone_error
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
+from agentik.agent._child_calls import ChildCall
 from agentik.agent._context import ContextPolicy
 from agentik.agent._conversation import Conversation
 from agentik.agent._elicitation import (
@@ -42,7 +43,7 @@ from agentik.agent._elicitation import (
     ElicitationRequest,
     ElicitationSource,
 )
-from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
+from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnResult
 from agentik.agent._gc import relaxed_gc, track_conversations
 from agentik.agent._handle import ConversationHandle
 from agentik.agent._limits import ContentLimits
@@ -313,8 +314,8 @@ class ChatAgent:
         """
         decided = _decision(call_id, approve, reason)
         children = self._runtime.children
-        held = children.holder(conversation_id, call_id) if children.running else None
-        if held is not None:
+        if conversation_id in children.running:
+            held = self._held(conversation_id, call_id)
             return await held.agent.decide(
                 held.conversation_id, call_id, approve=approve, reason=reason
             )
@@ -363,8 +364,16 @@ class ChatAgent:
         A call a child turn waits on (``agent_tool``): the child's, as ``decide``."""
         decided = _decision(call_id, approve, reason)
         children = self._runtime.children
-        held = children.holder(conversation_id, call_id) if children.running else None
-        if held is not None:
+        if conversation_id in children.running:
+            try:
+                held = self._held(conversation_id, call_id)
+            except ApprovalError as exc:  # told as the stream's one event, as below
+                sender, receiver = trio.open_memory_channel[TurnEvent](1)
+                sender.send_nowait(TurnFailed(str(exc), exc.code, None))
+                sender.close()
+                with receiver:
+                    yield receiver
+                return
             async with held.agent.stream_decision(
                 held.conversation_id, call_id, approve=approve, reason=reason
             ) as events:
@@ -390,6 +399,20 @@ class ChatAgent:
             handle.forget(request)
             if children.watchers:
                 children.moved(conversation_id)
+
+    def _held(self, conversation_id: str, call_id: str) -> ChildCall:
+        """The agent-tool call of ``conversation_id`` whose child turn (or a
+        descendant's) waits on ``call_id``. Its turn runs those calls, so no
+        call of its own waits, and a decision sent to it would wait behind
+        that turn: refused at once (``not_waiting``) when none holds it."""
+        held = self._runtime.children.holder(conversation_id, call_id)
+        if held is None:
+            raise ApprovalError(
+                f"call {call_id!r} is not waiting for approval in conversation"
+                f" {conversation_id!r}",
+                code="not_waiting",
+            )
+        return held
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation whole: its messages, idempotency keys, notes,
@@ -441,10 +464,10 @@ class ChatAgent:
         first; while its turn waits in agent-tool calls (``agent_tool``), those
         their child turns wait on (each names its child conversation)."""
         children = self._runtime.children
-        if children.running:
-            waiting = children.waiting(conversation_id)
-            if waiting:
-                return waiting
+        if conversation_id in children.running:
+            # Its turn runs agent-tool calls, so it has no paused turn of its
+            # own, and a query would wait behind that turn: answer from here.
+            return children.waiting(conversation_id)
         request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
         return (await request.reply.wait()).approvals

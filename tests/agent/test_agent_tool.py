@@ -15,8 +15,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
+import trio
 
 from agentik import (
+    ApprovalError,
+    ApprovalRequest,
     ChatAgent,
     Message,
     ModelRequest,
@@ -26,6 +29,7 @@ from agentik import (
     ScriptedModel,
     StorageBundle,
     ToolCall,
+    TurnResult,
     agent_tool,
     in_memory_storage,
     open_chat_agent,
@@ -33,7 +37,7 @@ from agentik import (
     open_sqlite_storage,
     tool,
 )
-from agentik.agent import agent_conversation_id
+from agentik.agent import TurnFailed, TurnFinished, agent_conversation_id
 from tests.agent.agent_tool_script import CHILD_TEXT, TOOL_NAME, Script, turn_of
 from tests.agent.helpers import assert_valid_history, stored
 from tests.postgres import fresh_schema
@@ -249,3 +253,143 @@ async def test_outside_a_turn_the_tool_says_so() -> None:
 
     with pytest.raises(ToolError, match=r"^agent tool 'a' runs only as a tool call"):
         await helper.handler({"text": "hi"})
+
+
+async def approvals_of(agent: ChatAgent, conversation_id: str) -> tuple[ApprovalRequest, ...]:
+    """The conversation's pending approvals, once there are some."""
+    with trio.fail_after(30):
+        while True:
+            waiting = await agent.pending_approvals(conversation_id)
+            if waiting:
+                return waiting
+            await trio.sleep(0.01)
+
+
+@asynccontextmanager
+async def parent_turn(agent: ChatAgent) -> AsyncIterator[list[TurnResult]]:
+    """The parent turn ``ask`` sent in the background; its result lands in the
+    list when the block ends."""
+    results: list[TurnResult] = []
+
+    async def ask() -> None:
+        results.append(await agent.send("p", "ask"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        yield results
+
+
+PAY = ToolCall("k1", "pay", "{}")
+
+
+async def test_a_child_waiting_for_a_person_is_decided_on_the_parent(reopen: Reopen) -> None:
+    script = Script(child_tool="pay")
+    child = child_of("p")
+    async with reopen() as storage, self_calling(storage, script, tools=[pay]) as agent:
+        async with parent_turn(agent) as results:
+            assert await approvals_of(agent, child) == (ApprovalRequest(child, PAY),)
+            waiting = await approvals_of(agent, "p")
+            assert waiting == (ApprovalRequest(child, PAY),), "the child's call, on the parent"
+            decided = await agent.decide("p", "k1", approve=True)
+            assert decided.text == "child answer (saw: paid)"
+        assert [r.text for r in results] == ["parent got: child answer (saw: paid)"]
+        assert await agent.pending_approvals("p") == ()
+        assert await agent.pending_approvals(child) == ()
+        assert_valid_history(await stored(storage, child))
+        assert_valid_history(await stored(storage, "p"))
+    assert script.calls == {"ask": 2, CHILD_TEXT: 2}
+
+
+async def test_a_decision_taken_on_the_child_lets_the_parent_go_on(reopen: Reopen) -> None:
+    child = child_of("p")
+    async with reopen() as storage, self_calling(storage, Script("pay"), tools=[pay]) as agent:
+        async with parent_turn(agent) as results:
+            await approvals_of(agent, "p")
+            await agent.decide(child, "k1", approve=False, reason="not today")
+        assert [r.text for r in results] == ["parent got: child answer (saw: denied: not today)"]
+
+
+async def test_streamed_and_refused_decisions_go_to_the_child() -> None:
+    storage = in_memory_storage()
+    async with self_calling(storage, Script("pay"), tools=[pay]) as agent:
+        async with parent_turn(agent) as results:
+            await approvals_of(agent, "p")
+            with pytest.raises(ApprovalError) as info:
+                await agent.decide("p", "nope", approve=True)
+            assert info.value.code == "not_waiting"
+            async with agent.stream_decision("p", "nope", approve=True) as events:
+                assert [event async for event in events] == [
+                    TurnFailed(
+                        "call 'nope' is not waiting for approval in conversation 'p'",
+                        "not_waiting",
+                        None,
+                    )
+                ]
+            async with agent.stream_decision("p", "k1", approve=True) as events:
+                last = [event async for event in events][-1]
+            assert isinstance(last, TurnFinished)
+            assert last.result.text == "child answer (saw: paid)"
+        assert [r.text for r in results] == ["parent got: child answer (saw: paid)"]
+
+
+async def test_the_wait_for_a_person_is_not_the_tools_slowness(autojump_clock: object) -> None:
+    """A person who takes longer than ``tool_timeout`` does not time the call out."""
+    storage = in_memory_storage()
+    async with self_calling(storage, Script("pay"), tools=[pay], tool_timeout=5) as agent:
+        async with parent_turn(agent) as results:
+            await approvals_of(agent, "p")
+            await trio.sleep(600)
+            await agent.decide("p", "k1", approve=True)
+        assert [r.text for r in results] == ["parent got: child answer (saw: paid)"]
+
+
+async def test_a_child_approval_timeout_lets_the_parent_go_on(autojump_clock: object) -> None:
+    """The child's ``approval_timeout`` denies without a decision through the
+    agent: the waiting call looks again and goes on."""
+    storage = in_memory_storage()
+    async with self_calling(storage, Script("pay"), tools=[pay], approval_timeout=120) as agent:
+        async with parent_turn(agent) as results:
+            await approvals_of(agent, "p")
+            started = trio.current_time()
+        assert trio.current_time() - started <= 240
+        assert [r.text for r in results] == [
+            "parent got: child answer (saw: denied: no decision within 120 s)"
+        ]
+
+
+async def test_a_grandchild_waiting_for_a_person_is_decided_on_the_top() -> None:
+    """Two agents: the top one's helper is an agent whose own helper's turn
+    pauses; the top conversation lists and decides the grandchild's call."""
+    storage = in_memory_storage()
+
+    def middle(request: ModelRequest) -> ModelResponse:
+        _, results = turn_of(request)
+        if not results:
+            return ModelResponse(tool_calls=(ToolCall("m1", "deep", '{"text": "deeper"}'),))
+        return ModelResponse(text=f"middle got: {results[-1]}")
+
+    def bottom(request: ModelRequest) -> ModelResponse:
+        _, results = turn_of(request)
+        if not results:
+            return ModelResponse(tool_calls=(PAY,))
+        return ModelResponse(text=f"bottom saw: {results[-1]}")
+
+    async with (
+        open_chat_agent(model=ScriptedModel(bottom), storage=storage, tools=[pay]) as low,
+        open_chat_agent(
+            model=ScriptedModel(middle),
+            storage=storage,
+            tools=[agent_tool(low, name="deep", description="The bottom agent.")],
+        ) as mid,
+        open_chat_agent(
+            model=ScriptedModel(Script()),
+            storage=storage,
+            tools=[agent_tool(mid, name=TOOL_NAME, description="The middle agent.")],
+        ) as top,
+    ):
+        async with parent_turn(top) as results:
+            grandchild = agent_conversation_id(child_of("p"), "deep", 2, "m1")
+            assert await approvals_of(top, "p") == (ApprovalRequest(grandchild, PAY),)
+            assert await mid.pending_approvals(child_of("p")) == (ApprovalRequest(grandchild, PAY),)
+            await top.decide("p", "k1", approve=True)
+        assert [r.text for r in results] == ["parent got: middle got: bottom saw: paid"]
