@@ -408,8 +408,7 @@ class ChatAgent:
         held = self._runtime.children.holder(conversation_id, call_id)
         if held is None:
             raise ApprovalError(
-                f"call {call_id!r} is not waiting for approval in conversation"
-                f" {conversation_id!r}",
+                f"call {call_id!r} is not waiting for approval in conversation {conversation_id!r}",
                 code="not_waiting",
             )
         return held
