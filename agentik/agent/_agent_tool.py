@@ -158,6 +158,7 @@ async def _run_child(
                 if result.status == "finished":
                     return result.text
                 held.approvals = result.approvals
+                children.moved(parent_id)  # the parent's ``pending_approvals`` sees them
                 await _wait_for_person(context.scope, moved, recheck)
                 held.approvals = ()
             finally:

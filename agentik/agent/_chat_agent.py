@@ -469,7 +469,34 @@ class ChatAgent:
             return children.waiting(conversation_id)
         request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
-        return (await request.reply.wait()).approvals
+        return await self._approvals(conversation_id, request)
+
+    async def _approvals(
+        self, conversation_id: str, request: StatusQuery
+    ) -> tuple[ApprovalRequest, ...]:
+        """The answer to ``request``; or, if the running turn it waits behind
+        comes to wait in agent-tool calls for a person first (that turn ends
+        only after a decision), what their child turns wait on."""
+        children = self._runtime.children
+        found: tuple[ApprovalRequest, ...] = ()
+        async with trio.open_nursery() as nursery:
+
+            async def held() -> None:
+                nonlocal found
+                while not found:
+                    moved = children.watch(conversation_id)
+                    try:
+                        await moved.wait()
+                    finally:
+                        children.unwatch(conversation_id, moved)
+                    found = children.waiting(conversation_id)
+                nursery.cancel_scope.cancel()  # the query is left: it runs nothing
+
+            nursery.start_soon(held)
+            status = await request.reply.wait()
+            found = status.approvals
+            nursery.cancel_scope.cancel()
+        return found
 
     async def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
         """Questions running tools of the conversation ask a person (MCP elicitation)."""

@@ -71,16 +71,23 @@ class ChildCalls:
     running: dict[str, dict[str, ChildCall]] = attrs.Factory(dict)
     """Parent conversation id -> parent call id -> its child call."""
     watchers: dict[str, list[trio.Event]] = attrs.Factory(dict)
-    """Conversation id -> events set once a decision about it was taken here."""
+    """Conversation id -> events set at its next change (``moved``)."""
+    parents: dict[str, tuple[ChildCalls, str]] = attrs.Factory(dict)
+    """Child conversation id (run here) -> the registry and id of the parent
+    conversation whose call runs it: a change here is the parent's too."""
 
     @contextlib.contextmanager
     def holding(self, parent_id: str, call_id: str, call: ChildCall) -> Iterator[ChildCall]:
         """``call`` runs in ``parent_id`` as its call ``call_id`` for the block."""
         calls = self.running.setdefault(parent_id, {})
         calls[call_id] = call
+        below = call.children.parents
+        below[call.conversation_id] = (self, parent_id)
         try:
             yield call
         finally:
+            if below.get(call.conversation_id) == (self, parent_id):
+                del below[call.conversation_id]
             if calls.get(call_id) is call:
                 del calls[call_id]
             if not calls and self.running.get(parent_id) is calls:
@@ -119,9 +126,20 @@ class ChildCalls:
                 del self.watchers[conversation_id]
 
     def moved(self, conversation_id: str) -> None:
-        """A decision about ``conversation_id`` was taken: wake its watchers."""
-        for event in self.watchers.pop(conversation_id, ()):
-            event.set()
+        """What ``conversation_id`` waits on changed (a decision about it was
+        taken, or a child turn of it began or stopped waiting): wake its
+        watchers, and its parent's, up the chain."""
+        registry: ChildCalls | None = self
+        for _ in range(_MAX_CHAIN):
+            if registry is None:
+                return
+            for event in registry.watchers.pop(conversation_id, ()):
+                event.set()
+            registry, conversation_id = registry.parents.get(conversation_id, (None, ""))
+
+
+_MAX_CHAIN = 1000
+"""Longer than any chain ``max_agent_depth`` lets grow: a bound, not a limit."""
 
 
 current_children: contextvars.ContextVar[ChildCalls | None] = contextvars.ContextVar(

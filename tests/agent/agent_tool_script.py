@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from agentik import ModelRequest, ModelResponse, Role, ToolCall
+import trio
+
+from agentik import ApprovalRequest, ChatAgent, ModelRequest, ModelResponse, Role, ToolCall
 
 CHILD_TEXT = "do the sub task"
 CHILD_TOOL = "step"
@@ -50,3 +52,14 @@ class Script:
             call_id = "c1" if text == "ask" else f"c-{text.replace(' ', '-')}"
             return ModelResponse(tool_calls=(ToolCall(call_id, TOOL_NAME, arguments),))
         return ModelResponse(text=f"parent got: {results[-1]}")
+
+
+async def approvals_of(agent: ChatAgent, conversation_id: str) -> tuple[ApprovalRequest, ...]:
+    """The conversation's pending approvals, once there are some (a query
+    sent before its turn began has none: asked again)."""
+    with trio.fail_after(30):
+        while True:
+            waiting = await agent.pending_approvals(conversation_id)
+            if waiting:
+                return waiting
+            await trio.sleep(0.01)

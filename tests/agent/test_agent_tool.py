@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from agentik import (
     ApprovalError,
@@ -38,7 +39,7 @@ from agentik import (
     tool,
 )
 from agentik.agent import TurnFailed, TurnFinished, agent_conversation_id
-from tests.agent.agent_tool_script import CHILD_TEXT, TOOL_NAME, Script, turn_of
+from tests.agent.agent_tool_script import CHILD_TEXT, TOOL_NAME, Script, approvals_of, turn_of
 from tests.agent.helpers import assert_valid_history, stored
 from tests.postgres import fresh_schema
 
@@ -255,16 +256,6 @@ async def test_outside_a_turn_the_tool_says_so() -> None:
         await helper.handler({"text": "hi"})
 
 
-async def approvals_of(agent: ChatAgent, conversation_id: str) -> tuple[ApprovalRequest, ...]:
-    """The conversation's pending approvals, once there are some."""
-    with trio.fail_after(30):
-        while True:
-            waiting = await agent.pending_approvals(conversation_id)
-            if waiting:
-                return waiting
-            await trio.sleep(0.01)
-
-
 @asynccontextmanager
 async def parent_turn(agent: ChatAgent) -> AsyncIterator[list[TurnResult]]:
     """The parent turn ``ask`` sent in the background; its result lands in the
@@ -298,6 +289,39 @@ async def test_a_child_waiting_for_a_person_is_decided_on_the_parent(reopen: Reo
         assert_valid_history(await stored(storage, child))
         assert_valid_history(await stored(storage, "p"))
     assert script.calls == {"ask": 2, CHILD_TEXT: 2}
+
+
+async def test_a_query_sent_while_the_parent_runs_hears_of_the_child_waiting() -> None:
+    """``pending_approvals(parent)`` sent while the parent turn still asks its
+    model waits behind that turn, which will not end before a decision: it
+    answers as soon as the child turn waits."""
+    script = Script("pay")
+    asked = trio.Event()
+    go_on = trio.Event()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        if turn_of(request) == ("ask", []):
+            asked.set()
+            await go_on.wait()
+        return script(request)
+
+    storage = in_memory_storage()
+    async with self_calling(storage, slow, tools=[pay]) as agent:  # type: ignore[arg-type]
+        async with parent_turn(agent) as results:
+            await asked.wait()
+            queried: list[tuple[ApprovalRequest, ...]] = []
+
+            async def query() -> None:
+                queried.append(await agent.pending_approvals("p"))  # queued behind the turn
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(query)
+                    await trio.testing.wait_all_tasks_blocked()
+                    go_on.set()
+            assert queried == [(ApprovalRequest(child_of("p"), PAY),)]
+            await agent.decide("p", "k1", approve=True)
+        assert [r.text for r in results] == ["parent got: child answer (saw: paid)"]
 
 
 async def test_a_decision_taken_on_the_child_lets_the_parent_go_on(reopen: Reopen) -> None:
