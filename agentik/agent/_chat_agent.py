@@ -479,6 +479,7 @@ class ChatAgent:
         only after a decision), what their child turns wait on."""
         children = self._runtime.children
         found: tuple[ApprovalRequest, ...] = ()
+        failed: Exception | None = None
         async with trio.open_nursery() as nursery:
 
             async def held() -> None:
@@ -490,12 +491,16 @@ class ChatAgent:
                     finally:
                         children.unwatch(conversation_id, moved)
                     found = children.waiting(conversation_id)
-                nursery.cancel_scope.cancel()  # the query is left: it runs nothing
+                nursery.cancel_scope.cancel()  # the query goes on; nobody reads its answer
 
             nursery.start_soon(held)
-            status = await request.reply.wait()
-            found = status.approvals
+            try:
+                found = (await request.reply.wait()).approvals
+            except Exception as exc:  # raised as itself below, not in a group
+                failed = exc
             nursery.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
         return found
 
     async def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
@@ -710,10 +715,11 @@ class ChatAgent:
 
     async def _recover(self, conversation_id: str) -> None:
         """Have the conversation's task load it, which resumes its interrupted
-        turn, and wait until it is done."""
+        turn, and wait until it is done, or waits in agent-tool calls for a
+        person (it may wait for days: it must not hold a resume slot)."""
         request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
-        await request.reply.wait()
+        await self._approvals(conversation_id, request)
 
     def _spawn(self, conversation_id: str) -> ConversationHandle:
         settings = self._runtime.settings

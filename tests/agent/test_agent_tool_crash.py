@@ -20,6 +20,7 @@ import trio
 from agentik import (
     ApprovalRequest,
     ChatAgent,
+    Message,
     Role,
     ScriptedModel,
     ToolCall,
@@ -141,3 +142,35 @@ async def test_a_kill_while_a_child_waits_for_a_person_keeps_the_wait(
     assert result.text == "parent got: child answer (saw: paid)"
     assert PAID == ["paid"]
     assert script.calls == {"ask": 1, CHILD_TEXT: 1}
+
+
+async def test_a_parent_waiting_for_a_person_holds_no_resume_slot(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start, the resumed parent turn comes to wait for a person again;
+    the other interrupted turns resume meanwhile (with one slot: after it)."""
+    monkeypatch.setattr("agentik.agent._resume.RESUME_AT_ONCE", 1)
+    argv = ["sqlite", f"{tmp_path}/agents.db"]
+    await kill_mid_child_turn(["approval", *argv], b"child waiting\n")
+    async with open_storage(argv) as storage:
+        store = storage.message_store
+        await store.append("r", Message(Role.USER, "look"))
+        await store.append(
+            "r", Message(Role.ASSISTANT, "", tool_calls=(ToolCall("s1", "step", "{}"),))
+        )
+        box: list[ChatAgent] = []
+        helper = agent_tool(lambda: box[0], name=TOOL_NAME, description="Hands a task over.")
+        async with open_chat_agent(
+            model=ScriptedModel(Script(child_tool="pay")),
+            storage=storage,
+            tools=[helper, pay, step],
+        ) as agent:
+            box.append(agent)
+            with trio.fail_after(30):
+                while True:  # "r" resumes while "p" waits for a person
+                    if len(await stored(storage, "r")) == 4:
+                        break
+                    await trio.sleep(0.02)
+            assert await approvals_of(agent, "p")
+            await agent.decide("p", "k1", approve=True)
+        assert_valid_history(await stored(storage, "r"))
