@@ -232,6 +232,35 @@ async def test_depth_is_bounded(limit: int) -> None:
         assert agent.stats.turns_finished == limit + 1
 
 
+def fan_out(request: ModelRequest) -> ModelResponse:
+    """Every turn asks the helper twice at once, then joins what it got."""
+    _, results = turn_of(request)
+    if not results:
+        text = '{"text": "split"}'
+        calls = (ToolCall("a", TOOL_NAME, text), ToolCall("b", TOOL_NAME, text))
+        return ModelResponse(tool_calls=calls)
+    return ModelResponse(text="(" + " + ".join(results) + ")")
+
+
+async def test_parallel_calls_fan_out_to_a_tree_bounded_by_depth() -> None:
+    """Two calls an answer, depth 2: 2 + 4 child turns, each once; the
+    deepest ones' calls are refused."""
+    storage = in_memory_storage()
+    async with self_calling(storage, fan_out, max_agent_depth=2) as agent:
+        result = await agent.send("p", "go")
+        level1 = [agent_conversation_id("p", TOOL_NAME, 2, c) for c in "ab"]
+        level2 = [agent_conversation_id(p, TOOL_NAME, 2, c) for p in level1 for c in "ab"]
+        for cid in ["p", *level1, *level2]:
+            history = await stored(storage, cid)
+            assert_valid_history(history)
+            assert [m.role for m in history].count(Role.USER) == 1
+        conversations = await storage.message_store.list_conversations()
+        assert sorted(conversations) == sorted(["p", *level1, *level2])
+    refusal = "error: agent tool 'helper' refused"
+    assert result.text.count(refusal) == 8
+    assert result.text.startswith("(((" + refusal)
+
+
 def test_bad_definitions_are_refused() -> None:
     storage = in_memory_storage()
     del storage
