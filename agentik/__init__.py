@@ -55,6 +55,7 @@ from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import ContextPolicy as ContextPolicy
 from agentik.agent import TurnResult as TurnResult
+from agentik.agent import agent_tool as agent_tool
 from agentik.agent import open_chat_agent as open_chat_agent
 from agentik.models import ChatModel as ChatModel
 from agentik.models import ModelLimits as ModelLimits
@@ -117,6 +118,7 @@ __all__ = [
     "TurnResult",
     "WorkingMemoryStore",
     "__version__",
+    "agent_tool",
     "dispatch",
     "in_memory_storage",
     "open_chat_agent",

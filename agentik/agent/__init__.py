@@ -1,7 +1,8 @@
 """The agent: conversation tasks, the turn loop, and the supervisor.
 
-Besides ``open_chat_agent`` and ``ChatAgent`` (re-exported by ``agentik``): the
-events ``ChatAgent.stream`` yields (``TurnEvent``: ``TextDelta``,
+Besides ``open_chat_agent``, ``ChatAgent`` and ``agent_tool`` (re-exported by
+``agentik``): ``agent_conversation_id`` (an agent tool's child conversation),
+the events ``ChatAgent.stream`` yields (``TurnEvent``: ``TextDelta``,
 ``ToolCallDelta``, ``ToolCallStarted``, ``ToolCallFinished``,
 ``ElicitationAsked``, ``TurnFinished``, ``TurnFailed``), elicitation, the
 agent's knobs (``ContentLimits``, ``SystemPromptContributor``, ``ToolsetSource``)
@@ -10,6 +11,8 @@ and its statistics.
 
 from agentik._errors import TooLargeError as TooLargeError
 from agentik._public import publish as _publish
+from agentik.agent._agent_tool import agent_conversation_id as agent_conversation_id
+from agentik.agent._agent_tool import agent_tool as agent_tool
 from agentik.agent._builtin_tools import BUILTIN_TOOLS as BUILTIN_TOOLS
 from agentik.agent._builtin_tools import ConversationTool as ConversationTool
 from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
@@ -77,6 +80,8 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "WorkingMemorySection",
+    "agent_conversation_id",
+    "agent_tool",
     "current_tool_call",
     "open_chat_agent",
 ]

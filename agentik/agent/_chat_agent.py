@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from agentik._errors import AgentikError, NotOwnedError, OverloadedError
+from agentik._errors import AgentikError, ApprovalError, NotOwnedError, OverloadedError
 from agentik._groups import raise_lone_error
 from agentik._json import JsonObject
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
+from agentik.agent._child_calls import ChildCall
 from agentik.agent._context import ContextPolicy
 from agentik.agent._conversation import Conversation
 from agentik.agent._elicitation import (
@@ -42,7 +43,7 @@ from agentik.agent._elicitation import (
     ElicitationRequest,
     ElicitationSource,
 )
-from agentik.agent._events import ApprovalRequest, TurnEvent, TurnResult
+from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnResult
 from agentik.agent._gc import relaxed_gc, track_conversations
 from agentik.agent._handle import ConversationHandle
 from agentik.agent._limits import ContentLimits
@@ -305,9 +306,21 @@ class ChatAgent:
         decision to that turn (a call of another turn is ``not_waiting``), and
         the turn it runs on is then that key's: ``turn_in_progress`` sees it and
         ``cancel(..., idempotency_key=...)`` stops it, as for the turn's first run.
+
+        A call a child turn of the conversation waits on (``agent_tool``) is
+        decided in the child conversation, and the child turn's result is
+        returned (``idempotency_key`` is then not used); the parent turn, which
+        waits in its agent-tool call, goes on when the child turn is over.
         """
+        decided = _decision(call_id, approve, reason)
+        children = self._runtime.children
+        if conversation_id in children.running:
+            held = self._held(conversation_id, call_id)
+            return await held.agent.decide(
+                held.conversation_id, call_id, approve=approve, reason=reason
+            )
         request = Decision(
-            decided=_decision(call_id, approve, reason),
+            decided=decided,
             idempotency_key=idempotency_key,
             reply=Reply(),
             trace_context=self._trace(),
@@ -317,6 +330,8 @@ class ChatAgent:
             return await request.reply.wait()
         finally:
             handle.forget(request)
+            if children.watchers:
+                children.moved(conversation_id)
 
     async def cancel_paused(self, conversation_id: str, *, idempotency_key: str) -> None:
         """End the conversation's turn that waits for approval, and carries
@@ -330,7 +345,12 @@ class ChatAgent:
             idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
         )
         await self._route(conversation_id, request)
-        await request.reply.wait()
+        try:
+            await request.reply.wait()
+        finally:
+            children = self._runtime.children
+            if children.watchers:
+                children.moved(conversation_id)
 
     @asynccontextmanager
     async def stream_decision(
@@ -340,10 +360,28 @@ class ChatAgent:
         a denied call's result (``ToolCallFinished``), the turn running on, and
         last ``TurnFinished`` (its result is what ``decide`` returns) or
         ``TurnFailed`` (also for an ``ApprovalError``, with its code). For
-        transports that stream the continued turn; leaving early does not stop it."""
+        transports that stream the continued turn; leaving early does not stop it.
+        A call a child turn waits on (``agent_tool``): the child's, as ``decide``."""
+        decided = _decision(call_id, approve, reason)
+        children = self._runtime.children
+        if conversation_id in children.running:
+            try:
+                held = self._held(conversation_id, call_id)
+            except ApprovalError as exc:  # told as the stream's one event, as below
+                sender, receiver = trio.open_memory_channel[TurnEvent](1)
+                sender.send_nowait(TurnFailed(str(exc), exc.code, None))
+                sender.close()
+                with receiver:
+                    yield receiver
+                return
+            async with held.agent.stream_decision(
+                held.conversation_id, call_id, approve=approve, reason=reason
+            ) as events:
+                yield events
+            return
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
         request = Decision(
-            decided=_decision(call_id, approve, reason),
+            decided=decided,
             idempotency_key=None,
             reply=Reply(events=sender),
             trace_context=self._trace(),
@@ -359,6 +397,21 @@ class ChatAgent:
                 yield receiver
         finally:
             handle.forget(request)
+            if children.watchers:
+                children.moved(conversation_id)
+
+    def _held(self, conversation_id: str, call_id: str) -> ChildCall:
+        """The agent-tool call of ``conversation_id`` whose child turn (or a
+        descendant's) waits on ``call_id``. Its turn runs those calls, so no
+        call of its own waits, and a decision sent to it would wait behind
+        that turn: refused at once (``not_waiting``) when none holds it."""
+        held = self._runtime.children.holder(conversation_id, call_id)
+        if held is None:
+            raise ApprovalError(
+                f"call {call_id!r} is not waiting for approval in conversation {conversation_id!r}",
+                code="not_waiting",
+            )
+        return held
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Delete the conversation whole: its messages, idempotency keys, notes,
@@ -406,10 +459,49 @@ class ChatAgent:
         return await request.reply.wait()
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
-        """The tool calls of the conversation that wait for a decision, oldest first."""
+        """The tool calls of the conversation that wait for a decision, oldest
+        first; while its turn waits in agent-tool calls (``agent_tool``), those
+        their child turns wait on (each names its child conversation)."""
+        children = self._runtime.children
+        if conversation_id in children.running:
+            # Its turn runs agent-tool calls, so it has no paused turn of its
+            # own, and a query would wait behind that turn: answer from here.
+            return children.waiting(conversation_id)
         request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
-        return (await request.reply.wait()).approvals
+        return await self._approvals(conversation_id, request)
+
+    async def _approvals(
+        self, conversation_id: str, request: StatusQuery
+    ) -> tuple[ApprovalRequest, ...]:
+        """The answer to ``request``; or, if the running turn it waits behind
+        comes to wait in agent-tool calls for a person first (that turn ends
+        only after a decision), what their child turns wait on."""
+        children = self._runtime.children
+        found: tuple[ApprovalRequest, ...] = ()
+        failed: Exception | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def held() -> None:
+                nonlocal found
+                while not found:
+                    moved = children.watch(conversation_id)
+                    try:
+                        await moved.wait()
+                    finally:
+                        children.unwatch(conversation_id, moved)
+                    found = children.waiting(conversation_id)
+                nursery.cancel_scope.cancel()  # the query goes on; nobody reads its answer
+
+            nursery.start_soon(held)
+            try:
+                found = (await request.reply.wait()).approvals
+            except Exception as exc:  # raised as itself below, not in a group
+                failed = exc
+            nursery.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return found
 
     async def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
         """Questions running tools of the conversation ask a person (MCP elicitation)."""
@@ -623,10 +715,11 @@ class ChatAgent:
 
     async def _recover(self, conversation_id: str) -> None:
         """Have the conversation's task load it, which resumes its interrupted
-        turn, and wait until it is done."""
+        turn, and wait until it is done, or waits in agent-tool calls for a
+        person (it may wait for days: it must not hold a resume slot)."""
         request = StatusQuery(reply=Reply())
         await self._route(conversation_id, request)
-        await request.reply.wait()
+        await self._approvals(conversation_id, request)
 
     def _spawn(self, conversation_id: str) -> ConversationHandle:
         settings = self._runtime.settings

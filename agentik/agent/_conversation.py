@@ -37,6 +37,7 @@ from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role
 from agentik._scope import scope_of
 from agentik._sync import Pending
+from agentik.agent._child_calls import current_children
 from agentik.agent._compaction import fold_point, summary_message
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._failures import message_of
@@ -201,6 +202,8 @@ class Conversation:
         # Every model call made in this task (and its children) takes this
         # conversation's share under the model's limits (``_model_limits``).
         current_fairness_key.set(fairness_key(self.conversation_id))
+        # Its agent-tool calls register with this agent (``_child_calls``).
+        current_children.set(self.runtime.children)
         inbox = self.inbox
         try:
             async with trio.open_nursery() if optional else contextlib.nullcontext() as beside:

@@ -8,8 +8,9 @@ conversations go on. ``ChatAgent.pending_elicitations`` lists what waits;
 cancel). The source of the question (``ElicitationSource``: an MCP toolset)
 owns the wait, its timeout (which declines) and the validation of answers.
 
-``current_tool_call`` is how a tool learns which conversation runs it: the
-turn sets it around each tool call, with the call's timeout scope, which the
+``current_tool_call`` is how a tool learns which conversation runs it (and
+which call it is): the turn sets it around each tool call, with the call's
+timeout scope, which the
 source extends by the time a person took (a person's pause is not the
 tool's slowness).
 """
@@ -39,6 +40,14 @@ class ToolCallContext:
     announce: Callable[[ElicitationRequest], Awaitable[None]] | None = None
     """Tells the turn's stream (if it streams) that a question waits, so a
     transport can put it to the person (``ElicitationAsked``)."""
+    call_id: str = ""
+    """The id the model gave the call."""
+    call_seq: int = 0
+    """The seq of the assistant message that made the call: with ``call_id``
+    it names the call uniquely in its conversation (a model may give the
+    same id again in a later turn), and it is the same when a resumed turn
+    runs the call again (``agent_tool`` derives its child conversation from
+    both)."""
 
 
 current_tool_call: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar(

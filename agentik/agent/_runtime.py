@@ -24,6 +24,7 @@ from agentik._errors import TurnError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, ToolCall
 from agentik._scope import split_scope
+from agentik.agent._child_calls import ChildCalls
 from agentik.agent._context import ContextPolicy, estimate_tokens, message_tokens
 from agentik.agent._failures import component_error
 from agentik.agent._limits import ContentLimits, PromptBudgets
@@ -323,6 +324,8 @@ class AgentRuntime:
     counted once per tool (``build`` sets it)."""
     """Tokens the skills, notes and reflections may take in a system message,
     and a tool result in a request (``build`` sets them from the settings)."""
+    children: ChildCalls = attrs.field(factory=ChildCalls)
+    """The agent-tool calls its conversations run (``_child_calls``)."""
 
     @classmethod
     def build(

@@ -50,7 +50,13 @@ async def run_tool(
     with trio.move_on_after(timeout) as scope:
         # Which conversation runs the tool, for a tool that asks a person mid-call.
         running = current_tool_call.set(
-            ToolCallContext(conversation_id=conv.conversation_id, scope=scope, announce=announce)
+            ToolCallContext(
+                conversation_id=conv.conversation_id,
+                scope=scope,
+                announce=announce,
+                call_id=call.id,
+                call_seq=_seq_of(conv, call.id),
+            )
         )
         try:
             if isinstance(tool, ConversationTool):
@@ -77,6 +83,18 @@ async def run_tool(
         assert policy is not None
         result = cut_to_tokens(result, budget, policy.count_tokens)
     return result, False
+
+
+def _seq_of(conv: TurnHost, call_id: str) -> int:
+    """The seq of the assistant message that made call ``call_id``: seqs are
+    gapless from ``first_seq`` in the cached history, and the message is one
+    of the last few (its results follow it)."""
+    history = conv.history
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.tool_calls and any(c.id == call_id for c in message.tool_calls):
+            return conv.first_seq + index
+    return 0
 
 
 def error_result(conv: TurnHost, message: str) -> tuple[str, bool]:

@@ -86,10 +86,13 @@ MOVED = {
 
 # ``agentik.__all__`` of 0.1.0, to show nothing was dropped on the way.
 OLD_ALL_SIZE = 106
+ADDED = frozenset({"agent_tool"})
+"""Names added to the core since 0.1.0 (an issue said "exported from agentik")."""
 
 
 def test_every_old_name_is_in_the_core_or_moved() -> None:
-    assert len(agentik.__all__) + len(MOVED) == OLD_ALL_SIZE
+    assert set(agentik.__all__) >= ADDED
+    assert len(agentik.__all__) - len(ADDED) + len(MOVED) == OLD_ALL_SIZE
     assert not set(agentik.__all__) & set(MOVED)
 
 
