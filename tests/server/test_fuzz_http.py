@@ -190,6 +190,12 @@ def check_response(response: httpx2.Response) -> None:
         path = response.request.url.path
         if path == "/agui":
             assert last["type"] in ("RUN_FINISHED", "RUN_ERROR"), last
+        elif path == "/a2a" and "error" in last:
+            # A stream refused before its first event: one ``error`` event, the
+            # JSON-RPC error response (a2a/_methods.error_stream), alone.
+            assert len(frames) == 1, frames
+            assert isinstance(last["error"]["code"], int), last
+            assert "result" not in last, last
         elif path == "/a2a":
             state = last.get("result", {}).get("statusUpdate", {}).get("status", {}).get("state")
             assert state in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED")
