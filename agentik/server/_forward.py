@@ -197,7 +197,8 @@ class Forwarder:
             if outcome is _GONE or outcome is None:
                 return  # answered, or the client left
             log.info("forward owner=%s %s; asking who owns it now", order.base_url, outcome)
-            if trio.current_time() + pause > deadline:
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
                 await send_json(
                     send,
                     error_body(
@@ -208,7 +209,7 @@ class Forwarder:
                     503,  # the guard adds its Retry-After
                 )
                 return
-            if await _until_gone(receive, trio.sleep, pause) is _GONE:
+            if await _until_gone(receive, trio.sleep, min(pause, remaining)) is _GONE:
                 return  # the client left while it waited
             pause = min(pause * 2, LONGEST_PAUSE)
             order = ForwardOrder()
@@ -227,8 +228,15 @@ class Forwarder:
         target = base_url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         headers = [(n, v) for n, v in scope["headers"] if n.lower() not in _NOT_SENT_ON]
         headers.append((_FORWARDED, self.node))
-        request = self.client.build_request(
-            scope["method"], target, headers=headers, content=content
+        # Built as is, not by the client: it would add its own default
+        # headers (Accept, Accept-Encoding, User-Agent), which the owner would
+        # read as the client's.
+        request = httpx2.Request(
+            scope["method"],
+            target,
+            headers=headers,
+            content=content,
+            extensions={"timeout": self.client.timeout.as_dict()},
         )
 
         async def exchange() -> str | None:
