@@ -316,7 +316,7 @@ def mount(ctx: ServerContext) -> Guard:
         },
     )
     app: ASGIApp = routes
-    ownership = ctx.agent.storage.ownership
+    ownership = None if ctx.peers is None else ctx.agent.storage.ownership
     if ctx.peers is not None and ctx.config.forward and ownership is not None:
         app = Forwarder(
             routes,

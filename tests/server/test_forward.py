@@ -141,7 +141,8 @@ async def test_a_stream_is_passed_through_as_it_comes_and_a_client_leaving_ends_
     """With a slow model, the owner's heartbeats reach the client through the
     forwarding node before the answer exists (chunk by chunk, not buffered);
     a client that leaves mid-stream closes the owner's stream too: the owner
-    logs the turn ``disconnected``, not ``finished``."""
+    logs the turn ``disconnected``, not ``finished``. And a cancel sent to
+    the node that does not own the conversation cancels the owner's turn."""
     settings = {"AGENTIK_SSE_HEARTBEAT": "1"}
     async with cluster(postgres_dsn, tmp_path, delay=4.0, settings=settings) as c:
         first = await c.turn(c.nodes[0], "s1", "s1 0")
@@ -163,6 +164,52 @@ async def test_a_stream_is_passed_through_as_it_comes_and_a_client_leaving_ends_
             ):
                 await trio.sleep(0.05)
         assert sum("conversation=s1 outcome=finished" in ln for ln in owner.log) == 1  # s1 0
+
+        # Cancelling a turn sent to the node that does not run it: forwarded to
+        # the owner, which cancels it (not "nothing to cancel" where it is not).
+        answer: list[httpx2.Response] = []
+
+        async def slow_turn() -> None:
+            answer.append(await c.turn(owner, "s1", "s1 2"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_turn)
+            await trio.sleep(1.0)  # the turn is in its model call (4 s)
+            cancel = await c.client.post(other.url + "/agentik/conversations/s1/cancel")
+            assert cancel.status_code == 200, cancel.text
+            # s1 2, and s1 1 if still running (its client left; it completes)
+            assert cancel.json()["cancelled"] >= 1, cancel.text
+        (turn,) = answer
+        assert turn.status_code == 409, turn.text
+        assert turn.json()["error"]["code"] == "cancelled"
+
+        # A2A CancelTask of a running task, sent to the other node: forwarded
+        # to the owner, whose task ends CANCELED (not only marked so elsewhere).
+        async def rpc(node: Node, method: str, params: dict[str, Any]) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            response = await c.client.post(node.url + "/a2a", json=body, headers=A2A_1)
+            assert response.status_code == 200, response.text
+            reply: dict[str, Any] = response.json()
+            return reply
+
+        message = {"messageId": "m-s1", "role": "ROLE_USER", "parts": [{"text": "s1 3"}]}
+        sent = await rpc(
+            owner,
+            "SendMessage",
+            {
+                "message": {**message, "contextId": "s1"},
+                "configuration": {"returnImmediately": True},
+            },
+        )
+        task = sent["result"]["task"]["id"]
+        await trio.sleep(1.0)  # its turn is in its model call (4 s)
+        cancelled = await rpc(other, "CancelTask", {"id": task})
+        assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancelled
+        with trio.fail_after(3):  # the owner's turn ended now, not after the model's answer
+            while not any(  # noqa: ASYNC110 (another process's log)
+                "transport=a2a conversation=s1 outcome=failed:cancelled" in ln for ln in owner.log
+            ):
+                await trio.sleep(0.05)
 
 
 async def test_a2a_send_and_stream_through_the_node_that_does_not_own_the_context(
