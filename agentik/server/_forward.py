@@ -27,6 +27,7 @@ owner breaks off mid-answer, the client's connection ends as the answer did.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -66,8 +67,9 @@ _NOT_PASSED_BACK = _HOP_BY_HOP | {b"date", b"server"}
 
 FIRST_PAUSE = 0.05
 """Seconds between the first tries to reach a conversation's owner; doubled
-each time up to ``LONGEST_PAUSE``, so a dead owner is asked about a few times
-a second while its lease runs out."""
+each time up to ``LONGEST_PAUSE`` (each pause drawn between half and all of
+that), so a dead owner is asked about a few times a second while its lease
+runs out."""
 LONGEST_PAUSE = 0.5
 CONNECT_TIMEOUT = 2.0
 """Seconds to connect to an owner: a node that does not accept by then is
@@ -192,13 +194,24 @@ class Forwarder:
             return
         deadline = trio.current_time() + self.takeover_wait
         pause = FIRST_PAUSE
+        tries = 0
         while True:
             outcome = await self._proxy(order.base_url, original, body.content, receive, send)
             if outcome is _GONE or outcome is None:
                 return  # answered, or the client left
-            log.info("forward owner=%s %s; asking who owns it now", order.base_url, outcome)
+            tries += 1
+            if tries == 1:  # one line a request, not one a try: a failover has many
+                log.info(
+                    "forward owner=%s %s; waiting up to %g s for the conversation's owner",
+                    order.base_url,
+                    outcome,
+                    self.takeover_wait,
+                )
             remaining = deadline - trio.current_time()
             if remaining <= 0:
+                log.warning(
+                    "forward gave up after %d tries: owner=%s %s", tries, order.base_url, outcome
+                )
                 await send_json(
                     send,
                     error_body(
@@ -209,7 +222,9 @@ class Forwarder:
                     503,  # the guard adds its Retry-After
                 )
                 return
-            if await _until_gone(receive, trio.sleep, min(pause, remaining)) is _GONE:
+            # Jittered: the requests a dead owner left waiting do not ask together.
+            wait = min(pause * (0.5 + random.random() / 2), remaining)
+            if await _until_gone(receive, trio.sleep, wait) is _GONE:
                 return  # the client left while it waited
             pause = min(pause * 2, LONGEST_PAUSE)
             order = ForwardOrder()
