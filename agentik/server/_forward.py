@@ -35,6 +35,7 @@ import httpx2
 import trio
 from starlette.responses import Response
 
+from agentik.server._owners import CALLER_KEY
 from agentik.server.http import ASGIApp as App
 from agentik.server.http import Message, Receive, Scope, Send, error_body, send_json
 
@@ -74,6 +75,21 @@ LONGEST_PAUSE = 0.5
 CONNECT_TIMEOUT = 2.0
 """Seconds to connect to an owner: a node that does not accept by then is
 taken for dead (the request asks again who owns the conversation)."""
+
+
+KNOWN_ROUTES = 10_000
+"""Routes whose owner ``Forwarder`` remembers; past it, the oldest is forgotten."""
+_NATIVE = b"/agentik/conversations/"
+"""The routes whose path names their conversation (A2A's and AG-UI's bodies do)."""
+
+
+def _route_key(scope: Scope) -> tuple[object, bytes, bytes] | None:
+    """What names a native conversation route's request's conversation: the
+    caller (ids are owner-scoped), the method and the path; None elsewhere."""
+    raw = scope.get("raw_path") or b""
+    if not raw.startswith(_NATIVE):
+        return None
+    return (scope.get(CALLER_KEY), scope["method"].encode(), raw)
 
 
 @attrs.define
@@ -144,7 +160,7 @@ class _Body:
         return b"".join(self.chunks)
 
     def replay(self) -> Receive:
-        """A ``receive`` giving the whole body again, then the client's own."""
+        """A ``receive`` giving the body read so far again, then the client's own."""
         given = False
 
         async def receive() -> Message:
@@ -153,7 +169,7 @@ class _Body:
                 return await self.receive()
             given = True
             await trio.lowlevel.checkpoint()
-            return {"type": "http.request", "body": self.content, "more_body": False}
+            return {"type": "http.request", "body": self.content, "more_body": not self.whole}
 
         return receive
 
@@ -175,23 +191,48 @@ class Forwarder:
         self.node = node.encode()
         self.takeover_wait = takeover_wait
         self.body_limit = body_limit
+        self.owners: dict[tuple[object, bytes, bytes], str] = {}
+        """Where a native conversation route's last request was forwarded, by
+        (caller, method, path): the next goes there straight, without asking
+        the database (a stale entry costs one refused or 307 try, then the
+        request runs here as if unknown, and the entry goes)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or any(name == _FORWARDED for name, _ in scope["headers"]):
             await self.app(scope, receive, send)  # not forwarded twice: the 307
             return
         original = dict(scope)  # as it came, before the router adds to it
+        body = _Body(receive, self.body_limit)
+        key = _route_key(scope)
+        arrived: Receive = body.recording
+        known = None if key is None else self.owners.get(key)
+        if key is not None and known is not None:
+            if not await body.rest():
+                if body.gone:
+                    return
+                # over the limit: the app refuses it, as it refuses any
+            else:
+                outcome = await self._proxy(known, original, body.content, receive, send)
+                if outcome is _GONE or outcome is None:
+                    return
+            self.owners.pop(key, None)  # stale: the database says who owns it now
+            arrived = body.replay()  # the app reads it as it came
         order = ForwardOrder()
         scope[ORDER_KEY] = order
-        body = _Body(receive, self.body_limit)
-        await self.app(scope, body.recording, send)
+        await self.app(scope, arrived, send)
         if order.base_url is None:
+            if key is not None:
+                self.owners.pop(key, None)  # answered here: it may be owned here now
             return
         if not await body.rest():
             if not body.gone:
                 message = f"the request body is over {self.body_limit} bytes"
                 await send_json(send, error_body("too_large", message), 413)
             return
+        if key is not None:
+            if len(self.owners) >= KNOWN_ROUTES:
+                del self.owners[next(iter(self.owners))]  # the oldest
+            self.owners[key] = order.base_url
         deadline = trio.current_time() + self.takeover_wait
         pause = FIRST_PAUSE
         tries = 0
@@ -230,7 +271,11 @@ class Forwarder:
             order = ForwardOrder()
             await self.app({**original, ORDER_KEY: order}, body.replay(), send)
             if order.base_url is None:
+                if key is not None:
+                    self.owners.pop(key, None)
                 return  # answered here (claimed here, or refused)
+            if key is not None:
+                self.owners[key] = order.base_url
 
     async def _proxy(
         self, base_url: str, scope: Scope, content: bytes, receive: Receive, send: Send

@@ -51,6 +51,8 @@ class Owner:
 
     requests: list[dict[str, Any]] = attrs.Factory(list)
     left: threading.Event = attrs.Factory(threading.Event)
+    moved: bool = False
+    """Answer 307, as a node that no longer owns the conversation does."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -65,6 +67,10 @@ class Owner:
             "body": body.hex(),
         }
         self.requests.append(seen)
+        if self.moved:
+            await send({"type": "http.response.start", "status": 307, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
         asked = {n.decode(): v.decode("latin-1") for n, v in scope["headers"]}
         start = {"type": "http.response.start", "status": int(asked.get("x-answer-status", 200))}
         headers = [(b"content-type", b"application/json"), (b"x-echo", b"one"), (b"x-echo", b"two")]
@@ -115,10 +121,18 @@ class Servers:
     """A node that forwards to one that answers 307 (the conversation moved)."""
     runs: dict[str, int]
     """How many times each node's handler ran (first run and each retry)."""
+    owner2: Owner
+    owner2_url: str
+    switch_url: str
+    """A node that forwards to ``targets["switch"]``."""
+    targets: dict[str, str]
+    """Where each node's handler says the conversation's owner is."""
 
 
-def _node(target: str, runs: dict[str, int], name: str, client: httpx2.AsyncClient) -> Forwarder:
-    """A node whose every request is for a conversation ``target`` owns: it
+def _node(
+    targets: dict[str, str], runs: dict[str, int], name: str, client: httpx2.AsyncClient
+) -> Forwarder:
+    """A node whose every request is for a conversation ``targets[name]`` owns: it
     reads the body, as a turn's handler does, and refuses with ``Redirect``
     through the app's own handler for it."""
 
@@ -128,7 +142,7 @@ def _node(target: str, runs: dict[str, int], name: str, client: httpx2.AsyncClie
             return
         await read_body(receive)
         runs[name] = runs.get(name, 0) + 1
-        refusal = Redirect("owned by another node", base_url=target)
+        refusal = Redirect("owned by another node", base_url=targets[name])
         response = await _http_error(Request(scope), refusal)
         await response(scope, receive, send)
 
@@ -157,12 +171,15 @@ def servers() -> Iterator[Servers]:
     async def main() -> None:
         stop = trio.Event()
         found["stop"] = (stop, trio.lowlevel.current_trio_token())
-        owner = Owner()
+        owner, owner2 = Owner(), Owner()
         runs: dict[str, int] = {}
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=1.0)) as client:
             async with trio.open_nursery() as nursery:
                 (owner_url,) = await nursery.start(
                     lambda task_status: http_serve(owner, task_status=task_status)
+                )
+                (owner2_url,) = await nursery.start(
+                    lambda task_status: http_serve(owner2, task_status=task_status)
                 )
                 (moved_url,) = await nursery.start(
                     lambda task_status: http_serve(_moved, task_status=task_status)
@@ -171,13 +188,23 @@ def servers() -> Iterator[Servers]:
                     await probe.bind(("127.0.0.1", 0))
                     dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
                 urls = {}
-                for name, target in (("live", owner_url), ("dead", dead), ("moved", moved_url)):
-                    node = _node(target, runs, name, client)
+                targets = {"live": owner_url, "dead": dead, "moved": moved_url, "switch": owner_url}
+                for name in targets:
+                    node = _node(targets, runs, name, client)
                     (urls[name],) = await nursery.start(
                         lambda task_status, node=node: http_serve(node, task_status=task_status)
                     )
                 found["servers"] = Servers(
-                    owner, owner_url, urls["live"], urls["dead"], urls["moved"], runs
+                    owner,
+                    owner_url,
+                    urls["live"],
+                    urls["dead"],
+                    urls["moved"],
+                    runs,
+                    owner2,
+                    owner2_url,
+                    urls["switch"],
+                    targets,
                 )
                 started.set()
                 await stop.wait()
@@ -321,3 +348,41 @@ def test_a_client_that_leaves_mid_stream_closes_the_owners_stream(servers: Serve
                 assert chunk.startswith(b"data: 1")
                 break
     assert servers.owner.left.wait(5), "the owner's stream went on after the client left"
+
+
+def test_a_conversation_route_goes_to_its_known_owner_straight_until_that_fails(
+    servers: Servers,
+) -> None:
+    """A native conversation route forwarded once goes to that owner again
+    without running the handler (no database question); when that owner
+    answers it no longer owns it (307), the handler runs, names the new
+    owner, and the route goes there from then on. A2A's path names no
+    conversation: its handler runs each time."""
+    path = "/agentik/conversations/sw1/turns"
+    servers.owner.moved = False
+    servers.targets["switch"] = servers.owner_url
+    runs = servers.runs.get("switch", 0)
+    before, before2 = len(servers.owner.requests), len(servers.owner2.requests)
+    with httpx2.Client(timeout=10) as client:
+        for text in ("a", "b", "c"):
+            response = client.post(servers.switch_url + path, json={"text": text})
+            assert response.status_code == 200, response.text
+            assert bytes.fromhex(response.json()["body"]) == f'{{"text":"{text}"}}'.encode()
+        assert servers.runs["switch"] - runs == 1, "the handler ran for a known route"
+        assert len(servers.owner.requests) - before == 3
+        # The conversation moved to owner2; the old owner says so.
+        servers.owner.moved = True
+        servers.targets["switch"] = servers.owner2_url
+        try:
+            for text in ("d", "e"):
+                response = client.post(servers.switch_url + path, json={"text": text})
+                assert response.status_code == 200, response.text
+                assert bytes.fromhex(response.json()["body"]) == f'{{"text":"{text}"}}'.encode()
+        finally:
+            servers.owner.moved = False
+        assert servers.runs["switch"] - runs == 2, "the handler ran once more, after the 307"
+        assert len(servers.owner.requests) - before == 4, "the old owner was tried once"
+        assert len(servers.owner2.requests) - before2 == 2
+        for _ in range(2):
+            assert client.post(servers.switch_url + "/a2a", json={}).status_code == 200
+        assert servers.runs["switch"] - runs == 4, "A2A's handler ran for each request"
