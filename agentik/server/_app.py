@@ -8,7 +8,10 @@ that is not UTF-8 once percent-decoded, puts the request's ``Caller``
 (``_tracecontext``), counts responses by status
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
-``{"error": {"code", "message"}}`` with its status.
+``{"error": {"code", "message"}}`` with its status. Between the guard and
+the routes, with several nodes on one database, ``_forward.Forwarder`` sends
+a request for a conversation another node owns on to that node (``[cluster]
+forward``; docs/scale-out.md).
 
 ``/health`` answers 503 ``degraded`` while the storage is failing (writes fail
 for a reason of the storage and none has committed since:

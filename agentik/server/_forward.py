@@ -22,6 +22,11 @@ owner's lease still live) meets the same owner again; then it waits a little
 and tries again, until ``[cluster] takeover_wait`` has passed (then 503). An
 answer whose first byte was passed to the client is never retried: if the
 owner breaks off mid-answer, the client's connection ends as the answer did.
+
+A native route that names its conversation in its path, once forwarded, is
+forwarded straight to the same owner next time (``Forwarder.owners``), without
+running its handler, which would ask the database each time; a failed try
+forgets it and runs the request as above.
 """
 
 from __future__ import annotations
