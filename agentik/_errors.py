@@ -146,7 +146,8 @@ class TooLargeError(AgentikError, ValueError):
 
 class NotOwnedError(AgentikError):
     """Another live node owns the conversation: its turns run there. The HTTP
-    server answers 307 to ``owner_url`` (docs/scale-out.md)."""
+    server forwards the request to ``owner_url`` (``[cluster] forward``), or
+    answers 307 there (docs/scale-out.md)."""
 
     def __init__(self, message: str, *, owner_url: str) -> None:
         super().__init__(message)

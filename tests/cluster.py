@@ -42,6 +42,8 @@ class RecordingModel:
     delay: float = 0.02
     calls: dict[str, list[tuple[float, float]]] = attrs.Factory(lambda: defaultdict(list))
     url: str = ""
+    slow_once: dict[str, float] = attrs.Factory(dict)
+    """Texts whose first call takes this long instead of ``delay``."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -50,7 +52,7 @@ class RecordingModel:
         body = json.loads(await read_body(receive))
         began = time.monotonic()
         text = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
-        await trio.sleep(self.delay)
+        await trio.sleep(self.slow_once.pop(text, self.delay))
         self.calls[text.split(" ")[0]].append((began, time.monotonic()))
         answer = json.dumps(completion(f"answer to {text}")).encode()
         await send(
@@ -114,9 +116,11 @@ async def start_node(
     lease: float = 2.0,
     cwd: Path,
     model: bool = True,
+    settings: dict[str, str] | None = None,
 ) -> Node:
     """``agentik serve`` on ``database``, calling the model at ``model_url``
-    (``model=False``: the scripted demo model, for benchmarks)."""
+    (``model=False``: the scripted demo model, for benchmarks); ``settings``:
+    more ``AGENTIK_*`` environment variables (``AGENTIK_FORWARD``, …)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
     env["PYTHONPATH"] = str(ROOT)
     env["AGENTIK_LEASE_SECONDS"] = str(lease)
@@ -124,6 +128,7 @@ async def start_node(
     # As deploy/compose.yaml runs them: idle connections outlive HAProxy's
     # (deploy/haproxy.cfg keeps connections to the nodes alive).
     env["AGENTIK_KEEPALIVE_TIMEOUT"] = "300"
+    env.update(settings or {})
     command = [
         sys.executable,
         "-m",

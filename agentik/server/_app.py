@@ -8,7 +8,10 @@ that is not UTF-8 once percent-decoded, puts the request's ``Caller``
 (``_tracecontext``), counts responses by status
 class for ``/metrics`` and logs one line per request (method, path, status,
 duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
-``{"error": {"code", "message"}}`` with its status.
+``{"error": {"code", "message"}}`` with its status. Between the guard and
+the routes, with several nodes on one database, ``_forward.Forwarder`` sends
+a request for a conversation another node owns on to that node (``[cluster]
+forward``; docs/scale-out.md).
 
 ``/health`` answers 503 ``degraded`` while the storage is failing (writes fail
 for a reason of the storage and none has committed since:
@@ -34,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
 from agentik.server._context import ServerContext
+from agentik.server._forward import Forwarder, order_forward
 from agentik.server._health import StorageProbe
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
@@ -67,6 +71,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
     headers = exc.headers
     if isinstance(exc, Redirect):
+        ordered = order_forward(request.scope, exc.base_url)
+        if ordered is not None:  # proxied to the owner instead (``_forward``)
+            return ordered
         raw = request.scope.get("raw_path")  # as the client encoded it
         path = raw.decode("latin-1") if raw else request.url.path
         query = request.url.query
@@ -297,7 +304,7 @@ def mount(ctx: ServerContext) -> Guard:
         )
 
     a2a_endpoint = A2aEndpoint(ctx)
-    app = Starlette(
+    routes = Starlette(
         routes=[
             *_health_routes(ctx),
             *native_routes(ctx),
@@ -311,4 +318,14 @@ def mount(ctx: ServerContext) -> Guard:
             405: not_allowed,
         },
     )
+    app: ASGIApp = routes
+    ownership = None if ctx.peers is None else ctx.agent.storage.ownership
+    if ctx.peers is not None and ctx.config.forward and ownership is not None:
+        app = Forwarder(
+            routes,
+            ctx.peers,
+            node=ownership.lease_state().node_id,
+            takeover_wait=ctx.config.takeover_seconds,
+            body_limit=ctx.config.limits.max_body_bytes,
+        )
     return Guard(app, ctx, drain=a2a_endpoint.stop_idle_watchers)

@@ -75,6 +75,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("storage", "url", "str", "AGENTIK_STORAGE_URL", secret=True),
     Setting("storage", "lease_seconds", "float", "AGENTIK_LEASE_SECONDS"),
     Setting("storage", "readers", "int", "AGENTIK_STORAGE_READERS"),
+    Setting("cluster", "forward", "bool", "AGENTIK_FORWARD"),
+    Setting("cluster", "takeover_wait", "interval", "AGENTIK_TAKEOVER_WAIT"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -371,6 +373,8 @@ def _build(
         retention_days=retention if isinstance(retention, float) else None,
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
+        forward=get("cluster", "forward") is not False,
+        takeover_wait=_takeover_wait(get("cluster", "takeover_wait")),
         readers=_readers(get("storage", "readers")),
         sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
         model_limits=_model_limits(merged),
@@ -393,6 +397,21 @@ def _lease_seconds(value: Raw | None) -> float:
     if not 1 <= value <= 3600:
         raise ConfigError(f"[storage] lease_seconds must be between 1 and 3600, got {value!r}")
     return float(value)
+
+
+MAX_TAKEOVER_WAIT = 3600.0
+"""Seconds: a request held longer than the longest lease is held for nothing."""
+
+
+def _takeover_wait(value: Raw | None) -> float | None:
+    if not isinstance(value, float):
+        return None  # the lease plus 5 s (ServerConfig.takeover_seconds)
+    if value > MAX_TAKEOVER_WAIT:
+        raise ConfigError(
+            f"[cluster] takeover_wait must be 0 or 'off' (no wait) or at most"
+            f" {MAX_TAKEOVER_WAIT:g} seconds, got {value!r}"
+        )
+    return value
 
 
 MAX_READERS = 64

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
+import httpx2
 import trio
 
 from agentik.agent import ChatAgent
@@ -42,6 +43,10 @@ class ServerContext:
     background: trio.Nursery | None = None
     """Where turns that outlive their request run (A2A ``returnImmediately``):
     the server's own nursery, so shutdown waits for them."""
+    peers: httpx2.AsyncClient | None = None
+    """Several nodes on one database, ``[cluster] forward`` on: the client
+    that forwards requests to the node that owns their conversation
+    (``_forward``); None answers 307 to that node instead."""
 
     @property
     def uptime(self) -> float:

@@ -46,6 +46,7 @@ from agentik.server._app import mount
 from agentik.server._config import check_entry_point
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
+from agentik.server._forward import CONNECT_TIMEOUT
 from agentik.server._retention import run_retention
 from agentik.server._settings import ModelSettings, ServerConfig, ToolEntry, ToolsetEntry
 from agentik.server.http import ConnectionLimits, HttpSettings
@@ -176,6 +177,26 @@ def load_toolsets(entries: Iterable[ToolsetEntry]) -> list[Toolset]:
 def _is_toolset(value: object) -> bool:
     return isinstance(value, ToolsetContribution) or (
         not isinstance(value, type) and hasattr(value, "contribution")
+    )
+
+
+def peer_client(config: ServerConfig) -> httpx2.AsyncClient:
+    """The client that forwards requests to the other nodes (``_forward``):
+    kept-alive HTTP/1.1 connections to each, as many as requests need (each
+    is one this node's own connection limit already admitted). An idle one is
+    dropped before the peer's keep-alive would close it (the nodes share their
+    configuration), so a request is not sent on a connection being closed;
+    answers are read without a deadline (a turn takes what it takes; the
+    client's leaving ends it), connecting takes at most ``CONNECT_TIMEOUT``.
+    No proxy from the environment: the nodes talk directly."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(None, connect=CONNECT_TIMEOUT),
+        limits=httpx2.Limits(
+            max_connections=None,
+            max_keepalive_connections=config.limits.max_connections,
+            keepalive_expiry=config.limits.keepalive_timeout / 2,
+        ),
+        trust_env=False,
     )
 
 
@@ -338,6 +359,10 @@ async def serve_agentik(
             ),
         )
 
+        peers = None
+        if bundle.ownership is not None and config.forward:
+            peers = await stack.enter_async_context(peer_client(config))
+
         async with trio.open_nursery() as nursery:
             ctx = ServerContext(
                 agent=agent,
@@ -348,6 +373,7 @@ async def serve_agentik(
                 storage_label=storage_label,
                 writer_gauges=lambda: writer_stats(bundle),
                 background=nursery,
+                peers=peers,
             )
             app = mount(ctx)
             retention = trio.CancelScope()

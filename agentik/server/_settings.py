@@ -143,6 +143,14 @@ class ServerConfig:
     lease_seconds: float = 20.0
     """PostgreSQL: a node's lease on its conversations. A dead node's
     conversations move to other nodes this long after its last renewal."""
+    forward: bool = True
+    """Several nodes on one database: a request for a conversation another live
+    node owns is proxied to that node, its answer returned as is (``[cluster]
+    forward``); False answers 307 to the owner instead (docs/scale-out.md)."""
+    takeover_wait: float | None = None
+    """Seconds a forwarded request may wait for a conversation's new owner when
+    its owner does not answer (it died: its lease must expire first); then 503.
+    None: ``lease_seconds`` + 5 (``takeover_seconds``); 0: no wait."""
     readers: int = DEFAULT_READERS
     """Read connections of the storage (reads that run at once). On PostgreSQL
     a node holds ``readers + 2`` connections (docs/scale-out.md)."""
@@ -173,6 +181,13 @@ class ServerConfig:
             check_distinct(self.clients, self.auth_token)
         except ClientConfigError as error:
             raise ConfigError(str(error)) from None
+
+    @property
+    def takeover_seconds(self) -> float:
+        """``takeover_wait``, its default made: a dead owner's lease outlives
+        its last renewal by ``lease_seconds`` at most, and 5 s more covers the
+        renewal interval and the new owner's claim."""
+        return self.lease_seconds + 5.0 if self.takeover_wait is None else self.takeover_wait
 
     @property
     def requires_auth(self) -> bool:

@@ -106,6 +106,22 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
     )
 
 
+async def claim_here(agent: ChatAgent, caller: Caller, conversation_id: str) -> None:
+    """Own ``conversation_id`` here before acting on its running turns, as the
+    agent does before it routes a turn: with several nodes on one database, a
+    request that would find nothing running here while its turn runs on
+    another node (a cancel) is refused with ``Redirect`` to that node instead,
+    which the app forwards there (docs/scale-out.md)."""
+    ownership = agent.storage.ownership
+    stored = caller.internal(conversation_id)
+    if ownership is None or ownership.owns(stored):
+        return
+    try:
+        await ownership.claim(stored)
+    except AgentikError as exc:  # NotOwnedError: the owner's URL; StoreError: 503
+        raise to_http_error(exc, caller, conversation_id) from exc
+
+
 def _retry_after(seconds: float | None) -> str:
     """A ``Retry-After`` value: whole seconds, at least 1 (1 when unknown)."""
     if seconds is None or not math.isfinite(seconds):

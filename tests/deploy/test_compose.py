@@ -4,8 +4,8 @@ configuration the compose file gives, on 127.0.0.1 and the tests' throwaway
 PostgreSQL instead of containers (this machine has no container runtime).
 
 What is moved, and only that: each node's ``--bind 0.0.0.0:8080`` to a free
-port of 127.0.0.1, its advertised URL (the port it publishes) to that
-address, the DSN (the compose file's ``postgres`` service) to a fresh
+port of 127.0.0.1, its advertised URL (its service name and port, where the other nodes
+forward requests) to that address, the DSN (the compose file's ``postgres`` service) to a fresh
 database, HAProxy's ``bind`` to a free port and its ``server`` lines (the
 nodes by service name) to the nodes' addresses. ``${VAR:?…}`` is filled in
 as ``docker compose`` would, from an environment the test gives.
@@ -103,7 +103,7 @@ async def start_node(
 
 
 def node_environment(
-    service: dict[str, Any], compose_env: dict[str, str], database: str, url: str
+    name: str, service: dict[str, Any], compose_env: dict[str, str], database: str, url: str
 ) -> dict[str, str]:
     """The node's environment from the compose file, with the DSN and the
     advertised URL moved (each checked to name what compose would reach)."""
@@ -113,9 +113,10 @@ def node_environment(
     assert dsn.hostname == "postgres" and dsn.username == postgres["POSTGRES_USER"]
     assert dsn.path == "/" + postgres["POSTGRES_DB"]
     given["AGENTIK_DATABASE"] = database
-    published = {p.split(":")[0] for p in service["ports"]}
+    exposed = {p.split(":")[1] for p in service["ports"]}
     advertised = urlsplit(given["AGENTIK_ADVERTISE_URL"])
-    assert str(advertised.port) in published, "clients on the host reach the advertised port"
+    assert advertised.hostname == name, "the other nodes reach it by its service name"
+    assert str(advertised.port) in exposed, "the other nodes reach the port it listens on"
     given["AGENTIK_ADVERTISE_URL"] = url
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
     env["PYTHONPATH"] = str(ROOT)
@@ -215,7 +216,7 @@ async def test_the_compose_services_serve_turns_through_haproxy(
         for name, service in nodes.items():
             port = free_port()
             here = f"http://127.0.0.1:{port}"
-            env = node_environment(service, {"AGENTIK_AUTH_TOKEN": token}, database, here)
+            env = node_environment(name, service, {"AGENTIK_AUTH_TOKEN": token}, database, here)
             node = await start_node(nursery, service, env, tmp_path, port)
             started[name] = node
         balancer_port = free_port()

@@ -1,9 +1,10 @@
 """Several ``agentik serve`` processes on one PostgreSQL database (tests/cluster.py).
 
 - Turns for the same conversations, sent alternately to every node and
-  concurrently, each run exactly once, on the conversation's owner (a
-  client that follows redirects always succeeds), with gapless seqs, and no
-  two model calls of one conversation ever overlap in time.
+  concurrently, each run exactly once, on the conversation's owner (the
+  node that does not own it forwards the turn there, or with ``[cluster]
+  forward = false`` redirects the client, who follows), with gapless seqs,
+  and no two model calls of one conversation ever overlap in time.
 - Failover: under load, a node is killed with SIGKILL, round after round;
   no acknowledged turn is lost, and its conversations are served by other
   nodes within the lease plus 5 s.
@@ -45,20 +46,24 @@ async def check_histories(database: str, sent: dict[str, set[int]]) -> None:
                 assert answer.content == f"answer to {user.content}"
 
 
-@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize(("count", "forward"), [(2, False), (3, True)])
 async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
-    postgres_dsn: str, tmp_path: Path, count: int
+    postgres_dsn: str, tmp_path: Path, count: int, forward: bool
 ) -> None:
+    """``forward``: a node that does not own a conversation proxies its turns
+    to the owner (no client sees a redirect); without, it answers 307."""
     database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
     model = RecordingModel(delay=0.02)
     sent: dict[str, set[int]] = defaultdict(set)
     redirected = 0
+    settings = {"AGENTIK_FORWARD": str(forward).lower()}
     async with trio.open_nursery() as nursery:
         model_url = await model.start(nursery)
-        nodes = [await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)]
-        nodes += [
-            await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
-            for _ in range(count - 1)
+        nodes = [
+            await start_node(
+                nursery, database, model_url, lease=LEASE, cwd=tmp_path, settings=settings
+            )
+            for _ in range(count)
         ]
         try:
             async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
@@ -90,7 +95,10 @@ async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
         finally:
             await stop_nodes(nodes)
         nursery.cancel_scope.cancel()
-    assert redirected > 0, "every turn landed on its owner: the test proved nothing"
+    # A turn that reached a node not owning it: that node logs it refused there.
+    elsewhere = sum("outcome=refused:owned_elsewhere" in ln for n in nodes for ln in n.log)
+    assert elsewhere > 0, "every turn landed on its owner: the test proved nothing"
+    assert (redirected > 0) if not forward else (redirected == 0), redirected
     assert model.overlaps() == []
     await check_histories(database, sent)
 

@@ -70,22 +70,30 @@ async def test_turns_through_the_balancer_land_on_their_owner(
     assert redirected == 0, "consistent hashing sent a conversation to a node that did not own it"
 
 
-async def test_a_balancer_that_routes_wrongly_costs_redirects_only(
-    postgres_dsn: str, tmp_path: Path
+@pytest.mark.parametrize("forward", [True, False])
+async def test_a_balancer_that_routes_wrongly_costs_a_hop_only(
+    postgres_dsn: str, tmp_path: Path, forward: bool
 ) -> None:
     """Round robin instead of the hash sends most requests to a node that
-    does not own their conversation: they are redirected (307) to the owner
-    and still run once each, gapless, never two turns of one at once."""
-    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, 3, "roundrobin")
-    assert redirected > 0, "round robin over three nodes never needed a redirect"
+    does not own their conversation: it forwards them to the owner (no client
+    sees a redirect), or with ``[cluster] forward = false`` redirects them
+    (307); they still run once each, gapless, never two turns of one at once."""
+    redirected = await _turns_through_the_balancer(
+        postgres_dsn, tmp_path, 3, "roundrobin", forward=forward
+    )
+    if forward:
+        assert redirected == 0, "a node redirected with forwarding on"
+    else:
+        assert redirected > 0, "round robin over three nodes never needed a redirect"
 
 
 async def _turns_through_the_balancer(
-    postgres_dsn: str, tmp_path: Path, count: int, balance: str | None
+    postgres_dsn: str, tmp_path: Path, count: int, balance: str | None, *, forward: bool = True
 ) -> int:
     """12 conversations, 4 turns each, through HAProxy to ``count`` nodes;
     checks the histories and the model's calls, returns how many turns were
-    redirected."""
+    redirected. With a ``balance`` that routes wrongly, checks too that
+    turns did reach nodes that did not own their conversation."""
     need_haproxy()
     database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
     model = RecordingModel(delay=0.01)
@@ -94,7 +102,14 @@ async def _turns_through_the_balancer(
     async with trio.open_nursery() as nursery:
         model_url = await model.start(nursery)
         nodes = [
-            await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
+            await start_node(
+                nursery,
+                database,
+                model_url,
+                lease=LEASE,
+                cwd=tmp_path,
+                settings={"AGENTIK_FORWARD": str(forward).lower()},
+            )
             for _ in range(count)
         ]
         balancer, url = await start_haproxy(
@@ -126,4 +141,7 @@ async def _turns_through_the_balancer(
         nursery.cancel_scope.cancel()
     assert model.overlaps() == []
     await check_histories(database, sent)
+    if balance is not None:
+        elsewhere = sum("outcome=refused:owned_elsewhere" in ln for n in nodes for ln in n.log)
+        assert elsewhere > 0, "every turn reached its owner: the test proved nothing"
     return redirected

@@ -1,6 +1,7 @@
 """Deleting a conversation with several ``agentik serve`` processes on one
-PostgreSQL database (tests/cluster.py): a node that does not own it answers
-307 to the owner, as it does for a turn, and the owner deletes it. Real
+PostgreSQL database (tests/cluster.py), ``[cluster] forward = false``: a node
+that does not own it answers 307 to the owner, as it does for a turn, and the
+owner deletes it (forwarded instead: tests/server/test_forward.py). Real
 processes and sockets: the waits are real time, bounded."""
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ async def test_delete_on_a_node_that_does_not_own_it_redirects_to_the_owner(
     async with trio.open_nursery() as nursery:
         model_url = await model.start(nursery)
         nodes = [
-            await start_node(nursery, database, model_url, lease=2.0, cwd=tmp_path)
+            await start_node(
+                nursery,
+                database,
+                model_url,
+                lease=2.0,
+                cwd=tmp_path,
+                settings={"AGENTIK_FORWARD": "false"},
+            )
             for _ in range(2)
         ]
         try:

@@ -24,7 +24,7 @@ from agentik.agent import ElicitationError, ElicitationRequest, TurnResult
 from agentik.server._context import ServerContext
 from agentik.server._decisions import log_decision
 from agentik.server._owners import Caller
-from agentik.server._turns import open_stream, to_http_error
+from agentik.server._turns import claim_here, open_stream, to_http_error
 from agentik.server.a2a._ledger import TaskLedger
 from agentik.server.a2a._list import (
     context_page,
@@ -338,6 +338,9 @@ class A2aMethods:
         view = await self.lookup.find(caller, task_id)
         if view.state in TERMINAL:
             raise A2AError(-32002, f"Task cannot be canceled: {task_id!r} is {view.state}")
+        # Several nodes: the task's turn runs on its context's owner, which
+        # cancels it (the request is forwarded there); not marked here.
+        await claim_here(self.agent, caller, view.context_id)
         stored = caller.internal(view.context_id)
         key = (stored, task_id)
         self.ledger.mark_cancelled(key)

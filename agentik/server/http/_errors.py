@@ -34,7 +34,8 @@ class Redirect(HttpError):
     """307 to the node that owns the conversation (several nodes on one
     database): the client repeats the same request, method and body, there.
     The app makes ``Location`` from the owner's base URL and this request's
-    path and query."""
+    path and query; with ``[cluster] forward`` it sends the request there
+    itself instead (docs/scale-out.md)."""
 
     def __init__(self, message: str, *, base_url: str) -> None:
         super().__init__(307, message, code="owned_elsewhere")

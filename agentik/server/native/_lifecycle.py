@@ -6,8 +6,9 @@ its turns (``POST …/cancel``).
 Kept apart from ``_routes`` (the turn and read routes), which other
 work changes often; the app adds these routes beside them. Another owner's
 conversation is simply not found, as everywhere. With several nodes on one
-database, deleting a conversation another live node owns is a 307 to that
-node, as a turn is (reads are served by any node).
+database, deleting a conversation another live node owns, or cancelling its
+turns, is forwarded to that node (or a 307 there, ``[cluster] forward =
+false``), as a turn is (reads are served by any node).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from agentik._errors import AgentikError, NotOwnedError, OverloadedError
 from agentik.server._context import ServerContext
 from agentik.server._owners import caller_of
+from agentik.server._turns import claim_here
 from agentik.server.http import (
     HttpError,
     Redirect,
@@ -99,6 +101,12 @@ class LifecycleApi:
         Nothing to cancel in a conversation that exists is 200 with 0; one
         that does not (another owner's included) is 404, as everywhere."""
         conversation_id, stored_id = conversation_ids(request)
+        ownership = self.agent.storage.ownership
+        if ownership is not None and not ownership.owns(stored_id):
+            # Several nodes: its turns run on its owner, which cancels them
+            # (the request is forwarded there); an unknown one claims nothing.
+            await require_conversation(self.ctx, stored_id, conversation_id)
+            await claim_here(self.agent, caller_of(request), conversation_id)
         cancelled = await self.agent.cancel(stored_id)
         if not cancelled:
             await require_conversation(self.ctx, stored_id, conversation_id)

@@ -1,0 +1,363 @@
+"""Forwarding inside the cluster: any node answers any request.
+
+Several nodes on one database (docs/scale-out.md): a request for a
+conversation another live node owns raises ``Redirect`` in its handler, before
+any byte of the response. With ``[cluster] forward`` on, the app's handler
+for it (``order_forward``) does not answer 307 but leaves the owner's URL in
+the request's ``ForwardOrder``; ``Forwarder``, the ASGI layer around the
+routes, then proxies the request there (its method, path, query, body and
+headers, the client's credentials included, so the owner scopes it to the
+same owner) and streams the owner's answer back as it comes, status and
+headers as they are. A client that leaves closes the connection to the owner,
+so the owner sees it leave too.
+
+A request that carries ``agentik-forwarded`` (``FORWARDED``) was forwarded
+once already and is never forwarded again: it gets the 307 (the loop guard).
+
+The owner unreachable (it died: connection refused or reset before any byte
+of its answer), or answering 307 itself (the conversation moved meanwhile),
+the request is run here again: the handler asks the ownership who owns it
+now, and either claims it here, or forwards to its new owner, or (its dead
+owner's lease still live) meets the same owner again; then it waits a little
+and tries again, until ``[cluster] takeover_wait`` has passed (then 503). An
+answer whose first byte was passed to the client is never retried: if the
+owner breaks off mid-answer, the client's connection ends as the answer did.
+
+A native route that names its conversation in its path, once forwarded, is
+forwarded straight to the same owner next time (``Forwarder.owners``), without
+running its handler, which would ask the database each time; a failed try
+forgets it and runs the request as above.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+import attrs
+import httpx2
+import trio
+from starlette.responses import Response
+
+from agentik.server._owners import CALLER_KEY
+from agentik.server.http import ASGIApp as App
+from agentik.server.http import Message, Receive, Scope, Send, error_body, send_json
+
+log = logging.getLogger("agentik.server")
+
+FORWARDED = "agentik-forwarded"
+"""The hop header: the forwarding node's id. A request carrying it is not forwarded."""
+_FORWARDED = FORWARDED.encode()
+ORDER_KEY = "agentik.forward"
+"""Where a request's ``ForwardOrder`` sits in its ASGI scope."""
+
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+"""Headers of one connection, not of the request or answer (RFC 9110 §7.6.1)."""
+_NOT_SENT_ON = _HOP_BY_HOP | {b"host", b"content-length", b"expect", _FORWARDED}
+"""Request headers the proxy makes itself (its own ``Host``, the body's length)."""
+_NOT_PASSED_BACK = _HOP_BY_HOP | {b"date", b"server"}
+"""Answer headers this node's engine writes itself."""
+
+FIRST_PAUSE = 0.05
+"""Seconds between the first tries to reach a conversation's owner; doubled
+each time up to ``LONGEST_PAUSE`` (each pause drawn between half and all of
+that), so a dead owner is asked about a few times a second while its lease
+runs out."""
+LONGEST_PAUSE = 0.5
+CONNECT_TIMEOUT = 2.0
+"""Seconds to connect to an owner: a node that does not accept by then is
+taken for dead (the request asks again who owns the conversation)."""
+
+
+KNOWN_ROUTES = 10_000
+"""Routes whose owner ``Forwarder`` remembers; past it, the oldest is forgotten."""
+_NATIVE = b"/agentik/conversations/"
+"""The routes whose path names their conversation (A2A's and AG-UI's bodies do)."""
+
+
+def _route_key(scope: Scope) -> tuple[object, bytes, bytes] | None:
+    """What names a native conversation route's request's conversation: the
+    caller (ids are owner-scoped), the method and the path; None elsewhere."""
+    raw = scope.get("raw_path") or b""
+    if not raw.startswith(_NATIVE):
+        return None
+    return (scope.get(CALLER_KEY), scope["method"].encode(), raw)
+
+
+@attrs.define
+class ForwardOrder:
+    """Set by the app's ``Redirect`` handler: the owner to forward to."""
+
+    base_url: str | None = None
+
+
+class _Ordered(Response):
+    """The handler's answer when the request is to be forwarded: nothing is
+    sent; ``Forwarder`` sends the owner's answer."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=307)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
+def order_forward(scope: Scope, base_url: str) -> Response | None:
+    """The forward order's response, if this request may be forwarded
+    (``Forwarder`` runs it and it did not come forwarded); None otherwise."""
+    order = scope.get(ORDER_KEY)
+    if not isinstance(order, ForwardOrder):
+        return None
+    order.base_url = base_url
+    return _Ordered()
+
+
+class _Body:
+    """The request body as the app reads it, kept to send it on or read it again."""
+
+    def __init__(self, receive: Receive, limit: int) -> None:
+        self.receive = receive
+        self.limit = limit
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.whole = False
+        self.gone = False
+
+    async def recording(self) -> Message:
+        message = await self.receive()
+        self._keep(message)
+        return message
+
+    def _keep(self, message: Message) -> None:
+        if message["type"] == "http.request":
+            body = message.get("body", b"")
+            if body:
+                self.chunks.append(body)
+                self.size += len(body)
+            self.whole = not message.get("more_body", False)
+        elif message["type"] == "http.disconnect":
+            self.gone = True
+
+    async def rest(self) -> bool:
+        """Read what the app left of the body; False if the client left or the
+        body is over the limit (the app would have refused it)."""
+        while not self.whole and not self.gone:
+            self._keep(await self.receive())
+            if self.size > self.limit:
+                return False
+        return not self.gone
+
+    @property
+    def content(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def replay(self) -> Receive:
+        """A ``receive`` giving the body read so far again, then the client's own."""
+        given = False
+
+        async def receive() -> Message:
+            nonlocal given
+            if given:
+                return await self.receive()
+            given = True
+            await trio.lowlevel.checkpoint()
+            return {"type": "http.request", "body": self.content, "more_body": not self.whole}
+
+        return receive
+
+
+class Forwarder:
+    """The ASGI layer that forwards requests the app ordered forwarded."""
+
+    def __init__(
+        self,
+        app: App,
+        client: httpx2.AsyncClient,
+        *,
+        node: str,
+        takeover_wait: float,
+        body_limit: int,
+    ) -> None:
+        self.app = app
+        self.client = client
+        self.node = node.encode()
+        self.takeover_wait = takeover_wait
+        self.body_limit = body_limit
+        self.owners: dict[tuple[object, bytes, bytes], str] = {}
+        """Where a native conversation route's last request was forwarded, by
+        (caller, method, path): the next goes there straight, without asking
+        the database (a stale entry costs one refused or 307 try, then the
+        request runs here as if unknown, and the entry goes)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or any(name == _FORWARDED for name, _ in scope["headers"]):
+            await self.app(scope, receive, send)  # not forwarded twice: the 307
+            return
+        original = dict(scope)  # as it came, before the router adds to it
+        body = _Body(receive, self.body_limit)
+        key = _route_key(scope)
+        arrived: Receive = body.recording
+        known = None if key is None else self.owners.get(key)
+        if key is not None and known is not None:
+            if not await body.rest():
+                if body.gone:
+                    return
+                # over the limit: the app refuses it, as it refuses any
+            else:
+                outcome = await self._proxy(known, original, body.content, receive, send)
+                if outcome is _GONE or outcome is None:
+                    return
+            self.owners.pop(key, None)  # stale: the database says who owns it now
+            arrived = body.replay()  # the app reads it as it came
+        order = ForwardOrder()
+        scope[ORDER_KEY] = order
+        await self.app(scope, arrived, send)
+        if order.base_url is None:
+            if key is not None:
+                self.owners.pop(key, None)  # answered here: it may be owned here now
+            return
+        if not await body.rest():
+            if not body.gone:
+                message = f"the request body is over {self.body_limit} bytes"
+                await send_json(send, error_body("too_large", message), 413)
+            return
+        if key is not None:
+            if len(self.owners) >= KNOWN_ROUTES:
+                del self.owners[next(iter(self.owners))]  # the oldest
+            self.owners[key] = order.base_url
+        deadline = trio.current_time() + self.takeover_wait
+        pause = FIRST_PAUSE
+        tries = 0
+        while True:
+            outcome = await self._proxy(order.base_url, original, body.content, receive, send)
+            if outcome is _GONE or outcome is None:
+                return  # answered, or the client left
+            tries += 1
+            if tries == 1:  # one line a request, not one a try: a failover has many
+                log.info(
+                    "forward owner=%s %s; waiting up to %g s for the conversation's owner",
+                    order.base_url,
+                    outcome,
+                    self.takeover_wait,
+                )
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                log.warning(
+                    "forward gave up after %d tries: owner=%s %s", tries, order.base_url, outcome
+                )
+                await send_json(
+                    send,
+                    error_body(
+                        "owner_unavailable",
+                        "the conversation's owner did not answer and no node took it"
+                        f" over within {self.takeover_wait:g} s; retry",
+                    ),
+                    503,  # the guard adds its Retry-After
+                )
+                return
+            # Jittered: the requests a dead owner left waiting do not ask together.
+            wait = min(pause * (0.5 + random.random() / 2), remaining)
+            if await _until_gone(receive, trio.sleep, wait) is _GONE:
+                return  # the client left while it waited
+            pause = min(pause * 2, LONGEST_PAUSE)
+            order = ForwardOrder()
+            await self.app({**original, ORDER_KEY: order}, body.replay(), send)
+            if order.base_url is None:
+                if key is not None:
+                    self.owners.pop(key, None)
+                return  # answered here (claimed here, or refused)
+            if key is not None:
+                self.owners[key] = order.base_url
+
+    async def _proxy(
+        self, base_url: str, scope: Scope, content: bytes, receive: Receive, send: Send
+    ) -> object:
+        """Send the request to ``base_url`` and its answer back: None once
+        answered, ``_GONE`` if the client left, else why no byte of an answer
+        came (nothing was sent to the client: the request may be tried again)."""
+        raw = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        target = base_url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        headers = [(n, v) for n, v in scope["headers"] if n.lower() not in _NOT_SENT_ON]
+        headers.append((_FORWARDED, self.node))
+        # Built as is, not by the client: it would add its own default
+        # headers (Accept, Accept-Encoding, User-Agent), which the owner would
+        # read as the client's.
+        request = httpx2.Request(
+            scope["method"],
+            target,
+            headers=headers,
+            content=content,
+            extensions={"timeout": self.client.timeout.as_dict()},
+        )
+
+        async def exchange() -> str | None:
+            try:
+                response = await self.client.send(request, stream=True)
+            except httpx2.TransportError as exc:
+                return f"unreachable ({type(exc).__name__}: {exc})"
+            try:
+                if response.status_code == 307:  # it moved between our ask and its own
+                    return "does not own it (307)"
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": response.status_code,
+                        "headers": [
+                            (n, v)
+                            for n, v in response.headers.raw
+                            if n.lower() not in _NOT_PASSED_BACK
+                        ],
+                    }
+                )
+                try:
+                    async for chunk in response.aiter_raw():
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except httpx2.TransportError as exc:
+                    # Bytes went out: never retried. Ending the response unfinished
+                    # ends the client's connection, which is how it can tell.
+                    log.warning("forward owner=%s broke off its answer: %s", base_url, exc)
+                    return None
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return None
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await response.aclose()  # mid-answer: closes the connection
+
+        return await _until_gone(receive, exchange)
+
+
+_GONE = object()
+"""``_until_gone``'s result when the client left."""
+
+
+async def _until_gone(
+    receive: Receive, work: Callable[..., Awaitable[object]], *args: object
+) -> object:
+    """``work``'s result, or ``_GONE`` if the client left first (``work`` is
+    then cancelled, and a connection it had open to the owner closed)."""
+    result: object = _GONE
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        result = await work(*args)
+        nursery.cancel_scope.cancel()
+    return result
