@@ -79,4 +79,5 @@ class MessageRow:
             message.usage,
             self.seq,
             now,
+            message.parts,
         )
