@@ -14,6 +14,7 @@ builds the final ``ModelResponse``. Invariants:
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 
@@ -22,6 +23,7 @@ import attrs
 from agentik._errors import ModelBackendError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik._parts import ImagePart, TextPart
 from agentik.models._protocol import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
 from agentik.models._response_format import response_format
 
@@ -75,7 +77,35 @@ def _message(message: Message) -> JsonObject:
                 for call in message.tool_calls
             ],
         }
+    if message.parts:
+        return {"role": message.role.value, "content": content_parts(message)}
     return {"role": message.role.value, "content": message.content}
+
+
+def content_parts(message: Message) -> list[JsonValue]:
+    """A message with parts as OpenAI's content parts: its text first (when it
+    has any), then each part in order. Inline data goes as a ``data:`` URL;
+    a file by url as ``file_id`` (how LiteLLM takes a file's URL)."""
+    out: list[JsonValue] = []
+    if message.content:
+        out.append({"type": "text", "text": message.content})
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+            continue
+        url = part.url if part.data is None else _data_url(part.data, part.media_type)
+        if isinstance(part, ImagePart):
+            out.append({"type": "image_url", "image_url": {"url": url}})
+            continue
+        file: JsonObject = {"file_id": url} if part.data is None else {"file_data": url}
+        if part.filename is not None:
+            file["filename"] = part.filename
+        out.append({"type": "file", "file": file})
+    return out
+
+
+def _data_url(data: bytes, media_type: str | None) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def parse_json(text: str | bytes, what: str) -> JsonValue:

@@ -20,6 +20,8 @@ HOMES = {module.__name__: module for module in MODULES}
 NOT_OURS = {
     ("agentik.agent", "ElicitationAction"): "type alias (Literal)",
     ("agentik.agent", "TurnEvent"): "type alias (union of the stream events)",
+    ("agentik.agent", "ImageDescriber"): "type alias (Callable)",
+    ("agentik.models", "PartKind"): "type alias (Literal)",
     ("agentik.models", "ModelStreamEvent"): "type alias (union)",
     ("agentik.server.http", "ASGIApp"): "type alias (Callable): ASGI's application",
     ("agentik.server.http", "Message"): "type alias (MutableMapping): an ASGI event",
