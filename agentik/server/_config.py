@@ -92,6 +92,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
     Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
+    Setting("limits", "max_part_bytes", "int", "AGENTIK_MAX_PART_BYTES"),
     Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
     Setting("limits", "max_conversations", "int", "AGENTIK_MAX_CONVERSATIONS"),
     Setting("limits", "max_tool_rounds", "int", "AGENTIK_MAX_TOOL_ROUNDS"),
@@ -311,6 +312,7 @@ def _build(
     base = Limits()
     limits = Limits(
         max_body_bytes=int(number("max_body_bytes", base.max_body_bytes)),
+        max_part_bytes=int(number("max_part_bytes", base.max_part_bytes)),
         max_queued_turns=int(number("max_queued_turns", base.max_queued_turns)),
         max_conversations=int(number("max_conversations", base.max_conversations)),
         max_tool_rounds=int(number("max_tool_rounds", base.max_tool_rounds)),

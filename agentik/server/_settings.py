@@ -74,6 +74,11 @@ class Limits:
 
     max_body_bytes: int = 1_048_576
     """Larger request bodies get 413 before they are parsed."""
+    max_part_bytes: int = 524_288
+    """Bytes of one content part of a turn (an image's or a file's data, a
+    text part's UTF-8); a request with a larger one gets 413
+    (``part_too_large``) and nothing is stored. Inline data travels as base64
+    (a third larger): raise ``max_body_bytes`` with it."""
     max_queued_turns: int = 8
     """Turns waiting per conversation; past it, 429 with Retry-After."""
     max_conversations: int = 100_000
