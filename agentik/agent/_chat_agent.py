@@ -65,7 +65,7 @@ from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, 
 from agentik.agent._stats import AgentStats
 from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
-from agentik.models import ChatModel, ModelLimits, ModelScheduler, accepts_parts_of
+from agentik.models import ChatModel, ModelLimits, ModelScheduler, PartKind, accepts_parts_of
 from agentik.storage import FullMessageStore, Storage, StorageBundle
 from agentik.toolsets import (
     DISABLE_TOOLSET,
@@ -200,6 +200,16 @@ class ChatAgent:
         """The one queue of the agent's model calls under ``model_limits``
         (its state and stats), or None without limits."""
         return self._scheduler
+
+    @property
+    def accepts_parts(self) -> frozenset[PartKind]:
+        """The kinds of content part a turn may carry (``send(content=...)``):
+        the model's ``accepts_parts``, and images when ``describe_image``
+        maps them to text."""
+        kinds = accepts_parts_of(self._runtime.model)
+        if self._runtime.settings.describe_image is not None:
+            kinds = kinds | {"image"}
+        return kinds
 
     @property
     def tracing(self) -> bool:

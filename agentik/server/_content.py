@@ -52,6 +52,17 @@ def parts_of_json(raw: JsonValue, limit: int, where: str) -> tuple[Part, ...]:
     return tuple(parts)
 
 
+def input_modes(kinds: frozenset[str]) -> list[str]:
+    """The media types a turn may carry, for an A2A agent card: text, and
+    images (``image/*``) and files (``application/*``) when the agent takes them."""
+    modes = ["text/plain"]
+    if "image" in kinds:
+        modes.append("image/*")
+    if "file" in kinds:
+        modes.append("application/*")
+    return modes
+
+
 def turn_content(
     text: str, parts: Sequence[Part]
 ) -> tuple[str | None, list[Part] | None]:

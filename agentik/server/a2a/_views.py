@@ -305,6 +305,7 @@ def agent_card(
     version: str,
     skills: list[tuple[str, str]],
     bearer_auth: bool,
+    input_modes: Sequence[str] = ("text/plain",),
 ) -> JsonObject:
     """The 1.0 agent card: supportedInterfaces with protocolVersion, skills from toolsets."""
     card: JsonObject = {
@@ -316,11 +317,13 @@ def agent_card(
         ],
         # What is implemented, no more: streaming (SendStreamingMessage and
         # SubscribeToTask), no push notifications, no extended card. A message is
-        # text (a data part is only a decision on a waiting task, which the text
-        # "approve"/"deny" also makes: not an input mode); answers are text, and
-        # a waiting task's status message carries its calls as JSON data.
+        # text, and images and files (raw or url parts) when the model takes
+        # them (``input_modes``; a data part is only a decision on a waiting
+        # task, which the text "approve"/"deny" also makes: not an input mode);
+        # answers are text, and a waiting task's status message carries its
+        # calls as JSON data.
         "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
-        "defaultInputModes": ["text/plain"],
+        "defaultInputModes": list[JsonValue](input_modes),
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [
             {"id": skill_id, "name": skill_id, "description": text, "tags": ["toolset", skill_id]}
