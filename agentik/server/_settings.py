@@ -66,6 +66,11 @@ class ModelSettings:
     """How a typed turn asks the backend for its answer
     (``OpenAICompatibleModel(structured_output=)``): ``tool`` for a backend
     that cannot take ``response_format``. None: the model's default."""
+    accepts_parts: tuple[Literal["image", "file"], ...] | None = None
+    """The kinds of content part the model takes (``OpenAICompatibleModel(
+    accepts_parts=)``): ``[]`` for a text-only model, whose turns with an
+    image or a file then get 415 (``unsupported_content``). None: the
+    model's default, images and files."""
 
 
 @attrs.frozen(kw_only=True)
