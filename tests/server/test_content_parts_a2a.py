@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from a2a.client import A2AClientError
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
 from agentik import FilePart, ImagePart
 from agentik.models import ScriptedModel
@@ -156,3 +156,25 @@ def test_the_card_lists_what_the_model_takes() -> None:
         input_modes=["text/plain", "image/*"],
     )
     assert card["defaultInputModes"] == ["text/plain", "image/*"]
+
+
+async def test_get_task_shows_the_images_and_files_in_its_history(tmp_path: Path) -> None:
+    """GetTask rebuilds the task from the store: the user message's raw and
+    url parts come back as they were sent, also an image-only message."""
+    async with serving(tmp_path / "a.db") as served:
+        parts = [
+            Part(raw=PNG, media_type="image/png"),
+            Part(url="https://example.com/a.pdf", media_type="application/pdf", filename="a.pdf"),
+        ]
+        task_id = None
+        async for response in served.sdk.send_message(_message(parts, "img-only")):
+            if response.WhichOneof("payload") == "task":
+                task_id = response.task.id
+        assert task_id is not None
+        task = await served.sdk.get_task(GetTaskRequest(id=task_id, history_length=10))
+        user = task.history[0]
+        assert user.role == Role.ROLE_USER
+        assert [p.WhichOneof("content") for p in user.parts] == ["raw", "url"]
+        assert user.parts[0].raw == PNG
+        assert user.parts[0].media_type == "image/png"
+        assert (user.parts[1].url, user.parts[1].filename) == ("https://example.com/a.pdf", "a.pdf")
