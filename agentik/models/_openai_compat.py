@@ -522,7 +522,9 @@ class OpenAICompatibleModel:
             ) from None
 
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = request_body(self._model, request, self._params, stream=stream)
+        body = request_body(
+            self._model, request, self._params, stream=stream, accepts=self._accepts_parts
+        )
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 

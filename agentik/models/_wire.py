@@ -32,10 +32,19 @@ RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream", "stream_opt
 
 
 def request_body(
-    model: str, request: ModelRequest, params: Mapping[str, JsonValue], *, stream: bool
+    model: str,
+    request: ModelRequest,
+    params: Mapping[str, JsonValue],
+    *,
+    stream: bool,
+    accepts: frozenset[str] = frozenset({"image", "file"}),
 ) -> JsonObject:
-    """The JSON body of one Chat Completions call."""
-    body: JsonObject = {"model": model, "messages": [_message(m) for m in request.messages]}
+    """The JSON body of one Chat Completions call; parts of a kind the
+    backend does not take (``accepts``) go as a line of text saying so."""
+    body: JsonObject = {
+        "model": model,
+        "messages": [_message(m, accepts) for m in request.messages],
+    }
     if request.tools:
         body["tools"] = [
             {
@@ -59,7 +68,7 @@ def request_body(
     return body
 
 
-def _message(message: Message) -> JsonObject:
+def _message(message: Message, accepts: frozenset[str]) -> JsonObject:
     if message.role is Role.TOOL:
         if message.tool_call_id is None:
             raise ModelBackendError("a tool message needs a tool_call_id, got None")
@@ -78,20 +87,28 @@ def _message(message: Message) -> JsonObject:
             ],
         }
     if message.parts:
-        return {"role": message.role.value, "content": content_parts(message)}
+        return {"role": message.role.value, "content": content_parts(message, accepts)}
     return {"role": message.role.value, "content": message.content}
 
 
-def content_parts(message: Message) -> list[JsonValue]:
+def content_parts(
+    message: Message, accepts: frozenset[str] = frozenset({"image", "file"})
+) -> list[JsonValue]:
     """A message with parts as OpenAI's content parts: its text first (when it
     has any), then each part in order. Inline data goes as a ``data:`` URL;
-    a file by url as ``file_id`` (how LiteLLM takes a file's URL)."""
+    a file by url as ``file_id`` (how LiteLLM takes a file's URL). A part of
+    a kind not in ``accepts`` (a text-only backend asked to reflect on a
+    history with images) is a text line naming what was left out."""
     out: list[JsonValue] = []
     if message.content:
         out.append({"type": "text", "text": message.content})
     for part in message.parts:
         if isinstance(part, TextPart):
             out.append({"type": "text", "text": part.text})
+            continue
+        kind = "image" if isinstance(part, ImagePart) else "file"
+        if kind not in accepts:
+            out.append({"type": "text", "text": f"[{kind} not shown: this model takes no {kind}s]"})
             continue
         url = part.url if part.data is None else _data_url(part.data, part.media_type)
         if isinstance(part, ImagePart):

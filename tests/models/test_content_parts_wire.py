@@ -101,3 +101,19 @@ def test_what_a_backend_takes_is_checked() -> None:
         ModelBackendError, match=r"^accepts_parts takes 'image' and 'file', got 'video'$"
     ):
         OpenAICompatibleModel("http://x", "m", accepts_parts=["video"])  # type: ignore[list-item]
+
+
+async def test_a_text_only_backend_never_gets_a_part_it_cannot_take(
+    chat_server: ChatServer,
+) -> None:
+    """A request that still carries an image (a reflection over a history with
+    one) goes to a text-only backend with a line of text in its place."""
+    chat_server.script(Json(completion("ok")))
+    async with OpenAICompatibleModel(chat_server.base_url, "m", "sk-x", accepts_parts=()) as model:
+        parts = (ImagePart(url="https://example.com/a.png"), TextPart(text="t"), FilePart(url="u"))
+        await model.complete(ModelRequest(messages=[Message(Role.USER, "", parts=parts)]))
+    assert chat_server.received[0].body["messages"][0]["content"] == [
+        {"type": "text", "text": "[image not shown: this model takes no images]"},
+        {"type": "text", "text": "t"},
+        {"type": "text", "text": "[file not shown: this model takes no files]"},
+    ]
