@@ -586,6 +586,11 @@ class ChatAgent:
             check_supported(parts, accepts_parts_of(self._runtime.model), settings.describe_image)
             if text:
                 _check_unicode("text", text)
+            for i, part in enumerate(parts):  # no store or wire can carry a lone surrogate
+                for name in ("url", "media_type", "filename"):
+                    value = getattr(part, name, None)
+                    if value is not None:
+                        _check_unicode(f"content part {i}'s {name}", value)
         return text, parts
 
     def _trace(self) -> Context | None:

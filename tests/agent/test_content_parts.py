@@ -114,6 +114,16 @@ async def test_a_keyed_turn_with_parts_is_kept_once() -> None:
             ValueError,
             "^text must be valid Unicode",
         ),
+        (
+            {"content": [FilePart(url="https://x/\udc00", filename="f")]},
+            ValueError,
+            "^content part 0's url must be valid Unicode",
+        ),
+        (
+            {"content": [TextPart(text="see"), FilePart(url="u", filename="a\ud800")]},
+            ValueError,
+            "^content part 0's filename must be valid Unicode",
+        ),
     ],
 )
 async def test_bad_content_is_refused_and_nothing_stored(
