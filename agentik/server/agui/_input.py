@@ -197,9 +197,10 @@ def _content_part(part: JsonObject, at: str) -> Part:
     else:
         source = as_object(part.get("source"), f"{at}.source")
         kind = source.get("type")
-        value = field_str(source, "value", where=f"{at}.source.")
         if kind not in ("data", "url"):
             raise _invalid(f"field '{at}.source.type' must be 'data' or 'url', got {kind!r}")
+        # Empty data is a file of no bytes; an empty url names nothing.
+        value = field_str(source, "value", where=f"{at}.source.", non_empty=kind == "url")
         data, url = (value, None) if kind == "data" else (None, value)
         raw_media = source.get("mimeType")
         if raw_media is not None and not isinstance(raw_media, str):
