@@ -21,6 +21,7 @@ import attrs
 from agentik._errors import TurnError
 from agentik._messages import Message
 from agentik._parts import PART_TYPES, FilePart, ImagePart, Part, TextPart, blob_hash
+from agentik.agent._failures import component_error
 from agentik.models import PartKind
 
 ImageDescriber: TypeAlias = Callable[[ImagePart], Awaitable[str]]
@@ -91,7 +92,10 @@ class Descriptions:
         key = f"url:{image.url}" if image.data is None else f"sha256:{blob_hash(image.data)}"
         found = self.kept.get(key)
         if found is None:
-            found = await self.describe(image)
+            try:
+                found = await self.describe(image)
+            except Exception as exc:  # outside code: its failure fails the turn, coded
+                raise component_error("describe_image", exc) from exc
             if not isinstance(found, str):
                 raise TurnError(
                     f"describe_image gave {type(found).__name__}, expected a string",

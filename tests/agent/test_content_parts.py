@@ -213,3 +213,25 @@ async def test_any_content_round_trips_through_a_turn(parts: list[Part]) -> None
     user = (await stored(storage, "c"))[0]
     assert (user.content, user.parts) == ("\n".join(texts), others)
     assert recorder.requests[0].messages[-1].parts == others
+
+
+async def test_a_describer_that_fails_fails_the_turn_and_the_agent_goes_on() -> None:
+    storage = in_memory_storage()
+    recorder = Recorder(accepts=())
+    calls = 0
+
+    async def describe(image: ImagePart) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("vision service down")
+        return "a cat"
+
+    async with open_chat_agent(
+        model=recorder.model, storage=storage, describe_image=describe
+    ) as agent:
+        with pytest.raises(TurnError, match=r"^describe_image raised RuntimeError") as info:
+            await agent.send("c", content=[IMAGE])
+        assert info.value.code == "internal_error"
+        assert (await agent.send("c", "again")).text == "saw 0 parts"
+    assert recorder.requests[-1].messages[1].parts == (TextPart(text="[image: a cat]"),)
