@@ -49,6 +49,9 @@ from agentik._messages import Role as Role
 from agentik._messages import TokenStats as TokenStats
 from agentik._messages import TokenUsage as TokenUsage
 from agentik._messages import ToolCall as ToolCall
+from agentik._parts import FilePart as FilePart
+from agentik._parts import ImagePart as ImagePart
+from agentik._parts import TextPart as TextPart
 from agentik._public import publish as _publish
 from agentik._version import __version__ as __version__
 from agentik.agent import ApprovalRequest as ApprovalRequest
@@ -88,6 +91,8 @@ __all__ = [
     "ChatModel",
     "ContextPolicy",
     "Error",
+    "FilePart",
+    "ImagePart",
     "MemoryEntry",
     "Message",
     "MessageStore",
@@ -108,6 +113,7 @@ __all__ = [
     "SkillSummary",
     "StorageBundle",
     "StoreError",
+    "TextPart",
     "TokenStats",
     "TokenUsage",
     "ToolCall",

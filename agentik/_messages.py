@@ -1,4 +1,5 @@
 """Value types of a conversation: roles, messages, tool calls, token counts.
+(Content parts, images and files, are in ``_parts``.)
 
 All are frozen attrs classes. Collections are tuples, so values are hashable
 and safe to share between tasks. Stores fill ``seq`` and ``created_at``.
@@ -11,6 +12,8 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import attrs
+
+from agentik._parts import Part
 
 
 class Role(enum.Enum):
@@ -69,6 +72,10 @@ def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(value)
 
 
+def _parts(value: Iterable[Part]) -> tuple[Part, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
 @attrs.frozen
 class Message:
     """One message of a conversation's history."""
@@ -85,3 +92,6 @@ class Message:
     """Position in the conversation, 1, 2, 3 …; assigned by the store."""
     created_at: datetime | None = None
     """Aware UTC time the store accepted the message."""
+    parts: tuple[Part, ...] = attrs.field(default=(), converter=_parts)
+    """The message's content other than its text (images, files), in the
+    order they were sent; empty for a text-only message."""

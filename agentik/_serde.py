@@ -11,12 +11,18 @@ exactly their JSON type and nothing else: an ``int`` field takes an integer
 (not ``true``, not ``1.9``, not ``"1"``), a ``bool`` field ``true`` or
 ``false``, a ``str`` field a string, a sequence a JSON array (not a string
 or an object), a timestamp RFC 3339 text with its offset. Unknown keys are
-refused. ``structure_error`` words what went wrong as one line, with the
+refused. Bytes (a part's inline data) travel as standard base64 text, read
+strictly (no stray characters, correct padding). Content parts are a tagged
+union keyed by ``"type"`` (``text``, ``image``, ``file``); a message without
+parts is written without the ``parts`` key, as it was before parts existed.
+``structure_error`` words what went wrong as one line, with the
 path of each bad field (``$.message.seq``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import re
 from collections.abc import Callable
@@ -25,8 +31,12 @@ from typing import get_args, get_origin
 
 import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
+from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import configure_converter
 from cattrs.v import format_exception
+
+from agentik._messages import Message
+from agentik._parts import FilePart, ImagePart, InvalidPart, Part, TextPart
 
 
 class StrictTypeError(TypeError):
@@ -101,6 +111,53 @@ def _datetime_from_text(value: object, _: object) -> datetime:
         raise StrictValueError(f"timestamp {_shown(value)} is not a valid time: {error}") from None
 
 
+def _bytes_from_base64(value: object, _: object) -> bytes:
+    if type(value) is not str:
+        raise _refuse("base64 text", value)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):  # ValueError: a non-ASCII character
+        raise StrictValueError(f"expected base64 text, got {_shown(value)}") from None
+
+
+def _bytes_to_base64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+_PART_TAGS: dict[type, str] = {TextPart: "text", ImagePart: "image", FilePart: "file"}
+_PART_CLASSES = {tag: cls for cls, tag in _PART_TAGS.items()}
+
+
+def _configure_parts(converter: cattrs.Converter) -> None:
+    """``Part`` as a union tagged by ``"type"``, fields left out when None
+    (cattrs' own tagged union names neither an unknown tag nor the tags it knows)."""
+    unstructure: dict[type, Callable[[Part], dict[str, object]]] = {
+        cls: make_dict_unstructure_fn(cls, converter, _cattrs_omit_if_default=True)
+        for cls in _PART_TAGS
+    }
+
+    def to_data(part: Part) -> dict[str, object]:
+        cls = type(part)
+        return {"type": _PART_TAGS[cls], **unstructure[cls](part)}
+
+    def from_data(value: object, _: object) -> Part:
+        if type(value) is not dict:
+            raise _refuse("an object", value)
+        tag = value.get("type")
+        cls = _PART_CLASSES.get(tag) if type(tag) is str else None
+        if cls is None:
+            raise StrictValueError(
+                f"expected a part type of 'text', 'image' or 'file', got {_shown(tag)}"
+            )
+        part: Part = converter.structure({k: v for k, v in value.items() if k != "type"}, cls)
+        return part
+
+    converter.register_structure_hook(Part, from_data)
+    converter.register_unstructure_hook(Part, to_data)
+    for cls in _PART_TAGS:
+        converter.register_unstructure_hook(cls, to_data)
+
+
 def _datetime_to_text(value: datetime) -> str:
     return value.astimezone(UTC).isoformat()
 
@@ -159,11 +216,18 @@ def make_converter() -> cattrs.Converter:
     converter.register_unstructure_hook(datetime, _datetime_to_text)
     converter.register_structure_hook_factory(_is_array, _array_factory)
     converter.register_structure_hook_factory(_is_enum, _enum_factory)
+    converter.register_structure_hook(bytes, _bytes_from_base64)
+    converter.register_unstructure_hook(bytes, _bytes_to_base64)
+    _configure_parts(converter)
+    converter.register_unstructure_hook(
+        Message,
+        make_dict_unstructure_fn(Message, converter, parts=override(omit_if_default=True)),
+    )
     return converter
 
 
 def _format(error: BaseException, cls: type | None) -> str:
-    if isinstance(error, StrictTypeError | StrictValueError):
+    if isinstance(error, StrictTypeError | StrictValueError | InvalidPart):
         return str(error)
     if isinstance(error, cattrs.ForbiddenExtraKeysError):  # names shown quoted: one line
         return f"unknown fields {', '.join(_shown(k) for k in sorted(error.extra_fields))}"

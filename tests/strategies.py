@@ -7,12 +7,15 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import strategies as st
 
 from agentik import (
+    FilePart,
+    ImagePart,
     MemoryEntry,
     Message,
     Reflection,
     Role,
     Skill,
     SkillSummary,
+    TextPart,
     TokenStats,
     TokenUsage,
     ToolCall,
@@ -34,6 +37,18 @@ offset_datetimes = st.builds(
 tool_calls = st.builds(ToolCall, id=ids, name=ids, arguments=texts)
 token_usages = st.builds(TokenUsage, prompt_tokens=counts, completion_tokens=counts)
 token_stats = st.builds(TokenStats, prompt_tokens=counts, completion_tokens=counts, messages=counts)
+# Content parts: odd bytes (empty too), any text, a url or inline data.
+media_types = st.sampled_from(["image/png", "image/jpeg", "application/pdf", "text/plain"])
+urls = st.text(min_size=1, max_size=40)
+blobs = st.binary(max_size=300)
+text_parts = st.builds(TextPart, text=texts)
+image_parts = st.builds(ImagePart, url=urls, media_type=st.none() | media_types) | st.builds(
+    ImagePart, data=blobs, media_type=media_types
+)
+file_parts = st.builds(
+    FilePart, url=urls, media_type=st.none() | media_types, filename=st.none() | texts
+) | st.builds(FilePart, data=blobs, media_type=media_types, filename=st.none() | texts)
+parts = text_parts | image_parts | file_parts
 messages = st.builds(
     Message,
     role=st.sampled_from(Role),

@@ -19,6 +19,7 @@ from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PR
 from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
 from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
+from agentik.agent._content import ImageDescriber as ImageDescriber
 from agentik.agent._context import ContextPolicy as ContextPolicy
 from agentik.agent._elicitation import ElicitationAction as ElicitationAction
 from agentik.agent._elicitation import ElicitationError as ElicitationError
@@ -63,6 +64,7 @@ __all__ = [
     "ElicitationError",
     "ElicitationRequest",
     "Histogram",
+    "ImageDescriber",
     "PromptContext",
     "ReflectionsSection",
     "SkillsCatalog",

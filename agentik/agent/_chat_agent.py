@@ -33,8 +33,10 @@ import trio
 from agentik._errors import AgentikError, ApprovalError, NotOwnedError, OverloadedError
 from agentik._groups import raise_lone_error
 from agentik._json import JsonObject
+from agentik._parts import Part
 from agentik.agent._builtin_tools import BUILTIN_TOOLS, ConversationState, ConversationTool
 from agentik.agent._child_calls import ChildCall
+from agentik.agent._content import Descriptions, ImageDescriber, check_supported, turn_input
 from agentik.agent._context import ContextPolicy
 from agentik.agent._conversation import Conversation
 from agentik.agent._elicitation import (
@@ -64,7 +66,7 @@ from agentik.agent._runtime import AgentRuntime, AgentSettings, ApprovalPolicy, 
 from agentik.agent._stats import AgentStats
 from agentik.agent._tracing import tracing_for
 from agentik.agent._turn_machine import Decided
-from agentik.models import ChatModel, ModelLimits, ModelScheduler
+from agentik.models import ChatModel, ModelLimits, ModelScheduler, PartKind, accepts_parts_of
 from agentik.storage import FullMessageStore, Storage, StorageBundle
 from agentik.toolsets import (
     DISABLE_TOOLSET,
@@ -201,6 +203,16 @@ class ChatAgent:
         return self._scheduler
 
     @property
+    def accepts_parts(self) -> frozenset[PartKind]:
+        """The kinds of content part a turn may carry (``send(content=...)``):
+        the model's ``accepts_parts``, and images when ``describe_image``
+        maps them to text."""
+        kinds = accepts_parts_of(self._runtime.model)
+        if self._runtime.settings.describe_image is not None:
+            kinds = kinds | {"image"}
+        return kinds
+
+    @property
     def tracing(self) -> bool:
         """Whether the agent emits OpenTelemetry spans (``tracer_provider``)."""
         return self._runtime.tracing is not None
@@ -208,8 +220,9 @@ class ChatAgent:
     async def send(
         self,
         conversation_id: str,
-        text: str,
+        text: str | None = None,
         *,
+        content: Sequence[Part] | None = None,
         idempotency_key: str | None = None,
         output: OutputType | None = None,
     ) -> TurnResult:
@@ -230,8 +243,18 @@ class ChatAgent:
         back with its error up to ``output_retries`` times, then the turn fails
         with ``TurnError`` (``invalid_output``) and nothing of the bad answers
         is stored. A keyed retry reads the stored answer with ``output``.
+
+        ``content`` instead of ``text``: a list of ``TextPart``, ``ImagePart``
+        and ``FilePart``. The user message keeps the text parts' text (joined
+        by newlines) as its ``content`` and the images and files, in order,
+        as its ``parts``. A part the model does not take (its
+        ``accepts_parts``) raises ``TurnError`` (``unsupported_content``)
+        before anything is stored, unless ``describe_image`` maps images to text.
         """
         spec = None if output is None else output_spec(output)  # refused before anything runs
+        parts: tuple[Part, ...] = ()
+        if content is not None or text is None:
+            text, parts = self._content(text, content)
         if self._scheduler is not None:  # refused before anything is stored
             self._scheduler.check(fairness_key(conversation_id))
         request = NewTurn(
@@ -240,8 +263,11 @@ class ChatAgent:
             reply=Reply(),
             output=spec,
             trace_context=self._trace(),
+            parts=parts,
         )
-        handle = await self._route(conversation_id, request, text=text, schedule=False)
+        handle = await self._route(
+            conversation_id, request, text=None if parts else text, schedule=False
+        )
         try:
             return await request.reply.wait()  # the call's schedule point
         finally:
@@ -251,8 +277,9 @@ class ChatAgent:
     async def stream(
         self,
         conversation_id: str,
-        text: str,
+        text: str | None = None,
         *,
+        content: Sequence[Part] | None = None,
         idempotency_key: str | None = None,
         output: OutputType | None = None,
     ) -> AsyncIterator[AsyncIterator[TurnEvent]]:
@@ -260,8 +287,12 @@ class ChatAgent:
         ``TurnFinished`` or ``TurnFailed``. Leaving early does not stop a turn
         that started; one still queued then never starts. ``output`` as for
         ``send``: ``TurnFinished.result.output`` holds the typed answer (the
-        text deltas of an invalid answer stream too, before it is asked again)."""
+        text deltas of an invalid answer stream too, before it is asked again).
+        ``content`` as for ``send``."""
         spec = None if output is None else output_spec(output)
+        parts: tuple[Part, ...] = ()
+        if content is not None or text is None:
+            text, parts = self._content(text, content)
         if self._scheduler is not None:  # refused before anything is stored
             self._scheduler.check(fairness_key(conversation_id))
         sender, receiver = trio.open_memory_channel[TurnEvent](_EVENT_BUFFER)
@@ -271,9 +302,10 @@ class ChatAgent:
             reply=Reply(events=sender),
             output=spec,
             trace_context=self._trace(),
+            parts=parts,
         )
         try:
-            handle = await self._route(conversation_id, request, text=text)
+            handle = await self._route(conversation_id, request, text=None if parts else text)
         except BaseException:
             sender.close()
             receiver.close()
@@ -635,6 +667,24 @@ class ChatAgent:
             self._grace = trio.CancelScope(deadline=deadline)
             self._nursery.start_soon(self._interrupt_when_due, self._grace)
 
+    def _content(
+        self, text: str | None, content: Sequence[Part] | None
+    ) -> tuple[str, tuple[Part, ...]]:
+        """A turn's text and parts from ``text`` or ``content``, refused (before
+        anything is stored) when the model cannot take them."""
+        text, parts = turn_input(text, content)
+        if parts:
+            settings = self._runtime.settings
+            check_supported(parts, accepts_parts_of(self._runtime.model), settings.describe_image)
+            if text:
+                _check_unicode("text", text)
+            for i, part in enumerate(parts):  # no store or wire can carry a lone surrogate
+                for name in ("url", "media_type", "filename"):
+                    value = getattr(part, name, None)
+                    if value is not None:
+                        _check_unicode(f"content part {i}'s {name}", value)
+        return text, parts
+
     def _trace(self) -> Context | None:
         """The caller's OpenTelemetry context, when the agent traces."""
         tracing = self._runtime.tracing
@@ -932,6 +982,7 @@ async def open_chat_agent(
     model_limits: ModelLimits | None = None,
     close_grace: float | None = None,
     output_retries: int = 2,
+    describe_image: ImageDescriber | None = None,
 ) -> AsyncIterator[ChatAgent]:
     """Open an agent: a nursery of conversation tasks over ``storage``.
 
@@ -1014,6 +1065,11 @@ async def open_chat_agent(
         output_retries: a typed turn's (``send(..., output=T)``) invalid
             answers sent back to the model with their error before the turn
             fails with ``invalid_output``.
+        describe_image: ``async (ImagePart) -> str``, for a model that takes
+            no images (its ``accepts_parts``): each image a request carries is
+            sent as ``[image: <description>]`` instead (asked once per image,
+            kept in a bounded cache); the stored message keeps the image. None:
+            a turn with an image fails with ``unsupported_content`` on such a model.
     """
     _positive("max_tool_rounds", max_tool_rounds)
     if isinstance(max_parallel_tools, bool) or not (
@@ -1044,6 +1100,8 @@ async def open_chat_agent(
         raise TypeError(f"context must be a ContextPolicy or None, got {context!r}")
     if content_limits is not None and not isinstance(content_limits, ContentLimits):
         raise TypeError(f"content_limits must be a ContentLimits or None, got {content_limits!r}")
+    if describe_image is not None and not callable(describe_image):
+        raise TypeError(f"describe_image must be callable, got {describe_image!r}")
     if approval_policy is not None and not callable(approval_policy):
         raise TypeError(f"approval_policy must be callable, got {approval_policy!r}")
     sources = tuple(toolsets)
@@ -1079,6 +1137,10 @@ async def open_chat_agent(
             context=context,
             content_limits=content_limits or ContentLimits(),
             output_retries=output_retries,
+            describe_image=describe_image,
+            descriptions=None
+            if describe_image is None or "image" in accepts_parts_of(model)
+            else Descriptions(describe_image),
         ),
         approval_policy=approval_policy,
         tracing=tracing,

@@ -634,7 +634,7 @@ class Conversation:
             await turn.check_room(request.text)  # before anything is stored
         if self.paused is not None:
             await self._supersede()
-        result = await turn.begin(request.text)
+        result = await turn.begin(request.text, request.parts)
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)

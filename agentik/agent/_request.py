@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from agentik._errors import TurnError
 from agentik._messages import Message, Role
+from agentik.agent._content import described
 from agentik.agent._context import ContextExhausted, ContextPolicy, estimate_tokens, select_window
 from agentik.agent._output import OutputSpec
 from agentik.agent._prompt import PromptContext, render_system_prompt
@@ -51,6 +52,9 @@ async def build_request(
     # The active toolsets' schemas take their share of the window.
     schemas = index.costs.total(tools[len(core) :]) if policy is not None else 0
     window = conv.history if policy is None else _window(conv, system, start, policy, schemas)
+    descriptions = runtime.settings.descriptions
+    if descriptions is not None:  # a text-only model: images as their descriptions
+        window = await described(window, descriptions)
     messages = (system, *window, *again)
     if output is None:
         return ModelRequest(messages, tools), index, active

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 import attrs
 import trio
 
+from agentik._parts import Part
 from agentik._sync import Pending
 from agentik.agent._events import TurnEvent, TurnResult
 from agentik.agent._turn_machine import Decided
@@ -82,6 +83,8 @@ class NewTurn:
     text: str
     idempotency_key: str | None
     reply: Reply[TurnResult]
+    parts: tuple[Part, ...] = ()
+    """The user message's content parts (``send(content=[...])``)."""
     output: OutputSpec | None = None
     """A typed turn's output (``send(..., output=T)``)."""
     trace_context: Context | None = None

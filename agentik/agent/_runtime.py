@@ -25,6 +25,7 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, ToolCall
 from agentik._scope import split_scope
 from agentik.agent._child_calls import ChildCalls
+from agentik.agent._content import Descriptions, ImageDescriber
 from agentik.agent._context import ContextPolicy, estimate_tokens, message_tokens
 from agentik.agent._failures import component_error
 from agentik.agent._limits import ContentLimits, PromptBudgets
@@ -118,6 +119,11 @@ class AgentSettings:
     """Sizes of skills and notes, and their share of a system prompt."""
     output_retries: int = 2
     """A typed turn's invalid answers sent back to the model before it fails."""
+    describe_image: ImageDescriber | None = None
+    """Maps an image to text for a model that takes no images."""
+    descriptions: Descriptions | None = None
+    """Set when the model takes no images and ``describe_image`` is given:
+    requests then carry each image's description instead (``_content``)."""
 
 
 @attrs.define

@@ -33,6 +33,7 @@ import trio
 
 from agentik._errors import TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik._parts import Part
 from agentik.agent._call_plans import Ready, plan_call
 from agentik.agent._events import (
     ApprovalRequest,
@@ -90,6 +91,21 @@ if TYPE_CHECKING:
     from agentik.toolsets import ToolsetIndex
 
 EmitFn = Callable[[TurnEvent], Awaitable[None]]
+
+
+def with_parts(actions: list[TurnAction], parts: tuple[Part, ...]) -> list[TurnAction]:
+    """The machine's first actions of a turn, its user message given the
+    turn's content parts (``send(content=[...])``). The machine decides from
+    the text alone; the parts only travel with the message it records."""
+    out: list[TurnAction] = []
+    for action in actions:
+        if isinstance(action, Message) and action.role is Role.USER:
+            action = attrs.evolve(action, parts=parts)
+        elif isinstance(action, Record) and action.message.role is Role.USER:
+            action = attrs.evolve(action, message=attrs.evolve(action.message, parts=parts))
+        out.append(action)
+    return out
+
 
 _ENDS = (CallModel, Finish, AwaitApproval, Fail)
 """Actions that end a list (the machine puts them last)."""
@@ -164,8 +180,11 @@ class Turn:
             answer_tool=answer_tool,
         )
 
-    async def begin(self, text: str) -> TurnResult:
-        result = await self.run(self.machine.handle(Begin(text, self.key)))
+    async def begin(self, text: str, parts: tuple[Part, ...] = ()) -> TurnResult:
+        actions = self.machine.handle(Begin(text, self.key))
+        if parts:
+            actions = with_parts(actions, parts)
+        result = await self.run(actions)
         assert result is not None
         return result
 

@@ -11,9 +11,11 @@ from agentik.models._protocol import ChatModel as ChatModel
 from agentik.models._protocol import ModelRequest as ModelRequest
 from agentik.models._protocol import ModelResponse as ModelResponse
 from agentik.models._protocol import ModelStreamEvent as ModelStreamEvent
+from agentik.models._protocol import PartKind as PartKind
 from agentik.models._protocol import StreamingChatModel as StreamingChatModel
 from agentik.models._protocol import TextDelta as TextDelta
 from agentik.models._protocol import ToolCallDelta as ToolCallDelta
+from agentik.models._protocol import accepts_parts_of as accepts_parts_of
 from agentik.models._protocol import structured_output_of as structured_output_of
 from agentik.models._rate_limits import RateLimitAnswer as RateLimitAnswer
 from agentik.models._rate_limits import read_rate_limit as read_rate_limit
@@ -44,6 +46,7 @@ __all__ = [
     "ModelScheduler",
     "ModelStreamEvent",
     "OpenAICompatibleModel",
+    "PartKind",
     "RateLimitAnswer",
     "Responder",
     "RetryPolicy",
@@ -54,6 +57,7 @@ __all__ = [
     "StreamingChatModel",
     "TextDelta",
     "ToolCallDelta",
+    "accepts_parts_of",
     "bench_responder",
     "current_fairness_key",
     "demo_responder",

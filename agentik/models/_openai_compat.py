@@ -25,7 +25,14 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from contextlib import AsyncExitStack, aclosing
 from functools import partial
 from types import TracebackType
@@ -38,12 +45,15 @@ from agentik._errors import ModelBackendError
 from agentik._json import JsonValue
 from agentik.models._gate import FifoGate, Gate
 from agentik.models._protocol import (
+    PART_KINDS,
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    PartKind,
     StructuredOutput,
     TextDelta,
     ToolCallDelta,
+    check_accepts_parts,
     check_structured_output,
 )
 from agentik.models._rate_limits import read_rate_limit
@@ -130,6 +140,7 @@ class OpenAICompatibleModel:
     """
 
     __slots__ = (
+        "_accepts_parts",
         "_admission",
         "_api_key",
         "_base_url",
@@ -166,6 +177,7 @@ class OpenAICompatibleModel:
         gate: Gate | None = None,
         connect_timeout: float | None = None,
         structured_output: StructuredOutput = "response_format",
+        accepts_parts: Iterable[PartKind] = PART_KINDS,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ModelBackendError(
@@ -196,6 +208,7 @@ class OpenAICompatibleModel:
             )
         try:
             self._structured_output = check_structured_output(structured_output)
+            self._accepts_parts = check_accepts_parts(accepts_parts)
         except ValueError as error:
             raise ModelBackendError(str(error)) from None
         self._base_url = base_url.rstrip("/")
@@ -239,6 +252,13 @@ class OpenAICompatibleModel:
         """How a typed turn asks this backend for its answer: ``response_format``
         (``json_schema``), or ``tool`` for a backend that cannot take it."""
         return self._structured_output
+
+    @property
+    def accepts_parts(self) -> frozenset[PartKind]:
+        """The kinds of content part sent to this backend (images as
+        ``image_url``, files as ``file``); empty for a text-only model, whose
+        turns with parts then fail with ``unsupported_content``."""
+        return self._accepts_parts
 
     @property
     def gate(self) -> Gate:
@@ -502,7 +522,9 @@ class OpenAICompatibleModel:
             ) from None
 
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = request_body(self._model, request, self._params, stream=stream)
+        body = request_body(
+            self._model, request, self._params, stream=stream, accepts=self._accepts_parts
+        )
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 

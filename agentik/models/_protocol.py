@@ -53,6 +53,32 @@ def structured_output_of(model: object) -> StructuredOutput:
     return check_structured_output(getattr(model, "structured_output", "response_format"))
 
 
+PartKind: TypeAlias = Literal["image", "file"]
+"""A kind of content part a model may take beyond text."""
+PART_KINDS: tuple[PartKind, ...] = ("image", "file")
+
+
+def check_accepts_parts(value: Iterable[object]) -> frozenset[PartKind]:
+    """``value`` as a set of ``PartKind``, or a clear ``ValueError``."""
+    if isinstance(value, str):
+        raise ValueError(f"accepts_parts must be a collection of 'image', 'file', got {value!r}")
+    kinds: set[PartKind] = set()
+    for kind in value:
+        if kind == "image":
+            kinds.add("image")
+        elif kind == "file":
+            kinds.add("file")
+        else:
+            raise ValueError(f"accepts_parts takes 'image' and 'file', got {kind!r}")
+    return frozenset(kinds)
+
+
+def accepts_parts_of(model: object) -> frozenset[PartKind]:
+    """The kinds of part ``model`` takes beyond text: its ``accepts_parts``,
+    else none (a model that does not say is text-only)."""
+    return check_accepts_parts(getattr(model, "accepts_parts", ()))
+
+
 @attrs.frozen
 class ModelRequest:
     """One model call. ``messages[0]`` is the system message, built afresh for

@@ -24,8 +24,10 @@ from agentik.models._protocol import (
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    PartKind,
     StreamingChatModel,
     StructuredOutput,
+    accepts_parts_of,
     structured_output_of,
 )
 from agentik.models._scheduler import ModelScheduler, ScheduledCall, current_fairness_key
@@ -65,6 +67,11 @@ class ScheduledModel:
     def structured_output(self) -> StructuredOutput:
         """How the model admitted is asked for a typed answer."""
         return structured_output_of(self._model)
+
+    @property
+    def accepts_parts(self) -> frozenset[PartKind]:
+        """The kinds of part the model admitted takes beyond text."""
+        return accepts_parts_of(self._model)
 
     def __repr__(self) -> str:
         return f"ScheduledModel({self._model!r})"

@@ -18,12 +18,15 @@ import trio
 
 from agentik._errors import ModelBackendError
 from agentik.models._protocol import (
+    PART_KINDS,
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    PartKind,
     StructuredOutput,
     TextDelta,
     ToolCallDelta,
+    check_accepts_parts,
     check_structured_output,
 )
 
@@ -54,6 +57,11 @@ class ScriptedModel:
     """How the agent asks it for a typed answer: ``response_format`` (it
     answers with the JSON as its text) or ``tool`` (it calls the request's
     ``output_tool``), to play either kind of backend."""
+    accepts_parts: frozenset[PartKind] = attrs.field(
+        default=frozenset(PART_KINDS), kw_only=True, converter=check_accepts_parts
+    )
+    """The kinds of content part it takes beyond text (images and files);
+    ``()`` to play a text-only model."""
 
     @property
     def provider_name(self) -> str:

@@ -14,6 +14,7 @@ builds the final ``ModelResponse``. Invariants:
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 
@@ -22,6 +23,7 @@ import attrs
 from agentik._errors import ModelBackendError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
+from agentik._parts import ImagePart, TextPart
 from agentik.models._protocol import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
 from agentik.models._response_format import response_format
 
@@ -30,10 +32,19 @@ RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream", "stream_opt
 
 
 def request_body(
-    model: str, request: ModelRequest, params: Mapping[str, JsonValue], *, stream: bool
+    model: str,
+    request: ModelRequest,
+    params: Mapping[str, JsonValue],
+    *,
+    stream: bool,
+    accepts: frozenset[str] = frozenset({"image", "file"}),
 ) -> JsonObject:
-    """The JSON body of one Chat Completions call."""
-    body: JsonObject = {"model": model, "messages": [_message(m) for m in request.messages]}
+    """The JSON body of one Chat Completions call; parts of a kind the
+    backend does not take (``accepts``) go as a line of text saying so."""
+    body: JsonObject = {
+        "model": model,
+        "messages": [_message(m, accepts) for m in request.messages],
+    }
     if request.tools:
         body["tools"] = [
             {
@@ -57,7 +68,7 @@ def request_body(
     return body
 
 
-def _message(message: Message) -> JsonObject:
+def _message(message: Message, accepts: frozenset[str]) -> JsonObject:
     if message.role is Role.TOOL:
         if message.tool_call_id is None:
             raise ModelBackendError("a tool message needs a tool_call_id, got None")
@@ -75,7 +86,43 @@ def _message(message: Message) -> JsonObject:
                 for call in message.tool_calls
             ],
         }
+    if message.parts:
+        return {"role": message.role.value, "content": content_parts(message, accepts)}
     return {"role": message.role.value, "content": message.content}
+
+
+def content_parts(
+    message: Message, accepts: frozenset[str] = frozenset({"image", "file"})
+) -> list[JsonValue]:
+    """A message with parts as OpenAI's content parts: its text first (when it
+    has any), then each part in order. Inline data goes as a ``data:`` URL;
+    a file by url as ``file_id`` (how LiteLLM takes a file's URL). A part of
+    a kind not in ``accepts`` (a text-only backend asked to reflect on a
+    history with images) is a text line naming what was left out."""
+    out: list[JsonValue] = []
+    if message.content:
+        out.append({"type": "text", "text": message.content})
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+            continue
+        kind = "image" if isinstance(part, ImagePart) else "file"
+        if kind not in accepts:
+            out.append({"type": "text", "text": f"[{kind} not shown: this model takes no {kind}s]"})
+            continue
+        url = part.url if part.data is None else _data_url(part.data, part.media_type)
+        if isinstance(part, ImagePart):
+            out.append({"type": "image_url", "image_url": {"url": url}})
+            continue
+        file: JsonObject = {"file_id": url} if part.data is None else {"file_data": url}
+        if part.filename is not None:
+            file["filename"] = part.filename
+        out.append({"type": "file", "file": file})
+    return out
+
+
+def _data_url(data: bytes, media_type: str | None) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def parse_json(text: str | bytes, what: str) -> JsonValue:

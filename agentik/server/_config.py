@@ -86,6 +86,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "connect_timeout", "float", "AGENTIK_MODEL_CONNECT_TIMEOUT"),
     Setting("model", "max_retries", "count", "AGENTIK_MODEL_MAX_RETRIES"),
     Setting("model", "structured_output", "str", "AGENTIK_MODEL_STRUCTURED_OUTPUT"),
+    Setting("model", "accepts_parts", "list", "AGENTIK_MODEL_ACCEPTS_PARTS"),
     Setting("model", "requests_per_minute", "int", "AGENTIK_MODEL_REQUESTS_PER_MINUTE"),
     Setting("model", "tokens_per_minute", "int", "AGENTIK_MODEL_TOKENS_PER_MINUTE"),
     Setting("model", "max_concurrent", "int", "AGENTIK_MODEL_MAX_CONCURRENT"),
@@ -94,6 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agent", "toolsets", "list", "AGENTIK_TOOLSETS"),
     Setting("agent", "tools", "list", "AGENTIK_TOOLS"),
     Setting("limits", "max_body_bytes", "int", "AGENTIK_MAX_BODY_BYTES"),
+    Setting("limits", "max_part_bytes", "int", "AGENTIK_MAX_PART_BYTES"),
     Setting("limits", "max_queued_turns", "int", "AGENTIK_MAX_QUEUED_TURNS"),
     Setting("limits", "max_conversations", "int", "AGENTIK_MAX_CONVERSATIONS"),
     Setting("limits", "max_tool_rounds", "int", "AGENTIK_MAX_TOOL_ROUNDS"),
@@ -313,6 +315,7 @@ def _build(
     base = Limits()
     limits = Limits(
         max_body_bytes=int(number("max_body_bytes", base.max_body_bytes)),
+        max_part_bytes=int(number("max_part_bytes", base.max_part_bytes)),
         max_queued_turns=int(number("max_queued_turns", base.max_queued_turns)),
         max_conversations=int(number("max_conversations", base.max_conversations)),
         max_tool_rounds=int(number("max_tool_rounds", base.max_tool_rounds)),
@@ -470,9 +473,19 @@ def _model(merged: Mapping[tuple[str, str], Raw], env: Mapping[str, str]) -> Mod
         raise ConfigError(
             f"[model] structured_output must be 'response_format' or 'tool', got {structured!r}"
         )
+    accepts = merged.get(("model", "accepts_parts"))
+    if accepts is not None and (
+        not isinstance(accepts, list) or not set(accepts) <= {"image", "file"}
+    ):
+        raise ConfigError(
+            f"[model] accepts_parts must be a list of 'image' and 'file', got {accepts!r}"
+        )
     return ModelSettings(
         base_url=base_url,
         model=model,
+        accepts_parts=None
+        if accepts is None
+        else tuple("image" if kind == "image" else "file" for kind in accepts),
         api_key=api_key or None,
         max_connections=connections,
         # each checked by its kind already (_check_kind)

@@ -232,6 +232,8 @@ def model_timeouts(settings: ModelSettings) -> dict[str, Any]:
         given["retry"] = RetryPolicy(max_retries=settings.max_retries)
     if settings.structured_output is not None:
         given["structured_output"] = settings.structured_output
+    if settings.accepts_parts is not None:
+        given["accepts_parts"] = settings.accepts_parts
     return given
 
 

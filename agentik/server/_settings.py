@@ -66,6 +66,11 @@ class ModelSettings:
     """How a typed turn asks the backend for its answer
     (``OpenAICompatibleModel(structured_output=)``): ``tool`` for a backend
     that cannot take ``response_format``. None: the model's default."""
+    accepts_parts: tuple[Literal["image", "file"], ...] | None = None
+    """The kinds of content part the model takes (``OpenAICompatibleModel(
+    accepts_parts=)``): ``[]`` for a text-only model, whose turns with an
+    image or a file then get 415 (``unsupported_content``). None: the
+    model's default, images and files."""
 
 
 @attrs.frozen(kw_only=True)
@@ -74,6 +79,11 @@ class Limits:
 
     max_body_bytes: int = 1_048_576
     """Larger request bodies get 413 before they are parsed."""
+    max_part_bytes: int = 524_288
+    """Bytes of one content part of a turn (an image's or a file's data, a
+    text part's UTF-8); a request with a larger one gets 413
+    (``part_too_large``) and nothing is stored. Inline data travels as base64
+    (a third larger): raise ``max_body_bytes`` with it."""
     max_queued_turns: int = 8
     """Turns waiting per conversation; past it, 429 with Retry-After."""
     max_conversations: int = 100_000

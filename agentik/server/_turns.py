@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 
 from agentik._errors import (
@@ -36,6 +36,7 @@ from agentik._errors import (
     TurnError,
 )
 from agentik._json import JsonObject
+from agentik._parts import Part
 from agentik.agent import (
     ChatAgent,
     ElicitationError,
@@ -44,6 +45,7 @@ from agentik.agent import (
     TurnFinished,
     TurnResult,
 )
+from agentik.server._content import turn_content
 from agentik.server._owners import SEPARATOR, Caller
 from agentik.server.http import HttpError, Redirect
 
@@ -66,6 +68,8 @@ _TURN_STATUS = {
     # The turn does not fit the context window: the request is too large for
     # this deployment, and sending it again cannot help (never a 5xx).
     "context_exhausted": 413,
+    # An image or a file for a model that takes none (its accepts_parts).
+    "unsupported_content": 415,
     # The server is shutting down: the turn was interrupted past the grace (it
     # resumes when the server starts again) or never started; retry there.
     "interrupted": 503,
@@ -169,11 +173,17 @@ async def send_turn(
     key: str | None,
     *,
     output: JsonObject | None = None,
+    parts: Sequence[Part] = (),
 ) -> TurnResult:
     began = time.perf_counter()
+    turn_text, content = turn_content(text, parts)
     try:
         result = await agent.send(
-            caller.internal(conversation_id), text, idempotency_key=key, output=output
+            caller.internal(conversation_id),
+            turn_text,
+            content=content,
+            idempotency_key=key,
+            output=output,
         )
     except (AgentikError, ValueError) as exc:
         raise refuse(transport, caller, conversation_id, exc, began) from exc
@@ -190,14 +200,22 @@ async def open_stream(
     key: str | None,
     *,
     output: JsonObject | None = None,
+    parts: Sequence[Part] = (),
 ) -> tuple[AsyncIterator[TurnEvent], AsyncExitStack]:
     """Enter ``agent.stream``; refusals raise ``HttpError`` before any byte is sent.
     The caller closes the returned stack when done (``EventStream`` does)."""
     began = time.perf_counter()
     stack = AsyncExitStack()
+    turn_text, content = turn_content(text, parts)
     try:
         events = await stack.enter_async_context(
-            agent.stream(caller.internal(conversation_id), text, idempotency_key=key, output=output)
+            agent.stream(
+                caller.internal(conversation_id),
+                turn_text,
+                content=content,
+                idempotency_key=key,
+                output=output,
+            )
         )
     except (AgentikError, ValueError) as exc:
         raise refuse(transport, caller, conversation_id, exc, began) from exc

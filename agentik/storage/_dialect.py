@@ -93,6 +93,9 @@ class Dialect(ABC, Generic[C]):
     unique_violation: type[Exception]
     """What the driver raises for a broken unique key."""
 
+    foreign_key_violation: type[Exception]
+    """What the driver raises for a broken foreign key."""
+
     def __init__(self) -> None:
         self._statements: dict[str, str] = {}
 

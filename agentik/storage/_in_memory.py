@@ -22,6 +22,7 @@ import trio
 from agentik._errors import DuplicateKeyError, StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats
+from agentik._parts import Part, TextPart, blob_hash
 from agentik._sync import Pending
 from agentik.storage._archive import (
     ArchivedApproval,
@@ -64,6 +65,8 @@ class _Conversation:
     """Seqs of the user messages of turns that answered with a typed output."""
     summaries: builtins.list[Summary] = attrs.Factory(list)
     """Oldest first; each covers more than the one before."""
+    blobs: set[str] = attrs.Factory(set)
+    """Hashes of the blobs its messages' parts hold (``InMemoryMessageStore._blobs``)."""
 
     def interrupted(self) -> bool:
         """Whether the last turn is interrupted (``interrupted_conversations``)."""
@@ -91,6 +94,8 @@ class InMemoryMessageStore:
         reflections: InMemoryReflectionStore | None = None,
     ) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        self._blobs: dict[str, tuple[bytes, set[str]]] = {}
+        """Hash -> a part's inline data, kept once, and the conversations using it."""
         self._clock = clock
         # The bundle's other stores, so a conversation is deleted, exported and
         # imported whole (``in_memory_storage`` wires them).
@@ -126,6 +131,7 @@ class InMemoryMessageStore:
                 return pending
         if conversation is None:
             conversation = self._conversations[conversation_id] = _Conversation()
+        parts = message.parts
         # Positional, not ``attrs.evolve`` (several times dearer, once per message);
         # a test pins Message's field order.
         stored = Message(
@@ -136,12 +142,40 @@ class InMemoryMessageStore:
             message.usage,
             len(conversation.messages) + 1,
             now,
+            self._keep_blobs(conversation_id, conversation, parts) if parts else parts,
         )
         conversation.messages.append(stored)
         if idempotency_key is not None:
             conversation.keys[idempotency_key] = len(conversation.messages)
             conversation.keyed.append((len(conversation.messages), idempotency_key))
         return Pending.completed(stored)
+
+    def _keep_blobs(
+        self, conversation_id: str, conversation: _Conversation, parts: Sequence[Part]
+    ) -> tuple[Part, ...]:
+        """``parts`` holding the store's one copy of each inline data."""
+        kept: builtins.list[Part] = []
+        for part in parts:
+            if isinstance(part, TextPart) or part.data is None:
+                kept.append(part)
+                continue
+            key = blob_hash(part.data)
+            stored, users = self._blobs.setdefault(key, (part.data, set()))
+            users.add(conversation_id)
+            conversation.blobs.add(key)
+            kept.append(part if stored is part.data else attrs.evolve(part, data=stored))
+        return tuple(kept)
+
+    def _drop_blobs(self, conversation_id: str, conversation: _Conversation) -> None:
+        for key in conversation.blobs:
+            _, users = self._blobs[key]
+            users.discard(conversation_id)
+            if not users:
+                del self._blobs[key]
+
+    async def count_blobs(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return len(self._blobs)
 
     async def get_messages(
         self, conversation_id: str, *, after_seq: int = 0, page_size: int = DEFAULT_PAGE_SIZE
@@ -360,7 +394,10 @@ class InMemoryMessageStore:
             newest = None if conversation is None else conversation.messages[-1].created_at
             if newest is None or to_micros(newest) >= cutoff:
                 return False
-        found = self._conversations.pop(conversation_id, None) is not None
+        dropped = self._conversations.pop(conversation_id, None)
+        found = dropped is not None
+        if dropped is not None:
+            self._drop_blobs(conversation_id, dropped)
         if self._notes is not None:
             found = self._notes._drop(conversation_id) or found
         if self._reflections is not None:
@@ -426,7 +463,7 @@ class InMemoryMessageStore:
                 expected = len(conversation.messages) + 1
                 if message.seq != expected or message.created_at is None:
                     raise StoreError(_bad_seq(message.seq, expected))
-                conversation.messages.append(message)
+                conversation.messages.append(message)  # its blobs are kept once it all checks
                 key = record.idempotency_key
                 if key is not None:
                     if key in conversation.keys:
@@ -449,6 +486,12 @@ class InMemoryMessageStore:
                 conversation.summaries.append(record.summary)
         _check_summaries(conversation.summaries, len(conversation.messages))
         if conversation.messages:
+            conversation.messages[:] = [
+                attrs.evolve(m, parts=self._keep_blobs(conversation_id, conversation, m.parts))
+                if m.parts
+                else m
+                for m in conversation.messages
+            ]
             self._conversations[conversation_id] = conversation
         if self._notes is not None:
             self._notes._restore(conversation_id, notes)

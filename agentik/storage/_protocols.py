@@ -214,6 +214,14 @@ class FullMessageStore(MessageStore, Protocol):
         """How many messages of the conversation carry a key ending with ``key_suffix``."""
         ...
 
+    # --- content parts: inline data kept once ---
+
+    async def count_blobs(self) -> int:
+        """How many distinct blobs (a part's inline data, by content hash) the
+        store holds: the same data sent in many messages is one blob, and a
+        blob goes when the last conversation using it is deleted."""
+        ...
+
     # --- the turn ledger: a turn's state, atomically with its messages ---
 
     async def submit_awaiting(

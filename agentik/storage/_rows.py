@@ -16,6 +16,7 @@ from agentik._errors import StoreError
 from agentik._json import dumps_ascii
 from agentik._messages import Message, Role, ToolCall
 from agentik._serde import converter
+from agentik.storage._parts_column import parts_column
 
 _unstructure_tool_calls = converter.get_unstructure_hook(tuple[ToolCall, ...])
 """The converter's own hook, looked up once: as fast as a hand-written
@@ -34,10 +35,12 @@ class MessageRow:
     writer's append request extends it."""
 
     __slots__ = (
+        "blobs",
         "completion_tokens",
         "conversation_id",
         "idempotency_key",
         "message",
+        "parts",
         "prompt_tokens",
         "role",
         "seq",
@@ -62,6 +65,13 @@ class MessageRow:
         tool_calls = message.tool_calls
         self.tool_calls = tool_calls_json(tool_calls) if tool_calls else None
         """The ``tool_calls`` column (JSON), None when there are none."""
+        parts = message.parts
+        self.parts: str | None = None
+        self.blobs: dict[str, bytes] | None = None
+        if parts:
+            self.parts, self.blobs = parts_column(parts)
+        """The ``parts`` column (JSON), and the blobs it names (to store beside
+        the message: ``MessageQueries.insert_blobs``); None without parts."""
         self.seq = 0
         """Set when the row is built, inside the writer's transaction."""
 
@@ -79,4 +89,5 @@ class MessageRow:
             message.usage,
             self.seq,
             now,
+            message.parts,
         )

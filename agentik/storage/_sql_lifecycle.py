@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from agentik._errors import StoreError
 from agentik._memory import MemoryEntry, Reflection
@@ -49,6 +49,7 @@ CONVERSATION_TABLES = (
     "turn_failure",
     "turn_output",
     "summary",
+    "blob_use",
 )
 
 # As ``list_conversations``: one index probe per conversation walked, then one
@@ -89,15 +90,39 @@ class SqlQueries(TurnQueries[C]):
             )
             if newest is None or d.time_of(newest[0]) >= from_micros(idle_before_us):
                 return False
+        used = d.rows(
+            connection, d.sql("SELECT hash FROM blob_use WHERE conversation_id = ?"), (key,)
+        )
         deleted = 0
         for table in self.conversation_tables:
             deleted += d.changed(
                 connection, d.sql(f"DELETE FROM {table} WHERE conversation_id = ?"), (key,)
             )
+        for (hash_,) in used:
+            self._drop_blob_if_unused(connection, cast("str", hash_))
         # The next append starts again at seq 1: the cached last seq must go
         # (if this savepoint rolls back, forgetting only costs a look-up).
         session.seqs.forget(conversation_id)
         return deleted > 0
+
+    def _drop_blob_if_unused(self, connection: C, hash_: str) -> None:
+        """Delete a blob no conversation uses any more. On PostgreSQL another
+        node may be storing it for a conversation of its own at this moment:
+        its use row holds the blob (the foreign key), so the delete fails and
+        the blob stays, which is what that conversation needs."""
+        d = self.d
+        try:
+            with d.guard(connection):
+                d.changed(
+                    connection,
+                    d.sql(
+                        "DELETE FROM blob WHERE hash = ?"
+                        " AND NOT EXISTS (SELECT 1 FROM blob_use WHERE hash = ?)"
+                    ),
+                    (hash_, hash_),
+                )
+        except d.foreign_key_violation:
+            pass
 
     def idle_conversations(
         self, connection: C, before_us: int, after: str | None, limit: int
@@ -123,9 +148,10 @@ class SqlQueries(TurnQueries[C]):
             ),
             (d.text(conversation_id), after_seq, limit),
         )
+        blobs = self.blobs_of(connection, rows)
         return [
             ArchivedMessage(
-                message=self.message_of(row[:-1]),
+                message=self.message_of(row[:-1], blobs),
                 idempotency_key=None if row[-1] is None else d.text_of(row[-1]),
             )
             for row in rows
@@ -359,7 +385,7 @@ class SqlQueries(TurnQueries[C]):
                     d.sql(
                         "INSERT INTO message (conversation_id, seq, role, content, tool_calls,"
                         " tool_call_id, prompt_tokens, completion_tokens, {created},"
-                        " idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " idempotency_key, parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
                     (
                         d.text(conversation_id),
@@ -372,12 +398,15 @@ class SqlQueries(TurnQueries[C]):
                         insert.completion_tokens,
                         d.time(message.created_at),
                         None if idempotency_key is None else d.text(idempotency_key),
+                        insert.parts,
                     ),
                 )
         except d.unique_violation as error:
             raise StoreError(
                 f"idempotency key {idempotency_key!r} appears twice in the import"
             ) from error
+        if insert.blobs:
+            self.insert_blobs(connection, conversation_id, insert.blobs)
 
 
 def _at(created_at: datetime | None, what: str) -> datetime:

@@ -12,7 +12,7 @@ with its dialect, adding its fast paths.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import groupby
 from typing import Generic, TypeVar, cast
@@ -24,6 +24,7 @@ from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
 from agentik._serde import converter
 from agentik.storage._dialect import Dialect, Row, SqlSession
+from agentik.storage._parts_column import NO_BLOBS, blob_keys, parts_of
 from agentik.storage._values import KeyedTurn
 
 C = TypeVar("C")
@@ -34,8 +35,11 @@ NO_END = 2**62
 
 _TOOL_CALLS = tuple[ToolCall, ...]
 MESSAGE_COLUMNS = (
-    "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, {created}"
+    "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, {created},"
+    " parts"
 )
+_PARTS = 8
+"""The place of ``parts`` in a ``MESSAGE_COLUMNS`` row."""
 
 # The keyed rows of one page (the index on (conversation_id, seq), walked
 # newest first), then for each the seq of the next user message (the same
@@ -88,9 +92,16 @@ class MessageQueries(Generic[C]):
 
     # --- rows ---
 
-    def message_of(self, row: Row | Sequence[object]) -> Message:
-        """A ``MESSAGE_COLUMNS`` row."""
-        seq, role, content, tool_calls, tool_call_id, prompt, completion, created = row
+    def messages_of(self, connection: C, rows: Sequence[Row | Sequence[object]]) -> list[Message]:
+        """``MESSAGE_COLUMNS`` rows, with the blobs their parts name."""
+        blobs = self.blobs_of(connection, rows)
+        return [self.message_of(row, blobs) for row in rows]
+
+    def message_of(
+        self, row: Row | Sequence[object], blobs: Mapping[str, bytes] = NO_BLOBS
+    ) -> Message:
+        """A ``MESSAGE_COLUMNS`` row; ``blobs`` holds the data its parts name."""
+        seq, role, content, tool_calls, tool_call_id, prompt, completion, created, parts = row
         d = self.d
         return Message(
             role=Role(role),
@@ -106,7 +117,54 @@ class MessageQueries(Generic[C]):
             ),
             seq=cast("int", seq),
             created_at=d.time_of(created),
+            parts=() if parts is None else parts_of(cast("str", parts), blobs),
         )
+
+    # --- blobs: a part's inline data, stored once by hash ---
+
+    def blobs_of(
+        self, connection: C, rows: Iterable[Row | Sequence[object]]
+    ) -> Mapping[str, bytes]:
+        """The data of every blob the parts of ``rows`` name; no statement when
+        none has parts. Read after the rows: a blob found gone means its
+        conversation was deleted meanwhile (``parts_of`` says so)."""
+        keys: set[str] = set()
+        for row in rows:
+            parts = row[_PARTS]
+            if parts is not None:
+                keys.update(blob_keys(cast("str", parts)))
+        if not keys:
+            return NO_BLOBS
+        d = self.d
+        found: dict[str, bytes] = {}
+        for key in sorted(keys):
+            blob = d.row(connection, d.sql("SELECT data FROM blob WHERE hash = ?"), (key,))
+            if blob is not None:
+                found[key] = bytes(cast("bytes", blob[0]))
+        return found
+
+    def insert_blobs(self, connection: C, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Store each blob once (a hash already stored is left as it is), and
+        record that the conversation uses it."""
+        d = self.d
+        key = d.text(conversation_id)
+        for hash_, data in blobs.items():
+            d.changed(
+                connection,
+                d.sql("INSERT INTO blob (hash, data) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"),
+                (hash_, data),
+            )
+            d.changed(
+                connection,
+                d.sql(
+                    "INSERT INTO blob_use (conversation_id, hash) VALUES (?, ?)"
+                    " ON CONFLICT (conversation_id, hash) DO NOTHING"
+                ),
+                (key, hash_),
+            )
+
+    def count_blobs(self, connection: C) -> int:
+        return self._count(connection, "SELECT count(*) FROM blob", {})
 
     def _entry(self, kind: type[E], row: Row) -> E:
         """A note or a reflection (``_NOTE_COLUMNS``: the same four)."""
@@ -148,7 +206,7 @@ class MessageQueries(Generic[C]):
             ),
             (d.text(conversation_id), after_seq, limit),
         )
-        return [self.message_of(row) for row in rows]
+        return self.messages_of(connection, rows)
 
     def token_stats(self, connection: C, conversation_id: str) -> TokenStats:
         d = self.d
@@ -210,8 +268,12 @@ class MessageQueries(Generic[C]):
                 "most": max_messages,
             },
         )
+        blobs = self.blobs_of(connection, (row[2:] for row in rows))
         return [
-            KeyedTurn(key=d.text_of(key), messages=tuple(self.message_of(row[2:]) for row in group))
+            KeyedTurn(
+                key=d.text_of(key),
+                messages=tuple(self.message_of(row[2:], blobs) for row in group),
+            )
             for (_, key), group in groupby(rows, key=lambda row: (row[0], row[1]))
         ]
 

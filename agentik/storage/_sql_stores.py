@@ -238,6 +238,9 @@ class SqlMessageStore(Generic[C, S]):
             )
         )
 
+    async def count_blobs(self) -> int:
+        return await self._readers.read(self._q.count_blobs)
+
     # --- a conversation as a whole ---
 
     async def delete_conversation(

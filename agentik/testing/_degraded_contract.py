@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, ToolCall
+from agentik._parts import ImagePart
 from agentik.storage import Storage, TurnRecord
 
 Case = Callable[[Storage], Awaitable[None]]
@@ -126,6 +127,15 @@ async def _seed_keeps_no_summaries(bundle: Storage) -> None:
     assert await store.list_summaries("c") == []
 
 
+async def _seed_counts_no_blobs(bundle: Storage) -> None:
+    """A message's parts are what the seed store keeps of them; no blob is
+    counted (the seed protocol has no blob table)."""
+    store = bundle.message_store
+    image = ImagePart(data=b"\x89PNG", media_type="image/png")
+    await store.append("c", Message(Role.USER, "see", parts=(image,)))
+    assert await store.count_blobs() == 0, "a seed store counted blobs"
+
+
 async def _seed_cannot_list_archived_notes(bundle: Storage) -> None:
     """``list_archived`` is refused with a ``StoreError``; archiving still works."""
     notes = bundle.working_memory_store
@@ -143,5 +153,6 @@ DEGRADED_MESSAGE_CASES: tuple[Case, ...] = (
     _seed_records_no_failures,
     _seed_cannot_delete_export_or_import,
     _seed_keeps_no_summaries,
+    _seed_counts_no_blobs,
 )
 DEGRADED_MEMORY_CASES: tuple[Case, ...] = (_seed_cannot_list_archived_notes,)

@@ -12,6 +12,7 @@ import attrs
 
 from agentik._errors import StoreError
 from agentik._messages import Message, Role, TokenStats, TokenUsage, ToolCall
+from agentik._parts import ImagePart
 from agentik.storage import (
     ArchivedMessage,
     ArchivedNote,
@@ -31,7 +32,7 @@ async def _history(bundle: Storage, conversation_id: str) -> list[Message]:
 
 async def _fill(bundle: Storage, conversation_id: str) -> None:
     """A conversation with something in every place a store keeps: messages
-    (usage, a tool call, idempotency keys), notes (one archived), a
+    (usage, a tool call, idempotency keys, an image of its own), notes (one archived), a
     reflection, approvals and a failed turn, two chained summaries."""
     store = bundle.message_store
     await store.append(conversation_id, Message(Role.USER, "first"), idempotency_key="k1")
@@ -46,7 +47,15 @@ async def _fill(bundle: Storage, conversation_id: str) -> None:
     await store.append(conversation_id, Message(Role.TOOL, "one", tool_call_id="c1"))
     await store.append(conversation_id, Message(Role.TOOL, "two", tool_call_id="c2"))
     await store.append(conversation_id, Message(Role.ASSISTANT, "done", usage=TokenUsage(7, 2)))
-    await store.append(conversation_id, Message(Role.USER, "second ✓"), idempotency_key="k2")
+    await store.append(
+        conversation_id,
+        Message(
+            Role.USER,
+            "second ✓",
+            parts=(ImagePart(data=conversation_id.encode(), media_type="image/png"),),
+        ),
+        idempotency_key="k2",
+    )
     await (await store.submit_turn_failure(conversation_id, 6, "model_error")).wait()
     await (await store.submit_turn_output(conversation_id, 1)).wait()
     notes = bundle.working_memory_store
@@ -81,9 +90,15 @@ async def _delete_removes_the_conversation_whole(bundle: Storage) -> None:
     assert (await bundle.message_store.turn_record("gone", 1)).output
     await _fill(bundle, "kept")
     kept = await _everything_of(bundle, "kept")
+    blobs = await deleter.count_blobs()
     assert await deleter.delete_conversation("gone") is True
+    assert await deleter.count_blobs() == blobs - 1, "a blob only it used survived the delete"
     store = bundle.message_store
-    assert await _history(bundle, "gone") == [], "messages survived the delete"
+    try:
+        left = await _history(bundle, "gone")
+    except StoreError as error:  # a message kept, its blob gone
+        raise AssertionError(f"messages survived the delete, unreadable: {error}") from error
+    assert left == [], "messages survived the delete"
     assert await store.token_stats("gone") == TokenStats()
     assert await store.find_idempotency_key("gone", "k1") is None, "a key survived the delete"
     assert await bundle.working_memory_store.list("gone") == [], "notes survived the delete"

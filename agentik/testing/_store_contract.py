@@ -35,6 +35,7 @@ from agentik.testing._degraded_contract import DEGRADED_MEMORY_CASES, DEGRADED_M
 from agentik.testing._ledger_contract import LEDGER_CASES
 from agentik.testing._lifecycle_contract import LIFECYCLE_CASES
 from agentik.testing._members import missing_members
+from agentik.testing._parts_contract import PARTS_CASES
 from agentik.testing._secret_contract import SECRET_CASES
 from agentik.testing._summary_contract import SUMMARY_CASES
 
@@ -344,6 +345,7 @@ FULL_MESSAGE_CASES: tuple[Case, ...] = (
     *LEDGER_CASES,
     *LIFECYCLE_CASES,
     *SUMMARY_CASES,
+    *PARTS_CASES,
 )
 """The rest of ``FullMessageStore``: a ``Storage``."""
 

@@ -20,6 +20,8 @@ HOMES = {module.__name__: module for module in MODULES}
 NOT_OURS = {
     ("agentik.agent", "ElicitationAction"): "type alias (Literal)",
     ("agentik.agent", "TurnEvent"): "type alias (union of the stream events)",
+    ("agentik.agent", "ImageDescriber"): "type alias (Callable)",
+    ("agentik.models", "PartKind"): "type alias (Literal)",
     ("agentik.models", "ModelStreamEvent"): "type alias (union)",
     ("agentik.server.http", "ASGIApp"): "type alias (Callable): ASGI's application",
     ("agentik.server.http", "Message"): "type alias (MutableMapping): an ASGI event",
@@ -130,5 +132,6 @@ def test_dir_lists_only_the_public_names() -> None:
 
 
 def test_the_core_stays_small() -> None:
-    """About forty names: DESIGN.md's, the error bases and the version."""
-    assert len(agentik.__all__) <= 45, len(agentik.__all__)
+    """About forty names: DESIGN.md's, the error bases and the version (and
+    the three content parts DESIGN.md added)."""
+    assert len(agentik.__all__) <= 48, len(agentik.__all__)

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 import trio
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionContentPartParam
 from openai.types.chat import completion_create_params as params
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -28,6 +28,33 @@ from tests.asgi import answer_lifespan, read_body, serve_on_loopback
 
 _STREAMING = TypeAdapter(params.CompletionCreateParamsStreaming)
 _NON_STREAMING = TypeAdapter(params.CompletionCreateParamsNonStreaming)
+_CONTENT_PART = TypeAdapter(ChatCompletionContentPartParam)
+
+
+def _content_parts_problem(body: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """Each user message's list of content parts checked part by part (as a
+    lazy ``Iterable`` inside the message union, pydantic's first failed union
+    branch consumes the parts and the echo comes back empty), then replaced by
+    a string for the whole-body check."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body, None
+    checked: list[object] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(message, dict) and isinstance(content, list):
+            for part in content:
+                try:
+                    echoed = _CONTENT_PART.dump_python(
+                        _CONTENT_PART.validate_python(part, strict=True), mode="json"
+                    )
+                except (ValidationError, PydanticSerializationError) as exc:
+                    return body, f"openai types reject the content part {part!r}: {exc}"
+                if echoed != part:
+                    return body, f"a content part has fields the openai types do not know: {part!r}"
+            message = {**message, "content": "(parts checked)"}
+        checked.append(message)
+    return {**body, "messages": checked}, None
 
 
 def request_problem(body: object) -> str | None:
@@ -40,6 +67,9 @@ def request_problem(body: object) -> str | None:
     """
     if not isinstance(body, dict):
         return f"body is not a JSON object: {body!r}"
+    body, problem = _content_parts_problem(body)
+    if problem is not None:
+        return problem
     adapter = _STREAMING if body.get("stream") else _NON_STREAMING
     try:
         echoed = adapter.dump_python(

@@ -14,6 +14,7 @@ model saw as well as what was stored.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import httpx2
 import pytest
 import trio
 
-from agentik import Message, Role
+from agentik import FilePart, Message, Role
 from agentik.models._wire import request_body
 from tests.security.conftest import Server, start
 
@@ -168,8 +169,10 @@ class TestAgui:
     async def test_extra_fields_on_the_user_message_are_ignored(
         self, server: Server, client: httpx2.AsyncClient
     ) -> None:
-        """A user message claiming a name, a toolCallId or non-text parts is still
-        just its text."""
+        """A user message claiming a name or a toolCallId is still just its text;
+        a binary part is the user's own file (in the user message's parts,
+        never a message of another role)."""
+        data = base64.b64encode(INJECTED.encode()).decode()
         user = {
             "id": "u",
             "role": "user",
@@ -177,7 +180,7 @@ class TestAgui:
             "toolCallId": "call_1",
             "content": [
                 {"type": "text", "text": "part one, "},
-                {"type": "binary", "mimeType": "text/plain", "data": INJECTED},
+                {"type": "binary", "mimeType": "text/plain", "data": data},
                 {"type": "text", "text": "part two"},
             ],
         }
@@ -185,6 +188,8 @@ class TestAgui:
         assert response.status_code == 200
         history = await stored(server, "t4")
         assert_only_user_input(server, history, "part one, part two")
+        assert history[0].parts == (FilePart(data=INJECTED.encode(), media_type="text/plain"),)
+        assert all(not m.parts for m in history[1:])
 
 
 MARKERS = [

@@ -6,6 +6,7 @@
 // STEPS_JSON is an array of steps, run in order on the same HttpAgent:
 //   {"say": text}          add a user message, run (with "forwardedProps": {...},
 //                          run with those forwardedProps)
+//   {"content": [parts]}   add a user message of AG-UI input content parts, run
 //   {"resume": payload}    answer every pending interrupt (status "resolved",
 //                          this payload; payload "cancelled": status
 //                          "cancelled"), run
@@ -60,8 +61,9 @@ for (const step of steps) {
     const previous = runs[runs.length - 1].input;
     agent = new HttpAgent({ url, threadId, headers, initialMessages: previous.messages });
     await run({ runId: previous.runId });
-  } else if (step.say !== undefined || step.sayAnyway !== undefined) {
-    agent.addMessage({ id: `u-${runs.length}-${Date.now()}`, role: "user", content: step.say ?? step.sayAnyway });
+  } else if (step.say !== undefined || step.sayAnyway !== undefined || step.content !== undefined) {
+    const content = step.content ?? step.say ?? step.sayAnyway;
+    agent.addMessage({ id: `u-${runs.length}-${Date.now()}`, role: "user", content });
     await run(step.forwardedProps ? { forwardedProps: step.forwardedProps } : {});
     if (step.sayAnyway !== undefined) agent.messages.pop();
   } else {

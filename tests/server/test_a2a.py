@@ -222,7 +222,9 @@ class TestRawJsonRpc:
         assert message in error["message"]
 
     async def test_non_text_part(self, server: Running) -> None:
-        part = {"url": "http://x/y.png", "mediaType": "image/png"}
+        """A data part in a new message is -32005 (a url or raw part is an
+        image or a file: test_content_parts_a2a.py)."""
+        part = {"data": {"x": 1}}
         params = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [part]}}
         reply = await self.call(
             server, {"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": params}

@@ -325,8 +325,8 @@ async def test_cancel_a_running_task(tmp_path: Path) -> None:
 async def test_the_card_declares_what_is_implemented(tmp_path: Path) -> None:
     """streaming: true (SendStreamingMessage and SubscribeToTask: tested above and
     in test_a2a.py); no push notifications (-32003 for each of their methods); no
-    extended card (GetExtendedAgentCard -32004); text in (a data part in a new
-    message is -32005: test_a2a_approvals.py), text and JSON data out (the
+    extended card (GetExtendedAgentCard -32004); text, images and files in (a
+    data part in a new message is -32005: test_a2a_approvals.py), text and JSON data out (the
     waiting calls: test_a2a_approvals.py)."""
     async with serving(tmp_path / "a.db") as served:
         card = (await served.raw.get("/.well-known/agent-card.json")).json()
@@ -335,7 +335,8 @@ async def test_the_card_declares_what_is_implemented(tmp_path: Path) -> None:
             "pushNotifications": False,
             "extendedAgentCard": False,
         }
-        assert card["defaultInputModes"] == ["text/plain"]
+        # the scripted model takes images and files (test_content_parts_a2a.py)
+        assert card["defaultInputModes"] == ["text/plain", "image/*", "application/*"]
         assert card["defaultOutputModes"] == ["text/plain", "application/json"]
         for method in (
             "CreateTaskPushNotificationConfig",

@@ -2,7 +2,8 @@
 histories the agent could have written (turns of a user message, rounds of
 tool calls with their results in any order, a final answer, or a failure, or,
 in the last turn, calls still open), with approvals, turn failures, notes,
-reflections and chained summaries, in the order an export lists them; any
+reflections and chained summaries, user messages with content parts
+(images and files, inline data among them), in the order an export lists them; any
 text (U+0000 and every plane), any time, any count."""
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from agentik.storage import (
     ArchiveRecord,
     Summary,
 )
+from tests import strategies
 
 TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
 TIMES = st.datetimes(
     min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23), timezones=st.just(UTC)
 )
+PARTS = strategies.parts
+"""Images and files by url or inline data (odd bytes, empty), text parts."""
 USAGE = st.none() | st.builds(TokenUsage, st.integers(0, 2**63 - 1), st.integers(0, 10**9))
 
 
@@ -54,6 +58,7 @@ def conversations(draw: st.DrawFn, max_turns: int = 4) -> list[ArchiveRecord]:
             message.usage,
             seq,
             draw(TIMES),
+            draw(st.lists(PARTS, max_size=2)) if message.role is Role.USER else (),
         )
         messages.append(ArchivedMessage(message=stored, idempotency_key=key))
         return seq

@@ -205,3 +205,34 @@ async def test_the_contract_checks_keyed_turns(
 
     with pytest.raises(AssertionError, match=message):
         await check_message_store(broken)
+
+
+@pytest.mark.parametrize(
+    ("breakage", "case"),
+    [
+        ("parts not read", "_parts_round_trip"),
+        ("blobs never deleted", "_delete_removes_the_conversation_whole"),
+        ("blobs deleted while used", "_blobs_are_kept_once"),
+    ],
+)
+async def test_the_contract_catches_parts_lost_or_blobs_kept(
+    breakage: str, case: str, sqlite_bundles: MakeBundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_message_store fails, naming the parts case, for a SQLite store
+    that drops parts, keeps blobs past their last use, or drops them early."""
+    from agentik.storage import _sql_messages
+    from agentik.storage.sqlite._queries import QUERIES as lq
+
+    if breakage == "parts not read":
+        monkeypatch.setattr(_sql_messages, "parts_of", lambda column, blobs: ())
+    elif breakage == "blobs never deleted":
+        monkeypatch.setattr(lq, "_drop_blob_if_unused", lambda connection, hash_: None)
+    else:
+
+        def drop(connection: object, hash_: str) -> None:
+            lq.d.changed(connection, "DELETE FROM blob_use WHERE hash = ?", (hash_,))
+            lq.d.changed(connection, "DELETE FROM blob WHERE hash = ?", (hash_,))
+
+        monkeypatch.setattr(lq, "_drop_blob_if_unused", drop)
+    with pytest.raises(AssertionError, match=rf"^store contract case {case}: "):
+        await check_message_store(sqlite_bundles)

@@ -107,6 +107,7 @@ _PG_TABLES = (
     "turn_failure",
     "turn_output",
     "summary",
+    "blob_use",
 )
 
 

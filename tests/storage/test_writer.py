@@ -355,6 +355,7 @@ def test_message_fields_are_in_the_order_the_writer_builds_them() -> None:
         "usage",
         "seq",
         "created_at",
+        "parts",
     ]
 
 

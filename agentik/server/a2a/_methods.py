@@ -83,6 +83,7 @@ class A2aMethods:
         self.lookup = lookup
         self.active = lookup.active
         self.heartbeat = ctx.config.sse_heartbeat
+        self.part_limit = ctx.config.limits.max_part_bytes
 
     async def start_message(self, caller: Caller, send: SendParams) -> Run:
         """Admit a new message's turn (or refuse it now: 429, 503, 422) and run it."""
@@ -99,6 +100,7 @@ class A2aMethods:
                 send.text,
                 send.task_id,
                 output=send.output_schema,
+                parts=send.parts,
             )
         except HttpError:
             self.ledger.finish(run.key)
@@ -253,7 +255,7 @@ class A2aMethods:
         return {"task": view.to_json(history_length=limit)}
 
     async def send_message(self, caller: Caller, call: RpcCall) -> JsonObject:
-        send = parse_send(call.params)
+        send = parse_send(call.params, self.part_limit)
         limit = history_length(call.params)  # bad params refuse before anything runs
         if send.follow_up:
             view, repeated = await self.waiting_task(caller, send)
@@ -279,7 +281,7 @@ class A2aMethods:
         return await self.answer(run, limit)
 
     async def stream_message(self, caller: Caller, call: RpcCall) -> EventStream:
-        send = parse_send(call.params)
+        send = parse_send(call.params, self.part_limit)
         key = (caller.internal(send.context_id), send.task_id)
         with contextlib.ExitStack() as watching:
             updates = watching.enter_context(self.ledger.watch(key))  # before the run starts

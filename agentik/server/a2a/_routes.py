@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Route
 
 from agentik._json import JsonObject
 from agentik._version import __version__
+from agentik.server._content import input_modes
 from agentik.server._context import ServerContext
 from agentik.server._owners import Caller, caller_of
 from agentik.server.a2a._ledger import TaskLedger
@@ -124,6 +125,7 @@ class A2aEndpoint:
                 version=__version__,
                 skills=skills,
                 bearer_auth=self.bearer_auth,
+                input_modes=input_modes(self.agent.accepts_parts),
             )
         )
 

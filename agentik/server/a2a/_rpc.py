@@ -31,6 +31,8 @@ client's next message answers it (``parse_elicitation_answer``): a data part
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 import uuid
@@ -41,7 +43,9 @@ import attrs
 from agentik._errors import AgentikError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import ToolCall
+from agentik._parts import FilePart, ImagePart, InvalidPart, Part
 from agentik.agent import ElicitationAction, ElicitationRequest
+from agentik.server._content import check_sizes
 from agentik.toolsets import compile_schema
 
 A2A_VERSION = "1.0"
@@ -192,6 +196,8 @@ class SendParams:
     follow_up: bool = False
     data: tuple[JsonValue, ...] = ()
     """The data parts' values, in order (only a follow-up may carry them)."""
+    parts: tuple[Part, ...] = ()
+    """Images and files: ``raw`` (base64) and ``url`` parts, in order."""
     output_schema: JsonObject | None = None
     """A typed turn: ``message.metadata.outputSchema``, the JSON Schema the
     answer must match (the artifact then carries it as a data part too)."""
@@ -204,7 +210,50 @@ def _string(obj: JsonObject, key: str, where: str) -> str:
     return value
 
 
-def parse_send(params: JsonObject) -> SendParams:
+def _content_part(part: JsonObject, where: str) -> Part:
+    """An A2A ``raw`` or ``url`` part as an ``ImagePart`` (an ``image/…``
+    mediaType) or a ``FilePart``; -32602 naming the field."""
+    media = part.get("mediaType")
+    filename = part.get("filename")
+    if media is not None and not isinstance(media, str):
+        raise invalid_params(f"field '{where}.mediaType' must be a string")
+    if filename is not None and not isinstance(filename, str):
+        raise invalid_params(f"field '{where}.filename' must be a string")
+    url: str | None = None
+    data: bytes | None = None
+    if "raw" in part:
+        raw = part["raw"]
+        if not isinstance(raw, str):
+            raise invalid_params(f"field '{where}.raw' must be base64 text")
+        data = _base64(raw, f"{where}.raw")
+        media = media or "application/octet-stream"
+    else:
+        given = part["url"]
+        if not isinstance(given, str) or not given:
+            raise invalid_params(f"field '{where}.url' must be a non-empty string")
+        url = given
+    try:
+        if media is not None and media.startswith("image/"):
+            return ImagePart(url=url, data=data, media_type=media)
+        return FilePart(url=url, data=data, media_type=media or None, filename=filename)
+    except InvalidPart as error:
+        raise invalid_params(f"field '{where}': {error}") from None
+
+
+def _base64(text: str, where: str) -> bytes:
+    """ProtoJSON bytes: standard or URL-safe base64, padded or not."""
+    padded = text + "=" * (-len(text) % 4)
+    for altchars in (None, b"-_"):
+        try:
+            return base64.b64decode(padded, altchars=altchars, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    raise invalid_params(f"field '{where}' must be base64 text")
+
+
+def parse_send(params: JsonObject, max_part_bytes: int | None = None) -> SendParams:
+    """SendMessage's params; ``max_part_bytes``: a larger raw part refuses the
+    message with 413 before anything is stored."""
     message = params.get("message")
     if not isinstance(message, dict):
         raise invalid_params("field 'message' must be an object")
@@ -220,6 +269,7 @@ def parse_send(params: JsonObject) -> SendParams:
         raise invalid_params("field 'message.taskId' must be a non-empty string")
     texts: list[str] = []
     data: list[JsonValue] = []
+    content: list[Part] = []
     for i, part in enumerate(parts):
         if not isinstance(part, dict):
             raise invalid_params(f"field 'message.parts[{i}]' must be an object")
@@ -230,14 +280,18 @@ def parse_send(params: JsonObject) -> SendParams:
             texts.append(text)
         elif "data" in part and task_ref is not None:
             data.append(part["data"])
+        elif ("raw" in part or "url" in part) and task_ref is None:
+            content.append(_content_part(part, f"message.parts[{i}]"))
         else:
             kinds: list[str] = sorted(k for k in ("raw", "url", "data") if k in part) or ["empty"]
             raise A2AError(
                 -32005,
                 f"Incompatible content types: message.parts[{i}] is {kinds[0]},"
-                " only text parts are supported (and data parts deciding a task"
-                " that waits for input)",
+                " a new message takes text, raw and url parts, a message to a"
+                " task that waits for input text and data parts",
             )
+    if max_part_bytes is not None:
+        check_sizes(content, max_part_bytes, "message.parts (raw and url)")
     text = "\n".join(texts)
     context_id = message.get("contextId")
     if context_id is not None and (
@@ -266,8 +320,8 @@ def parse_send(params: JsonObject) -> SendParams:
             follow_up=True,
             data=tuple(data),
         )
-    if not text.strip():
-        raise invalid_params("field 'message.parts' must contain text")
+    if not text.strip() and not content:
+        raise invalid_params("field 'message.parts' must contain text, an image or a file")
     output_schema = _output_schema(message.get("metadata"))
     if context_id is None:
         context_id = f"ctx-{uuid.uuid4().hex}"
@@ -278,6 +332,7 @@ def parse_send(params: JsonObject) -> SendParams:
         message_id=message_id,
         return_immediately=immediately,
         output_schema=output_schema,
+        parts=tuple(content),
     )
 
 

@@ -10,6 +10,7 @@ client's answers are read in ``_rpc`` (its docstring has the whole format).
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ import attrs
 
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, ToolCall
+from agentik._parts import FilePart, Part, TextPart
 from agentik.agent import SUPERSEDED_REASON, ElicitationRequest
 from agentik.server.a2a._rpc import (
     A2A_VERSION,
@@ -166,18 +168,38 @@ class TaskView:
 
 
 def _history_message(message: Message, context_id: str, task_id: str, i: int) -> JsonObject:
+    parts: list[JsonValue] = [{"text": message.content}] if message.content else []
+    parts += [_a2a_part(part) for part in message.parts]
     return {
         "messageId": f"{task_id}.m{i}",
         "role": "ROLE_USER" if message.role is Role.USER else "ROLE_AGENT",
-        "parts": [{"text": message.content}],
+        "parts": parts,
         "contextId": context_id,
         "taskId": task_id,
     }
 
 
+def _a2a_part(part: Part) -> JsonObject:
+    """A stored part as A2A shows it: ``text``, or ``raw`` (base64) or ``url``
+    with its ``mediaType`` and ``filename``."""
+    if isinstance(part, TextPart):
+        return {"text": part.text}
+    shown: JsonObject = (
+        {"url": part.url} if part.data is None else {"raw": base64.b64encode(part.data).decode()}
+    )
+    if part.media_type is not None:
+        shown["mediaType"] = part.media_type
+    if isinstance(part, FilePart) and part.filename is not None:
+        shown["filename"] = part.filename
+    return shown
+
+
 def conversational(messages: Sequence[Message]) -> tuple[Message, ...]:
-    """What a task's history shows: the user's and the agent's words."""
-    return tuple(m for m in messages if m.role in (Role.USER, Role.ASSISTANT) and m.content)
+    """What a task's history shows: the user's and the agent's words (and
+    the user's images and files)."""
+    return tuple(
+        m for m in messages if m.role in (Role.USER, Role.ASSISTANT) and (m.content or m.parts)
+    )
 
 
 def is_finished(turn: Sequence[Message]) -> bool:
@@ -305,6 +327,7 @@ def agent_card(
     version: str,
     skills: list[tuple[str, str]],
     bearer_auth: bool,
+    input_modes: Sequence[str] = ("text/plain",),
 ) -> JsonObject:
     """The 1.0 agent card: supportedInterfaces with protocolVersion, skills from toolsets."""
     card: JsonObject = {
@@ -316,11 +339,13 @@ def agent_card(
         ],
         # What is implemented, no more: streaming (SendStreamingMessage and
         # SubscribeToTask), no push notifications, no extended card. A message is
-        # text (a data part is only a decision on a waiting task, which the text
-        # "approve"/"deny" also makes: not an input mode); answers are text, and
-        # a waiting task's status message carries its calls as JSON data.
+        # text, and images and files (raw or url parts) when the model takes
+        # them (``input_modes``; a data part is only a decision on a waiting
+        # task, which the text "approve"/"deny" also makes: not an input mode);
+        # answers are text, and a waiting task's status message carries its
+        # calls as JSON data.
         "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
-        "defaultInputModes": ["text/plain"],
+        "defaultInputModes": list[JsonValue](input_modes),
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [
             {"id": skill_id, "name": skill_id, "description": text, "tags": ["toolset", skill_id]}

@@ -25,6 +25,8 @@ call waits inside it. It becomes a ``CUSTOM`` event named
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from collections.abc import Sequence
 from typing import Literal
@@ -32,6 +34,8 @@ from typing import Literal
 import attrs
 
 from agentik._json import JsonObject, JsonValue
+from agentik._parts import FilePart, ImagePart, InvalidPart, Part
+from agentik.server._content import check_sizes
 from agentik.server.http import HttpError, as_list, as_object, check_id, field_str, kind_of
 from agentik.toolsets import compile_schema
 
@@ -82,6 +86,8 @@ class RunInput:
     output_schema: JsonObject | None = None
     """A typed turn: ``forwardedProps.outputSchema``, the JSON Schema the answer
     must match (the run's ``result`` and final state then carry it)."""
+    parts: tuple[Part, ...] = ()
+    """The new message's images and files (``binary``, ``image``, ``document``)."""
 
     @property
     def turn_key(self) -> str | None:
@@ -139,24 +145,82 @@ def _invalid(message: str) -> HttpError:
     return HttpError(422, message, code="invalid_field")
 
 
-def _user_text(message: JsonObject, where: str) -> str:
+def _user_content(
+    message: JsonObject, where: str, max_part_bytes: int | None
+) -> tuple[str, tuple[Part, ...]]:
+    """A user message's text (its text parts, joined) and its images and
+    files: ``binary`` parts (``mimeType`` with ``data`` or ``url``), and
+    ``image`` and ``document`` parts with a ``data`` or ``url`` source."""
     content = message.get("content")
+    parts: list[Part] = []
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):
         pieces = []
         for i, part in enumerate(content):
-            part_obj = as_object(part, f"{where}.content[{i}]")
-            if part_obj.get("type") == "text":
-                pieces.append(
-                    field_str(part_obj, "text", where=f"{where}.content[{i}].", non_empty=False)
+            at = f"{where}.content[{i}]"
+            part_obj = as_object(part, at)
+            kind = part_obj.get("type")
+            if kind == "text":
+                pieces.append(field_str(part_obj, "text", where=f"{at}.", non_empty=False))
+            elif kind in ("binary", "image", "document"):
+                parts.append(_content_part(part_obj, at))
+            else:
+                raise _invalid(
+                    f"field '{at}.type' must be 'text', 'binary', 'image' or 'document',"
+                    f" got {kind!r}"
                 )
         text = "".join(pieces)
     else:
         raise _invalid(f"field '{where}.content' must be a string or an array of parts")
-    if not text.strip():
-        raise _invalid(f"field '{where}.content' must contain text")
-    return text
+    if not text.strip() and not parts:
+        raise _invalid(f"field '{where}.content' must contain text, an image or a file")
+    if max_part_bytes is not None:
+        check_sizes(parts, max_part_bytes, f"field '{where}.content' (images and files)")
+    return text, tuple(parts)
+
+
+def _content_part(part: JsonObject, at: str) -> Part:
+    """One image or file part as an ``ImagePart`` (an ``image`` part, or an
+    ``image/…`` mimeType) or a ``FilePart``."""
+    filename = part.get("filename")
+    if filename is not None and not isinstance(filename, str):
+        raise _invalid(f"field '{at}.filename' must be a string")
+    media: str | None
+    if part["type"] == "binary":
+        mime = field_str(part, "mimeType", where=f"{at}.")
+        media = mime
+        data, url = part.get("data"), part.get("url")
+        if data is None and url is None:
+            raise _invalid(f"field '{at}' needs data or url (an id alone is not supported)")
+        image = mime.startswith("image/")
+    else:
+        source = as_object(part.get("source"), f"{at}.source")
+        kind = source.get("type")
+        if kind not in ("data", "url"):
+            raise _invalid(f"field '{at}.source.type' must be 'data' or 'url', got {kind!r}")
+        # Empty data is a file of no bytes; an empty url names nothing.
+        value = field_str(source, "value", where=f"{at}.source.", non_empty=kind == "url")
+        data, url = (value, None) if kind == "data" else (None, value)
+        raw_media = source.get("mimeType")
+        if raw_media is not None and not isinstance(raw_media, str):
+            raise _invalid(f"field '{at}.source.mimeType' must be a string")
+        media = raw_media or None
+        image = part["type"] == "image"
+    if data is not None and not isinstance(data, str):
+        raise _invalid(f"field '{at}' data must be base64 text")
+    if url is not None and not isinstance(url, str):
+        raise _invalid(f"field '{at}' url must be a string")
+    try:
+        raw = None if data is None else base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(f"field '{at}' data must be base64 text") from None
+    try:
+        if image:
+            return ImagePart(url=url, data=raw, media_type=media)
+        return FilePart(url=url, data=raw, media_type=media, filename=filename)
+    except InvalidPart as error:
+        raise _invalid(f"field '{at}': {error}") from None
 
 
 def _resume_entries(value: JsonValue) -> tuple[ResumeEntry, ...]:
@@ -193,7 +257,9 @@ def _call_ids(message: JsonObject) -> set[str]:
     return ids
 
 
-def _new_text_after(messages: list[JsonValue], answered: set[str]) -> tuple[str | None, str | None]:
+def _new_text_after(
+    messages: list[JsonValue], answered: set[str], max_part_bytes: int | None
+) -> tuple[str | None, str | None, tuple[Part, ...]]:
     """A resuming run's new user message (its text and id): the last message,
     if it is the user's and comes after the assistant message carrying an
     answered call (where the client's history puts a message typed after the
@@ -204,14 +270,16 @@ def _new_text_after(messages: list[JsonValue], answered: set[str]) -> tuple[str 
         if isinstance(message, dict) and _call_ids(message) & answered:
             final = as_object(messages[last])
             if final.get("role") != "user":
-                return None, None
-            return _user_text(final, f"messages[{last}]"), field_str(final, "id")
-    return None, None
+                return None, None, ()
+            text, parts = _user_content(final, f"messages[{last}]", max_part_bytes)
+            return text, field_str(final, "id"), parts
+    return None, None, ()
 
 
-def parse_run_input(body: JsonValue) -> RunInput:
+def parse_run_input(body: JsonValue, max_part_bytes: int | None = None) -> RunInput:
     """Validate a RunAgentInput. Without ``resume``, the last message must be
-    the user's new one; with it, a new message is optional (``_new_text_after``)."""
+    the user's new one; with it, a new message is optional (``_new_text_after``).
+    An image or file of the new message past ``max_part_bytes`` is 413."""
     obj = as_object(body)
     thread_id = check_id(field_str(obj, "threadId"), "field 'threadId'")
     run_id = field_str(obj, "runId")
@@ -231,8 +299,9 @@ def parse_run_input(body: JsonValue) -> RunInput:
     resume = _resume_entries(obj["resume"]) if obj.get("resume") is not None else ()
     schema = _output_schema(obj.get("forwardedProps"))
     if resume:
-        text, message_id = _new_text_after(messages, {e.interrupt_id for e in resume})
-        return RunInput(thread_id, run_id, text, parent, resume, message_id, schema)
+        answered = {e.interrupt_id for e in resume}
+        text, message_id, parts = _new_text_after(messages, answered, max_part_bytes)
+        return RunInput(thread_id, run_id, text, parent, resume, message_id, schema, parts)
     if not messages:
         raise _invalid("field 'messages' must end with a user message, got an empty array")
     last = as_object(messages[-1])
@@ -241,7 +310,7 @@ def parse_run_input(body: JsonValue) -> RunInput:
             f"field 'messages[{len(messages) - 1}].role' must be 'user' (the new message),"
             f" got {last.get('role')!r}"
         )
-    text = _user_text(last, f"messages[{len(messages) - 1}]")
+    text, parts = _user_content(last, f"messages[{len(messages) - 1}]", max_part_bytes)
     return RunInput(
         thread_id=thread_id,
         run_id=run_id,
@@ -249,6 +318,7 @@ def parse_run_input(body: JsonValue) -> RunInput:
         parent_run_id=parent,
         message_id=field_str(last, "id"),
         output_schema=schema,
+        parts=parts,
     )
 
 

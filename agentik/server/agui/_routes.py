@@ -56,6 +56,7 @@ class AguiEndpoint:
     def __init__(self, ctx: ServerContext) -> None:
         self.agent = ctx.agent
         self.limit = ctx.config.limits.max_body_bytes
+        self.part_limit = ctx.config.limits.max_part_bytes
         self.heartbeat = ctx.config.sse_heartbeat
         self.model_name = ctx.model_label
 
@@ -63,7 +64,7 @@ class AguiEndpoint:
         return [Route("/agui", self.run, methods=["POST"])]
 
     async def run(self, request: Request) -> EventStream:
-        run_input = parse_run_input(await read_json(request, self.limit))
+        run_input = parse_run_input(await read_json(request, self.limit), self.part_limit)
         caller = caller_of(request)
         thread = run_input.thread_id
         began = time.perf_counter()
@@ -110,6 +111,7 @@ class AguiEndpoint:
             run_input.text,
             run_input.turn_key,
             output=run_input.output_schema,
+            parts=run_input.parts,
         )
 
         async def plain() -> AsyncIterator[JsonObject]:
@@ -197,6 +199,7 @@ class _Resumed:
                         run.text,
                         run.turn_key,
                         output=run.output_schema,
+                        parts=run.parts,
                     )
                     self.stack.push_async_callback(inner.aclose)
                     async for out in self._relay(events, whole=True):

@@ -123,6 +123,7 @@ class TurnEndpoint:
     def __init__(self, ctx: ServerContext) -> None:
         self.agent = ctx.agent
         self.limit = ctx.config.limits.max_body_bytes
+        self.part_limit = ctx.config.limits.max_part_bytes
         self.heartbeat = ctx.config.sse_heartbeat
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -139,7 +140,7 @@ class TurnEndpoint:
             elif name == b"content-length" and declared is None:
                 declared = header
         body = await receive_body(receive, (declared or b"").decode("latin-1"), self.limit)
-        turn = parse_turn_request(parse_json(body))
+        turn = parse_turn_request(parse_json(body), self.part_limit)
         if accept is None or b"text/event-stream" not in accept:
             result = await send_turn(
                 self.agent,
@@ -149,6 +150,7 @@ class TurnEndpoint:
                 turn.text,
                 turn.idempotency_key,
                 output=turn.output_schema,
+                parts=turn.parts,
             )
             await send_json(send, turn_result_json(result))
             return
@@ -160,6 +162,7 @@ class TurnEndpoint:
             turn.text,
             turn.idempotency_key,
             output=turn.output_schema,
+            parts=turn.parts,
         )
 
         async def frames() -> AsyncIterator[bytes]:

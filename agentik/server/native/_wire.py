@@ -20,6 +20,7 @@ import attrs
 from agentik._input import MAX_ID_LENGTH as MAX_ID_LENGTH
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message
+from agentik._parts import Part, TextPart
 from agentik._serde import converter
 from agentik.agent import (
     ApprovalRequest,
@@ -33,6 +34,8 @@ from agentik.agent import (
     TurnResult,
 )
 from agentik.models import TextDelta, ToolCallDelta
+from agentik.server._content import parts_of_json
+from agentik.server._settings import Limits
 from agentik.server.http import (
     HttpError,
     as_list,
@@ -43,6 +46,8 @@ from agentik.server.http import (
     optional_str,
 )
 from agentik.toolsets import compile_schema
+
+MAX_PART_BYTES = Limits().max_part_bytes
 
 MAX_ARCHIVE_IDS = 1000
 """Notes one ``POST …/memory/archive`` may name."""
@@ -57,6 +62,8 @@ class TurnRequest:
     idempotency_key: str | None = None
     output_schema: JsonObject | None = None
     """A typed turn: the JSON Schema the answer must match (``"output"`` in the answer)."""
+    parts: tuple[Part, ...] = ()
+    """Images and files (``"content"``: the text parts joined are ``text``)."""
 
 
 @attrs.frozen
@@ -85,9 +92,12 @@ class ElicitationAnswer:
 ACTIONS: tuple[ElicitationAction, ...] = ("accept", "decline", "cancel")
 
 
-def parse_turn_request(body: JsonValue) -> TurnRequest:
+def parse_turn_request(body: JsonValue, max_part_bytes: int = MAX_PART_BYTES) -> TurnRequest:
+    """``{"text": …}`` or ``{"content": [parts]}``, with an optional
+    ``idempotency_key`` and ``output_schema``; a part past ``max_part_bytes``
+    is 413 (``part_too_large``)."""
     obj = as_object(body)
-    unknown = sorted(set(obj) - {"text", "idempotency_key", "output_schema"})
+    unknown = sorted(set(obj) - {"text", "content", "idempotency_key", "output_schema"})
     if unknown:
         raise HttpError(422, f"unknown field '{unknown[0]}'", code="invalid_field")
     key = optional_str(obj, "idempotency_key")
@@ -102,7 +112,16 @@ def parse_turn_request(body: JsonValue) -> TurnRequest:
             raise HttpError(
                 422, f"field 'output_schema' is not usable: {error}", code="invalid_field"
             ) from None
-    return TurnRequest(text=field_str(obj, "text"), idempotency_key=key, output_schema=schema)
+    if "content" not in obj:
+        return TurnRequest(text=field_str(obj, "text"), idempotency_key=key, output_schema=schema)
+    if "text" in obj:
+        raise HttpError(422, "give field 'text' or field 'content', not both", code="invalid_field")
+    parts = parts_of_json(obj["content"], max_part_bytes, "content")
+    text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+    others = tuple(p for p in parts if not isinstance(p, TextPart))
+    if not others and not text:
+        raise HttpError(422, "field 'content' holds no text, image or file", code="invalid_field")
+    return TurnRequest(text=text, idempotency_key=key, output_schema=schema, parts=others)
 
 
 def parse_decision(body: JsonValue) -> DecisionRequest:

@@ -184,13 +184,14 @@ class Session:
 
 _INSERT_COLUMNS = (
     "conversation_id, seq, role, content, tool_calls, tool_call_id,"
-    " prompt_tokens, completion_tokens, created_at, idempotency_key"
+    " prompt_tokens, completion_tokens, created_at, idempotency_key, parts"
 )
 _INSERT_ROWS = (
     f"INSERT INTO message ({_INSERT_COLUMNS})"
-    " SELECT c, s, r, b, tc, ti, pt, ct, %s, k FROM unnest("
+    " SELECT c, s, r, b, tc, ti, pt, ct, %s, k, p FROM unnest("
     "%s::bytea[], %s::bigint[], %s::text[], %s::bytea[], %s::text[], %s::bytea[],"
-    " %s::bigint[], %s::bigint[], %s::bytea[]) AS u(c, s, r, b, tc, ti, pt, ct, k)"
+    " %s::bigint[], %s::bigint[], %s::bytea[], %s::text[])"
+    " AS u(c, s, r, b, tc, ti, pt, ct, k, p)"
 )
 
 
@@ -209,6 +210,7 @@ def insert_messages(session: Session, rows: Sequence[MessageRow]) -> None:
     prompts: list[int | None] = []
     completions: list[int | None] = []
     keys: list[bytes | None] = []
+    parts: list[str | None] = []
     for row in rows:
         conversation_id = row.conversation_id
         row.seq = seq = next_seq(conversation_id)
@@ -224,6 +226,7 @@ def insert_messages(session: Session, rows: Sequence[MessageRow]) -> None:
         completions.append(row.completion_tokens)
         key = row.idempotency_key
         keys.append(None if key is None else key.encode())
+        parts.append(row.parts)
     session.connection.execute(
         _INSERT_ROWS,
         (
@@ -237,8 +240,12 @@ def insert_messages(session: Session, rows: Sequence[MessageRow]) -> None:
             prompts,
             completions,
             keys,
+            parts,
         ),
     )
+    for row in rows:
+        if row.blobs:
+            QUERIES.insert_blobs(session.connection, row.conversation_id, row.blobs)
 
 
 def insert_message(session: Session, row: MessageRow) -> Message:
@@ -293,6 +300,7 @@ class PostgresDialect(Dialect[psycopg.Connection]):
         "for_update": " FOR UPDATE",
     }
     unique_violation = errors.UniqueViolation
+    foreign_key_violation = errors.ForeignKeyViolation
 
     def _translate(self, statement: str) -> str:
         return psycopg_placeholders(statement)

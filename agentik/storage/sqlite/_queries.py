@@ -155,13 +155,15 @@ class Session:
 
 _MESSAGE_INSERT_COLUMNS = (
     "conversation_id, seq, role, content, tool_calls, tool_call_id,"
-    " prompt_tokens, completion_tokens, created_us, idempotency_key"
+    " prompt_tokens, completion_tokens, created_us, idempotency_key, parts"
 )
 _INSERT_MESSAGE = (
-    f"INSERT INTO message ({_MESSAGE_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO message ({_MESSAGE_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
-_Row = tuple[str, int, str, str, str | None, str | None, int | None, int | None, int, str | None]
+_Row = tuple[
+    str, int, str, str, str | None, str | None, int | None, int | None, int, str | None, str | None
+]
 
 
 def _row(session: Session, row: MessageRow) -> _Row:
@@ -182,6 +184,7 @@ def _row(session: Session, row: MessageRow) -> _Row:
         row.completion_tokens,
         session.now_us,
         row.idempotency_key,
+        row.parts,
     )
 
 
@@ -194,6 +197,8 @@ def insert_message(session: Session, row: MessageRow) -> Message:
     except apsw.ConstraintError:
         _raise_if_duplicate(connection, row)
         raise
+    if row.blobs:
+        QUERIES.insert_blobs(connection, row.conversation_id, row.blobs)
     return row.stored(session.now)
 
 
@@ -209,10 +214,10 @@ def _raise_if_duplicate(connection: apsw.Connection, row: MessageRow) -> None:
         )
 
 
-_ROW_PLACEHOLDERS = "(?,?,?,?,?,?,?,?,?,?)"
+_ROW_PLACEHOLDERS = "(?,?,?,?,?,?,?,?,?,?,?)"
 LARGEST_CHUNK = 512
-"""Rows in the largest multi-row INSERT: its SQL (11 KiB) stays under the
-16 KiB up to which apsw caches a prepared statement, and its 5,120 bindings
+"""Rows in the largest multi-row INSERT: its SQL (12 KiB) stays under the
+16 KiB up to which apsw caches a prepared statement, and its 5,632 bindings
 under SQLite's limit of 32,766."""
 _INSERT_ROWS = {
     size: f"INSERT INTO message ({_MESSAGE_INSERT_COLUMNS}) VALUES "
@@ -241,6 +246,9 @@ def insert_messages(session: Session, inserts: Sequence[MessageRow]) -> None:
         chunk = rows[position : position + size] if size < total else rows
         connection.execute(_INSERT_ROWS[size], list(chain.from_iterable(chunk)))
         position += size
+    for insert in inserts:
+        if insert.blobs:
+            QUERIES.insert_blobs(connection, insert.conversation_id, insert.blobs)
 
 
 # --- the dialect ------------------------------------------------------------------
@@ -264,6 +272,7 @@ class SqliteDialect(Dialect[apsw.Connection]):
         "for_update": "",
     }
     unique_violation = apsw.ConstraintError
+    foreign_key_violation = apsw.ConstraintError
 
     def rows(self, connection: apsw.Connection, sql: str, params: Params = ()) -> list[Row]:
         return cast("list[Row]", connection.execute(sql, params).fetchall())
@@ -310,7 +319,7 @@ _SNAPSHOTS = """
 SELECT json_group_array(json_array(
   json((SELECT json_group_array(json_array(
            seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens,
-           created_us) ORDER BY seq)
+           created_us, parts) ORDER BY seq)
         FROM (SELECT * FROM message WHERE conversation_id = ids.value ->> 0
               AND seq > ids.value ->> 1 ORDER BY seq LIMIT ?2))),
   json((SELECT json_group_array(json_array(id, text, created_us) ORDER BY id)
@@ -357,7 +366,7 @@ class SqliteQueries(SqlQueries[apsw.Connection]):
             for index, (messages, notes, summary) in zip(indexes, parts, strict=True):
                 conversation_id = requests[index][0]
                 snapshots[index] = ConversationSnapshot(
-                    tuple(self.message_of(row) for row in messages),
+                    tuple(self.messages_of(connection, messages)),
                     tuple(
                         MemoryEntry(
                             id=entry_id,
