@@ -39,6 +39,9 @@ class ToolCallContext:
     announce: Callable[[ElicitationRequest], Awaitable[None]] | None = None
     """Tells the turn's stream (if it streams) that a question waits, so a
     transport can put it to the person (``ElicitationAsked``)."""
+    call_id: str | None = None
+    """The id of the call: a tool that starts remote work (an A2A agent's task)
+    keeps what it started under it, so a resumed turn follows that work."""
 
 
 current_tool_call: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar(

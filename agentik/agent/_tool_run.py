@@ -50,7 +50,12 @@ async def run_tool(
     with trio.move_on_after(timeout) as scope:
         # Which conversation runs the tool, for a tool that asks a person mid-call.
         running = current_tool_call.set(
-            ToolCallContext(conversation_id=conv.conversation_id, scope=scope, announce=announce)
+            ToolCallContext(
+                conversation_id=conv.conversation_id,
+                scope=scope,
+                announce=announce,
+                call_id=call.id,
+            )
         )
         try:
             if isinstance(tool, ConversationTool):
