@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx2
 import pytest
+import trio
 
 from agentik import A2AAgentConfig, in_memory_storage, open_a2a_toolsets, open_chat_agent
 from agentik.a2a_client import A2AState
-from tests.a2a_client.support import caller_model, remote_agent
+from agentik.a2a_client._wire import derived_id
+from agentik.agent import ElicitationError
+from tests.a2a_client.support import caller_model, free_port, remote_agent
+from tests.server.a2a_support import A2A_1, GUARD_SECONDS, PAID
 
 
 @pytest.mark.parametrize("streaming", [True, False])
@@ -26,3 +31,204 @@ async def test_send_returns_the_remote_agents_final_text(tmp_path: Path, streami
             ) as agent:
                 result = await agent.send("c1", "hello there")
     assert result.text == "remote: You said: hello there"
+
+
+async def remote_history(remote_url: str, conversation: str) -> list[str]:
+    """The user messages the remote agent received in the context of ``conversation``
+    (the parent's conversation, as the client derives its contextId)."""
+    context = derived_id("agentik", "remote", conversation)
+    async with httpx2.AsyncClient(base_url=remote_url, timeout=GUARD_SECONDS) as client:
+        reply = await client.get(f"/agentik/conversations/{context}/messages")
+    if reply.status_code == 404:
+        return []
+    return [m["content"] for m in reply.json()["messages"] if m["role"] == "user"]
+
+
+async def test_an_unreachable_agent_is_an_error_result_and_unhealthy(tmp_path: Path) -> None:
+    """No server at the URL: the toolset still opens, says why in its health, and
+    a call's result is an error naming the agent."""
+    config = A2AAgentConfig(name="remote", url=f"http://127.0.0.1:{free_port()}")
+    async with open_a2a_toolsets([config]) as (source,):
+        health = source.health
+        assert health.state is A2AState.UNREACHABLE
+        assert health.last_error is not None and "agent-card.json" in health.last_error
+        async with open_chat_agent(
+            model=caller_model(), storage=in_memory_storage(), toolsets=[source]
+        ) as agent:
+            result = await agent.send("c1", "hello")
+    assert result.text.startswith("remote: error: a2a agent 'remote' is unreachable")
+
+
+async def test_a_refused_message_is_an_error_result(tmp_path: Path) -> None:
+    """The remote agent refuses a data part on a new message (-32005): the tool's
+    result is an error that quotes the agent's reason."""
+    async with remote_agent(tmp_path) as remote:
+        config = A2AAgentConfig(name="remote", url=remote.url)
+        async with (
+            open_a2a_toolsets([config]) as toolsets,
+            open_chat_agent(
+                model=caller_model(), storage=in_memory_storage(), toolsets=toolsets
+            ) as agent,
+        ):
+            result = await agent.send("c1", 'data:{"x": 1}')
+    assert result.text.startswith("remote: error: a2a agent 'remote' refused the message:")
+    assert "-32005" in result.text
+
+
+async def test_a_wrong_token_is_an_error_result(tmp_path: Path) -> None:
+    """A remote that requires a token: without the right one the call is refused
+    (HTTP 401) and the result says so, without the token; with it, it works."""
+    token = "remote-token-5e9d2c7a1b3f"
+    async with remote_agent(tmp_path, auth_token=token) as remote:
+        wrong = A2AAgentConfig(name="remote", url=remote.url, token="wrong-token-000000000000")
+        right = A2AAgentConfig(name="remote", url=remote.url, token=token)
+        for config, expected in ((wrong, "HTTP 401"), (right, "You said: hi")):
+            async with (
+                open_a2a_toolsets([config]) as toolsets,
+                open_chat_agent(
+                    model=caller_model(), storage=in_memory_storage(), toolsets=toolsets
+                ) as agent,
+            ):
+                result = await agent.send("c1", "hi")
+            assert expected in result.text
+            assert "wrong-token" not in result.text
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_cancelled_remote_task_is_an_error_result(tmp_path: Path, streaming: bool) -> None:
+    """The remote task is cancelled while the call waits: the result says so."""
+    async with remote_agent(tmp_path) as remote:
+        config = A2AAgentConfig(name="remote", url=remote.url, streaming=streaming)
+        async with (
+            open_a2a_toolsets([config]) as toolsets,
+            open_chat_agent(
+                model=caller_model(), storage=in_memory_storage(), toolsets=toolsets
+            ) as agent,
+            trio.open_nursery() as nursery,
+        ):
+            results: list[str] = []
+
+            async def send() -> None:
+                results.append((await agent.send("c1", "slow")).text)
+
+            nursery.start_soon(send)
+            with trio.fail_after(GUARD_SECONDS):
+                await remote.script.asked.wait()
+            context = derived_id("agentik", "remote", "c1")
+            async with httpx2.AsyncClient(base_url=remote.url, timeout=GUARD_SECONDS) as raw:
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "ListTasks",
+                    "params": {"contextId": context},
+                }
+                listed = (await raw.post("/a2a", json=body, headers=A2A_1)).json()
+                (task,) = listed["result"]["tasks"]
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "CancelTask",
+                    "params": {"id": task["id"]},
+                }
+                cancelled = (await raw.post("/a2a", json=body, headers=A2A_1)).json()
+                assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        (text,) = results
+    assert text.startswith("remote: error: a2a agent 'remote' cancelled the task")
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_input_required_asks_the_person_and_goes_on(tmp_path: Path, streaming: bool) -> None:
+    """The remote task waits for an approval (INPUT_REQUIRED): the parent's turn
+    asks its person (an elicitation of source 'remote'); the answer goes back on
+    the same remote task, which finishes, and the tool's result is its answer."""
+    PAID.clear()
+    async with remote_agent(tmp_path) as remote:
+        config = A2AAgentConfig(name="remote", url=remote.url, streaming=streaming)
+        async with (
+            open_a2a_toolsets([config]) as toolsets,
+            open_chat_agent(
+                model=caller_model(), storage=in_memory_storage(), toolsets=toolsets
+            ) as agent,
+            trio.open_nursery() as nursery,
+        ):
+            results: list[str] = []
+
+            async def send() -> None:
+                results.append((await agent.send("c1", "pay 7")).text)
+
+            nursery.start_soon(send)
+            with trio.fail_after(GUARD_SECONDS):
+                while not (asked := await agent.pending_elicitations("c1")):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            (question,) = asked
+            assert question.source == "remote"
+            assert "vault_pay" in question.message
+            assert question.schema["required"] == ["approve"]
+            with pytest.raises(ElicitationError, match="approve"):
+                await agent.answer_elicitation("c1", question.id, content={"reason": "x"})
+            assert PAID == []
+            await agent.answer_elicitation("c1", question.id, content={"approve": True})
+        (text,) = results
+        assert await remote_history(remote.url, "c1") == ["pay 7"]
+    assert text == "remote: done: paid 7"
+    assert PAID == [7]
+
+
+async def test_declining_the_question_is_an_error_result(tmp_path: Path) -> None:
+    """Declining the remote agent's approval denies it there: the remote turn goes on
+    with the denial, and nothing is paid."""
+    PAID.clear()
+    async with remote_agent(tmp_path) as remote:
+        config = A2AAgentConfig(name="remote", url=remote.url)
+        async with (
+            open_a2a_toolsets([config]) as toolsets,
+            open_chat_agent(
+                model=caller_model(), storage=in_memory_storage(), toolsets=toolsets
+            ) as agent,
+            trio.open_nursery() as nursery,
+        ):
+            results: list[str] = []
+
+            async def send() -> None:
+                results.append((await agent.send("c1", "pay 8")).text)
+
+            nursery.start_soon(send)
+            with trio.fail_after(GUARD_SECONDS):
+                while not (asked := await agent.pending_elicitations("c1")):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await agent.answer_elicitation("c1", asked[0].id, action="decline")
+        (text,) = results
+    assert text.startswith("remote: done: denied")
+    assert PAID == []
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_restarted_remote_is_followed_to_the_end(tmp_path: Path, streaming: bool) -> None:
+    """The remote server stops mid-task (its turn interrupted) and serves again on
+    the same database: the call keeps following the same task, which the remote
+    resumes, and the message was sent once."""
+    async with remote_agent(tmp_path) as remote:
+        config = A2AAgentConfig(name="remote", url=remote.url, streaming=streaming)
+        async with (
+            open_a2a_toolsets([config]) as (source,),
+            open_chat_agent(
+                model=caller_model(), storage=in_memory_storage(), toolsets=[source]
+            ) as agent,
+            trio.open_nursery() as nursery,
+        ):
+            results: list[str] = []
+
+            async def send() -> None:
+                results.append((await agent.send("c1", "slow")).text)
+
+            nursery.start_soon(send)
+            with trio.fail_after(GUARD_SECONDS):
+                await remote.script.asked.wait()
+            remote.script.asked = trio.Event()
+            await remote.restart()
+            with trio.fail_after(GUARD_SECONDS):
+                await remote.script.asked.wait()  # the remote resumed the turn
+            remote.script.release.set()
+        (text,) = results
+        assert await remote_history(remote.url, "c1") == ["slow"]
+    assert text == "remote: slow answer"
