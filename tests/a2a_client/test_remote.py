@@ -11,8 +11,10 @@ import trio
 
 from agentik import A2AAgentConfig, in_memory_storage, open_a2a_toolsets, open_chat_agent
 from agentik.a2a_client import A2AState
+from agentik.a2a_client._calls import CallLedger
 from agentik.a2a_client._wire import derived_id
 from agentik.agent import ElicitationError
+from agentik.storage import open_sqlite_storage
 from tests.a2a_client.support import caller_model, free_port, remote_agent
 from tests.server.a2a_support import A2A_1, GUARD_SECONDS, PAID
 
@@ -232,3 +234,37 @@ async def test_a_restarted_remote_is_followed_to_the_end(tmp_path: Path, streami
         (text,) = results
         assert await remote_history(remote.url, "c1") == ["slow"]
     assert text == "remote: slow answer"
+
+
+async def test_a_call_with_a_stored_task_follows_it_and_sends_nothing(tmp_path: Path) -> None:
+    """A call run again (its turn resumed) whose remote task is stored in the bundle
+    follows that task (GetTask/SubscribeToTask) and sends no message: here the
+    stored task is an earlier one, so its answer, not the new text, comes back."""
+    async with (
+        remote_agent(tmp_path) as remote,
+        open_sqlite_storage(tmp_path / "caller.db") as storage,
+    ):
+        config = A2AAgentConfig(name="remote", url=remote.url)
+        async with (
+            open_a2a_toolsets([config], storage=storage) as toolsets,
+            open_chat_agent(model=caller_model(), storage=storage, toolsets=toolsets) as agent,
+        ):
+            assert (await agent.send("c1", "first")).text == "remote: You said: first"
+            context = derived_id("agentik", "remote", "c1")
+            async with httpx2.AsyncClient(base_url=remote.url, timeout=GUARD_SECONDS) as raw:
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "ListTasks",
+                    "params": {"contextId": context},
+                }
+                (task,) = (await raw.post("/a2a", json=body, headers=A2A_1)).json()["result"][
+                    "tasks"
+                ]
+            # What the first run of c2's call would have kept (the caller's model
+            # names its first call in a conversation "call-2").
+            await CallLedger(storage).keep("remote", "c2", "call-2", task["id"])
+            result = await agent.send("c2", "second")
+            assert await remote_history(remote.url, "c2") == []
+        assert await CallLedger(storage).task_of("remote", "c2", "call-2") is None
+    assert result.text == "remote: You said: first"
