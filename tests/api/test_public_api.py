@@ -130,5 +130,6 @@ def test_dir_lists_only_the_public_names() -> None:
 
 
 def test_the_core_stays_small() -> None:
-    """About forty names: DESIGN.md's, the error bases and the version."""
-    assert len(agentik.__all__) <= 45, len(agentik.__all__)
+    """About forty names: DESIGN.md's, the error bases and the version (and the two
+    of remote A2A agents the issue asks the core for)."""
+    assert len(agentik.__all__) <= 47, len(agentik.__all__)
