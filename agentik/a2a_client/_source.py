@@ -367,7 +367,10 @@ class A2AToolset:
         while True:
             try:
                 if card.streaming:
-                    return await self._subscribe(card, task_id)
+                    task = await self._subscribe(card, task_id)
+                    if isinstance(outcome(self.name, task), Pending):
+                        await trio.sleep(wait)  # its stream ended early: do not spin on it
+                    return task
                 await trio.sleep(wait)
                 return await self._get_once(card, task_id)
             except Unreachable as error:

@@ -14,6 +14,7 @@ from agentik.a2a_client import A2AState
 from agentik.a2a_client._calls import CallLedger
 from agentik.a2a_client._wire import derived_id
 from agentik.agent import ElicitationError
+from agentik.server import ServerConfig, serve_agentik
 from agentik.storage import open_sqlite_storage
 from tests.a2a_client.support import caller_model, free_port, remote_agent
 from tests.server.a2a_support import A2A_1, GUARD_SECONDS, PAID
@@ -125,12 +126,13 @@ async def test_a_cancelled_remote_task_is_an_error_result(tmp_path: Path, stream
                     "params": {"contextId": context},
                 }
                 listed = (await raw.post("/a2a", json=body, headers=A2A_1)).json()
-                (task,) = listed["result"]["tasks"]
+                # one task (ListTasks may list a task that is just being stored twice)
+                (task_id,) = {t["id"] for t in listed["result"]["tasks"]}
                 body = {
                     "jsonrpc": "2.0",
                     "id": 2,
                     "method": "CancelTask",
-                    "params": {"id": task["id"]},
+                    "params": {"id": task_id},
                 }
                 cancelled = (await raw.post("/a2a", json=body, headers=A2A_1)).json()
                 assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
@@ -268,3 +270,29 @@ async def test_a_call_with_a_stored_task_follows_it_and_sends_nothing(tmp_path: 
             assert await remote_history(remote.url, "c2") == []
         assert await CallLedger(storage).task_of("remote", "c2", "call-2") is None
     assert result.text == "remote: You said: first"
+
+
+async def test_health_shows_an_unreachable_agent(tmp_path: Path) -> None:
+    """``agentik serve`` with an ``[[a2a.agents]]`` entry nobody answers: it serves,
+    and /health lists the agent as unreachable, with why, and says degraded."""
+    dead = A2AAgentConfig(name="remote", url=f"http://127.0.0.1:{free_port()}", token="t0ken-x")
+    config = ServerConfig(port=0, database=str(tmp_path / "s.db"), a2a_agents=(dead,))
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        url = await nursery.start(
+            lambda task_status: serve_agentik(
+                config, shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        async with httpx2.AsyncClient(timeout=GUARD_SECONDS) as client:
+            reply = await client.get(f"{url}/health")
+        stop.set()
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["status"] == "degraded"
+    (agent,) = body["a2a"]
+    assert agent["name"] == "remote"
+    assert agent["state"] == "unreachable"
+    assert agent["streaming"] is None
+    assert "agent-card.json" in agent["last_error"]
+    assert "t0ken-x" not in reply.text
