@@ -1,12 +1,16 @@
 """Where a call keeps the remote task it started, so a resumed turn follows it.
 
-A ``<name>_send`` call stores the remote task id under (agent, conversation,
-call id) as soon as the remote agent names it, before it waits for the
-task; the tool is idempotent, so a turn a crash interrupted runs the call
-again, and the call then finds the task and follows it (GetTask,
-SubscribeToTask) instead of sending its message twice. The record is
-removed once the call has its result (or error); a cancelled call (the
-process stopping) keeps it for the resumed turn.
+A ``<name>_send`` call stores, under (agent, conversation, call id), the
+messageId it is about to send (before sending: a fresh random one per call),
+then the remote task id as soon as the remote agent names it, before it
+waits for the task. The tool is idempotent, so a turn a crash interrupted
+runs the call again, and the call then finds the task and follows it
+(GetTask, SubscribeToTask) instead of sending its message twice; a crash
+between sending and learning the task id sends the same message again, with
+the same messageId, which a server that keys tasks by messageId (agentik
+does) takes as the same task. The record is removed once the call has its
+result (or error); a cancelled call (the process stopping) keeps it for the
+resumed turn.
 
 The records live in the bundle's ``SecretStore`` (its own table in SQLite
 and PostgreSQL, a dict in memory): a small durable table keyed by name and
@@ -20,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+
+import attrs
 
 from agentik.storage import SecretStore, StorageBundle
 
@@ -42,6 +48,14 @@ class _MemorySecrets:
         return self._values.pop(name, None) is not None
 
 
+@attrs.frozen
+class CallRecord:
+    message_id: str
+    """The messageId the call sends (or sent)."""
+    task_id: str | None
+    """The remote task, once the agent named it."""
+
+
 class CallLedger:
     """The remote task of each running ``<name>_send`` call."""
 
@@ -58,16 +72,27 @@ class CallLedger:
             store = storage
         self._store: SecretStore = store if store is not None else _MemorySecrets()
 
-    async def task_of(self, agent: str, conversation_id: str, call_id: str) -> str | None:
+    async def record_of(self, agent: str, conversation_id: str, call_id: str) -> CallRecord | None:
         value = await self._store.get_secret(_name(agent, conversation_id, call_id))
         if value is None:
             return None
-        task = json.loads(value).get("task")
-        return task if isinstance(task, str) and task else None
+        record = json.loads(value)
+        message, task = record.get("message"), record.get("task")
+        if not isinstance(message, str) or not message:
+            return None
+        return CallRecord(message, task if isinstance(task, str) and task else None)
 
-    async def keep(self, agent: str, conversation_id: str, call_id: str, task_id: str) -> None:
+    async def keep(
+        self,
+        agent: str,
+        conversation_id: str,
+        call_id: str,
+        *,
+        message_id: str,
+        task_id: str | None = None,
+    ) -> None:
         """Durable once it returns (the store's write is acknowledged after its commit)."""
-        value = json.dumps({"agent": agent, "task": task_id})
+        value = json.dumps({"agent": agent, "message": message_id, "task": task_id})
         await self._store.put_secret(_name(agent, conversation_id, call_id), value)
 
     async def forget(self, agent: str, conversation_id: str, call_id: str) -> None:

@@ -9,11 +9,12 @@ agent streams, and otherwise sends with ``returnImmediately`` and polls
 GetTask, so the task id is known, and kept (``_calls``), before any wait.
 
 Invariants:
-- a call never sends its message twice: the remote task id is stored with
-  the call before the call waits, and a call run again (its turn resumed
-  after a crash; the tool is idempotent) follows that task instead of
-  sending; the message id is derived from the call, so even a crash between
-  sending and storing sends the same message again, not a new one;
+- a call never sends its message twice: its messageId is stored with the
+  call before it is sent, and the remote task id as soon as the agent names
+  it, before the call waits; a call run again (its turn resumed after a
+  crash; the tool is idempotent) follows that task instead of sending, and
+  one that crashed before the task was named sends the same messageId again
+  (the same task, for a server that keys tasks by it, as agentik does);
 - while following a task, an agent that does not answer (restarting,
   overloaded) is asked again with backoff, for as long as the call's own
   timeout allows; nothing else is retried;
@@ -260,26 +261,32 @@ class A2AToolset:
             key = (self.name, conversation, call_id)
         self._running += 1
         try:
-            card = await self._card_for_call()
-            task_id = await self._calls.task_of(*key) if key is not None else None
+            record = await self._calls.record_of(*key) if key is not None else None
             try:
-                if task_id is not None:
+                if record is not None and record.task_id is not None:
                     logger.info(
-                        "a2a agent %r: following task %r of a resumed call", self.name, task_id
+                        "a2a agent %r: following task %r of a resumed call",
+                        self.name,
+                        record.task_id,
                     )
-                    task: JsonObject | None = await self._get(card, task_id)
+                    card = await self._card_for_call(wait=True)
+                    task: JsonObject | None = await self._get(card, record.task_id)
                     answer = None
                 else:
+                    card = await self._card_for_call(wait=record is not None)
+                    message_id = (
+                        record.message_id if record is not None else f"agentik-{uuid.uuid4().hex}"
+                    )
                     parts = [text_part(text)] + ([data_part(data)] if data is not None else [])
                     message = user_message(
                         parts,
-                        message_id=derived_id("agentik", *key[1:])
-                        if key is not None
-                        else f"agentik-{uuid.uuid4().hex}",
+                        message_id=message_id,
                         context_id=derived_id("agentik", self.name, conversation)
                         if conversation is not None
                         else None,
                     )
+                    if key is not None and record is None:
+                        await self._calls.keep(*key, message_id=message_id)
                     task, answer = await self._start(card, message, key)
                 result = answer if task is None else await self._follow(card, task)
                 assert result is not None
@@ -293,9 +300,16 @@ class A2AToolset:
         finally:
             self._running -= 1
 
-    async def _card_for_call(self) -> Card:
-        if self._card is None:
-            await self._read_card()
+    async def _card_for_call(self, *, wait: bool = False) -> Card:
+        """The card, read now if it is not known yet; ``wait``: a resumed call with
+        work under way at the agent reads it with backoff until it answers (bounded
+        by the call's timeout) rather than giving up."""
+        delay = POLL_FIRST
+        while self._card is None:
+            if await self._read_card() or not wait:
+                break
+            await trio.sleep(delay)
+            delay = min(BACKOFF_MAX, delay * 2)
         if self._card is None:
             raise ToolError(
                 f"a2a agent {self.name!r} is unreachable ({self._last_error}); try again later"
@@ -319,7 +333,7 @@ class A2AToolset:
                         if reply is not None:
                             return None, _message_text(self.name, reply)
                         if task is None and seen is not None:
-                            await self._keep(key, seen)
+                            await self._keep(key, message, seen)
                         task = seen
                 if task is None:
                     raise WireError("the stream ended before it named a task")
@@ -332,7 +346,7 @@ class A2AToolset:
             self._ready()
             if kind == "message":
                 return None, _message_text(self.name, value)
-            await self._keep(key, value)
+            await self._keep(key, message, value)
             return value, None
         except Unreachable as error:
             self._trouble(str(error))
@@ -342,9 +356,12 @@ class A2AToolset:
         except (Refused, RpcFault, WireError) as error:
             raise ToolError(f"a2a agent {self.name!r} refused the message: {error}") from error
 
-    async def _keep(self, key: tuple[str, str, str] | None, task: JsonObject) -> None:
+    async def _keep(
+        self, key: tuple[str, str, str] | None, message: JsonObject, task: JsonObject
+    ) -> None:
         if key is not None:
-            await self._calls.keep(*key, str(task["id"]))
+            message_id = str(message["messageId"])
+            await self._calls.keep(*key, message_id=message_id, task_id=str(task["id"]))
 
     async def _follow(self, card: Card, task: JsonObject) -> str:
         """Follow ``task`` to its end, asking the person when it needs input."""

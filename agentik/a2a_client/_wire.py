@@ -13,12 +13,9 @@ question for a person) or ``Pending`` (SUBMITTED, WORKING: keep following).
 A streamed task is folded from its events (``fold``) into the same task
 object GetTask returns, so one reader serves both.
 
-Ids the client chooses are derived, not random: the messageId of a call's
-message hashes the conversation and the call id, and the contextId hashes
-the agent and the conversation. A message sent again after a crash (before
-its task id was stored) is then the same message, which a server that keys
-tasks by messageId (agentik does) takes as the same task, and every call of
-one conversation continues one remote conversation.
+The contextId of a call's message is derived from the agent and the
+conversation (``derived_id``), so every call of one conversation continues
+one remote conversation.
 """
 
 from __future__ import annotations

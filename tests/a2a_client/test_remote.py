@@ -265,10 +265,12 @@ async def test_a_call_with_a_stored_task_follows_it_and_sends_nothing(tmp_path: 
                 ]
             # What the first run of c2's call would have kept (the caller's model
             # names its first call in a conversation "call-2").
-            await CallLedger(storage).keep("remote", "c2", "call-2", task["id"])
+            await CallLedger(storage).keep(
+                "remote", "c2", "call-2", message_id="m-first", task_id=task["id"]
+            )
             result = await agent.send("c2", "second")
             assert await remote_history(remote.url, "c2") == []
-        assert await CallLedger(storage).task_of("remote", "c2", "call-2") is None
+        assert await CallLedger(storage).record_of("remote", "c2", "call-2") is None
     assert result.text == "remote: You said: first"
 
 
