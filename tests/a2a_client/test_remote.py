@@ -298,3 +298,29 @@ async def test_health_shows_an_unreachable_agent(tmp_path: Path) -> None:
     assert agent["streaming"] is None
     assert "agent-card.json" in agent["last_error"]
     assert "t0ken-x" not in reply.text
+
+
+async def test_a_call_that_crashed_before_its_task_was_named_sends_the_same_message(
+    tmp_path: Path,
+) -> None:
+    """A record with a messageId and no task (a crash between sending and learning
+    the task): the call sends that messageId again, which agentik takes as the
+    same task; a call with no record sends a fresh one."""
+    async with (
+        remote_agent(tmp_path) as remote,
+        open_sqlite_storage(tmp_path / "caller.db") as storage,
+    ):
+        config = A2AAgentConfig(name="remote", url=remote.url)
+        ledger = CallLedger(storage)
+        async with (
+            open_a2a_toolsets([config], storage=storage) as toolsets,
+            open_chat_agent(model=caller_model(), storage=storage, toolsets=toolsets) as agent,
+        ):
+            await ledger.keep("remote", "c2", "call-2", message_id="m-fixed")
+            assert (await agent.send("c2", "second")).text == "remote: You said: second"
+            # the next turn's call (the caller's model names it "call-6") crashed
+            # after sending the same message: it is the same task, not "third"
+            await ledger.keep("remote", "c2", "call-6", message_id="m-fixed")
+            assert (await agent.send("c2", "third")).text == "remote: You said: second"
+            assert (await agent.send("c2", "fourth")).text == "remote: You said: fourth"
+            assert await remote_history(remote.url, "c2") == ["second", "fourth"]
