@@ -9,7 +9,8 @@ What is here, and why (about forty names, as trio and httpx keep theirs):
   the four store protocols and their bundle, the tools and the pure toolset
   core, the agent and the models, and the names its later contracts fix
   (``ApprovalRequest``, ``ContextPolicy``, ``open_postgres_storage``,
-  ``ModelLimits``, ``TurnError``, ``OverloadedError``);
+  ``ModelLimits``, ``TurnError``, ``OverloadedError``, ``A2AAgentConfig`` and
+  ``open_a2a_toolsets``: remote A2A agents as toolsets, over httpx2, with no SDK);
 - what embedding the agent needs besides: the error base classes a caller
   catches (``AgentikError`` and its branches ``StoreError``, ``ToolError``,
   ``ModelBackendError``, ``ApprovalError``: the exception tree is drawn in
@@ -54,6 +55,8 @@ from agentik._parts import ImagePart as ImagePart
 from agentik._parts import TextPart as TextPart
 from agentik._public import publish as _publish
 from agentik._version import __version__ as __version__
+from agentik.a2a_client import A2AAgentConfig as A2AAgentConfig
+from agentik.a2a_client import open_a2a_toolsets as open_a2a_toolsets
 from agentik.agent import ApprovalRequest as ApprovalRequest
 from agentik.agent import ChatAgent as ChatAgent
 from agentik.agent import ContextPolicy as ContextPolicy
@@ -84,6 +87,7 @@ from agentik.toolsets import render_toolset_section as render_toolset_section
 from agentik.toolsets import tool as tool
 
 __all__ = [
+    "A2AAgentConfig",
     "AgentikError",
     "ApprovalError",
     "ApprovalRequest",
@@ -127,6 +131,7 @@ __all__ = [
     "agent_tool",
     "dispatch",
     "in_memory_storage",
+    "open_a2a_toolsets",
     "open_chat_agent",
     "open_postgres_storage",
     "open_sqlite_storage",

@@ -32,6 +32,7 @@ branch to catch every error under it.
     ├── McpConfigError             [mcp] an ``[[mcp.servers]]`` entry is invalid
     ├── LoginRequired              [mcp] an MCP server needs a person to authorize agentik
     ├── LoginError                 [mcp] the interactive authorization did not complete
+    ├── A2AConfigError             [a2a_client] an ``[[a2a.agents]]`` entry is invalid
     ├── ServerCheckError           [benchmark] the server at a URL cannot be used
     └── UnexpectedModelRequest     [testing] a request the ``Script`` does not cover
                                    (also an AssertionError)

@@ -70,7 +70,8 @@ class ElicitationRequest:
     id: str
     """Unique while it waits; answer with it."""
     source: str
-    """Who asks: the toolset name of the MCP server."""
+    """Who asks: the toolset name of the MCP server (or of the remote A2A agent
+    whose task needs input)."""
     message: str
     schema: JsonObject
     """A flat JSON Schema object of the fields asked for; ``default`` values are

@@ -243,6 +243,24 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
                 if health.state.value in ("failed", "restarting"):
                     body["status"] = "degraded"
             body["mcp"] = servers
+        if ctx.a2a:
+            agents: list[JsonValue] = []
+            for agent in ctx.a2a:
+                a2a_health = agent.health
+                agents.append(
+                    {
+                        "name": a2a_health.name,
+                        "url": a2a_health.url,
+                        "state": a2a_health.state.value,
+                        "streaming": a2a_health.streaming,
+                        "skills": a2a_health.skills,
+                        "calls": a2a_health.calls,
+                        "last_error": a2a_health.last_error,
+                    }
+                )
+                if a2a_health.state.value == "unreachable":
+                    body["status"] = "degraded"
+            body["a2a"] = agents
         ownership = ctx.agent.storage.ownership
         if ownership is not None:
             lease = ownership.lease_state()

@@ -39,6 +39,7 @@ from agentik.server._settings import (
 )
 
 if TYPE_CHECKING:
+    from agentik.a2a_client import A2AAgentConfig
     from agentik.mcp import McpServerConfig
 
 Kind: TypeAlias = Literal["str", "int", "count", "float", "interval", "list", "bind", "bool"]
@@ -165,8 +166,8 @@ def read_file(path: Path) -> dict[tuple[str, str], Raw]:
         ) from None
     found: dict[tuple[str, str], Raw] = {}
     for section, table in document.items():
-        if section == "mcp":
-            continue  # nested tables: read by read_mcp_servers
+        if section in ("mcp", "a2a"):
+            continue  # nested tables: read by read_mcp_servers, read_a2a_agents
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{section}] must be a table, got {table!r}")
         for key, value in table.items():
@@ -192,6 +193,23 @@ def read_mcp_servers(path: Path) -> tuple[McpServerConfig, ...]:
     try:
         return parse_mcp_servers(mcp.get("servers", []))
     except McpConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
+
+
+def read_a2a_agents(path: Path, env: Mapping[str, str] | None = None) -> tuple[A2AAgentConfig, ...]:
+    """The ``[[a2a.agents]]`` tables of a TOML file (checked: errors name the key;
+    ``token_env`` is read from ``env``)."""
+    document = tomllib.loads(path.read_bytes().decode("utf-8"))
+    a2a = document.get("a2a")
+    if a2a is None:
+        return ()
+    if not isinstance(a2a, dict) or set(a2a) - {"agents"}:
+        raise ConfigError(f"{path}: [a2a] may only hold the [[a2a.agents]] array")
+    from agentik.a2a_client import A2AConfigError, parse_a2a_agents
+
+    try:
+        return parse_a2a_agents(a2a.get("agents", []), env=env)
+    except A2AConfigError as error:
         raise ConfigError(f"{path}: {error}") from error
 
 
@@ -272,16 +290,19 @@ def load_config(
         path = default if default.is_file() else None
     merged: dict[tuple[str, str], Raw] = {}
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    a2a_agents: tuple[A2AAgentConfig, ...] = ()
     if path is not None:
         merged.update(read_file(path))
         mcp_servers = read_mcp_servers(path)
+        a2a_agents = read_a2a_agents(path, env)
     merged.update(read_env(env))
     for (section, key), value in (overrides or {}).items():
         setting = _BY_NAME.get((section, key))
         if setting is None:
             raise ConfigError(f"unknown setting [{section}] {key}")
         merged[(section, key)] = _check_kind(setting, value, origin="command line")
-    return _build(merged, env, read_clients(path, env), mcp_servers)
+    config = _build(merged, env, read_clients(path, env), mcp_servers)
+    return attrs.evolve(config, a2a_agents=a2a_agents) if a2a_agents else config
 
 
 def _build(

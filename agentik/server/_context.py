@@ -22,6 +22,7 @@ from agentik.server._settings import ServerConfig
 from agentik.storage import WriterStats
 
 if TYPE_CHECKING:
+    from agentik.a2a_client import A2AToolset
     from agentik.mcp import McpToolset
 
 
@@ -38,6 +39,8 @@ class ServerContext:
     http_requests: collections.Counter[str] = attrs.field(factory=collections.Counter)
     mcp: tuple[McpToolset, ...] = ()
     """MCP servers served as toolsets, for their health."""
+    a2a: tuple[A2AToolset, ...] = ()
+    """Remote A2A agents served as toolsets, for their health."""
     base_url: str = "http://127.0.0.1:8080"
     """The URL clients reach this server at (the A2A card's interface URL)."""
     background: trio.Nursery | None = None

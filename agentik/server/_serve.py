@@ -65,6 +65,7 @@ from agentik.toolsets import NamedTool, ToolsetContribution
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from agentik.a2a_client import A2AToolset
     from agentik.mcp import McpToolset
 
 log = logging.getLogger("agentik.server")
@@ -303,6 +304,16 @@ async def serve_agentik(
                 open_mcp_toolsets(config.mcp_servers, tokens=tokens)
             )
             toolsets.extend(mcp)
+        a2a: tuple[A2AToolset, ...] = ()
+        if config.a2a_agents:
+            from agentik.a2a_client import open_a2a_toolsets
+
+            # The bundle keeps each running call's remote task: a turn resumed
+            # after a restart follows it rather than sending again.
+            a2a = await stack.enter_async_context(
+                open_a2a_toolsets(config.a2a_agents, storage=storage)
+            )
+            toolsets.extend(a2a)
         chat_model: ChatModel
         if model is None:
             chat_model, model_label = await stack.enter_async_context(open_configured_model(config))
@@ -372,6 +383,7 @@ async def serve_agentik(
                 model_label=model_label,
                 demo_model=demo,
                 mcp=mcp,
+                a2a=a2a,
                 storage_label=storage_label,
                 writer_gauges=lambda: writer_stats(bundle),
                 background=nursery,

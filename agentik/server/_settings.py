@@ -21,6 +21,7 @@ from agentik.server._clients import Client, ClientConfigError, check_distinct
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from agentik.a2a_client import A2AAgentConfig
     from agentik.agent import ToolsetSource
     from agentik.mcp import McpServerConfig
     from agentik.toolsets import NamedTool, ToolsetContribution
@@ -147,6 +148,9 @@ class ServerConfig:
     limits: Limits = Limits()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """MCP servers, each served as one toolset (the ``[[mcp.servers]]`` tables)."""
+    a2a_agents: tuple[A2AAgentConfig, ...] = ()
+    """Remote A2A agents, each served as one toolset with the tool ``<name>_send``
+    (the ``[[a2a.agents]]`` tables)."""
     advertise_url: str | None = None
     """Where other nodes on the same PostgreSQL database send requests for
     this node's conversations; None: the address the server bound."""

@@ -86,7 +86,9 @@ MOVED = {
 
 # ``agentik.__all__`` of 0.1.0, to show nothing was dropped on the way.
 OLD_ALL_SIZE = 106
-ADDED = frozenset({"agent_tool", "FilePart", "ImagePart", "TextPart"})
+ADDED = frozenset(
+    {"agent_tool", "FilePart", "ImagePart", "TextPart", "A2AAgentConfig", "open_a2a_toolsets"}
+)
 """Names added to the core since 0.1.0 (an issue said "exported from agentik")."""
 
 
