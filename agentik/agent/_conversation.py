@@ -161,6 +161,10 @@ class Conversation:
     optional_deadline: float = math.inf
     """When optional work must be done: set once serving ends (the agent
     closing, or this task retiring), ``OPTIONAL_WORK_GRACE`` later."""
+    moved: bool = False
+    """This node no longer holds the conversation as the task started
+    (``check_tenure``): the task serves nothing more; a new one, started
+    under the new tenure, loads the conversation afresh."""
     skill_scope: str = attrs.field(init=False)
     """The owner scope of this conversation's skills (``_scope``): ``""``
     unless its id names an owner."""
@@ -180,9 +184,35 @@ class Conversation:
 
     @property
     def interrupted(self) -> bool:
-        """The agent's shutdown grace is over: a turn cut short now ends
-        interrupted (resumed at the next start), not cancelled."""
-        return self.handle.interrupted
+        """The agent's shutdown grace is over, or this node no longer holds
+        the conversation: a turn cut short now ends interrupted (resumed at
+        the next start, or by the conversation's new owner), not cancelled."""
+        return self.handle.interrupted or self.moved
+
+    async def check_tenure(self) -> None:
+        """Before a model or tool call: stop the turn, as interrupted, if this
+        node no longer holds the conversation as it did when the task started
+        (its lease lapsed, its shard moved), so two nodes never run a turn's
+        calls at the same time; the conversation's owner resumes it."""
+        ownership = self.runtime.storage.ownership
+        if ownership is None or self.moved:
+            return
+        if ownership.tenure(self.conversation_id) != self.handle.tenure:
+            log.warning(
+                "conversation %r: this node no longer holds it; its turn stops here",
+                self.conversation_id,
+            )
+            self.moved = True
+            self.scope.cancel()
+            await trio.lowlevel.checkpoint()
+
+    def _running(self) -> contextlib.AbstractContextManager[object]:
+        """Counts the turn as running in its shard, so a shard handed off to
+        another node waits for it (``ConversationOwnership.running``)."""
+        ownership = self.runtime.storage.ownership
+        if ownership is None:
+            return contextlib.nullcontext()
+        return ownership.running(self.conversation_id)
 
     async def run(
         self,
@@ -438,7 +468,8 @@ class Conversation:
                 await self._ready()
             if self.summarizing is not None and self.summarizing.result.done:
                 self._land()
-            result = outcome.Value(await body(request))
+            with self._running():
+                result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
         except Exception as exc:
