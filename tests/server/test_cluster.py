@@ -24,7 +24,15 @@ import trio
 
 from agentik import Role
 from agentik.storage import open_postgres_storage
-from tests.cluster import Load, Node, RecordingModel, owner_url, start_node, stop_nodes
+from tests.cluster import (
+    Load,
+    Node,
+    RecordingModel,
+    owner_url,
+    shards_spread,
+    start_node,
+    stop_nodes,
+)
 from tests.postgres import fresh_database
 
 LEASE = 2.0
@@ -60,6 +68,7 @@ async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
             await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
             for _ in range(count - 1)
         ]
+        await shards_spread(database, count)
         try:
             async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
 
@@ -111,6 +120,7 @@ async def test_a_killed_node_loses_nothing_and_its_conversations_move(
             await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
             for _ in range(3)
         ]
+        await shards_spread(database, 3)
         dead: list[Node] = []
         try:
             async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:

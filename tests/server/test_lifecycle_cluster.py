@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx2
 import trio
 
-from tests.cluster import RecordingModel, owner_url, start_node, stop_nodes
+from tests.cluster import RecordingModel, owner_url, shards_spread, start_node, stop_nodes
 from tests.postgres import fresh_database
 
 
@@ -25,6 +25,7 @@ async def test_delete_on_a_node_that_does_not_own_it_redirects_to_the_owner(
             await start_node(nursery, database, model_url, lease=2.0, cwd=tmp_path)
             for _ in range(2)
         ]
+        await shards_spread(database, 2)
         try:
             with trio.fail_after(60):
                 async with httpx2.AsyncClient(timeout=30) as client:

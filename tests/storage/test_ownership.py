@@ -27,6 +27,7 @@ from agentik.storage import (
 )
 from agentik.storage.postgres import _leases
 from agentik.storage.postgres._leases import NodeLease
+from agentik.storage.postgres._migrate import migrations
 from agentik.toolsets import tool
 from tests.postgres import fresh_schema
 
@@ -513,3 +514,59 @@ async def test_shards_converge_and_never_have_two_holders(
         assert sorted(held) == list(range(SHARDS))
         share = math.ceil(SHARDS / len(live))
         assert all(len(lease.held_shards()) <= share for lease in live)
+
+
+def at_version_5(dsn: str, schema: str, conversations: list[str]) -> None:
+    """A database from before shards: messages, and conversation_owner rows
+    naming a node that was live when it stopped."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+        connection.execute(f"SET search_path TO {schema}")
+        connection.execute(
+            "CREATE TABLE agentik_schema_version ("
+            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, step in migrations()[:5]:
+            connection.execute(step.encode())
+            connection.execute("INSERT INTO agentik_schema_version VALUES (%s)", (version,))
+        connection.execute(
+            "INSERT INTO agentik_node (node_id, url, expires_at)"
+            " VALUES ('old', 'http://old', clock_timestamp() - interval '1 s')"
+        )
+        for conversation in conversations:
+            connection.execute(
+                "INSERT INTO message (conversation_id, seq, role, content, created_at)"
+                " VALUES (%s, 1, 'user', %s, now())",
+                (conversation.encode(), b"from before"),
+            )
+            connection.execute(
+                "INSERT INTO conversation_owner (conversation_id, node_id) VALUES (%s, 'old')",
+                (conversation.encode(),),
+            )
+
+
+async def test_a_database_from_before_shards_migrates_with_its_conversations(
+    postgres_dsn: str,
+) -> None:
+    """Version 5 had a claim per conversation: the upgrade drops the claims
+    (ownership is by shard now), keeps every message, and the node that
+    opens it owns and writes those conversations on from their last seq."""
+    schema = fresh_schema()
+    conversations = [f"old-{i}" for i in range(20)]
+    await trio.to_thread.run_sync(at_version_5, postgres_dsn, schema, conversations)
+    async with storage(postgres_dsn, schema, "http://a") as a:
+        for conversation in conversations:
+            assert lease_of(a).owns(conversation)
+            stored = await a.message_store.append(conversation, Message(Role.USER, "after"))
+            assert stored.seq == 2
+            assert await contents(a, conversation) == ["from before", "after"]
+
+    def tables() -> set[str]:
+        with psycopg.connect(postgres_dsn) as connection:
+            rows = connection.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    assert "conversation_owner" not in await trio.to_thread.run_sync(tables)
