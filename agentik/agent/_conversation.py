@@ -464,11 +464,11 @@ class Conversation:
         handle.running_key = request.idempotency_key
         result: outcome.Outcome[TurnResult]
         try:
-            if self.inflight or self.stale or not self.loaded or self.notes_stale:
-                await self._ready()
-            if self.summarizing is not None and self.summarizing.result.done:
-                self._land()
-            with self._running():
+            with self._running():  # a load may resume an interrupted turn: counted too
+                if self.inflight or self.stale or not self.loaded or self.notes_stale:
+                    await self._ready()
+                if self.summarizing is not None and self.summarizing.result.done:
+                    self._land()
                 result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
