@@ -195,13 +195,14 @@ class Conversation:
         (its lease lapsed, its shard moved), so two nodes never run a turn's
         calls at the same time; the conversation's owner resumes it."""
         ownership = self.runtime.storage.ownership
-        if ownership is None or self.moved:
+        if ownership is None:
             return
-        if ownership.tenure(self.conversation_id) != self.handle.tenure:
-            log.warning(
-                "conversation %r: this node no longer holds it; its turn stops here",
-                self.conversation_id,
-            )
+        if self.moved or ownership.tenure(self.conversation_id) != self.handle.tenure:
+            if not self.moved:
+                log.warning(
+                    "conversation %r: this node no longer holds it; its turn stops here",
+                    self.conversation_id,
+                )
             self.moved = True
             self.scope.cancel()
             await trio.lowlevel.checkpoint()
@@ -352,6 +353,11 @@ class Conversation:
             if self.handle.interrupted:
                 refusal = TurnError(
                     "the agent shut down before this request ran; send it again",
+                    code="unavailable",
+                )
+            elif self.moved:
+                refusal = TurnError(
+                    "this node no longer owns the conversation; send the request again",
                     code="unavailable",
                 )
             elif reply.cancelled:
