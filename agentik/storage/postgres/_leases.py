@@ -490,6 +490,7 @@ class NodeLease:
         to this node's share (the module docstring)."""
         began = trio.current_time()
         release = self._releasable()
+        before = dict(self._held)
         result = await self._db(_round, self.node_id, self.lease, self.shards, release)
         self._live_nodes = result.live_nodes
         if self._valid_until == -math.inf:
@@ -502,7 +503,10 @@ class NodeLease:
         self._renewed_at = began
         for shard in result.released:
             self._releasing.pop(shard, None)
-        self._held = dict(result.held)
+        # A shard ``claim`` took after this round's statement ran is not in
+        # its answer: kept (the two share the connection, one after the other).
+        claimed = {s: g for s, g in self._held.items() if before.get(s) != g}
+        self._held = {**result.held, **claimed}
         for shard in list(self._releasing):
             if shard not in self._held:
                 del self._releasing[shard]

@@ -1,0 +1,182 @@
+"""Shard leases under a burst: what a cluster of ``agentik serve`` nodes on
+one PostgreSQL pays when many conversations start at once.
+
+    python -m bench.cluster [--nodes 2] [--conversations 30000] [--clients 500]
+                            [--lease 20] [--rounds 200] [--dsn URL]
+
+- Rounds: one node lease's round (renew, count the live nodes, take free
+  shards up to its share: one statement) run back to back on its own
+  connection, ``--rounds`` times: rounds/s and the p99 of one round. Before
+  shards a node claimed each new conversation with a statement of its own;
+  now a round claims shards for every conversation in them.
+- Burst: ``--nodes`` nodes (the scripted demo model, so the figure is
+  agentik's own cost plus PostgreSQL's), ``--conversations`` new
+  conversations, each one first turn, sent by ``--clients`` concurrent
+  clients to the nodes in turn (a request landing on a node that does not
+  hold the conversation's shard is redirected: 307, followed), with the
+  raw-socket client of ``agentik bench --url``. Reported: turns that failed,
+  the first turn's p50/p99 (redirect included), and whether any node lost
+  its lease (its ``/health`` lease shows a renewal error or a new node id).
+
+Without ``--dsn`` it starts its own throwaway PostgreSQL cluster
+(tests/pgcluster.py, ``fsync`` on). Everything shares the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import trio
+
+from agentik.benchmark._http import BenchClient
+from agentik.storage import open_postgres_storage
+from agentik.storage.postgres._connect import connect
+from agentik.storage.postgres._leases import NodeLease
+from agentik.storage.postgres._watchdog import Watchdog
+from tests import pgcluster
+from tests.cluster import shards_spread, start_node, stop_nodes
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)] if ordered else 0.0
+
+
+async def rounds(dsn: str, count: int) -> dict[str, float]:
+    """Rounds of one lease, back to back (``NodeLease.round``)."""
+    from tests.postgres import fresh_schema
+
+    schema = fresh_schema()
+    async with open_postgres_storage(dsn, schema=schema, readers=1):
+        pass  # the schema and its shards
+    watchdog = Watchdog()
+    make = partial(connect, dsn, schema=schema, role="lease", timeout=10, watchdog=watchdog)
+    lease = NodeLease(make, 20, "http://bench", watchdog=watchdog)
+    await lease.join()
+    times: list[float] = []
+    try:
+        for _ in range(count):
+            began = time.perf_counter()
+            await lease.round()
+            times.append(time.perf_counter() - began)
+    finally:
+        await lease.leave()
+    return {
+        "rounds_per_s": len(times) / sum(times),
+        "round_ms_p50": 1000 * statistics.median(times),
+        "round_ms_p99": 1000 * _percentile(times, 0.99),
+    }
+
+
+async def _health(url: str) -> dict[str, Any]:
+    async with httpx2.AsyncClient(timeout=30) as client:
+        body: dict[str, Any] = (await client.get(f"{url}/health")).json()
+    return body
+
+
+async def burst(
+    dsn: str, nodes: int, conversations: int, clients: int, lease: float
+) -> dict[str, Any]:
+    from tests.postgres import fresh_database
+
+    database = await trio.to_thread.run_sync(fresh_database, dsn)
+    with tempfile.TemporaryDirectory(prefix="agentik-bench-shards-") as folder:
+        async with trio.open_nursery() as nursery:
+            started = [
+                await start_node(nursery, database, "", lease=lease, cwd=Path(folder), model=False)
+                for _ in range(nodes)
+            ]
+            try:
+                await shards_spread(database, nodes)
+                before = [await _health(n.url) for n in started]
+                latencies: list[float] = []
+                statuses: dict[int, int] = {}
+                errors: list[str] = []
+                next_id = iter(range(conversations))
+
+                async def client(index: int) -> None:
+                    sessions = [BenchClient(n.url, {}) for n in started]
+                    try:
+                        for number in next_id:
+                            session = sessions[number % nodes]
+                            body = json.dumps({"text": f"hello {number}"}).encode()
+                            began = time.perf_counter()
+                            try:
+                                reply = await session.post(
+                                    f"/agentik/conversations/burst-{number}/turns", body
+                                )
+                            except (OSError, ConnectionError) as error:
+                                errors.append(str(error))
+                                continue
+                            latencies.append(time.perf_counter() - began)
+                            statuses[reply.status] = statuses.get(reply.status, 0) + 1
+                    finally:
+                        for session in sessions:
+                            await session.aclose()
+
+                began = time.perf_counter()
+                async with trio.open_nursery() as senders:
+                    for index in range(clients):
+                        senders.start_soon(client, index)
+                seconds = time.perf_counter() - began
+                after = [await _health(n.url) for n in started]
+            finally:
+                await stop_nodes(started)
+            nursery.cancel_scope.cancel()
+    lost = [
+        b["lease"]["node_id"] != a["lease"]["node_id"] or a["lease"]["last_renewal_error"]
+        for b, a in zip(before, after, strict=True)
+    ]
+    ok = statuses.get(200, 0)
+    return {
+        "conversations": conversations,
+        "ok": ok,
+        "failed": conversations - ok,
+        "statuses": statuses,
+        "connection_errors": len(errors),
+        "seconds": seconds,
+        "turns_per_s": ok / seconds,
+        "first_turn_ms_p50": 1000 * statistics.median(latencies) if latencies else 0.0,
+        "first_turn_ms_p99": 1000 * _percentile(latencies, 0.99),
+        "leases_lost": sum(bool(x) for x in lost),
+        "shards_per_node": [a["lease"]["shards"] for a in after],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--conversations", type=int, default=30_000)
+    parser.add_argument("--clients", type=int, default=500)
+    parser.add_argument("--lease", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--dsn", default=None, help="a PostgreSQL to use instead of a new one")
+    args = parser.parse_args()
+    load = [os.getloadavg()[0]]
+
+    def run(dsn: str) -> None:
+        print(json.dumps({"rounds": trio.run(rounds, dsn, args.rounds)}), flush=True)
+        figures = trio.run(burst, dsn, args.nodes, args.conversations, args.clients, args.lease)
+        print(json.dumps({"burst": figures}), flush=True)
+
+    if args.dsn:
+        run(args.dsn)
+    else:
+        with pgcluster.cluster(fsync=True) as dsn:
+            run(dsn)
+    load.append(os.getloadavg()[0])
+    print(f"load average {load[0]:.1f} -> {load[1]:.1f}; {os.cpu_count()} cores")
+
+
+if __name__ == "__main__":
+    main()
