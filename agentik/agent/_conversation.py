@@ -197,7 +197,8 @@ class Conversation:
         ownership = self.runtime.storage.ownership
         if ownership is None:
             return
-        if self.moved or ownership.tenure(self.conversation_id) != self.handle.tenure:
+        tenure = ownership.tenure(self.conversation_id)
+        if self.moved or tenure is None or tenure != self.handle.tenure:
             if not self.moved:
                 log.warning(
                     "conversation %r: this node no longer holds it; its turn stops here",

@@ -1,8 +1,9 @@
 """The documented HAProxy configuration (deploy/haproxy.cfg, Debian's
 haproxy) in front of several ``agentik serve`` nodes on one PostgreSQL:
 consistent hashing on the conversation id in the path sends every request of
-a conversation to the node that owns it, so no request needs a redirect, and
-the turns still run once each, gapless, never two at once."""
+a conversation to one node; the node holding the conversation's shard runs
+it (a request the hash sent elsewhere is redirected there), and the turns
+run once each, gapless, never two at once."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.cluster import (
     CONFIG,
     RecordingModel,
     haproxy_config,
+    shards_spread,
     start_haproxy,
     start_node,
     stop_nodes,
@@ -65,9 +67,12 @@ def test_the_documented_config_is_valid(tmp_path: Path) -> None:
 async def test_turns_through_the_balancer_land_on_their_owner(
     postgres_dsn: str, tmp_path: Path, count: int
 ) -> None:
-    """Consistent hashing: no request needs a redirect."""
-    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, count, None)
-    assert redirected == 0, "consistent hashing sent a conversation to a node that did not own it"
+    """Consistent hashing: each conversation's requests reach one node, and
+    run on its shard's holder (redirected when that is another node: the
+    hash cannot know the shards). Every request of one conversation takes the
+    same path, so either all of its turns are redirected or none."""
+    per_conversation = await _turns_through_the_balancer(postgres_dsn, tmp_path, count, None)
+    assert set(per_conversation.values()) <= {0, 4}, per_conversation
 
 
 async def test_a_balancer_that_routes_wrongly_costs_redirects_only(
@@ -76,27 +81,28 @@ async def test_a_balancer_that_routes_wrongly_costs_redirects_only(
     """Round robin instead of the hash sends most requests to a node that
     does not own their conversation: they are redirected (307) to the owner
     and still run once each, gapless, never two turns of one at once."""
-    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, 3, "roundrobin")
-    assert redirected > 0, "round robin over three nodes never needed a redirect"
+    per_conversation = await _turns_through_the_balancer(postgres_dsn, tmp_path, 3, "roundrobin")
+    assert sum(per_conversation.values()) > 0, "round robin over three nodes never redirected"
 
 
 async def _turns_through_the_balancer(
     postgres_dsn: str, tmp_path: Path, count: int, balance: str | None
-) -> int:
+) -> dict[str, int]:
     """12 conversations, 4 turns each, through HAProxy to ``count`` nodes;
-    checks the histories and the model's calls, returns how many turns were
-    redirected."""
+    checks the histories and the model's calls, returns how many turns of
+    each conversation were redirected."""
     need_haproxy()
     database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
     model = RecordingModel(delay=0.01)
     sent: dict[str, set[int]] = defaultdict(set)
-    redirected = 0
+    redirected: dict[str, int] = defaultdict(int)
     async with trio.open_nursery() as nursery:
         model_url = await model.start(nursery)
         nodes = [
             await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
             for _ in range(count)
         ]
+        await shards_spread(database, count)  # no shard being handed off
         balancer, url = await start_haproxy(
             nursery, [n.url for n in nodes], tmp_path, balance=balance
         )
@@ -106,14 +112,13 @@ async def _turns_through_the_balancer(
             ) as client:
 
                 async def sender(conversation: str) -> None:
-                    nonlocal redirected
                     for turn in range(4):
                         response = await client.post(
                             f"/agentik/conversations/{conversation}/turns",
                             json={"text": f"{conversation} {turn}"},
                         )
                         assert response.status_code == 200, response.text
-                        redirected += bool(response.history)
+                        redirected[conversation] += bool(response.history)
                         sent[conversation].add(turn)
 
                 async with trio.open_nursery() as senders:
@@ -126,4 +131,4 @@ async def _turns_through_the_balancer(
         nursery.cancel_scope.cancel()
     assert model.overlaps() == []
     await check_histories(database, sent)
-    return redirected
+    return dict(redirected)
