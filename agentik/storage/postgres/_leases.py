@@ -39,10 +39,11 @@ Invariants:
   node took it at (the fencing token): a takeover skips a shard a batch is
   writing, and no write of a node that lost a shard commits after it moved;
 - a node with more than its share (a node joined) marks the surplus
-  *releasing*: it takes no new turn for those shards (``owns`` is false:
-  ``NotOwnedError`` without a URL, a 503 to retry), waits for their running
-  turns (at most ``RELEASE_WAIT``), then releases them; a clean stop
-  releases every shard, so other nodes take them at their next round.
+  *releasing*, ``MOVE_AT_ONCE`` shards at a time: it takes no new turn for
+  those shards (``owns`` is false: ``NotOwnedError`` without a URL, a 503 to
+  retry), waits for their running turns (at most ``RELEASE_WAIT``), then
+  releases them; a clean stop releases every shard, so other nodes take
+  them at their next round.
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ soon shards freed by a node that stopped cleanly are taken."""
 BUSY_ROUND_SECONDS = 0.25
 """Pause between rounds while shards are being handed off or this node is
 below its share: a move takes a few of these, not a lease."""
+UNSETTLED_SECONDS = 5.0
+"""How long rounds stay fast after the live nodes or this node's shards
+changed: long enough for the others to notice and hand shards off."""
+MOVE_AT_ONCE = 16
+"""Shards a node hands off at a time: a node joining a busy cluster takes
+its share in steps of a few rounds, so only a few shards' new turns wait
+(503, retry) at any moment, not half the cluster's."""
 RELEASE_WAIT = 60.0
 """Longest wait for the running turns of a shard being handed off; a turn
 still running then is interrupted (the shard's next holder resumes it)."""
@@ -290,6 +298,9 @@ class NodeLease:
         self._error: tuple[str, float] | None = None
         """The last renewal's or join's failure and when; for ``/health``."""
         self._wake = trio.Event()
+        self._unsettled_until = -math.inf
+        """Rounds come fast until then: the live nodes or this node's shards
+        changed lately, so shards may be about to be freed for it."""
 
     # --- the database, from a worker thread ---
 
@@ -471,7 +482,10 @@ class NodeLease:
     def _mark_surplus(self) -> None:
         """Hand off what is above this node's share: the shards with the
         fewest running turns first."""
-        surplus = len(self._held) - len(self._releasing) - self._target()
+        surplus = min(
+            len(self._held) - len(self._releasing) - self._target(),
+            MOVE_AT_ONCE - len(self._releasing),
+        )
         if surplus <= 0:
             return
         now = trio.current_time()
@@ -492,6 +506,8 @@ class NodeLease:
         release = self._releasable()
         before = dict(self._held)
         result = await self._db(_round, self.node_id, self.lease, self.shards, release)
+        if result.live_nodes != self._live_nodes or result.released or result.taken:
+            self._unsettled_until = trio.current_time() + UNSETTLED_SECONDS
         self._live_nodes = result.live_nodes
         if self._valid_until == -math.inf:
             return  # lost while the round was under way: join anew
@@ -528,6 +544,7 @@ class NodeLease:
         self._releasing.clear()
         self._valid_until = began + self.lease - self._margin
         self._renewed_at = began
+        self._unsettled_until = began + UNSETTLED_SECONDS + self.lease / 3
         self._publish()
         log.info("node %s joined (lease %.0f s, %d shards)", node_id, self.lease, self.shards)
         try:
@@ -545,7 +562,8 @@ class NodeLease:
 
     def _pause(self) -> float:
         period = min(self.lease / 3, ROUND_SECONDS)
-        if self._releasing or len(self._held) < self._target():
+        moving = self._releasing or len(self._held) > self._target()
+        if moving or trio.current_time() < self._unsettled_until:
             return min(period, BUSY_ROUND_SECONDS)
         return period
 
