@@ -17,6 +17,10 @@ one PostgreSQL pays when many conversations start at once.
   raw-socket client of ``agentik bench --url``. Reported: turns that failed,
   the first turn's p50/p99 (redirect included), and whether any node lost
   its lease (its ``/health`` lease shows a renewal error or a new node id).
+- Join: a third as many new conversations, from half the clients, all sent
+  to one node while a second joins 2 s in: the shards move under load.
+  Reported: turns that failed, 503s retried (a shard being handed off),
+  how long after the join the spread was even, and the first turn's p99.
 
 Without ``--dsn`` it starts its own throwaway PostgreSQL cluster
 (tests/pgcluster.py, ``fsync`` on). Everything shares the machine's cores.
@@ -153,6 +157,76 @@ async def burst(
     }
 
 
+async def join(dsn: str, conversations: int, clients: int, lease: float) -> dict[str, Any]:
+    """A burst of new conversations to one node while a second joins: the
+    shards it takes move under load. A 503 (a shard being handed off) is
+    retried after 50 ms, as a client honouring ``Retry-After`` would."""
+    from tests.postgres import fresh_database
+
+    database = await trio.to_thread.run_sync(fresh_database, dsn)
+    with tempfile.TemporaryDirectory(prefix="agentik-bench-join-") as folder:
+        async with trio.open_nursery() as nursery:
+            first = await start_node(
+                nursery, database, "", lease=lease, cwd=Path(folder), model=False
+            )
+            started = [first]
+            latencies: list[float] = []
+            retried = failed = 0
+            next_id = iter(range(conversations))
+
+            async def client() -> None:
+                nonlocal retried, failed
+                session = BenchClient(first.url, {})
+                try:
+                    for number in next_id:
+                        body = json.dumps({"text": f"hello {number}"}).encode()
+                        began = time.perf_counter()
+                        while True:
+                            try:
+                                reply = await session.post(
+                                    f"/agentik/conversations/join-{number}/turns", body
+                                )
+                            except (OSError, ConnectionError):
+                                failed += 1
+                                break
+                            if reply.status != 503:
+                                break
+                            retried += 1
+                            await trio.sleep(0.05)
+                        failed += reply.status != 200
+                        latencies.append(time.perf_counter() - began)
+                finally:
+                    await session.aclose()
+
+            try:
+                began = time.perf_counter()
+                async with trio.open_nursery() as senders:
+                    for _ in range(clients):
+                        senders.start_soon(client)
+                    await trio.sleep(2)
+                    joined_at = time.perf_counter()
+                    started.append(
+                        await start_node(
+                            nursery, database, "", lease=lease, cwd=Path(folder), model=False
+                        )
+                    )
+                    await shards_spread(database, 2)
+                    spread_after = time.perf_counter() - joined_at
+                seconds = time.perf_counter() - began
+            finally:
+                await stop_nodes(started)
+            nursery.cancel_scope.cancel()
+    return {
+        "conversations": conversations,
+        "failed": failed,
+        "retried_503": retried,
+        "seconds": seconds,
+        "even_spread_seconds_after_join": spread_after,
+        "first_turn_ms_p50": 1000 * statistics.median(latencies) if latencies else 0.0,
+        "first_turn_ms_p99": 1000 * _percentile(latencies, 0.99),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2)
@@ -168,6 +242,8 @@ def main() -> None:
         print(json.dumps({"rounds": trio.run(rounds, dsn, args.rounds)}), flush=True)
         figures = trio.run(burst, dsn, args.nodes, args.conversations, args.clients, args.lease)
         print(json.dumps({"burst": figures}), flush=True)
+        joined = trio.run(join, dsn, args.conversations // 3, args.clients // 2, args.lease)
+        print(json.dumps({"join": joined}), flush=True)
 
     if args.dsn:
         run(args.dsn)
