@@ -323,7 +323,13 @@ class Conversation:
         self._ran()
         if request is not None:
             self.runtime.stats.turns_failed += 1
-            if self.interrupted:
+            if self.moved:
+                error = TurnError(
+                    "this node lost the conversation before the turn finished; the node"
+                    " that owns it now resumes it",
+                    code="interrupted",
+                )
+            elif self.interrupted:
                 error = TurnError(
                     "the agent shut down before the turn finished; it resumes when the"
                     " agent starts again",

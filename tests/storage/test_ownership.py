@@ -570,3 +570,41 @@ async def test_a_database_from_before_shards_migrates_with_its_conversations(
         return {str(row[0]) for row in rows}
 
     assert "conversation_owner" not in await trio.to_thread.run_sync(tables)
+
+
+async def test_a_node_resumes_at_start_only_the_interrupted_turns_it_can_own(
+    postgres_dsn: str,
+) -> None:
+    """A and B hold half the shards each, with an interrupted turn in each
+    half. An agent opening on B resumes B's at once and leaves A's alone
+    while A lives; once A stops, B takes its shards and resumes that one
+    too, without a request."""
+    schema = fresh_schema()
+    work = Message(Role.USER, "work")
+    stop_a = trio.Event()
+
+    async def run_a(task_status: trio.TaskStatus[StorageBundle]) -> None:
+        async with storage(postgres_dsn, schema, "http://a") as a:
+            task_status.started(a)
+            await stop_a.wait()
+
+    async with trio.open_nursery() as nursery:
+        a: StorageBundle = await nursery.start(run_a)
+        async with storage(postgres_dsn, schema, "http://b") as b:
+            await balanced(a, b)
+            on_a = in_shards(lease_of(a).held_shards())
+            on_b = in_shards(lease_of(b).held_shards())
+            await a.message_store.append(on_a, work)
+            await b.message_store.append(on_b, work)
+            async with open_chat_agent(model=ScriptedModel(echo), storage=b) as agent:
+                with trio.fail_after(10):
+                    while await contents(b, on_b) != ["work", "echo work"]:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                await trio.sleep(0.5)
+                assert await contents(b, on_a) == ["work"], "resumed a live node's turn"
+                assert agent.stats.turns_resumed == 1
+                stop_a.set()  # A stops cleanly: its shards are free
+                with trio.fail_after(10):
+                    while await contents(b, on_a) != ["work", "echo work"]:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                assert agent.stats.turns_resumed == 2
