@@ -163,16 +163,23 @@ async def test_three_nodes_spread_the_shards_evenly_and_close_up_when_one_leaves
         await balanced(a)
 
 
-async def test_an_expired_holder_is_taken_over_and_fenced(postgres_dsn: str) -> None:
-    """Node A's lease runs out (it stopped renewing: here its row is expired
-    by hand, and its 60 s lease keeps it from noticing): B takes A's shards,
-    and A's writes are refused by the database although A still believes
-    it owns them."""
+async def test_an_expired_holder_is_taken_over_and_fenced(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node A's lease runs out (it stopped renewing: its rounds do nothing
+    from here on, its row is expired by hand, and its 60 s lease keeps it
+    from noticing): B takes A's shards, and A's writes are refused by the
+    database although A still believes it owns them."""
     schema = fresh_schema()
     async with node(postgres_dsn, schema, "http://a") as (a, agent_a):
         async with node(postgres_dsn, schema, "http://b") as (_, agent_b):
             x = in_shards(lease_of(a).held_shards())
             await agent_a.send(x, "one")
+
+            async def frozen() -> None:
+                await trio.sleep_forever()
+
+            monkeypatch.setattr(lease_of(a), "round", frozen)
             await trio.to_thread.run_sync(expire, postgres_dsn, schema, lease_of(a).node_id)
             with trio.fail_after(10):
                 while True:
@@ -296,10 +303,11 @@ async def test_a_round_is_not_delayed_by_a_session_holding_shard_locks(postgres_
                 await trio.to_thread.run_sync(expire, postgres_dsn, schema, frozen.node_id)
                 began = trio.current_time()
                 await lease_of(a).round()
-                assert trio.current_time() - began < 1.0
+                assert trio.current_time() - began < 2.0  # a loaded machine: no lock wait
                 assert lease_of(a).lease_state().valid
                 assert lease_of(a).held_shards() == frozenset()
             finally:
+                await trio.to_thread.run_sync(blocker.rollback)  # its locks go with the answer
                 await trio.to_thread.run_sync(blocker.close)
             await lease_of(a).round()
             assert lease_of(a).held_shards() == frozenset(range(SHARDS))

@@ -123,7 +123,10 @@ WITH renewed AS (
 SELECT EXISTS (SELECT 1 FROM renewed), (SELECT n FROM live),
     (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM mine),
     (SELECT coalesce(json_agg(shard), '[]') FROM released),
-    (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM taken)
+    (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM taken),
+    (SELECT coalesce(json_agg(json_build_array(s.shard, n.url)), '[]')
+     FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
+     WHERE n.node_id <> %(me)s AND n.expires_at > clock_timestamp())
 """
 
 # One shard on demand (a request for a conversation in a shard nobody holds).
@@ -177,6 +180,8 @@ class RoundResult:
     """Every shard this node holds after the round, with its generation."""
     released: frozenset[int]
     taken: frozenset[int]
+    elsewhere: dict[int, str]
+    """Shards other live nodes hold, with their advertised URLs."""
 
 
 def _round(
@@ -190,7 +195,7 @@ def _round(
         _ROUND, {"me": me, "lease": lease, "shards": shards, "release": release}
     ).fetchone()
     assert row is not None
-    renewed, live, mine, released, taken = row
+    renewed, live, mine, released, taken, elsewhere = row
     held = {int(s): int(g) for s, g in mine}
     gone = {int(s) for s in released}
     for shard in gone:
@@ -202,6 +207,7 @@ def _round(
         held=held if renewed else {},
         released=frozenset(gone),
         taken=frozenset(int(s) for s, _ in taken),
+        elsewhere={int(s): str(url) for s, url in elsewhere},
     )
 
 
@@ -285,6 +291,11 @@ class NodeLease:
         """Shards held, with the generation each was taken at."""
         self._releasing: dict[int, float] = {}
         """Shards being handed off, with when that began."""
+        self._elsewhere: dict[int, str] = {}
+        """Shards other live nodes held at the last round, with their URLs:
+        a request for one is redirected without asking the database, so
+        requests that land on the wrong node never queue in front of the
+        renewals on the lease's connection."""
         self._busy: dict[int, int] = {}
         """Turns running, by shard (``running``)."""
         self.fence = Fence(node_id="", shards=self.shards, generations={})
@@ -374,8 +385,18 @@ class NodeLease:
             )
         if shard in self._held:
             return
-        may_take = len(self._held) < self._target()
-        alive, generation, url = await self._db(_claim, self.node_id, shard, may_take)
+        url = self._elsewhere.get(shard)
+        if url is not None:  # as of the last round: a stale answer costs one more hop
+            raise NotOwnedError(
+                f"conversation {conversation_id!r} is owned by the node at {url}", owner_url=url
+            )
+        if len(self._held) >= self._target():  # not ours to take: others will, at their round
+            raise NotOwnedError(
+                f"conversation {conversation_id!r} is in shard {shard}, which no node holds"
+                " right now; retry",
+                owner_url="",
+            )
+        alive, generation, url = await self._db(_claim, self.node_id, shard, True)
         if generation is not None and alive and self._valid():
             self._hold({shard: generation})
             self._tell(self._gained_subscribers)
@@ -509,6 +530,7 @@ class NodeLease:
         if result.live_nodes != self._live_nodes or result.released or result.taken:
             self._unsettled_until = trio.current_time() + UNSETTLED_SECONDS
         self._live_nodes = result.live_nodes
+        self._elsewhere = result.elsewhere
         if self._valid_until == -math.inf:
             return  # lost while the round was under way: join anew
         if not result.renewed:  # the row expired: others may hold our shards already
