@@ -616,3 +616,39 @@ async def test_a_node_resumes_at_start_only_the_interrupted_turns_it_can_own(
                     while await contents(b, on_a) != ["work", "echo work"]:  # noqa: ASYNC110
                         await trio.sleep(0.05)
                 assert agent.stats.turns_resumed == 2
+
+
+async def test_requests_for_another_nodes_shards_never_queue_before_renewals(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of requests landing on the wrong node is redirected from the
+    last round's map: not one of them asks the database on the lease's
+    connection, where they would queue in front of the renewals."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a") as (a, _):
+        async with node(postgres_dsn, schema, "http://b") as (b, agent_b):
+            await balanced(a, b)
+            await lease_of(b).round()  # the map as of now
+            asked: list[object] = []
+            real = lease_of(b)._db
+
+            async def counted(operation: Callable[..., object], *args: object) -> object:
+                if operation is not _leases._round:
+                    asked.append(operation)
+                return await real(operation, *args)
+
+            monkeypatch.setattr(lease_of(b), "_db", counted)
+            foreign = [c for c in (f"w{i}" for i in range(200)) if not lease_of(b).owns(c)]
+            refused: list[str] = []
+
+            async def send(conversation: str) -> None:
+                try:
+                    await agent_b.send(conversation, "hi")
+                except NotOwnedError as error:
+                    refused.append(error.owner_url)
+
+            async with trio.open_nursery() as nursery:
+                for conversation in foreign:
+                    nursery.start_soon(send, conversation)
+            assert refused == ["http://a"] * len(foreign)
+            assert asked == []
