@@ -73,6 +73,8 @@ soon shards freed by a node that stopped cleanly are taken."""
 BUSY_ROUND_SECONDS = 0.25
 """Pause between rounds while shards are being handed off or this node is
 below its share: a move takes a few of these, not a lease."""
+LOOK_AGAIN = 0.2
+"""Seconds between two look-ups of the shards' holders outside the rounds."""
 UNSETTLED_SECONDS = 5.0
 """How long rounds stay fast after the live nodes or this node's shards
 changed: long enough for the others to notice and hand shards off."""
@@ -90,6 +92,12 @@ still running then is interrupted (the shard's next holder resumes it)."""
 _FREE = """(s.node_id IS NULL OR (s.claimed_at < statement_timestamp() AND NOT EXISTS (
         SELECT 1 FROM agentik_node AS n
         WHERE n.node_id = s.node_id AND n.expires_at > clock_timestamp())))"""
+
+_ELSEWHERE = """
+SELECT coalesce(json_agg(json_build_array(s.shard, n.url)), '[]')
+FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
+WHERE n.node_id <> %(me)s AND n.expires_at > clock_timestamp()
+"""
 
 _ROUND = f"""
 WITH renewed AS (
@@ -124,9 +132,7 @@ SELECT EXISTS (SELECT 1 FROM renewed), (SELECT n FROM live),
     (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM mine),
     (SELECT coalesce(json_agg(shard), '[]') FROM released),
     (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM taken),
-    (SELECT coalesce(json_agg(json_build_array(s.shard, n.url)), '[]')
-     FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
-     WHERE n.node_id <> %(me)s AND n.expires_at > clock_timestamp())
+    ({_ELSEWHERE})
 """
 
 # One shard on demand (a request for a conversation in a shard nobody holds).
@@ -220,6 +226,12 @@ def _claim(
     return bool(alive), None if generation is None else int(generation), url
 
 
+def _elsewhere(connection: psycopg.Connection, me: str) -> dict[int, str]:
+    row = connection.execute(_ELSEWHERE, {"me": me}).fetchone()
+    assert row is not None
+    return {int(s): str(url) for s, url in row[0]}
+
+
 def _register(connection: psycopg.Connection, me: str, url: str, lease: float) -> None:
     with connection.transaction():
         connection.execute(_FORGET_DEAD)
@@ -296,6 +308,8 @@ class NodeLease:
         a request for one is redirected without asking the database, so
         requests that land on the wrong node never queue in front of the
         renewals on the lease's connection."""
+        self._looking: trio.Event | None = None
+        self._looked_at = -math.inf
         self._busy: dict[int, int] = {}
         """Turns running, by shard (``running``)."""
         self.fence = Fence(node_id="", shards=self.shards, generations={})
@@ -390,7 +404,14 @@ class NodeLease:
             raise NotOwnedError(
                 f"conversation {conversation_id!r} is owned by the node at {url}", owner_url=url
             )
-        if len(self._held) >= self._target():  # not ours to take: others will, at their round
+        if len(self._held) >= self._target():  # not ours to take: another node's, or soon
+            await self._look_elsewhere()
+            url = self._elsewhere.get(shard)
+            if url is not None:
+                raise NotOwnedError(
+                    f"conversation {conversation_id!r} is owned by the node at {url}",
+                    owner_url=url,
+                )
             raise NotOwnedError(
                 f"conversation {conversation_id!r} is in shard {shard}, which no node holds"
                 " right now; retry",
@@ -412,6 +433,27 @@ class NodeLease:
             " right now; retry",
             owner_url="",
         )
+
+    async def _look_elsewhere(self) -> None:
+        """Refresh the map of other nodes' shards (a shard moved since the last
+        round): one query for every request that wants it meanwhile, and at
+        most one per ``LOOK_AGAIN`` seconds, so requests in a hand-off queue
+        no more than one small query in front of the renewals."""
+        if trio.current_time() - self._looked_at < LOOK_AGAIN:
+            return
+        looking = self._looking
+        if looking is not None:
+            await looking.wait()
+            return
+        self._looking = looking = trio.Event()
+        try:
+            self._elsewhere = await self._db(_elsewhere, self.node_id)
+            self._looked_at = trio.current_time()
+        except StoreError as error:
+            log.warning("could not look up which nodes hold the shards: %s", error)
+        finally:
+            self._looking = None
+            looking.set()
 
     def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribe(self._lost_subscribers, callback)
