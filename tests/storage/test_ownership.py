@@ -652,3 +652,43 @@ async def test_requests_for_another_nodes_shards_never_queue_before_renewals(
                     nursery.start_soon(send, conversation)
             assert refused == ["http://a"] * len(foreign)
             assert asked == []
+
+
+async def test_a_shard_that_moved_since_the_last_round_is_looked_up_once(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's map of the other nodes' shards is stale (as right after a hand-off
+    between others): a burst of requests for A's conversations is still
+    redirected to A, after one look-up shared by all of them."""
+    schema = fresh_schema()
+    async with node(postgres_dsn, schema, "http://a") as (a, _):
+        async with node(postgres_dsn, schema, "http://b") as (b, agent_b):
+            await balanced(a, b)
+            asked: list[object] = []
+            real = lease_of(b)._db
+
+            async def counted(operation: Callable[..., object], *args: object) -> object:
+                if operation is not _leases._round:
+                    asked.append(operation)
+                return await real(operation, *args)
+
+            async def no_rounds() -> None:  # none refreshes the map meanwhile
+                await trio.sleep_forever()
+
+            monkeypatch.setattr(lease_of(b), "round", no_rounds)
+            monkeypatch.setattr(lease_of(b), "_db", counted)
+            monkeypatch.setattr(lease_of(b), "_elsewhere", {})
+            foreign = [c for c in (f"m{i}" for i in range(100)) if not lease_of(b).owns(c)]
+            refused: list[str] = []
+
+            async def send(conversation: str) -> None:
+                try:
+                    await agent_b.send(conversation, "hi")
+                except NotOwnedError as error:
+                    refused.append(error.owner_url)
+
+            async with trio.open_nursery() as nursery:
+                for conversation in foreign:
+                    nursery.start_soon(send, conversation)
+            assert refused == ["http://a"] * len(foreign)
+            assert asked == [_leases._elsewhere]
