@@ -61,8 +61,8 @@ async def rounds(dsn: str, count: int) -> dict[str, float]:
     from tests.postgres import fresh_schema
 
     schema = fresh_schema()
-    async with open_postgres_storage(dsn, schema=schema, readers=1):
-        pass  # the schema and its shards
+    async with open_postgres_storage(dsn, schema=schema, readers=1, lease_seconds=20):
+        pass  # the schema and its shards (made by the first node)
     watchdog = Watchdog()
     make = partial(connect, dsn, schema=schema, role="lease", timeout=10, watchdog=watchdog)
     lease = NodeLease(make, 20, "http://bench", watchdog=watchdog)

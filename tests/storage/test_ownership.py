@@ -118,9 +118,15 @@ def test_known_shards_do_not_change() -> None:
 
 
 async def test_the_shard_count_is_fixed_once_set(postgres_dsn: str) -> None:
+    """Fixed by the first node (an open with a lease); an open without one
+    (a CLI command, a lone process) neither sets nor checks it."""
     schema = fresh_schema()
+    async with open_postgres_storage(postgres_dsn, schema=schema, readers=1, shards=16):
+        pass  # no lease: sets nothing
     async with storage(postgres_dsn, schema, "http://a"):
         pass
+    async with open_postgres_storage(postgres_dsn, schema=schema, readers=1):
+        pass  # no lease, the default 256: not refused
     with pytest.raises(StoreError, match=r"^shards is 16, but the database at .* split into 8"):
         async with storage(postgres_dsn, schema, "http://a", shards=16):
             pass

@@ -152,10 +152,11 @@ def open_writer(
     schema: str,
     dsn: str,
     watchdog: Watchdog,
-    shards: int,
+    shards: int | None,
 ) -> psycopg.Connection:
-    """The write connection, the schema migrated and split into ``shards``
-    (``fix_shards``); sets ``watchdog.bound`` from its session."""
+    """The write connection, the schema migrated and, for a node of several
+    (``shards`` given), split into ``shards`` (``fix_shards``); sets
+    ``watchdog.bound`` from its session."""
     connection = make()
     try:
         limits = connection.execute(
@@ -165,7 +166,8 @@ def open_writer(
         connection.execute("SET statement_timeout TO 0")
         connection.execute("SET lock_timeout TO 0")
         migrate(connection, schema)
-        fix_shards(connection, shards, shown(parse(dsn)))
+        if shards is not None:
+            fix_shards(connection, shards, shown(parse(dsn)))
         connection.execute(
             "SELECT set_config('statement_timeout', %s, false),"
             " set_config('lock_timeout', %s, false)",

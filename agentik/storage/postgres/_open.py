@@ -90,9 +90,11 @@ async def open_postgres_storage(
             conversations (``bundle.ownership.advertise`` can set it later,
             once the server knows its port).
         shards: the shards the database is split into (``[storage] shards``),
-            fixed at its first open: a later open with another number is a
-            ``StoreError``. A conversation lives in shard ``crc32(id) %
-            shards``; nodes lease shards, not conversations.
+            fixed at the first open with ``lease_seconds``: a later one with
+            another number is a ``StoreError`` (an open without a lease, one
+            process alone or a CLI command, neither sets nor checks it). A
+            conversation lives in shard ``crc32(id) % shards``; nodes lease
+            shards, not conversations.
     """
     check_at_least("readers", readers, 1)
     check_at_least("max_batch", max_batch, 1)
@@ -123,7 +125,7 @@ async def open_postgres_storage(
                 shards=shards,
             )
         write_connection = await trio.to_thread.run_sync(
-            open_writer, make_writer, schema, dsn, watchdog, shards
+            open_writer, make_writer, schema, dsn, watchdog, None if lease is None else shards
         )
         engine = PostgresEngine(write_connection, make_writer, clock, lease, watchdog=watchdog)
         async with _serving(
