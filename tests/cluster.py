@@ -207,19 +207,50 @@ class Load:
 
 
 async def owner_url(database: str, conversation: str) -> str:
+    """The advertised URL of the node holding the conversation's shard."""
     import psycopg
+
+    from agentik.storage import shard_of
 
     def query() -> str:
         with psycopg.connect(database) as connection:
+            shards = connection.execute(
+                "SELECT value::integer FROM agentik.agentik_setting WHERE name = 'shards'"
+            ).fetchone()
+            assert shards is not None
             row = connection.execute(
-                "SELECT n.url FROM agentik.conversation_owner o JOIN agentik.agentik_node n"
-                " USING (node_id) WHERE o.conversation_id = %s",
-                (conversation.encode(),),
+                "SELECT n.url FROM agentik.agentik_shard s JOIN agentik.agentik_node n"
+                " USING (node_id) WHERE s.shard = %s AND n.expires_at > clock_timestamp()",
+                (shard_of(conversation, shards[0]),),
             ).fetchone()
         assert row is not None
         return str(row[0])
 
     return await trio.to_thread.run_sync(query)
+
+
+async def shards_spread(database: str, count: int) -> None:
+    """Until ``count`` live nodes hold every shard between them, each about
+    its share, so requests no longer meet a shard being handed off."""
+    import math
+
+    import psycopg
+
+    def spread() -> list[int]:
+        with psycopg.connect(database) as connection:
+            rows = connection.execute(
+                "SELECT count(*) FROM agentik.agentik_shard s JOIN agentik.agentik_node n"
+                " USING (node_id) WHERE n.expires_at > clock_timestamp() GROUP BY n.node_id"
+            ).fetchall()
+            total = connection.execute("SELECT count(*) FROM agentik.agentik_shard").fetchone()
+        assert total is not None
+        held = sorted(int(row[0]) for row in rows)
+        share = math.ceil(int(total[0]) / count)
+        return held if sum(held) == total[0] and all(h <= share for h in held) else []
+
+    with trio.fail_after(30):
+        while len(await trio.to_thread.run_sync(spread)) != count:  # noqa: ASYNC110 (the nodes')
+            await trio.sleep(0.1)
 
 
 CONFIG = ROOT / "deploy" / "haproxy.cfg"

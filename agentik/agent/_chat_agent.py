@@ -707,13 +707,22 @@ class ChatAgent:
         A cancelled caller still sends nothing."""
         _check_turn(conversation_id, text, request.idempotency_key)
         ownership = self._ownership
-        if ownership is not None and not ownership.owns(conversation_id):
-            await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
+        tenure = None
+        if ownership is not None:
+            if not ownership.owns(conversation_id):
+                await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
+            tenure = ownership.tenure(conversation_id)
         settings = self._runtime.settings
         while True:
             if self._closing:
                 raise AgentikError("the agent is closed")
             handle = self._handles.get(conversation_id)
+            if handle is not None and handle.tenure != tenure:
+                # The node lost the conversation (and maybe got it back) since
+                # the task started: its cache may be behind; a new task loads it.
+                handle.interrupt()
+                self._retire(handle)
+                handle = None
             if handle is None:
                 if len(self._handles) >= settings.max_conversations:
                     self._runtime.stats.overloaded += 1
@@ -721,7 +730,7 @@ class ChatAgent:
                         f"{len(self._handles)} conversations are live"
                         f" (max_conversations={settings.max_conversations}); retry later"
                     )
-                handle = self._spawn(conversation_id)
+                handle = self._spawn(conversation_id, tenure)
             if settings.turn_queue_size > settings.max_queued_turns:
                 self._check_backlog(handle)
             handle.sent(request)  # before it is taken: ``cancel`` reaches it from now
@@ -761,7 +770,7 @@ class ChatAgent:
     async def _resume_at_start(self, store: FullMessageStore) -> None:
         """Resume the turns a stopped process left interrupted (``_resume``)."""
         with self._resume_scope:
-            await resume_interrupted_turns(store, self._recover)
+            await resume_interrupted_turns(store, self._recover, self._ownership)
 
     async def _recover(self, conversation_id: str) -> None:
         """Have the conversation's task load it, which resumes its interrupted
@@ -771,10 +780,10 @@ class ChatAgent:
         await self._route(conversation_id, request)
         await self._approvals(conversation_id, request)
 
-    def _spawn(self, conversation_id: str) -> ConversationHandle:
+    def _spawn(self, conversation_id: str, tenure: str | None) -> ConversationHandle:
         settings = self._runtime.settings
         sender, receiver = trio.open_memory_channel[Request](settings.turn_queue_size)
-        handle = ConversationHandle(conversation_id, sender)
+        handle = ConversationHandle(conversation_id, sender, tenure=tenure)
         conversation = Conversation(
             conversation_id,
             self._runtime,
@@ -823,10 +832,11 @@ class ChatAgent:
 
     def _drop_all(self) -> None:
         """This node lost every conversation (its lease lapsed): stop their
-        turns and forget what it cached of them, so nothing stale runs on
-        if it owns them again later."""
+        turns, as interrupted (not failed: their new owner resumes them), and
+        forget what it cached of them, so nothing stale runs on if it owns
+        them again later."""
         for handle in list(self._handles.values()):
-            handle.cancel_running()
+            handle.interrupt()
             self._retire(handle)
 
     def _begin_close(self) -> None:

@@ -162,6 +162,10 @@ class Conversation:
     optional_deadline: float = math.inf
     """When optional work must be done: set once serving ends (the agent
     closing, or this task retiring), ``OPTIONAL_WORK_GRACE`` later."""
+    moved: bool = False
+    """This node no longer holds the conversation as the task started
+    (``check_tenure``): the task serves nothing more; a new one, started
+    under the new tenure, loads the conversation afresh."""
     skill_scope: str = attrs.field(init=False)
     """The owner scope of this conversation's skills (``_scope``): ``""``
     unless its id names an owner."""
@@ -181,9 +185,37 @@ class Conversation:
 
     @property
     def interrupted(self) -> bool:
-        """The agent's shutdown grace is over: a turn cut short now ends
-        interrupted (resumed at the next start), not cancelled."""
-        return self.handle.interrupted
+        """The agent's shutdown grace is over, or this node no longer holds
+        the conversation: a turn cut short now ends interrupted (resumed at
+        the next start, or by the conversation's new owner), not cancelled."""
+        return self.handle.interrupted or self.moved
+
+    async def check_tenure(self) -> None:
+        """Before a model or tool call: stop the turn, as interrupted, if this
+        node no longer holds the conversation as it did when the task started
+        (its lease lapsed, its shard moved), so two nodes never run a turn's
+        calls at the same time; the conversation's owner resumes it."""
+        ownership = self.runtime.storage.ownership
+        if ownership is None:
+            return
+        tenure = ownership.tenure(self.conversation_id)
+        if self.moved or tenure is None or tenure != self.handle.tenure:
+            if not self.moved:
+                log.warning(
+                    "conversation %r: this node no longer holds it; its turn stops here",
+                    self.conversation_id,
+                )
+            self.moved = True
+            self.scope.cancel()
+            await trio.lowlevel.checkpoint()
+
+    def _running(self) -> contextlib.AbstractContextManager[object]:
+        """Counts the turn as running in its shard, so a shard handed off to
+        another node waits for it (``ConversationOwnership.running``)."""
+        ownership = self.runtime.storage.ownership
+        if ownership is None:
+            return contextlib.nullcontext()
+        return ownership.running(self.conversation_id)
 
     async def run(
         self,
@@ -294,7 +326,13 @@ class Conversation:
         self._ran()
         if request is not None:
             self.runtime.stats.turns_failed += 1
-            if self.interrupted:
+            if self.moved:
+                error = TurnError(
+                    "this node lost the conversation before the turn finished; the node"
+                    " that owns it now resumes it",
+                    code="interrupted",
+                )
+            elif self.interrupted:
                 error = TurnError(
                     "the agent shut down before the turn finished; it resumes when the"
                     " agent starts again",
@@ -325,6 +363,11 @@ class Conversation:
             if self.handle.interrupted:
                 refusal = TurnError(
                     "the agent shut down before this request ran; send it again",
+                    code="unavailable",
+                )
+            elif self.moved:
+                refusal = TurnError(
+                    "this node no longer owns the conversation; send the request again",
                     code="unavailable",
                 )
             elif reply.cancelled:
@@ -437,11 +480,12 @@ class Conversation:
         handle.running_key = request.idempotency_key
         result: outcome.Outcome[TurnResult]
         try:
-            if self.inflight or self.stale or not self.loaded or self.notes_stale:
-                await self._ready()
-            if self.summarizing is not None and self.summarizing.result.done:
-                self._land()
-            result = outcome.Value(await body(request))
+            with self._running():  # a load may resume an interrupted turn: counted too
+                if self.inflight or self.stale or not self.loaded or self.notes_stale:
+                    await self._ready()
+                if self.summarizing is not None and self.summarizing.result.done:
+                    self._land()
+                result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
         except Exception as exc:

@@ -25,6 +25,7 @@ field              written by                      read by
 ``outstanding``    supervisor                      supervisor
 ``notes_version``  supervisor                      conversation
 ``interrupted``    supervisor                      conversation, its turn
+``tenure``         supervisor (at spawn)           conversation, its turn
 ``scope``          conversation                    supervisor: may ``cancel()``
 ``running``        conversation                    supervisor
 ``running_key``    conversation                    supervisor
@@ -76,6 +77,11 @@ class ConversationHandle:
     """The agent is shutting down and its grace is over: the running turn is
     cancelled as interrupted (resumed at the next start) and no request that
     is still queued runs."""
+    tenure: str | None = None
+    """Several nodes: the hold on the conversation's shard the task was
+    started under (``ConversationOwnership.tenure``); the task serves nothing
+    once the node's tenure is another (the shard moved, even if it came
+    back): its cached history may be behind. None on a single node."""
 
     # --- written by the conversation task ---------------------------------------------
     scope: trio.CancelScope | None = None

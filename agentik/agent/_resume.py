@@ -16,13 +16,13 @@ Invariants:
 - at most ``RESUME_AT_ONCE`` turns resume at once, and the listing is read a
   page at a time as they finish: thousands of interrupted turns do not
   stampede the model, the tools or memory at start;
-- several nodes on one database (PostgreSQL with leases): a node resumes only
-  the conversations it can own. A claim refused (``NotOwnedError``: a live
-  node owns it) leaves the turn to that node. A restarted node has a new id,
-  and its previous life's lease lives on until it expires, so refused
-  conversations still interrupted are tried again every ``RETRY_SECONDS``
-  for ``RETRY_FOR`` seconds: a dead node's turns are taken over once its
-  lease has expired.
+- several nodes on one database (PostgreSQL with shard leases): a node
+  resumes only the conversations it owns (the shards it holds), at once as
+  it opens, and again each time it takes shards (``on_gained``: a node that
+  died or stopped, a rebalance), so a turn a dead node left interrupted,
+  and the A2A task it answers, reaches a final state without anyone asking.
+  A resume refused meanwhile (``NotOwnedError``: the shard moved on) is left
+  to the new owner, which resumes it when it takes the shard.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from agentik._errors import AgentikError, NotOwnedError, TurnError
-from agentik.storage import FullMessageStore
+from agentik.storage import ConversationOwnership, FullMessageStore
 
 log = logging.getLogger("agentik.agent")
 
@@ -41,34 +41,36 @@ RESUME_AT_ONCE = 8
 """Interrupted turns resumed at the same time, at most."""
 PAGE = 100
 """Conversations listed per read."""
-RETRY_SECONDS = 10.0
-"""How long a node waits before trying again the conversations it could not claim."""
-RETRY_FOR = 300.0
-"""How long it keeps trying them (many times the default 30 s lease)."""
-
 Recover = Callable[[str], Awaitable[None]]
 """Resume the conversation's interrupted turn (through its task) and wait
 for it; ``NotOwnedError`` when another live node owns the conversation."""
 
 
-async def resume_interrupted_turns(store: FullMessageStore, recover: Recover) -> None:
-    """Resume every conversation's interrupted turn (see the module docstring)."""
-    refused = await _pass(store, recover, None)
-    deadline = trio.current_time() + RETRY_FOR
-    while refused and trio.current_time() < deadline:
-        await trio.sleep(RETRY_SECONDS)
-        refused = await _pass(store, recover, refused)
-    if refused:
-        log.warning(
-            "%d conversation(s) with an interrupted turn are owned by other live nodes;"
-            " they resume there",
-            len(refused),
-        )
+async def resume_interrupted_turns(
+    store: FullMessageStore, recover: Recover, ownership: ConversationOwnership | None = None
+) -> None:
+    """Resume every conversation's interrupted turn (see the module
+    docstring); with ``ownership``, those this node owns, now and after
+    every gain of shards, until cancelled."""
+    if ownership is None:
+        await _pass(store, recover, None)
+        return
+    gains = [trio.Event()]
+    unsubscribe = ownership.on_gained(lambda: gains[-1].set())
+    try:
+        while True:
+            gained = gains[-1] = trio.Event()  # a gain during the pass: another pass
+            await _pass(store, recover, ownership.owns)
+            await gained.wait()
+    finally:
+        unsubscribe()
 
 
-async def _pass(store: FullMessageStore, recover: Recover, only: set[str] | None) -> set[str]:
-    """One walk of the interrupted conversations (only those in ``only``, when
-    given), resuming each; the ids whose claim was refused."""
+async def _pass(
+    store: FullMessageStore, recover: Recover, wanted: Callable[[str], bool] | None
+) -> set[str]:
+    """One walk of the interrupted conversations (those ``wanted`` says,
+    when given), resuming each; the ids whose resume was refused."""
     refused: set[str] = set()
     resumed = 0
     slots = trio.Semaphore(RESUME_AT_ONCE)
@@ -101,12 +103,12 @@ async def _pass(store: FullMessageStore, recover: Recover, only: set[str] | None
                 log.warning("could not list the interrupted turns to resume: %s", exc)
                 break
             for conversation_id in page:
-                if only is None or conversation_id in only:
+                if wanted is None or wanted(conversation_id):
                     await slots.acquire()  # released by ``one`` when that turn is done
                     nursery.start_soon(one, conversation_id)
             if len(page) < PAGE:
                 break
             after = page[-1]
     if resumed:
-        log.info("resumed %d interrupted turn(s) at start", resumed)
+        log.info("resumed %d interrupted turn(s)", resumed)
     return refused

@@ -37,6 +37,7 @@ from agentik.server._settings import (
     ServerConfig,
     is_loopback,
 )
+from agentik.storage import DEFAULT_SHARDS, MAX_SHARDS
 
 if TYPE_CHECKING:
     from agentik.a2a_client import A2AAgentConfig
@@ -78,6 +79,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("storage", "readers", "int", "AGENTIK_STORAGE_READERS"),
     Setting("cluster", "forward", "bool", "AGENTIK_FORWARD"),
     Setting("cluster", "takeover_wait", "interval", "AGENTIK_TAKEOVER_WAIT"),
+    Setting("storage", "shards", "int", "AGENTIK_STORAGE_SHARDS"),
     Setting("model", "base_url", "str", "AGENTIK_MODEL_BASE_URL"),
     Setting("model", "model", "str", "AGENTIK_MODEL"),
     Setting("model", "api_key_env", "str", None),
@@ -400,6 +402,7 @@ def _build(
         forward=get("cluster", "forward") is not False,
         takeover_wait=_takeover_wait(get("cluster", "takeover_wait")),
         readers=_readers(get("storage", "readers")),
+        shards=_shards(get("storage", "shards")),
         sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
         model_limits=_model_limits(merged),
     )
@@ -449,6 +452,14 @@ def _readers(value: Raw | None) -> int:
         return DEFAULT_READERS
     if value > MAX_READERS:
         raise ConfigError(f"[storage] readers must be between 1 and {MAX_READERS}, got {value!r}")
+    return value
+
+
+def _shards(value: Raw | None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return DEFAULT_SHARDS
+    if not 1 <= value <= MAX_SHARDS:
+        raise ConfigError(f"[storage] shards must be between 1 and {MAX_SHARDS}, got {value!r}")
     return value
 
 

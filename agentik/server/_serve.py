@@ -285,7 +285,10 @@ async def serve_agentik(
                 lock = stack.enter_context(hold_sqlite_database(config.database, "serve"))
             storage = await stack.enter_async_context(
                 open_storage(
-                    config.database, lease_seconds=config.lease_seconds, readers=config.readers
+                    config.database,
+                    lease_seconds=config.lease_seconds,
+                    readers=config.readers,
+                    shards=config.shards,
                 )
             )
             storage_label = describe_location(config.database)

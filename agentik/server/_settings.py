@@ -17,6 +17,7 @@ import attrs
 from agentik._errors import ConfigError
 from agentik.models import ModelLimits
 from agentik.server._clients import Client, ClientConfigError, check_distinct
+from agentik.storage import DEFAULT_SHARDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -165,6 +166,10 @@ class ServerConfig:
     """Seconds a forwarded request may wait for a conversation's new owner when
     its owner does not answer (it died: its lease must expire first); then 503.
     None: ``lease_seconds`` + 5 (``takeover_seconds``); 0: no wait."""
+    shards: int = DEFAULT_SHARDS
+    """PostgreSQL: the shards the database is split into, fixed at its first
+    open (a node configured with another number refuses to start). Nodes
+    lease shards, each holding about ``shards / live nodes``."""
     readers: int = DEFAULT_READERS
     """Read connections of the storage (reads that run at once). On PostgreSQL
     a node holds ``readers + 2`` connections (docs/scale-out.md)."""

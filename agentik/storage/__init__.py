@@ -49,6 +49,9 @@ from agentik.storage._protocols import SkillStore as SkillStore
 from agentik.storage._protocols import Storage as Storage
 from agentik.storage._protocols import StorageBundle as StorageBundle
 from agentik.storage._protocols import WorkingMemoryStore as WorkingMemoryStore
+from agentik.storage._shards import DEFAULT_SHARDS as DEFAULT_SHARDS
+from agentik.storage._shards import MAX_SHARDS as MAX_SHARDS
+from agentik.storage._shards import shard_of as shard_of
 from agentik.storage._values import Approval as Approval
 from agentik.storage._values import ConversationSnapshot as ConversationSnapshot
 from agentik.storage._values import KeyedTurn as KeyedTurn
@@ -61,6 +64,8 @@ from agentik.storage.sqlite._open import open_sqlite_storage as open_sqlite_stor
 from agentik.storage.sqlite._open import writer_stats as writer_stats
 
 __all__ = [
+    "DEFAULT_SHARDS",
+    "MAX_SHARDS",
     "MEDIA_TYPE",
     "Approval",
     "ArchiveFormatError",
@@ -110,6 +115,7 @@ __all__ = [
     "open_storage",
     "read_archive",
     "record_line",
+    "shard_of",
     "split_lines",
     "utc_now",
     "writer_stats",

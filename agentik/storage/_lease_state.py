@@ -21,7 +21,8 @@ class LeaseState:
     last successful renewal plus the lease, less the margin, is still ahead."""
     lease_seconds: float
     conversations: int
-    """Conversations it holds now (0 while the lease is not valid)."""
+    """Conversations it holds by a claim of their own: always 0 since nodes
+    hold shards (``shards``); kept for readers of ``/health``."""
     live_nodes: int
     """Nodes live at the last renewal, this one included."""
     renewed_seconds_ago: float | None
@@ -35,3 +36,11 @@ class LeaseState:
     an operator sees that renewals have been failing; None if none failed."""
     last_error_seconds_ago: float | None = None
     """Seconds since that failure."""
+    shards: int = 0
+    """Shards it holds now, those being handed off included (0 while the
+    lease is not valid): it owns the conversations in them."""
+    releasing: int = 0
+    """Of those, shards being handed off to another node (a node joined):
+    their running turns finish here, new ones are refused."""
+    total_shards: int = 0
+    """Shards the database is split into (``[storage] shards``)."""

@@ -33,23 +33,32 @@ def _looks_like_conninfo(location: str) -> bool:
 
 
 def open_storage(
-    location: str, *, lease_seconds: float | None = None, readers: int | None = None
+    location: str,
+    *,
+    lease_seconds: float | None = None,
+    readers: int | None = None,
+    shards: int | None = None,
 ) -> AbstractAsyncContextManager[Storage]:
     """Open the bundle ``location`` names, with the backend's defaults; a
     PostgreSQL one joins as a node with ``lease_seconds`` when given (SQLite,
     one process by nature, ignores it). ``readers``: the read connections
-    (None: the backend's default)."""
+    (None: the backend's default); ``shards``: PostgreSQL's shard count
+    (None: the default, 256)."""
     if _looks_like_conninfo(location):
         raise StoreError(
             "the database location looks like a libpq key=value connection string;"
             " agentik opens PostgreSQL from a postgresql:// URL (the location is not shown)"
         )
     if is_postgres_url(location):
+        from agentik.storage._shards import DEFAULT_SHARDS
         from agentik.storage.postgres._open import open_postgres_storage
 
-        if readers is None:
-            return open_postgres_storage(location, lease_seconds=lease_seconds)
-        return open_postgres_storage(location, lease_seconds=lease_seconds, readers=readers)
+        return open_postgres_storage(
+            location,
+            lease_seconds=lease_seconds,
+            readers=4 if readers is None else readers,
+            shards=DEFAULT_SHARDS if shards is None else shards,
+        )
     from agentik.storage.sqlite._open import open_sqlite_storage
 
     if readers is None:

@@ -30,6 +30,7 @@ Invariants every backend keeps (checked by ``agentik.testing``):
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 
@@ -359,24 +360,46 @@ class ConversationOwnership(Protocol):
     """Which node of several sharing one database runs a conversation's turns
     (PostgreSQL with ``lease_seconds``; docs/scale-out.md).
 
-    A node owns a conversation from a successful ``claim`` for as long as its
-    node lease lives; the agent claims before it routes a turn, and the
-    storage refuses message writes to conversations the node does not own, so
-    two nodes never write one history at once."""
+    Nodes hold shards, each conversation lives in one (a stable hash of its
+    id), and a node owns the conversations of the shards it holds, for as
+    long as its lease lives. The agent checks ``owns`` before it routes a
+    request (``claim`` when it does not), ``tenure`` before each model and
+    tool call, and the storage refuses message writes to conversations of
+    shards the node does not hold, so two nodes never run or write one
+    conversation at once."""
 
     def owns(self, conversation_id: str) -> bool:
-        """Whether this node owns it now, without asking the database."""
+        """Whether this node owns it now and takes new turns for it, without
+        asking the database (false for a shard being handed off)."""
         ...
 
     async def claim(self, conversation_id: str) -> None:
-        """Own it (it was free, or its owner's lease expired), or raise
-        ``NotOwnedError`` naming the live owner's URL; ``StoreError`` if this
-        node cannot own anything now (its own lease lapsed)."""
+        """Own it (its shard was free, or its holder's lease expired), or
+        raise ``NotOwnedError`` naming the live owner's URL (an empty URL: no
+        node can take it right now, retry); ``StoreError`` if this node
+        cannot own anything now (its own lease lapsed)."""
+        ...
+
+    def tenure(self, conversation_id: str) -> str | None:
+        """An opaque token of this node's hold on the conversation, the same
+        for as long as the hold lasts (a shard being handed off included);
+        None while it does not hold it. A task started under one tenure runs
+        no call under another."""
+        ...
+
+    def running(self, conversation_id: str) -> AbstractContextManager[object]:
+        """Around a turn of the conversation: a shard handed off to another
+        node waits for the turns running in it."""
         ...
 
     def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (from a trio task) when this node loses every
         conversation at once (its lease lapsed); returns the unsubscribe."""
+        ...
+
+    def on_gained(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from a trio task) when this node takes shards
+        (the agent resumes their interrupted turns); returns the unsubscribe."""
         ...
 
     async def advertise(self, url: str) -> None:

@@ -6,12 +6,12 @@ the shared query classes, is what a backend's ``_queries`` instantiates.
 delete empties, in the writer's transaction (one request, one savepoint), so
 it is all or nothing. A table added later joins ``CONVERSATION_TABLES``:
 ``tests/storage/test_lifecycle_contract.py`` fails for a table with a
-``conversation_id`` column that is not in it (PostgreSQL's
-``conversation_owner`` is kept on purpose: ``postgres._queries.KEPT_TABLES``).
+``conversation_id`` column that is not in it (or in PostgreSQL's
+``postgres._queries.KEPT_TABLES``, kept on purpose; none today).
 
 A delete or an import is fenced like an append (``SeqFence.fence``): with
 several nodes on PostgreSQL, refused unless this node owns the conversation,
-its ownership row locked until the batch commits.
+its shard's row locked until the batch commits.
 """
 
 from __future__ import annotations

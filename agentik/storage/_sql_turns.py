@@ -132,7 +132,10 @@ class TurnQueries(MessageQueries[C]):
     def insert_turn_failure(
         self, session: SqlSession[C], conversation_id: str, seq: int, code: str
     ) -> None:
-        """Record (or replace) how the turn whose user message is ``seq`` failed."""
+        """Record (or replace) how the turn whose user message is ``seq`` failed.
+        Fenced like an append: a node that lost the conversation must not
+        mark a turn failed that its new owner resumes."""
+        session.seqs.fence(conversation_id)
         d = self.d
         changed = d.changed(
             session.connection,

@@ -25,7 +25,15 @@ import trio
 
 from agentik import Role
 from agentik.storage import open_postgres_storage
-from tests.cluster import Load, Node, RecordingModel, owner_url, start_node, stop_nodes
+from tests.cluster import (
+    Load,
+    Node,
+    RecordingModel,
+    owner_url,
+    shards_spread,
+    start_node,
+    stop_nodes,
+)
 from tests.postgres import fresh_database
 
 LEASE = 2.0
@@ -65,6 +73,7 @@ async def test_turns_sent_to_every_node_run_once_each_on_the_owner(
             )
             for _ in range(count)
         ]
+        await shards_spread(database, count)
         try:
             async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
 
@@ -119,6 +128,7 @@ async def test_a_killed_node_loses_nothing_and_its_conversations_move(
             await start_node(nursery, database, model_url, lease=LEASE, cwd=tmp_path)
             for _ in range(3)
         ]
+        await shards_spread(database, 3)
         dead: list[Node] = []
         try:
             async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
@@ -150,3 +160,49 @@ async def test_a_killed_node_loses_nothing_and_its_conversations_move(
         nursery.cancel_scope.cancel()
     assert model.overlaps() == []
     await check_histories(database, load.acked)
+
+
+async def test_sigterm_hands_the_nodes_shards_off_at_once(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A node stopped with SIGTERM releases its shards as it exits: its
+    conversations are served by the other node within seconds, not after
+    its (here 30-second) lease."""
+    database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
+    model = RecordingModel(delay=0)
+    async with trio.open_nursery() as nursery:
+        model_url = await model.start(nursery)
+        nodes = [
+            await start_node(nursery, database, model_url, lease=30.0, cwd=tmp_path)
+            for _ in range(2)
+        ]
+        await shards_spread(database, 2)
+        try:
+            async with httpx2.AsyncClient(timeout=30) as client:
+                owners = {c: await owner_url(database, c) for c in (f"h{i}" for i in range(8))}
+                leaving = nodes[0]
+                staying = nodes[1]
+                moved = [c for c, url in owners.items() if url == leaving.url]
+                assert moved, owners
+                for conversation in moved:
+                    path = f"{leaving.url}/agentik/conversations/{conversation}/turns"
+                    first = await client.post(path, json={"text": f"{conversation} 0"})
+                    assert first.status_code == 200, first.text
+                leaving.terminate()
+                with trio.fail_after(20):
+                    await leaving.process.wait()
+                exited = time.monotonic()
+                for conversation in moved:
+                    path = f"{staying.url}/agentik/conversations/{conversation}/turns"
+                    with trio.fail_after(10):  # a third of the lease
+                        while True:
+                            response = await client.post(path, json={"text": f"{conversation} 1"})
+                            if response.status_code == 200:
+                                break
+                            assert response.status_code in (307, 503), response.text
+                            await trio.sleep(0.1)
+                    assert response.json()["text"] == f"answer to {conversation} 1"
+                assert time.monotonic() - exited < 10
+        finally:
+            await stop_nodes(nodes)
+        nursery.cancel_scope.cancel()

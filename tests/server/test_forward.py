@@ -25,7 +25,7 @@ import httpx2
 import trio
 from a2a.client import ClientConfig, create_client
 
-from tests.cluster import Node, RecordingModel, owner_url, start_node, stop_nodes
+from tests.cluster import Node, RecordingModel, owner_url, shards_spread, start_node, stop_nodes
 from tests.postgres import fresh_database
 from tests.server.a2a_support import A2A_1, user_message
 from tests.server.agui_rules import check_events, parse_sse
@@ -44,7 +44,7 @@ class Cluster:
     client: httpx2.AsyncClient
 
     async def split(self, conversation: str) -> tuple[Node, Node]:
-        """(owner, another node) of ``conversation``, which must have a turn."""
+        """(owner, another node) of ``conversation``: the holder of its shard."""
         owner = await owner_url(self.database, conversation)
         (node,) = [n for n in self.nodes if n.url == owner]
         (other,) = [n for n in self.nodes if n.url != owner]
@@ -76,6 +76,7 @@ async def cluster(
             for _ in range(2)
         ]
         try:
+            await shards_spread(database, 2)  # no shard being handed off
             with trio.fail_after(90):
                 async with httpx2.AsyncClient(timeout=30) as client:
                     yield Cluster(database, model, nodes, client)
@@ -276,9 +277,9 @@ async def test_forward_false_keeps_the_redirect_and_a_forwarded_request_is_never
     loop guard: a request that carries ``agentik-forwarded`` is answered 307
     where it would be forwarded, never sent on."""
     async with cluster(postgres_dsn, tmp_path, settings={"AGENTIK_FORWARD": "false"}) as c:
-        first = await c.turn(c.nodes[0], "r1", "r1 0")
+        owner, other = await c.split("r1")  # the holder of its shard
+        first = await c.turn(owner, "r1", "r1 0")
         assert first.status_code == 200, first.text
-        owner, other = await c.split("r1")
         hop = await c.turn(other, "r1", "r1 1")
         assert hop.status_code == 307, hop.text
         assert hop.headers["location"] == owner.url + TURNS.format("r1")

@@ -1,8 +1,9 @@
 """The documented HAProxy configuration (deploy/haproxy.cfg, Debian's
 haproxy) in front of several ``agentik serve`` nodes on one PostgreSQL:
 consistent hashing on the conversation id in the path sends every request of
-a conversation to the node that owns it, so no request needs a redirect, and
-the turns still run once each, gapless, never two at once."""
+a conversation to one node; the node holding the conversation's shard runs
+it (a request the hash sent elsewhere is redirected there), and the turns
+run once each, gapless, never two at once."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.cluster import (
     CONFIG,
     RecordingModel,
     haproxy_config,
+    shards_spread,
     start_haproxy,
     start_node,
     stop_nodes,
@@ -65,9 +67,16 @@ def test_the_documented_config_is_valid(tmp_path: Path) -> None:
 async def test_turns_through_the_balancer_land_on_their_owner(
     postgres_dsn: str, tmp_path: Path, count: int
 ) -> None:
-    """Consistent hashing: no request needs a redirect."""
-    redirected = await _turns_through_the_balancer(postgres_dsn, tmp_path, count, None)
-    assert redirected == 0, "consistent hashing sent a conversation to a node that did not own it"
+    """Consistent hashing: each conversation's requests reach one node, and
+    run on its shard's holder (the hash cannot know the shards). With
+    ``[cluster] forward = false`` a request on another node is redirected, and
+    every request of one conversation takes the same path, so either all of
+    its turns are redirected or none; with forwarding (the default) no client
+    sees a redirect."""
+    per_conversation = await _turns_through_the_balancer(
+        postgres_dsn, tmp_path, count, None, forward=False
+    )
+    assert set(per_conversation.values()) <= {0, 4}, per_conversation
 
 
 @pytest.mark.parametrize("forward", [True, False])
@@ -78,9 +87,10 @@ async def test_a_balancer_that_routes_wrongly_costs_a_hop_only(
     does not own their conversation: it forwards them to the owner (no client
     sees a redirect), or with ``[cluster] forward = false`` redirects them
     (307); they still run once each, gapless, never two turns of one at once."""
-    redirected = await _turns_through_the_balancer(
+    per_conversation = await _turns_through_the_balancer(
         postgres_dsn, tmp_path, 3, "roundrobin", forward=forward
     )
+    redirected = sum(per_conversation.values())
     if forward:
         assert redirected == 0, "a node redirected with forwarding on"
     else:
@@ -89,16 +99,17 @@ async def test_a_balancer_that_routes_wrongly_costs_a_hop_only(
 
 async def _turns_through_the_balancer(
     postgres_dsn: str, tmp_path: Path, count: int, balance: str | None, *, forward: bool = True
-) -> int:
+) -> dict[str, int]:
     """12 conversations, 4 turns each, through HAProxy to ``count`` nodes;
-    checks the histories and the model's calls, returns how many turns were
-    redirected. With a ``balance`` that routes wrongly, checks too that
-    turns did reach nodes that did not own their conversation."""
+    checks the histories and the model's calls, returns how many turns of
+    each conversation were redirected. With a ``balance`` that routes
+    wrongly, checks too that turns did reach nodes that did not own their
+    conversation."""
     need_haproxy()
     database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
     model = RecordingModel(delay=0.01)
     sent: dict[str, set[int]] = defaultdict(set)
-    redirected = 0
+    redirected: dict[str, int] = defaultdict(int)
     async with trio.open_nursery() as nursery:
         model_url = await model.start(nursery)
         nodes = [
@@ -112,6 +123,7 @@ async def _turns_through_the_balancer(
             )
             for _ in range(count)
         ]
+        await shards_spread(database, count)  # no shard being handed off
         balancer, url = await start_haproxy(
             nursery, [n.url for n in nodes], tmp_path, balance=balance
         )
@@ -121,14 +133,13 @@ async def _turns_through_the_balancer(
             ) as client:
 
                 async def sender(conversation: str) -> None:
-                    nonlocal redirected
                     for turn in range(4):
                         response = await client.post(
                             f"/agentik/conversations/{conversation}/turns",
                             json={"text": f"{conversation} {turn}"},
                         )
                         assert response.status_code == 200, response.text
-                        redirected += bool(response.history)
+                        redirected[conversation] += bool(response.history)
                         sent[conversation].add(turn)
 
                 async with trio.open_nursery() as senders:
@@ -144,4 +155,4 @@ async def _turns_through_the_balancer(
     if balance is not None:
         elsewhere = sum("outcome=refused:owned_elsewhere" in ln for n in nodes for ln in n.log)
         assert elsewhere > 0, "every turn reached its owner: the test proved nothing"
-    return redirected
+    return dict(redirected)

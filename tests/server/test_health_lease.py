@@ -94,13 +94,15 @@ async def test_health_reports_the_lease_and_is_503_while_it_holds_none(
         assert held["valid"] is True and len(held["node_id"]) == 32
         assert held["lease_seconds"] == LEASE
         assert held["conversations"] == 0 and held["live_nodes"] == 1
+        assert held["shards"] == held["total_shards"] == 256  # the only node: all of them
+        assert held["releasing_shards"] == 0
         assert 0 <= held["renewed_seconds_ago"] < 5
         assert LEASE - 5 < held["valid_for_seconds"] <= LEASE
         assert held["last_renewal_error"] is None
 
         turn = await client.post("/agentik/conversations/c1/turns", json={"text": "hi"})
         assert turn.status_code == 200, turn.text
-        assert lease(await client.get("/health"))["conversations"] == 1
+        assert lease(await client.get("/health"))["shards"] == 256
 
         # Renewals fail from now on: the lease still holds, and says so.
         await trio.to_thread.run_sync(rename, postgres_dsn, schema, "agentik_node", "parked")
@@ -110,7 +112,7 @@ async def test_health_reports_the_lease_and_is_503_while_it_holds_none(
         error = lease(failing)["last_renewal_error"]
         assert error["message"].startswith("renewal: ") and "agentik_node" in error["message"]
         assert lease(failing)["renewed_seconds_ago"] >= RENEWAL
-        assert lease(failing)["conversations"] == 1
+        assert lease(failing)["shards"] == 256
 
         # Past the lease without a renewal: no valid lease, out of rotation.
         clock.jump(LEASE)
@@ -118,7 +120,7 @@ async def test_health_reports_the_lease_and_is_503_while_it_holds_none(
         assert lapsed.status_code == 503
         assert lapsed.headers["Retry-After"] == "1"
         assert lapsed.json()["status"] == "degraded"
-        assert lease(lapsed)["conversations"] == 0
+        assert lease(lapsed)["shards"] == 0
         assert lease(lapsed)["valid_for_seconds"] == 0
         assert lease(lapsed)["renewed_seconds_ago"] >= LEASE
         refused = await client.post("/agentik/conversations/c1/turns", json={"text": "again"})

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx2
 import trio
 
-from tests.cluster import RecordingModel, owner_url, start_node, stop_nodes
+from tests.cluster import RecordingModel, owner_url, shards_spread, start_node, stop_nodes
 from tests.postgres import fresh_database
 
 
@@ -33,6 +33,7 @@ async def test_delete_on_a_node_that_does_not_own_it_redirects_to_the_owner(
             )
             for _ in range(2)
         ]
+        await shards_spread(database, 2)
         try:
             with trio.fail_after(60):
                 async with httpx2.AsyncClient(timeout=30) as client:

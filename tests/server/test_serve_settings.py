@@ -12,6 +12,8 @@ them (``pg_stat_activity``), a real server in another process.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
@@ -79,3 +81,20 @@ async def test_readers_is_the_nodes_read_connections(postgres_dsn: str) -> None:
             held[readers] = await trio.to_thread.run_sync(connections)
             stop.set()
     assert held == {1: 1, 5: 5}, held
+
+
+def test_shards_is_read_and_checked(tmp_path: Path) -> None:
+    """``[storage] shards`` (``AGENTIK_STORAGE_SHARDS``): 256 unless set, a
+    whole number from 1 to 65,536, anything else refused naming the setting."""
+    from agentik.server import ConfigError, load_config
+
+    assert load_config(None, env={}).shards == 256
+    path = tmp_path / "agentik.toml"
+    path.write_text("[storage]\nshards = 64\n")
+    assert load_config(path, env={}).shards == 64
+    assert load_config(path, env={"AGENTIK_STORAGE_SHARDS": "32"}).shards == 32
+    with pytest.raises(ConfigError, match=r"^\[storage\] shards must be between 1 and 65536"):
+        load_config(None, env={"AGENTIK_STORAGE_SHARDS": "65537"})
+    for wrong in ("0", "-3", "many"):
+        with pytest.raises(ConfigError, match=r"\[storage\] shards must be a positive integer"):
+            load_config(None, env={"AGENTIK_STORAGE_SHARDS": wrong})

@@ -131,8 +131,9 @@ async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_
     postgres_dsn: str,
 ) -> None:
     """The migrated PostgreSQL schema's tables with a conversation_id column
-    are the ones a delete empties, plus those it keeps on purpose
-    (``conversation_owner``: ownership outlives the data, docs/scale-out.md)."""
+    are the ones a delete empties, plus those it keeps on purpose (none since
+    ownership is by shard, ``agentik_shard``, keyed by shard: a delete
+    leaves the node owning the conversation, docs/scale-out.md)."""
     from agentik.storage.postgres import _queries
     from agentik.storage.postgres._queries import QUERIES as pq
 
@@ -152,7 +153,7 @@ async def test_every_postgres_table_keyed_by_conversation_is_deleted_or_kept_on_
     keyed = await trio.to_thread.run_sync(keyed_tables)
     assert not set(pq.conversation_tables) & set(_queries.KEPT_TABLES)
     assert keyed == set(pq.conversation_tables) | set(_queries.KEPT_TABLES)
-    assert _queries.KEPT_TABLES == ("conversation_owner",)
+    assert _queries.KEPT_TABLES == ()
 
 
 async def test_postgres_offers_the_full_protocol(postgres_dsn: str) -> None:

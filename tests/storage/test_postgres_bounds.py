@@ -103,11 +103,17 @@ class TestEveryConnection:
         ) as bundle:
             found = connections(bundle)
             assert set(found) == {"writer", "reader 0", "reader 1", "lease"}
+            lease = {  # the lease's own, tighter, well inside its 30 s (``lease_session``)
+                "statement_timeout": "5s",
+                "lock_timeout": "1s",
+                "idle_in_transaction_session_timeout": "10s",
+            }
             for role, connection in found.items():
                 assert await trio.to_thread.run_sync(settings_of, connection) == {
                     "statement_timeout": "10s",
                     "lock_timeout": "5s",
                     "idle_in_transaction_session_timeout": "15s",
+                    **(lease if role == "lease" else {}),
                     "tcp_keepalives_idle": "10",
                     "tcp_keepalives_interval": "5",
                     "tcp_keepalives_count": "3",
@@ -131,6 +137,9 @@ class TestEveryConnection:
         async with open_postgres_storage(dsn, schema="s", readers=1, lease_seconds=30) as bundle:
             for role, connection in connections(bundle).items():
                 shown = await trio.to_thread.run_sync(settings_of, connection)
+                if role == "lease":  # its own bounds are tighter still (``lease_session``)
+                    assert (shown["statement_timeout"], shown["lock_timeout"]) == ("5s", "1s")
+                    continue
                 assert shown["statement_timeout"] == "1min", role
                 assert shown["lock_timeout"] == "7s", role
                 assert shown["idle_in_transaction_session_timeout"] == "15s", role

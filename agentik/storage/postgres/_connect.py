@@ -30,7 +30,7 @@ from psycopg.conninfo import make_conninfo
 
 from agentik._errors import StoreError
 from agentik.storage.postgres._dsn import parse, scrub, shown
-from agentik.storage.postgres._migrate import migrate
+from agentik.storage.postgres._migrate import fix_shards, migrate
 from agentik.storage.postgres._watchdog import GRACE, Watchdog
 
 T = TypeVar("T")
@@ -148,10 +148,15 @@ def connect(
 
 
 def open_writer(
-    make: Callable[[], psycopg.Connection], schema: str, dsn: str, watchdog: Watchdog
+    make: Callable[[], psycopg.Connection],
+    schema: str,
+    dsn: str,
+    watchdog: Watchdog,
+    shards: int | None,
 ) -> psycopg.Connection:
-    """The write connection, the schema migrated; sets ``watchdog.bound`` from
-    its session."""
+    """The write connection, the schema migrated and, for a node of several
+    (``shards`` given), split into ``shards`` (``fix_shards``); sets
+    ``watchdog.bound`` from its session."""
     connection = make()
     try:
         limits = connection.execute(
@@ -161,6 +166,8 @@ def open_writer(
         connection.execute("SET statement_timeout TO 0")
         connection.execute("SET lock_timeout TO 0")
         migrate(connection, schema)
+        if shards is not None:
+            fix_shards(connection, shards, shown(parse(dsn)))
         connection.execute(
             "SELECT set_config('statement_timeout', %s, false),"
             " set_config('lock_timeout', %s, false)",

@@ -1,33 +1,49 @@
-"""Conversation ownership for several nodes on one PostgreSQL database.
+"""Shard leases for several nodes on one PostgreSQL database.
 
-Why lease rows, not advisory locks: a session-level advisory lock per
-conversation lives in PostgreSQL's shared lock table (about
-``max_locks_per_transaction × max_connections`` slots, 6,400 by default), so
-100,000 live conversations could not each hold one; and a lock vanishes the
-moment its connection drops, so a node cut off for a second would lose all
-its conversations while it still runs their turns. Lease rows cost one row
-per conversation and one renewal per *node*: each node has a row in
-``agentik_node`` whose ``expires_at`` it pushes forward every third of the
-lease, and owns the conversations whose ``conversation_owner`` row names it
-for as long as that row lives. A node that dies stops renewing; once its row
-expires, the next request for one of its conversations, on any node, claims
-it there.
+Why shards, not conversations: a lease row per conversation costs one
+fsync'd claim on each conversation's first turn, and a burst of new
+conversations queued those claims in front of the node's own renewals until
+the node lost its lease. A database is split into a fixed number of shards
+(``agentik_shard``, ``[storage] shards``); a conversation lives in shard
+``crc32(id) % shards`` (``storage._shards``), and a node owns it for as long
+as it holds that shard. Nothing is claimed on a conversation's first turn.
+
+Why lease rows, not advisory locks: a lock vanishes the moment its
+connection drops, so a node cut off for a second would lose everything while
+it still runs its turns. Each node has a row in ``agentik_node`` whose
+``expires_at`` it pushes forward; it holds the shards whose ``agentik_shard``
+row names it for as long as that row lives.
+
+One round, one statement, on a connection of its own (``agentik-lease``, with
+its own short ``lock_timeout`` and ``statement_timeout``), every
+``ROUND_SECONDS`` (a third of the lease at most): renew the node's row, count
+the live nodes, release the shards handed off, and take free shards (held by
+nobody, or by an expired node) up to this node's share, ``ceil(shards /
+live nodes)``. Taking skips rows another session has locked (``SKIP
+LOCKED``), so nothing another session holds (a frozen node's writer) can
+delay a renewal past the lock timeout.
 
 Invariants:
-- a claim succeeds only for a node whose own row is unexpired, on a
-  conversation free or owned by an expired (or the same) node, in one
-  statement; expiry is judged by the database's clock, never a node's;
-- a node stops using its claims *before* its row can expire: its claims count
-  until the start of its last successful renewal plus the lease, less a
-  margin (``owns``), so it has stopped before any other node may take over;
+- a shard is taken only by a node whose own row is unexpired, from nobody or
+  from an expired node, in one statement; expiry is judged by the database's
+  clock, never a node's; each take raises the shard's ``generation``;
+- a node stops using its shards *before* its row can expire: they count until
+  the start of its last successful renewal plus the lease, less a margin
+  (``owns``), so it has stopped before any other node may take over;
 - when a renewal finds the row gone or expired, or renewals keep failing past
-  that point, the node has lost every conversation at once: it clears its
-  claims, tells its subscribers (the agent cancels its turns and drops its
-  cached conversations), and joins again under a new node id;
-- the writer locks the ``conversation_owner`` rows of the conversations it
-  writes messages to (``FOR SHARE``) and refuses those it does not own, so a
-  takeover waits for a batch under way and no write of a node that lost a
-  conversation commits after the takeover.
+  that point, the node has lost every shard at once: it clears them, tells
+  its subscribers (the agent interrupts its turns and drops its cached
+  conversations), and joins again under a new node id;
+- the writer locks the rows of the shards it writes to (``FOR SHARE``) and
+  refuses a write unless the row names this node with the generation the
+  node took it at (the fencing token): a takeover skips a shard a batch is
+  writing, and no write of a node that lost a shard commits after it moved;
+- a node with more than its share (a node joined) marks the surplus
+  *releasing*, ``MOVE_AT_ONCE`` shards at a time: it takes no new turn for
+  those shards (``owns`` is false: ``NotOwnedError`` without a URL, a 503 to
+  retry), waits for their running turns (at most ``RELEASE_WAIT``), then
+  releases them; a clean stop releases every shard, so other nodes take
+  them at their next round.
 """
 
 from __future__ import annotations
@@ -35,36 +51,107 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TypeVar, final
 
+import attrs
 import psycopg
 import trio
 
 from agentik._errors import NotOwnedError, StoreError
 from agentik.storage._lease_state import LeaseState
+from agentik.storage._shards import DEFAULT_SHARDS, check_shards, shard_of
 from agentik.storage.postgres._watchdog import Watchdog
 
 log = logging.getLogger("agentik.storage")
 T = TypeVar("T")
 
-_CLAIM = """
+ROUND_SECONDS = 2.0
+"""Longest pause between two rounds (a third of the lease if shorter): how
+soon shards freed by a node that stopped cleanly are taken."""
+BUSY_ROUND_SECONDS = 0.25
+"""Pause between rounds while shards are being handed off or this node is
+below its share: a move takes a few of these, not a lease."""
+LOOK_AGAIN = 0.2
+"""Seconds between two look-ups of the shards' holders outside the rounds."""
+UNSETTLED_SECONDS = 5.0
+"""How long rounds stay fast after the live nodes or this node's shards
+changed: long enough for the others to notice and hand shards off."""
+MOVE_AT_ONCE = 16
+"""Shards a node hands off at a time: a node joining a busy cluster takes
+its share in steps of a few rounds, so only a few shards' new turns wait
+(503, retry) at any moment, not half the cluster's."""
+RELEASE_WAIT = 60.0
+"""Longest wait for the running turns of a shard being handed off; a turn
+still running then is interrupted (the shard's next holder resumes it)."""
+
+# A shard is free: nobody holds it, or its holder's row has expired. A shard
+# claimed since this statement began is held by a live node, even one whose
+# row this statement's snapshot is too old to see.
+_FREE = """(s.node_id IS NULL OR (s.claimed_at < statement_timestamp() AND NOT EXISTS (
+        SELECT 1 FROM agentik_node AS n
+        WHERE n.node_id = s.node_id AND n.expires_at > clock_timestamp())))"""
+
+_ELSEWHERE = """
+SELECT coalesce(json_agg(json_build_array(s.shard, n.url)), '[]')
+FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
+WHERE n.node_id <> %(me)s AND n.expires_at > clock_timestamp()
+"""
+
+_ROUND = f"""
+WITH renewed AS (
+    UPDATE agentik_node SET expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
+    WHERE node_id = %(me)s AND expires_at > clock_timestamp()
+    RETURNING node_id
+), live AS (
+    SELECT greatest(1, count(*)) AS n FROM agentik_node WHERE expires_at > clock_timestamp()
+), released AS (
+    UPDATE agentik_shard AS s SET node_id = NULL
+    FROM (SELECT shard FROM agentik_shard
+          WHERE shard = ANY(%(release)s::integer[]) AND node_id = %(me)s
+          FOR UPDATE SKIP LOCKED) AS r
+    WHERE s.shard = r.shard
+    RETURNING s.shard
+), mine AS (
+    SELECT shard, generation FROM agentik_shard WHERE node_id = %(me)s
+), free AS (
+    SELECT s.shard FROM agentik_shard AS s
+    WHERE EXISTS (SELECT 1 FROM renewed) AND {_FREE}
+    ORDER BY s.shard
+    LIMIT (SELECT greatest(0, ceil(%(shards)s::numeric / live.n) - (SELECT count(*) FROM mine))
+           FROM live)
+    FOR UPDATE OF s SKIP LOCKED
+), taken AS (
+    UPDATE agentik_shard AS s
+    SET node_id = %(me)s, generation = s.generation + 1, claimed_at = clock_timestamp()
+    FROM free WHERE s.shard = free.shard
+    RETURNING s.shard, s.generation
+)
+SELECT EXISTS (SELECT 1 FROM renewed), (SELECT n FROM live),
+    (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM mine),
+    (SELECT coalesce(json_agg(shard), '[]') FROM released),
+    (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM taken),
+    ({_ELSEWHERE})
+"""
+
+# One shard on demand (a request for a conversation in a shard nobody holds).
+_CLAIM = f"""
 WITH me AS (
     SELECT 1 FROM agentik_node WHERE node_id = %(me)s AND expires_at > clock_timestamp()
-), claimed AS (
-    INSERT INTO conversation_owner AS o (conversation_id, node_id)
-    SELECT %(c)s, %(me)s FROM me
-    ON CONFLICT (conversation_id) DO UPDATE
-        SET node_id = excluded.node_id, claimed_at = clock_timestamp()
-        WHERE o.node_id = excluded.node_id OR NOT EXISTS (
-            SELECT 1 FROM agentik_node AS n
-            WHERE n.node_id = o.node_id AND n.expires_at > clock_timestamp())
-    RETURNING 1
+), free AS (
+    SELECT s.shard FROM agentik_shard AS s
+    WHERE s.shard = %(shard)s AND %(may_take)s AND EXISTS (SELECT 1 FROM me) AND {_FREE}
+    FOR UPDATE OF s SKIP LOCKED
+), taken AS (
+    UPDATE agentik_shard AS s
+    SET node_id = %(me)s, generation = s.generation + 1, claimed_at = clock_timestamp()
+    FROM free WHERE s.shard = free.shard
+    RETURNING s.generation
 )
-SELECT EXISTS (SELECT 1 FROM me), EXISTS (SELECT 1 FROM claimed), (
-    SELECT n.url FROM conversation_owner AS o JOIN agentik_node AS n USING (node_id)
-    WHERE o.conversation_id = %(c)s AND n.node_id <> %(me)s
-      AND n.expires_at > clock_timestamp())
+SELECT EXISTS (SELECT 1 FROM me), (SELECT generation FROM taken), (
+    SELECT n.url FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
+    WHERE s.shard = %(shard)s AND n.node_id <> %(me)s AND n.expires_at > clock_timestamp())
 """
 
 _REGISTER = """
@@ -72,32 +159,77 @@ INSERT INTO agentik_node (node_id, url, expires_at)
 VALUES (%(me)s, %(url)s, clock_timestamp() + make_interval(secs => %(lease)s))
 """
 
-_RENEW = """
-UPDATE agentik_node SET expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
-WHERE node_id = %(me)s AND expires_at > clock_timestamp()
-RETURNING 1
-"""
-
-# Rows of nodes dead for a while: their conversations are free either way.
-_FORGET_DEAD = """
-WITH dead AS (
-    DELETE FROM agentik_node WHERE expires_at < clock_timestamp() - interval '10 minutes'
-    RETURNING node_id
+# Rows of nodes dead for a while (their shards are free either way).
+_FORGET_DEAD = (
+    "DELETE FROM agentik_node WHERE expires_at < clock_timestamp() - interval '10 minutes'"
 )
-DELETE FROM conversation_owner WHERE node_id IN (SELECT node_id FROM dead)
-"""
-
 
 _LAPSED = "this node's lease has lapsed; it owns no conversation until it renews"
 
 
-def _claim(
-    connection: psycopg.Connection, me: str, conversation_id: str
-) -> tuple[bool, bool, str | None]:
-    row = connection.execute(_CLAIM, {"me": me, "c": conversation_id.encode()}).fetchone()
+@attrs.frozen(kw_only=True)
+class Fence:
+    """What the writer checks a batch against: this node's id and the
+    generation at which it took each shard it holds. Replaced whole on every
+    change, so the writer's thread reads it with one attribute read."""
+
+    node_id: str
+    shards: int
+    generations: Mapping[int, int]
+
+
+@attrs.frozen(kw_only=True)
+class RoundResult:
+    renewed: bool
+    live_nodes: int
+    held: dict[int, int]
+    """Every shard this node holds after the round, with its generation."""
+    released: frozenset[int]
+    taken: frozenset[int]
+    elsewhere: dict[int, str]
+    """Shards other live nodes hold, with their advertised URLs."""
+
+
+def _round(
+    connection: psycopg.Connection,
+    me: str,
+    lease: float,
+    shards: int,
+    release: list[int],
+) -> RoundResult:
+    row = connection.execute(
+        _ROUND, {"me": me, "lease": lease, "shards": shards, "release": release}
+    ).fetchone()
     assert row is not None
-    alive, claimed, url = row
-    return bool(alive), bool(claimed), url
+    renewed, live, mine, released, taken, elsewhere = row
+    held = {int(s): int(g) for s, g in mine}
+    gone = {int(s) for s in released}
+    for shard in gone:
+        held.pop(shard, None)
+    held.update((int(s), int(g)) for s, g in taken)
+    return RoundResult(
+        renewed=bool(renewed),
+        live_nodes=max(1, int(live)),
+        held=held if renewed else {},
+        released=frozenset(gone),
+        taken=frozenset(int(s) for s, _ in taken),
+        elsewhere={int(s): str(url) for s, url in elsewhere},
+    )
+
+
+def _claim(
+    connection: psycopg.Connection, me: str, shard: int, may_take: bool
+) -> tuple[bool, int | None, str | None]:
+    row = connection.execute(_CLAIM, {"me": me, "shard": shard, "may_take": may_take}).fetchone()
+    assert row is not None
+    alive, generation, url = row
+    return bool(alive), None if generation is None else int(generation), url
+
+
+def _elsewhere(connection: psycopg.Connection, me: str) -> dict[int, str]:
+    row = connection.execute(_ELSEWHERE, {"me": me}).fetchone()
+    assert row is not None
+    return {int(s): str(url) for s, url in row[0]}
 
 
 def _register(connection: psycopg.Connection, me: str, url: str, lease: float) -> None:
@@ -106,33 +238,40 @@ def _register(connection: psycopg.Connection, me: str, url: str, lease: float) -
         connection.execute(_REGISTER, {"me": me, "url": url, "lease": lease})
 
 
-_LIVE_NODES = "SELECT count(*) FROM agentik_node WHERE expires_at > clock_timestamp()"
-
-
-def _renew(connection: psycopg.Connection, me: str, lease: float) -> tuple[bool, int]:
-    """Push this node's lease on; with how many nodes are live (for the model's limits)."""
-    renewed = connection.execute(_RENEW, {"me": me, "lease": lease}).fetchone() is not None
-    return renewed, _live_nodes(connection)
-
-
-def _live_nodes(connection: psycopg.Connection) -> int:
-    row = connection.execute(_LIVE_NODES).fetchone()
-    return max(1, int(row[0])) if row is not None else 1
-
-
 def _advertise(connection: psycopg.Connection, me: str, url: str) -> None:
     connection.execute("UPDATE agentik_node SET url = %s WHERE node_id = %s", (url, me))
 
 
 def _leave(connection: psycopg.Connection, me: str) -> None:
     with connection.transaction():
-        connection.execute("DELETE FROM conversation_owner WHERE node_id = %s", (me,))
+        connection.execute("UPDATE agentik_shard SET node_id = NULL WHERE node_id = %s", (me,))
         connection.execute("DELETE FROM agentik_node WHERE node_id = %s", (me,))
+
+
+_LEASE_BOUNDS = """
+SELECT set_config(s.name, least(nullif(s.setting::bigint, 0), w.ms)::text || 'ms', false)
+FROM pg_settings AS s
+JOIN (VALUES ('lock_timeout', %s::bigint), ('statement_timeout', %s::bigint),
+             ('idle_in_transaction_session_timeout', %s::bigint)) AS w (name, ms) USING (name)
+"""
+
+
+def lease_session(connection: psycopg.Connection, lease: float) -> psycopg.Connection:
+    """Bound the lease connection's own waits well inside the lease: a lock
+    wait (``lock_timeout``, a tenth of the lease, at most 1 s), a statement
+    (``statement_timeout``, a quarter, at most 5 s), a transaction left open
+    (``idle_in_transaction_session_timeout``); a stricter value someone chose
+    (the DSN, the role) stays. Its TCP keepalives are every connection's
+    (``_connect``)."""
+    lock_ms = max(100, min(1000, round(lease * 100)))
+    statement_ms = max(500, min(5000, round(lease * 250)))
+    connection.execute(_LEASE_BOUNDS, (lock_ms, statement_ms, 2 * statement_ms))
+    return connection
 
 
 @final
 class NodeLease:
-    """This node's lease and claims: the bundle's ``ConversationOwnership``.
+    """This node's lease and shards: the bundle's ``ConversationOwnership``.
 
     Runs in the bundle's nursery (``run``); talks to the database on a
     connection of its own (``agentik-lease``), from one worker thread at a
@@ -145,6 +284,7 @@ class NodeLease:
         url: str = "",
         *,
         watchdog: Watchdog,
+        shards: int = DEFAULT_SHARDS,
     ) -> None:
         if not (isinstance(lease, int | float) and math.isfinite(lease) and lease >= 1):
             raise ValueError(f"lease_seconds must be a number >= 1, got {lease!r}")
@@ -152,20 +292,40 @@ class NodeLease:
         self._calls = watchdog
         """Bounds each call on the lease's connection (``_watchdog``)."""
         self.lease = float(lease)
+        self.shards = check_shards(shards)
         self._margin = min(1.0, self.lease / 4)
         self.node_id = ""
         """This generation's id; read by the writer's thread (one attribute read)."""
         self._url = url
         self._connection: psycopg.Connection | None = None
         self._limiter = trio.CapacityLimiter(1)
-        self._owned: set[str] = set()
+        self._held: dict[int, int] = {}
+        """Shards held, with the generation each was taken at."""
+        self._releasing: dict[int, float] = {}
+        """Shards being handed off, with when that began."""
+        self._elsewhere: dict[int, str] = {}
+        """Shards other live nodes held at the last round, with their URLs:
+        a request for one is redirected without asking the database, so
+        requests that land on the wrong node never queue in front of the
+        renewals on the lease's connection."""
+        self._looking: trio.Event | None = None
+        self._looked_at = -math.inf
+        self._busy: dict[int, int] = {}
+        """Turns running, by shard (``running``)."""
+        self.fence = Fence(node_id="", shards=self.shards, generations={})
+        """What the writer checks against (replaced whole, for its thread)."""
         self._valid_until = -math.inf
-        self._subscribers: list[Callable[[], None]] = []
+        self._lost_subscribers: list[Callable[[], None]] = []
+        self._gained_subscribers: list[Callable[[], None]] = []
         self._live_nodes = 1
         self._renewed_at: float | None = None
         """When the last successful renewal (or join) began; for ``/health``."""
         self._error: tuple[str, float] | None = None
         """The last renewal's or join's failure and when; for ``/health``."""
+        self._wake = trio.Event()
+        self._unsettled_until = -math.inf
+        """Rounds come fast until then: the live nodes or this node's shards
+        changed lately, so shards may be about to be freed for it."""
 
     # --- the database, from a worker thread ---
 
@@ -175,6 +335,11 @@ class NodeLease:
             if connection is not None:
                 connection.close()
             connection = self._connection = self._connect()
+            try:
+                lease_session(connection, self.lease)
+            except psycopg.Error:
+                connection.close()
+                raise
         with self._calls.watch(connection):
             return operation(connection, *args)
 
@@ -188,44 +353,143 @@ class NodeLease:
 
     # --- ConversationOwnership ---
 
+    def shard_of(self, conversation_id: str) -> int:
+        return shard_of(conversation_id, self.shards)
+
+    def _valid(self) -> bool:
+        return trio.current_time() < self._valid_until
+
     def owns(self, conversation_id: str) -> bool:
-        return conversation_id in self._owned and trio.current_time() < self._valid_until
+        shard = shard_of(conversation_id, self.shards)
+        return shard in self._held and shard not in self._releasing and self._valid()
+
+    def tenure(self, conversation_id: str) -> str | None:
+        shard = shard_of(conversation_id, self.shards)
+        generation = self._held.get(shard)
+        if generation is None or not self._valid():
+            return None
+        return f"{self.node_id}/{shard}/{generation}"
+
+    @contextmanager
+    def running(self, conversation_id: str) -> Iterator[None]:
+        shard = shard_of(conversation_id, self.shards)
+        self._busy[shard] = self._busy.get(shard, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._busy[shard] - 1
+            if left:
+                self._busy[shard] = left
+            else:
+                del self._busy[shard]
+                if shard in self._releasing:
+                    self._wake.set()  # the hand-off need not wait for the next round
+
+    def _target(self) -> int:
+        return math.ceil(self.shards / self._live_nodes)
 
     async def claim(self, conversation_id: str) -> None:
-        for _ in range(3):  # a claim races only another claim: the loser looks again
-            if trio.current_time() >= self._valid_until:
-                raise StoreError(
-                    "this node's lease has lapsed; it owns no conversation until it renews"
-                )
-            alive, claimed, url = await self._db(_claim, self.node_id, conversation_id)
-            if claimed:
-                self._owned.add(conversation_id)
-                return
-            if not alive:
-                raise StoreError(
-                    "this node's lease has lapsed; it owns no conversation until it renews"
-                )
+        shard = shard_of(conversation_id, self.shards)
+        if not self._valid():
+            raise StoreError(_LAPSED)
+        if shard in self._releasing:
+            raise NotOwnedError(
+                f"conversation {conversation_id!r} is moving to another node; retry",
+                owner_url="",
+            )
+        if shard in self._held:
+            return
+        url = self._elsewhere.get(shard)
+        if url is not None:  # as of the last round: a stale answer costs one more hop
+            raise NotOwnedError(
+                f"conversation {conversation_id!r} is owned by the node at {url}", owner_url=url
+            )
+        if len(self._held) >= self._target():  # not ours to take: another node's, or soon
+            await self._look_elsewhere()
+            url = self._elsewhere.get(shard)
             if url is not None:
                 raise NotOwnedError(
                     f"conversation {conversation_id!r} is owned by the node at {url}",
                     owner_url=url,
                 )
-        raise StoreError(f"conversation {conversation_id!r} could not be claimed; retry")
+            raise NotOwnedError(
+                f"conversation {conversation_id!r} is in shard {shard}, which no node holds"
+                " right now; retry",
+                owner_url="",
+            )
+        alive, generation, url = await self._db(_claim, self.node_id, shard, True)
+        if generation is not None and alive and self._valid():
+            self._hold({shard: generation})
+            self._tell(self._gained_subscribers)
+            return
+        if not alive or not self._valid():
+            raise StoreError(_LAPSED)
+        if url is not None:
+            raise NotOwnedError(
+                f"conversation {conversation_id!r} is owned by the node at {url}", owner_url=url
+            )
+        raise NotOwnedError(
+            f"conversation {conversation_id!r} is in shard {shard}, which no node holds"
+            " right now; retry",
+            owner_url="",
+        )
+
+    async def _look_elsewhere(self) -> None:
+        """Refresh the map of other nodes' shards (a shard moved since the last
+        round): one query for every request that wants it meanwhile, and at
+        most one per ``LOOK_AGAIN`` seconds, so requests in a hand-off queue
+        no more than one small query in front of the renewals."""
+        if trio.current_time() - self._looked_at < LOOK_AGAIN:
+            return
+        looking = self._looking
+        if looking is not None:
+            await looking.wait()
+            return
+        self._looking = looking = trio.Event()
+        try:
+            self._elsewhere = await self._db(_elsewhere, self.node_id)
+            self._looked_at = trio.current_time()
+        except StoreError as error:
+            log.warning("could not look up which nodes hold the shards: %s", error)
+        finally:
+            self._looking = None
+            looking.set()
 
     def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
-        self._subscribers.append(callback)
+        return self._subscribe(self._lost_subscribers, callback)
+
+    def on_gained(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribe(self._gained_subscribers, callback)
+
+    @staticmethod
+    def _subscribe(
+        subscribers: list[Callable[[], None]], callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        subscribers.append(callback)
 
         def unsubscribe() -> None:
-            if callback in self._subscribers:
-                self._subscribers.remove(callback)
+            if callback in subscribers:
+                subscribers.remove(callback)
 
         return unsubscribe
+
+    @staticmethod
+    def _tell(subscribers: list[Callable[[], None]]) -> None:
+        for callback in list(subscribers):
+            callback()
 
     @property
     def live_nodes(self) -> int:
         """Nodes live at the last renewal (``ConversationOwnership.live_nodes``):
         each keeps its share of the model's limits."""
         return self._live_nodes
+
+    def held_shards(self) -> frozenset[int]:
+        """The shards this node holds now (none while its lease is not valid)."""
+        return frozenset(self._held) if self._valid() else frozenset()
+
+    def releasing_shards(self) -> frozenset[int]:
+        return frozenset(self._releasing)
 
     def lease_state(self) -> LeaseState:
         now = trio.current_time()
@@ -235,80 +499,156 @@ class NodeLease:
             node_id=self.node_id,
             valid=valid,
             lease_seconds=self.lease,
-            conversations=len(self._owned) if valid else 0,
+            conversations=0,
             live_nodes=self._live_nodes,
             renewed_seconds_ago=None if self._renewed_at is None else now - self._renewed_at,
             valid_for_seconds=self._valid_until - now if valid else 0.0,
             last_error=error,
             last_error_seconds_ago=None if error_at is None else now - error_at,
+            shards=len(self._held) if valid else 0,
+            releasing=len(self._releasing) if valid else 0,
+            total_shards=self.shards,
         )
 
     async def advertise(self, url: str) -> None:
         self._url = url
         await self._db(_advertise, self.node_id, url)
 
+    # --- the shards held ---
+
+    def _hold(self, generations: Mapping[int, int]) -> None:
+        self._held.update(generations)
+        self._publish()
+
+    def _publish(self) -> None:
+        self.fence = Fence(node_id=self.node_id, shards=self.shards, generations=dict(self._held))
+
+    def _lose(self) -> None:
+        if not self._held and self._valid_until == -math.inf:
+            return
+        log.warning("node %s lost its lease: its shards may move to other nodes", self.node_id)
+        self._held.clear()
+        self._releasing.clear()
+        self._valid_until = -math.inf
+        self._publish()
+        self._tell(self._lost_subscribers)
+
+    def _releasable(self) -> list[int]:
+        """Shards handed off whose turns are done (or waited long enough)."""
+        now = trio.current_time()
+        return sorted(
+            shard
+            for shard, since in self._releasing.items()
+            if not self._busy.get(shard) or now - since >= RELEASE_WAIT
+        )
+
+    def _mark_surplus(self) -> None:
+        """Hand off what is above this node's share: the shards with the
+        fewest running turns first."""
+        surplus = min(
+            len(self._held) - len(self._releasing) - self._target(),
+            MOVE_AT_ONCE - len(self._releasing),
+        )
+        if surplus <= 0:
+            return
+        now = trio.current_time()
+        keep = sorted(
+            (s for s in self._held if s not in self._releasing),
+            key=lambda s: (self._busy.get(s, 0), -s),
+        )
+        for shard in keep[:surplus]:
+            self._releasing[shard] = now
+        log.info(
+            "node %s hands %d shard(s) off (%d live nodes)", self.node_id, surplus, self._live_nodes
+        )
+
+    async def round(self) -> None:
+        """One round: renew, release what was handed off, take free shards up
+        to this node's share (the module docstring)."""
+        began = trio.current_time()
+        release = self._releasable()
+        before = dict(self._held)
+        result = await self._db(_round, self.node_id, self.lease, self.shards, release)
+        if result.live_nodes != self._live_nodes or result.released or result.taken:
+            self._unsettled_until = trio.current_time() + UNSETTLED_SECONDS
+        self._live_nodes = result.live_nodes
+        self._elsewhere = result.elsewhere
+        if self._valid_until == -math.inf:
+            return  # lost while the round was under way: join anew
+        if not result.renewed:  # the row expired: others may hold our shards already
+            self._error = ("renewal: the node's row had expired", trio.current_time())
+            self._lose()
+            return
+        self._valid_until = began + self.lease - self._margin
+        self._renewed_at = began
+        for shard in result.released:
+            self._releasing.pop(shard, None)
+        # A shard ``claim`` took after this round's statement ran is not in
+        # its answer: kept (the two share the connection, one after the other).
+        claimed = {s: g for s, g in self._held.items() if before.get(s) != g}
+        self._held = {**result.held, **claimed}
+        for shard in list(self._releasing):
+            if shard not in self._held:
+                del self._releasing[shard]
+        self._publish()
+        self._mark_surplus()
+        if result.taken:
+            self._tell(self._gained_subscribers)
+
     # --- the lease's life ---
 
     async def join(self) -> None:
-        """Register under a new node id (at start, and after losing the lease)."""
+        """Register under a new node id (at start, and after losing the
+        lease), and take this node's share of the free shards."""
         node_id = uuid.uuid4().hex
         began = trio.current_time()
         await self._db(_register, node_id, self._url, self.lease)
         self.node_id = node_id
-        try:
-            self._live_nodes = await self._db(_live_nodes)
-        except StoreError as error:  # the count can wait for the next renewal
-            log.warning("could not count the live nodes: %s", error)
+        self._held.clear()
+        self._releasing.clear()
         self._valid_until = began + self.lease - self._margin
         self._renewed_at = began
-        log.info("node %s joined (lease %.0f s)", node_id, self.lease)
-
-    def _lose(self) -> None:
-        if not self._owned and self._valid_until == -math.inf:
-            return
-        log.warning(
-            "node %s lost its lease: its conversations may move to other nodes", self.node_id
-        )
-        self._owned.clear()
-        self._valid_until = -math.inf
-        for callback in list(self._subscribers):
-            callback()
+        self._unsettled_until = began + UNSETTLED_SECONDS + self.lease / 3
+        self._publish()
+        log.info("node %s joined (lease %.0f s, %d shards)", node_id, self.lease, self.shards)
+        try:
+            await self.round()
+        except StoreError as error:  # the shards can wait for the next round
+            log.warning("node %s could not take shards yet: %s", node_id, error)
 
     async def run(self) -> None:
-        """Renew every third of the lease until cancelled, rejoin after a loss,
-        and (a watchdog beside it) give every claim up the moment the lease
-        runs out locally, even while a renewal hangs on a dead network."""
+        """Run rounds until cancelled, rejoin after a loss, and (a watchdog
+        beside it) give every shard up the moment the lease runs out
+        locally, even while a round hangs on a dead network."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watchdog)
             await self._renew_loop()
 
+    def _pause(self) -> float:
+        period = min(self.lease / 3, ROUND_SECONDS)
+        moving = self._releasing or len(self._held) > self._target()
+        if moving or trio.current_time() < self._unsettled_until:
+            return min(period, BUSY_ROUND_SECONDS)
+        return period
+
     async def _renew_loop(self) -> None:
-        period = self.lease / 3
         while True:
             if self._valid_until == -math.inf:
-                await trio.sleep(min(1.0, period))
+                await trio.sleep(min(1.0, self.lease / 3))
                 try:
                     await self.join()
                 except StoreError as error:
                     log.warning("node could not join: %s", error)
                     self._error = (f"join: {error}", trio.current_time())
                 continue
-            await trio.sleep(period)
-            began = trio.current_time()
+            with trio.move_on_after(self._pause()):
+                await self._wake.wait()
+            self._wake = trio.Event()
             try:
-                renewed, self._live_nodes = await self._db(_renew, self.node_id, self.lease)
+                await self.round()
             except StoreError as error:
                 log.warning("node lease renewal failed: %s", error)
                 self._error = (f"renewal: {error}", trio.current_time())
-                continue  # the watchdog gives the claims up when the lease runs out
-            if self._valid_until == -math.inf:
-                continue  # lost while the renewal was under way: join anew
-            if renewed:
-                self._valid_until = began + self.lease - self._margin
-                self._renewed_at = began
-            else:  # the row expired: others may own our conversations already
-                self._error = ("renewal: the node's row had expired", trio.current_time())
-                self._lose()
 
     async def _watchdog(self) -> None:
         while True:
@@ -320,14 +660,16 @@ class NodeLease:
                 self._lose()
 
     async def leave(self) -> None:
-        """Give every conversation up at once (a clean stop), and close."""
+        """Release every shard at once (a clean stop), and close."""
         try:
             if self.node_id and self._valid_until > -math.inf:
                 await self._db(_leave, self.node_id)
         except StoreError as error:
             log.warning("could not leave the cluster cleanly (%s); the lease will expire", error)
         finally:
-            self._owned.clear()
+            self._held.clear()
+            self._releasing.clear()
             self._valid_until = -math.inf
+            self._publish()
             if self._connection is not None:
                 self._connection.close()

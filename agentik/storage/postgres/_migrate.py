@@ -17,7 +17,7 @@ from importlib import resources
 import psycopg
 from psycopg import sql
 
-from agentik._errors import SchemaVersionError
+from agentik._errors import SchemaVersionError, StoreError
 
 MIGRATION_LOCK = 0x6167656E74696B  # "agentik": the advisory lock migrations take
 
@@ -75,3 +75,32 @@ def migrate(connection: psycopg.Connection, schema: str) -> list[int]:
                 )
                 applied.append(version)
     return applied
+
+
+def fix_shards(connection: psycopg.Connection, shards: int, shown: str) -> None:
+    """Split the database into ``shards`` at its first open, and refuse a node
+    configured with another number later (a conversation would change shard,
+    and two nodes could own it at once). Under the migration lock, so nodes
+    starting together agree. ``StoreError`` on a mismatch."""
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        connection.execute(
+            "INSERT INTO agentik_setting (name, value) VALUES ('shards', %s)"
+            " ON CONFLICT (name) DO NOTHING",
+            (str(shards),),
+        )
+        row = connection.execute(
+            "SELECT value FROM agentik_setting WHERE name = 'shards'"
+        ).fetchone()
+        assert row is not None
+        fixed = int(row[0])
+        if fixed != shards:
+            raise StoreError(
+                f"shards is {shards}, but the database at {shown} is split into {fixed}"
+                f" shards; the number is fixed once set: set [storage] shards = {fixed}"
+            )
+        connection.execute(
+            "INSERT INTO agentik_shard (shard) SELECT generate_series(0, %s - 1)"
+            " ON CONFLICT (shard) DO NOTHING",
+            (shards,),
+        )

@@ -22,6 +22,7 @@ from agentik.storage._common import Clock, check_at_least, utc_now
 from agentik.storage._protocols import Storage
 from agentik.storage._readers import ReaderPool
 from agentik.storage._secrets import SqlSecretStore
+from agentik.storage._shards import DEFAULT_SHARDS, check_shards
 from agentik.storage._sql_stores import (
     SqlMessageStore,
     SqlReflectionStore,
@@ -59,6 +60,7 @@ async def open_postgres_storage(
     clock: Clock = utc_now,
     lease_seconds: float | None = None,
     advertise_url: str | None = None,
+    shards: int = DEFAULT_SHARDS,
 ) -> AsyncIterator[Storage]:
     """Open (creating and migrating if needed) agentik's tables in PostgreSQL.
 
@@ -79,17 +81,25 @@ async def open_postgres_storage(
             the writer's thread, so it must be thread-safe.
         lease_seconds: turn on conversation ownership, for several nodes
             sharing the database (docs/scale-out.md): the bundle joins as a
-            node with this lease, ``bundle.ownership`` claims conversations,
-            and the writer refuses messages for conversations this node does
-            not own. A node that dies loses its conversations this long after
-            its last renewal. None (the default): one node, no ownership.
+            node with this lease and holds its share of the shards
+            (``bundle.ownership``), and the writer refuses messages for
+            conversations of shards this node does not hold. A node that dies
+            loses its shards this long after its last renewal. None (the
+            default): one node, no ownership.
         advertise_url: where other nodes redirect requests for this node's
             conversations (``bundle.ownership.advertise`` can set it later,
             once the server knows its port).
+        shards: the shards the database is split into (``[storage] shards``),
+            fixed at the first open with ``lease_seconds``: a later one with
+            another number is a ``StoreError`` (an open without a lease, one
+            process alone or a CLI command, neither sets nor checks it). A
+            conversation lives in shard ``crc32(id) % shards``; nodes lease
+            shards, not conversations.
     """
     check_at_least("readers", readers, 1)
     check_at_least("max_batch", max_batch, 1)
     check_at_least("queue_size", queue_size, 0)
+    check_shards(shards)
     try:  # psycopg is the optional extra agentik[postgres]: imported when asked for
         from agentik.storage.postgres._connect import connect, open_writer
         from agentik.storage.postgres._leases import NodeLease
@@ -108,10 +118,14 @@ async def open_postgres_storage(
         lease = None
         if lease_seconds is not None:
             lease = NodeLease(
-                partial(make, role="lease"), lease_seconds, advertise_url or "", watchdog=watchdog
+                partial(make, role="lease"),
+                lease_seconds,
+                advertise_url or "",
+                watchdog=watchdog,
+                shards=shards,
             )
         write_connection = await trio.to_thread.run_sync(
-            open_writer, make_writer, schema, dsn, watchdog
+            open_writer, make_writer, schema, dsn, watchdog, None if lease is None else shards
         )
         engine = PostgresEngine(write_connection, make_writer, clock, lease, watchdog=watchdog)
         async with _serving(

@@ -2,7 +2,7 @@
 
 The SQL both backends share lives in ``agentik.storage._sql_*``, run here
 over ``PostgresDialect`` (``QUERIES``). What stays here is PostgreSQL's own:
-the seq cache with its ownership fence, and the appends the writer inserts
+the seq cache with its shard fence, and the appends the writer inserts
 in one ``INSERT … SELECT FROM unnest(…)`` (one round trip whatever the
 number of rows).
 
@@ -19,10 +19,10 @@ Strings go in and out as UTF-8 ``bytea`` (see migrations/0001_init.sql for why).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, cast, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import attrs
 import psycopg
@@ -32,14 +32,16 @@ from agentik._errors import DuplicateKeyError, StoreError
 from agentik._messages import Message
 from agentik.storage._dialect import Dialect, Params, Row, psycopg_placeholders
 from agentik.storage._rows import MessageRow
+from agentik.storage._shards import shard_of
 from agentik.storage._sql_lifecycle import SqlQueries
 
-KEPT_TABLES = ("conversation_owner",)
+if TYPE_CHECKING:
+    from agentik.storage.postgres._leases import Fence
+
+KEPT_TABLES: tuple[str, ...] = ()
 """Tables keyed by conversation that a delete keeps on purpose (beside
-``_sql_lifecycle.CONVERSATION_TABLES``): ``conversation_owner`` says which
-node runs the conversation, not what it holds; the node that deleted it (it
-must own it) goes on owning it, so its writer's fence keeps passing and no
-other node can slip in (docs/scale-out.md)."""
+``_sql_lifecycle.CONVERSATION_TABLES``): none since nodes own conversations
+through their shards (``agentik_shard``, keyed by shard, not conversation)."""
 
 
 _LAST_SEQS = """
@@ -47,13 +49,16 @@ SELECT c, (SELECT max(seq) FROM message WHERE conversation_id = c)
 FROM unnest(%(ids)s::bytea[]) AS c
 """
 
-# Which of these conversations this node owns, its own lease alive; their
-# ownership rows stay locked until the batch ends, so a takeover waits for it.
-_OWNED = """
-SELECT conversation_id FROM conversation_owner
-WHERE conversation_id = ANY(%(ids)s::bytea[]) AND node_id = %(me)s AND EXISTS (
+# Which of these shards this node holds at the generation it took them at
+# (the fencing token), its own lease alive; their rows stay locked until the
+# batch ends, so a takeover (which skips locked rows) waits for it.
+_HELD = """
+SELECT s.shard FROM agentik_shard AS s
+JOIN unnest(%(shards)s::integer[], %(generations)s::bigint[]) AS w (shard, generation)
+    ON s.shard = w.shard AND s.generation = w.generation
+WHERE s.node_id = %(me)s AND EXISTS (
     SELECT 1 FROM agentik_node WHERE node_id = %(me)s AND expires_at > clock_timestamp())
-FOR SHARE
+FOR SHARE OF s
 """
 
 _SEQ_CACHE_SIZE = 10_000
@@ -66,53 +71,88 @@ class SeqCache:
 
     It is sound because one writer writes each conversation: on a single node
     by configuration, and with several nodes because a node writes only the
-    conversations it owns, and it owns them without a gap for as long as its
-    node id (its lease's generation) stays the same; a new generation starts
-    an empty cache. Each batch checks (and locks, ``FOR SHARE``) the ownership
-    of the conversations it writes to, and a message for one the node does
-    not own is refused. A request whose savepoint rolls back forgets the
-    conversations it touched; a failed transaction forgets everything (and a
-    cache gone stale, because something else wrote, heals after one failed
-    write, as SQLite's does)."""
+    conversations of the shards it holds, and it holds a shard without a gap
+    for as long as the shard's generation (and its node id) stays the same; a
+    conversation whose shard changed generation is looked up again. Each
+    batch checks (and locks, ``FOR SHARE``) the shards it writes to against
+    the generations the node took them at (``Fence``), and a message for a
+    shard the node does not hold is refused. A request whose savepoint rolls
+    back forgets the conversations it touched (and the shard locks taken in
+    it); a failed transaction forgets everything (and a cache gone stale,
+    because something else wrote, heals after one failed write, as SQLite's
+    does)."""
 
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
         self._touched: set[str] = set()
-        self._owned: set[str] = set()
-        """Conversations whose ownership this batch checked and locked."""
-        self._node: str | None = None
+        self._held: set[int] = set()
+        """Shards whose generation this batch checked and locked."""
+        self._checked: set[int] = set()
+        """Of those, shards checked inside the request's savepoint."""
+        self._fence: Fence | None = None
         self._connection: psycopg.Connection | None = None
 
-    def start(self, connection: psycopg.Connection, node: str | None) -> None:
-        """A batch begins on ``connection``, for the node ``node`` (None: one node)."""
-        if node != self._node or len(self._last) > _SEQ_CACHE_SIZE:
+    def start(self, connection: psycopg.Connection, fence: Fence | None) -> None:
+        """A batch begins on ``connection``, against ``fence`` (None: one node)."""
+        previous = self._fence
+        if len(self._last) > _SEQ_CACHE_SIZE or (fence is None) != (previous is None):
             self._last.clear()
-        self._node = node
+        elif fence is not None and previous is not None and fence is not previous:
+            if fence.node_id != previous.node_id:
+                self._last.clear()
+            else:
+                self._forget_moved(previous.generations, fence.generations, fence.shards)
+        self._fence = fence
         self._connection = connection
-        self._owned.clear()
+        self._held.clear()
+        self._checked.clear()
         self._touched.clear()
+
+    def _forget_moved(
+        self, before: Mapping[int, int], after: Mapping[int, int], shards: int
+    ) -> None:
+        moved = {s for s, g in before.items() if after.get(s) != g}
+        if moved:
+            for conversation_id in [c for c in self._last if shard_of(c, shards) in moved]:
+                del self._last[conversation_id]
 
     def clear(self) -> None:
         """The whole transaction was rolled back."""
         self._last.clear()
-        self._owned.clear()
+        self._held.clear()
+        self._checked.clear()
         self._touched.clear()
 
     def prefetch(self, conversation_ids: Sequence[str]) -> None:
-        """Check the ownership of the batch's conversations and read the seqs
+        """Check the shards of the batch's conversations and read the seqs
         not cached: one statement each, whatever the number of conversations."""
-        if self._node is not None:
-            self._check_owned(list(set(conversation_ids)))
+        if self._fence is not None:
+            self._check_held(conversation_ids)
         unknown = list({c for c in conversation_ids if c not in self._last})
         if unknown:
             self._look_up(unknown)
 
-    def _check_owned(self, conversation_ids: list[str]) -> None:
+    def _check_held(self, conversation_ids: Iterable[str]) -> set[int]:
+        """Check and lock the shards of ``conversation_ids`` this node believes
+        it holds; the shards found held (at the generation it believes)."""
+        fence = self._fence
         assert self._connection is not None
+        assert fence is not None
+        wanted = {shard_of(c, fence.shards) for c in conversation_ids} - self._held
+        believed = sorted(s for s in wanted if s in fence.generations)
+        if not believed:
+            return set()
         rows = self._connection.execute(
-            _OWNED, {"ids": [c.encode() for c in conversation_ids], "me": self._node}
+            _HELD,
+            {
+                "shards": believed,
+                "generations": [fence.generations[s] for s in believed],
+                "me": fence.node_id,
+            },
         ).fetchall()
-        self._owned.update(bytes(row[0]).decode() for row in rows)
+        found = {int(row[0]) for row in rows}
+        self._held.update(found)
+        return found
 
     def _look_up(self, conversation_ids: list[str]) -> None:
         assert self._connection is not None
@@ -123,16 +163,21 @@ class SeqCache:
             self._last[bytes(conversation).decode()] = last or 0
 
     def fence(self, conversation_id: str) -> None:
-        """Refuse (``StoreError``) a write to a conversation another node owns,
-        and lock its ownership row for the batch; with one node, nothing."""
-        if self._node is not None and conversation_id not in self._owned:
-            self._check_owned([conversation_id])
-            if conversation_id not in self._owned:
-                raise StoreError(
-                    f"conversation {conversation_id!r} is not owned by this node;"
-                    " its messages are written by its owner"
-                )
-            self._touched.add(conversation_id)  # its lock goes if the savepoint does
+        """Refuse (``StoreError``) a write to a conversation of a shard this
+        node does not hold (at the generation it took it), and lock the
+        shard's row for the batch; with one node, nothing."""
+        fence = self._fence
+        if fence is None:
+            return
+        shard = shard_of(conversation_id, fence.shards)
+        if shard in self._held:
+            return
+        self._checked.update(self._check_held([conversation_id]))  # its lock goes with a rollback
+        if shard not in self._held:
+            raise StoreError(
+                f"conversation {conversation_id!r} is not owned by this node;"
+                " its messages are written by the node holding its shard"
+            )
 
     def forget(self, conversation_id: str) -> None:
         """The conversation's rows were deleted or replaced (``_sql_lifecycle``):
@@ -152,13 +197,15 @@ class SeqCache:
     def keep(self) -> None:
         """The request's savepoint was released."""
         self._touched.clear()
+        self._checked.clear()
 
     def undo(self) -> None:
         """The request's savepoint was rolled back."""
         for conversation_id in self._touched:
             self._last.pop(conversation_id, None)
-            self._owned.discard(conversation_id)
+        self._held -= self._checked
         self._touched.clear()
+        self._checked.clear()
 
 
 @attrs.frozen

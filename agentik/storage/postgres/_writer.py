@@ -7,8 +7,8 @@ fails); any other request in its own SAVEPOINT; COMMIT. The differences are
 PostgreSQL's: a failed statement leaves the transaction unusable until its
 savepoint is rolled back, so every request's savepoint is rolled back
 explicitly; the seq cache is valid only while one writer writes each
-conversation (``SeqCache``: with several nodes, while this node owns it, which
-each batch checks); and the connection can be lost.
+conversation (``SeqCache``: with several nodes, while this node holds its
+shard at one generation, which each batch checks); and the connection can be lost.
 
 A lost connection (the server restarted, a network fault, the backend
 terminated) fails the batch as a whole: PostgreSQL rolls back the open
@@ -169,7 +169,7 @@ class PostgresEngine:
         self._begin()
         connection = self.connection
         seqs = self._seqs
-        seqs.start(connection, None if self._lease is None else self._lease.node_id)
+        seqs.start(connection, None if self._lease is None else self._lease.fence)
         session = Session(connection=connection, seqs=seqs, now=self._clock())
         committed = False
         try:

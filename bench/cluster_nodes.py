@@ -1,0 +1,448 @@
+"""Several ``agentik serve`` nodes on one PostgreSQL, measured from outside:
+node CPU a turn for 1-3 nodes, and faults under load (``bench.cluster``
+measures the shard leases themselves: rounds, a burst, a join).
+
+Every figure of issue 33 in one run, on this machine's loopback, with the
+raw-socket keep-alive client of ``agentik bench --url``
+(``agentik.benchmark._http.BenchClient``: one connection per conversation and
+node, llhttp parsing) so the figures are the nodes', not the client's; the
+client's own CPU a turn is printed beside the nodes'. Each phase runs on a
+fresh database; nodes run the scripted demo model (instant) unless a phase
+needs the recording model (``tests.cluster.RecordingModel``, which proves no
+two model calls of one conversation overlapped, wherever they ran).
+
+Phases:
+
+- ``scale``: N conversations x T turns, each turn sent to a random node, for
+  1, 2 and 3 nodes: turns/s, p50/p99, node CPU a turn (the nodes' user+system
+  time over the turns), and its ratio to one node's.
+- ``burst``: a burst of new conversations (one turn each, ``--burst``,
+  at most ``--in-flight`` at once) on 2 nodes: new conversations a second,
+  first-turn p50/p99, turns failed, leases lost (the nodes' logs).
+- ``kill``: 3 nodes under load; SIGKILL one: the longest any conversation
+  waited for an answer after the kill, requests that failed to connect,
+  acknowledged turns lost (read back), model calls of one conversation that
+  overlapped (two nodes running its turns at once).
+- ``stop``: 3 nodes under load; SIGSTOP one for 3 leases, then SIGCONT:
+  turns failed on the healthy nodes, leases the healthy nodes lost.
+
+``--haproxy`` sends everything through HAProxy (deploy/haproxy.cfg) instead
+of to random nodes.
+
+    python -m bench.cluster_nodes                        # every phase
+    python -m bench.cluster_nodes --phases scale --conversations 300 --turns 5
+    python -m bench.cluster_nodes --phases burst --burst 30000
+    python -m bench.cluster_nodes --dsn postgresql://... --lease 3
+
+The database server: ``--dsn``, else ``AGENTIK_TEST_POSTGRES_DSN`` (start a
+throwaway one with ``python -m tests.pgcluster start DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import attrs
+import httpx2
+import trio
+
+from agentik.benchmark._http import BenchClient
+from tests.cluster import Node, RecordingModel, start_haproxy, start_node, stop_nodes
+from tests.postgres import fresh_database
+
+PHASES = ("scale", "burst", "kill", "stop")
+_LOST_LEASE = ("lease renewal failed", "lost", "joins again", "expired")
+
+
+def node_cpu(node: Node) -> float:
+    """User + system seconds of a node's process (``/proc``: Linux)."""
+    fields = Path(f"/proc/{node.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def lease_losses(node: Node) -> int:
+    return sum(1 for line in node.log if any(word in line for word in _LOST_LEASE))
+
+
+def _percentile(values: list[float], share: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+@attrs.define
+class Driver:
+    """Conversations sending turns to the nodes (or the balancer) over raw
+    keep-alive sockets; a failed request is retried, same idempotency key,
+    on another node after ``pause`` seconds."""
+
+    urls: list[str]
+    pause: float = 0.05
+    latencies: list[float] = attrs.Factory(list)
+    acked: dict[str, int] = attrs.Factory(dict)
+    failures: int = 0
+    """Answers other than 200 (each retried)."""
+    statuses: dict[int, int] = attrs.Factory(dict)
+    """How many answers of each status other than 200."""
+    refused: int = 0
+    """Requests that could not reach a node (each retried)."""
+    last_ack: dict[str, float] = attrs.Factory(dict)
+    longest_gap: float = 0.0
+    """The longest any conversation waited from one answer to the next."""
+    clients: dict[tuple[str, str], BenchClient] = attrs.Factory(dict)
+    """One per conversation and node: a client sends one request at a time."""
+    running: bool = True
+
+    def client(self, conversation: str, url: str) -> BenchClient:
+        key = (conversation, url)
+        found = self.clients.get(key)
+        if found is None:
+            found = self.clients[key] = BenchClient(url, {"content-type": "application/json"})
+        return found
+
+    async def turn(self, conversation: str, n: int, *, urls: list[str] | None = None) -> bool:
+        """One turn, retried until answered while ``running``; whether it was."""
+        body = json.dumps(
+            {"text": f"{conversation} {n}", "idempotency_key": f"{conversation}-{n}"}
+        ).encode()
+        started = time.monotonic()
+        while self.running:
+            url = random.choice(urls or self.urls)
+            client = self.client(conversation, url)
+            try:
+                reply = await client.post(f"/agentik/conversations/{conversation}/turns", body)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+                self.refused += 1
+                await client.aclose()
+                self.clients.pop((conversation, url), None)
+                await trio.sleep(self.pause)
+                continue
+            if reply.status == 200:
+                now = time.monotonic()
+                self.latencies.append(now - started)
+                self.acked[conversation] = n
+                last = self.last_ack.get(conversation)
+                if last is not None:
+                    self.longest_gap = max(self.longest_gap, now - last)
+                self.last_ack[conversation] = now
+                return True
+            self.failures += 1
+            self.statuses[reply.status] = self.statuses.get(reply.status, 0) + 1
+            await trio.sleep(self.pause)
+        return False
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+
+
+async def _nodes(
+    nursery: trio.Nursery,
+    dsn: str,
+    count: int,
+    lease: float,
+    folder: Path,
+    model_url: str | None = None,
+) -> tuple[str, list[Node]]:
+    database = fresh_database(dsn)
+    return database, [
+        await start_node(
+            nursery,
+            database,
+            model_url or "",
+            lease=lease,
+            cwd=folder,
+            model=model_url is not None,
+        )
+        for _ in range(count)
+    ]
+
+
+async def _front(
+    nursery: trio.Nursery, nodes: list[Node], folder: Path, haproxy: bool
+) -> tuple[list[str], trio.Process | None]:
+    if not haproxy:
+        return [n.url for n in nodes], None
+    process, url = await start_haproxy(nursery, [n.url for n in nodes], folder)
+    return [url], process
+
+
+async def _run_each(count: int, limit: int, body: Callable[[int], Awaitable[None]]) -> None:
+    """``body(i)`` for i < count, at most ``limit`` at once."""
+    gate = trio.CapacityLimiter(limit)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await body(i)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            nursery.start_soon(one, i)
+
+
+async def scale(args: argparse.Namespace, folder: Path) -> list[dict[str, float]]:
+    rows = [await _scale_once(args, folder, count) for count in args.nodes]
+    one = rows[0]["node_cpu_us"]
+    for row in rows:
+        row["cpu_vs_first"] = row["node_cpu_us"] / one
+    return rows
+
+
+async def _scale_once(args: argparse.Namespace, folder: Path, count: int) -> dict[str, float]:
+    async with trio.open_nursery() as nursery:
+        _, nodes = await _nodes(nursery, args.dsn, count, args.lease, folder)
+        urls, balancer = await _front(nursery, nodes, folder, args.haproxy)
+        prefix = f"s{count}-{os.getpid()}-"
+        n = args.conversations
+        warm = Driver(urls)  # each conversation's first turn: its claim
+        await _run_each(n, n, lambda i: _turns(warm, prefix, i, 1))
+        driver = Driver(urls)
+        cpu0 = [node_cpu(node) for node in nodes]
+        client0 = time.process_time()
+        started = time.monotonic()
+        await _run_each(n, n, lambda i: _turns(driver, prefix, i, args.turns, first=2))
+        elapsed = time.monotonic() - started
+        turns = len(driver.latencies)
+        cpu = sum(node_cpu(node) - c for node, c in zip(nodes, cpu0, strict=True))
+        row = {
+            "nodes": count,
+            "turns": turns,
+            "turns_per_s": turns / elapsed,
+            "p50_ms": 1000 * _percentile(driver.latencies, 0.5),
+            "p99_ms": 1000 * _percentile(driver.latencies, 0.99),
+            "node_cpu_us": 1e6 * cpu / turns,
+            "client_cpu_us": 1e6 * (time.process_time() - client0) / turns,
+            "failed": driver.failures,
+        }
+        await warm.aclose()
+        await driver.aclose()
+        await stop_nodes(nodes)
+        if balancer is not None:
+            balancer.kill()
+        nursery.cancel_scope.cancel()
+    return row
+
+
+async def _turns(driver: Driver, prefix: str, i: int, turns: int, *, first: int = 1) -> None:
+    for n in range(first, first + turns):
+        if not await driver.turn(f"{prefix}{i}", n):
+            return
+
+
+async def burst(args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    async with trio.open_nursery() as nursery:
+        _, nodes = await _nodes(nursery, args.dsn, 2, args.lease, folder)
+        urls, balancer = await _front(nursery, nodes, folder, args.haproxy)
+        driver = Driver(urls)
+        prefix = f"b-{os.getpid()}-"
+        started = time.monotonic()
+        await _run_each(args.burst, args.in_flight, lambda i: _turns(driver, prefix, i, 1))
+        elapsed = time.monotonic() - started
+        result = {
+            "new_conversations": len(driver.latencies),
+            "per_s": len(driver.latencies) / elapsed,
+            "first_turn_p50_ms": 1000 * _percentile(driver.latencies, 0.5),
+            "first_turn_p99_ms": 1000 * _percentile(driver.latencies, 0.99),
+            "failed": driver.failures,
+            "leases_lost": sum(lease_losses(n) for n in nodes),
+        }
+        if driver.statuses:
+            print(f"burst: answers other than 200 by status: {driver.statuses}")
+        await driver.aclose()
+        await stop_nodes(nodes)
+        if balancer is not None:
+            balancer.kill()
+        nursery.cancel_scope.cancel()
+    return result
+
+
+@attrs.frozen
+class Outcome:
+    """What a phase under load left: the driver, the model's record, the nodes
+    and the acknowledged turns the database does not hold."""
+
+    driver: Driver
+    model: RecordingModel
+    nodes: list[Node]
+    lost: int
+
+
+async def _under_load(
+    args: argparse.Namespace,
+    folder: Path,
+    fault: Callable[[list[Node], Driver], Awaitable[None]],
+) -> Outcome:
+    """3 nodes calling the recording model, conversations sending turns to
+    them, ``fault`` applied after a second of load; then the acknowledged
+    turns are read back."""
+    model = RecordingModel(delay=0.01)
+    async with trio.open_nursery() as nursery:
+        model_url = await model.start(nursery)
+        database, nodes = await _nodes(nursery, args.dsn, 3, args.lease, folder, model_url)
+        urls, balancer = await _front(nursery, nodes, folder, args.haproxy)
+        driver = Driver(urls)
+        prefix = f"k-{os.getpid()}-"
+
+        async def conversation(i: int) -> None:
+            n = 0
+            while driver.running:
+                n += 1
+                await driver.turn(f"{prefix}{i}", n)
+
+        async with trio.open_nursery() as load:
+            for i in range(args.load_conversations):
+                load.start_soon(conversation, i)
+            await trio.sleep(1.0)
+            driver.longest_gap = 0.0
+            await fault(nodes, driver)
+            driver.running = False
+        await driver.aclose()
+        await stop_nodes([n for n in nodes if n.process.returncode is None])
+        if balancer is not None:
+            balancer.kill()
+        lost = await _lost_turns(nursery, database, driver, args.lease, folder)
+        nursery.cancel_scope.cancel()
+    return Outcome(driver, model, nodes, lost)
+
+
+async def _lost_turns(
+    nursery: trio.Nursery, database: str, driver: Driver, lease: float, folder: Path
+) -> int:
+    """Acknowledged turns whose user message is not stored, read back through
+    a node started on the database once the others stopped."""
+    node = await start_node(nursery, database, "", lease=lease, cwd=folder, model=False)
+    lost = 0
+    try:
+        async with httpx2.AsyncClient(base_url=node.url, timeout=30) as client:
+            for conversation, last in driver.acked.items():
+                texts: set[str] = set()
+                after = 0
+                while True:
+                    reply = await client.get(
+                        f"/agentik/conversations/{conversation}/messages",
+                        params={"after_seq": after, "limit": 1000},
+                    )
+                    page = reply.json()
+                    texts.update(m["content"] for m in page["messages"])
+                    if page["next_after_seq"] is None:
+                        break
+                    after = page["next_after_seq"]
+                lost += sum(1 for n in range(1, last + 1) if f"{conversation} {n}" not in texts)
+    finally:
+        await stop_nodes([node])
+    return lost
+
+
+async def kill(args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    async def fault(nodes: list[Node], driver: Driver) -> None:
+        nodes[0].kill()
+        if not args.haproxy:  # as a balancer's health check would: the rest
+            driver.urls = [n.url for n in nodes[1:]]  # are only sent by redirects
+        await trio.sleep(args.lease * 3 + 2)
+
+    out = await _under_load(args, folder, fault)
+    if out.driver.statuses:
+        print(f"kill: answers other than 200 by status: {out.driver.statuses}")
+    return {
+        "longest_wait_s": out.driver.longest_gap,
+        "lease_s": args.lease,
+        "refused_requests": out.driver.refused,
+        "failed_answers": out.driver.failures,
+        "turns_acked": sum(out.driver.acked.values()),
+        "acked_turns_lost": out.lost,
+        "overlapping_calls": len(out.model.overlaps()),
+    }
+
+
+async def stop(args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    async def fault(nodes: list[Node], driver: Driver) -> None:
+        nodes[0].process.send_signal(signal.SIGSTOP)
+        try:
+            if not args.haproxy:  # only the healthy nodes get turns meanwhile
+                driver.urls = [n.url for n in nodes[1:]]
+            await trio.sleep(args.lease * 3)
+        finally:
+            nodes[0].process.send_signal(signal.SIGCONT)
+        await trio.sleep(args.lease)
+
+    out = await _under_load(args, folder, fault)
+    if out.driver.statuses:
+        print(f"stop: answers other than 200 by status: {out.driver.statuses}")
+    return {
+        "failed_on_healthy": out.driver.failures,
+        "leases_lost_healthy": sum(lease_losses(n) for n in out.nodes[1:]),
+        "longest_wait_s": out.driver.longest_gap,
+        "acked_turns_lost": out.lost,
+        "overlapping_calls": len(out.model.overlaps()),
+    }
+
+
+def _table(title: str, rows: list[dict[str, float]]) -> str:
+    keys = list(rows[0])
+    lines = [title, " | ".join(f"{k:>14}" for k in keys)]
+    for row in rows:
+        lines.append(" | ".join(f"{_fmt(row[k]):>14}" for k in keys))
+    return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.2f}"
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, object]:
+    report: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        if "scale" in args.phases:
+            rows = await scale(args, folder)
+            report["scale"] = rows
+            print(_table("scale (node CPU a turn for 1..n nodes on one PostgreSQL):", rows))
+        if "burst" in args.phases:
+            row = await burst(args, folder)
+            report["burst"] = row
+            print(_table(f"burst of {args.burst:,} new conversations on 2 nodes:", [row]))
+        if "kill" in args.phases:
+            row = await kill(args, folder)
+            report["kill"] = row
+            print(_table("SIGKILL of one of 3 nodes under load:", [row]))
+        if "stop" in args.phases:
+            row = await stop(args, folder)
+            report["stop"] = row
+            print(_table("SIGSTOP of one of 3 nodes for 3 leases under load:", [row]))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", default=os.environ.get("AGENTIK_TEST_POSTGRES_DSN"))
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--burst", type=int, default=30_000)
+    parser.add_argument("--in-flight", type=int, default=1_000)
+    parser.add_argument("--load-conversations", type=int, default=100)
+    parser.add_argument("--lease", type=float, default=3.0)
+    parser.add_argument("--haproxy", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    if not args.dsn:
+        parser.error("no PostgreSQL: pass --dsn or set AGENTIK_TEST_POSTGRES_DSN")
+    report = trio.run(main_async, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
