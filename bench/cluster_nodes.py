@@ -55,7 +55,14 @@ import httpx2
 import trio
 
 from agentik.benchmark._http import BenchClient
-from tests.cluster import Node, RecordingModel, start_haproxy, start_node, stop_nodes
+from tests.cluster import (
+    Node,
+    RecordingModel,
+    shards_spread,
+    start_haproxy,
+    start_node,
+    stop_nodes,
+)
 from tests.postgres import fresh_database
 
 PHASES = ("scale", "burst", "kill", "stop")
@@ -154,7 +161,7 @@ async def _nodes(
     model_url: str | None = None,
 ) -> tuple[str, list[Node]]:
     database = fresh_database(dsn)
-    return database, [
+    nodes = [
         await start_node(
             nursery,
             database,
@@ -165,6 +172,8 @@ async def _nodes(
         )
         for _ in range(count)
     ]
+    await shards_spread(database, count)  # measured once no shard is being handed off
+    return database, nodes
 
 
 async def _front(
