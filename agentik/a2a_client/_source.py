@@ -39,12 +39,10 @@ from typing import final
 
 import attrs
 import httpx2
-import jsonschema
-import jsonschema.exceptions
 import trio
 
 from agentik._errors import ToolError
-from agentik._json import JsonObject, JsonValue
+from agentik._json import JsonObject
 from agentik.a2a_client._calls import CallLedger
 from agentik.a2a_client._client import A2AConnection, Refused, Unreachable
 from agentik.a2a_client._config import A2AAgentConfig
@@ -73,6 +71,7 @@ from agentik.agent import (
     ElicitationError,
     ElicitationRequest,
     current_tool_call,
+    form_answer,
 )
 from agentik.toolsets import NamedTool, ToolsetContribution
 
@@ -556,7 +555,7 @@ class A2AToolset:
         if asked.answered.is_set():
             return True  # answered twice: the first answer stands
         if action == "accept":
-            asked.content = _checked(asked.request.schema, content)
+            asked.content = form_answer(asked.request.schema, content)
         elif action not in ("decline", "cancel"):
             raise ElicitationError(
                 f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
@@ -564,26 +563,6 @@ class A2AToolset:
         asked.action = action
         asked.answered.set()
         return True
-
-
-def _checked(schema: JsonObject, content: JsonObject | None) -> JsonObject:
-    """``content`` with the schema's defaults filled in, validated against it."""
-    answer: dict[str, JsonValue] = dict(content or {})
-    properties = schema.get("properties")
-    if isinstance(properties, dict):
-        for name, field in properties.items():
-            if name not in answer and isinstance(field, dict) and "default" in field:
-                answer[name] = field["default"]
-    try:
-        jsonschema.Draft202012Validator(schema).validate(answer)
-    except jsonschema.exceptions.ValidationError as error:
-        where = ".".join(str(p) for p in error.absolute_path) or "the answer"
-        raise ElicitationError(f"{where}: {error.message}", code="invalid") from None
-    except jsonschema.exceptions.SchemaError as error:
-        raise ElicitationError(
-            f"the question's schema is invalid: {error.message}", code="invalid"
-        ) from None
-    return answer
 
 
 def _message_text(agent: str, message: JsonObject) -> str:

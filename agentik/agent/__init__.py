@@ -25,6 +25,7 @@ from agentik.agent._elicitation import ElicitationAction as ElicitationAction
 from agentik.agent._elicitation import ElicitationError as ElicitationError
 from agentik.agent._elicitation import ElicitationRequest as ElicitationRequest
 from agentik.agent._elicitation import current_tool_call as current_tool_call
+from agentik.agent._elicitation import form_answer as form_answer
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
 from agentik.agent._events import ElicitationAsked as ElicitationAsked
 from agentik.agent._events import ToolCallFinished as ToolCallFinished
@@ -85,6 +86,7 @@ __all__ = [
     "agent_conversation_id",
     "agent_tool",
     "current_tool_call",
+    "form_answer",
     "open_chat_agent",
 ]
 

@@ -22,10 +22,12 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol, final, runtime_checkable
 
 import attrs
+import jsonschema
+import jsonschema.exceptions
 import trio
 
 from agentik._errors import AgentikError
-from agentik._json import JsonObject
+from agentik._json import JsonObject, JsonValue
 
 ElicitationAction = Literal["accept", "decline", "cancel"]
 
@@ -112,3 +114,31 @@ class ElicitationSource(Protocol):
         """Answer the question if it is this source's (True); raises
         ``ElicitationError`` (``invalid``) for an answer that does not fit."""
         ...
+
+
+# A form question's answer, as MCP's SEP-1034 has it and a remote A2A agent's
+# question reuses: a field the person leaves out takes the schema's
+# ``default`` ("accept" with no content accepts the defaults), and the
+# filled-in answer must match the schema, refused before anything is sent.
+def form_answer(schema: JsonObject, content: JsonObject | None) -> JsonObject:
+    """``content`` with the schema's defaults for the fields it leaves out, validated.
+
+    Raises:
+        ElicitationError: ``invalid``, naming the field and what it must be.
+    """
+    answer: dict[str, JsonValue] = dict(content or {})
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name, field in properties.items():
+            if name not in answer and isinstance(field, dict) and "default" in field:
+                answer[name] = field["default"]
+    try:
+        jsonschema.Draft202012Validator(schema).validate(answer)
+    except jsonschema.exceptions.ValidationError as error:
+        where = ".".join(str(p) for p in error.absolute_path) or "the answer"
+        raise ElicitationError(f"{where}: {error.message}", code="invalid") from None
+    except jsonschema.exceptions.SchemaError as error:
+        raise ElicitationError(
+            f"the question's schema is invalid: {error.message}", code="invalid"
+        ) from None
+    return answer

@@ -57,6 +57,7 @@ from agentik.agent import (
     ElicitationError,
     ElicitationRequest,
     current_tool_call,
+    form_answer,
 )
 from agentik.mcp._auth import (
     LoginError,
@@ -67,7 +68,6 @@ from agentik.mcp._auth import (
 )
 from agentik.mcp._config import HttpServer, McpServerConfig
 from agentik.mcp._credentials import McpCredentials
-from agentik.mcp._elicit import form_answer
 from agentik.mcp._naming import one_line, tool_names, toolset_name
 from agentik.mcp._render import render_result
 from agentik.mcp._tokens import McpTokenVault, token_key

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik._json import JsonObject, JsonValue
-from agentik.agent import ElicitationError
-from agentik.mcp._elicit import form_answer
+from agentik.agent import ElicitationError, form_answer
 
 _KINDS: dict[str, st.SearchStrategy[JsonValue]] = {
     "string": st.text(max_size=5),
