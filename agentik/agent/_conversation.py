@@ -83,6 +83,8 @@ if TYPE_CHECKING:
     from agentik.agent._runtime import AgentRuntime
 
 log = logging.getLogger("agentik.conversation")
+_NOT_COUNTED = contextlib.nullcontext()
+"""``_running`` off a cluster: a nullcontext may be entered again and again."""
 
 CANCELLED_REASON = "the turn was cancelled"
 _FINAL_EVENT_SECONDS = 5.0
@@ -214,7 +216,7 @@ class Conversation:
         another node waits for it (``ConversationOwnership.running``)."""
         ownership = self.runtime.storage.ownership
         if ownership is None:
-            return contextlib.nullcontext()
+            return _NOT_COUNTED
         return ownership.running(self.conversation_id)
 
     async def run(

@@ -91,9 +91,9 @@ def _seq_of(conv: TurnHost, call_id: str) -> int:
     of the last few (its results follow it)."""
     history = conv.history
     for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        if message.tool_calls and any(c.id == call_id for c in message.tool_calls):
-            return conv.first_seq + index
+        for call in history[index].tool_calls:
+            if call.id == call_id:
+                return conv.first_seq + index
     return 0
 
 

@@ -127,7 +127,9 @@ class TurnWrites:
             # them without a checkpoint each.
             if not pending[-1].done:
                 await pending[-1].wait()
-            stored = [p.result() if p.done else await p.wait() for p in pending]
+            stored = []
+            for p in pending:  # a loop: an await in a comprehension makes it a coroutine
+                stored.append(p.result() if p.done else await p.wait())
             conv.history[self.first_new : self.first_new + len(stored)] = stored
             self.first_new += len(stored)
             pending.clear()
