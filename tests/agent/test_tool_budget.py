@@ -153,8 +153,8 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
 async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
     """Through real turns: extending a toolset enabled in part (by enable or
     by a call by name) appends its new tools after everything else, so each
-    request's tools array starts with the one before; narrowing it removes
-    tools in place."""
+    request's tools array starts with the one before; enabling fewer of its
+    tools adds nothing and removes nothing; a switch-off removes them all."""
     a, b = _toolset("a", 3, 50), _toolset("b", 1, 50)
     requests: list[ModelRequest] = []
     script = [
@@ -162,6 +162,8 @@ async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
         call("enable_toolset", {"name": "b"}),
         call("enable_toolset", {"name": "a", "tools": ["a_v0", "a_v1"]}),
         call("a_v2"),  # auto-activation adds it
+        call("enable_toolset", {"name": "a", "tools": ["a_v2"]}),  # already offered
+        call("disable_toolset", {"name": "a"}),
         call("enable_toolset", {"name": "a", "tools": ["a_v2"]}),
         "done",
     ]
@@ -186,7 +188,15 @@ async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
         [*core, "a_v0", "b_v0"],
         [*core, "a_v0", "b_v0", "a_v1"],
         [*core, "a_v0", "b_v0", "a_v1", "a_v2"],
+        [*core, "a_v0", "b_v0", "a_v1", "a_v2"],
+        [*core, "b_v0"],
         [*core, "b_v0", "a_v2"],
+    ]
+    answers = [m.content for m in requests[-1].messages if m.role is Role.TOOL]
+    assert answers[-3:] == [
+        "Toolset 'a' is already active.",
+        "Toolset 'a' deactivated.",
+        "Toolset 'a' activated (1 of its 3 tools).",
     ]
 
 
