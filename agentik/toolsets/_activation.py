@@ -18,7 +18,8 @@ tools)``); without ``tools`` it is whole. Enabling an active toolset again
 only ever adds: its tools are the union of all those asked for since it was
 switched on (whole, once asked whole). Only a switch-off takes tools away:
 ``disable`` or expiry all of a toolset's, ``keep_only`` (the budget making
-room) some.
+room for the tools asked of it, when they cannot fit with its others) some,
+which leaves its place in the table above as it is.
 
 The tools keep the order they were switched on in (``offer_order``): a use
 or a second enable moves nothing, and tools added later to a toolset enabled

@@ -32,9 +32,10 @@ from agentik.toolsets._dispatch import ToolsetIndex
 LOW_WATER = 4
 """When switching on would pass the budget, the least recently used toolsets
 go until the active ones take at most ``budget // LOW_WATER``, or no other is
-left: measured on bench.toolsets (seeds 1 to 4), a quarter spends the fewest
-tokens and is within one prefix break of switching off every other toolset,
-while the toolsets of the task under way, used last, stay (docs/toolsets.md)."""
+left. Measured on bench.toolsets (seeds 1 to 4): fewer tokens and prefix
+breaks than half, and within 0.3 points of flat's tokens and one break of
+switching off every other toolset, while the toolsets used last (the task
+under way's, which a conversation comes back to) stay (docs/toolsets.md)."""
 
 
 class OverBudget(ToolError):
