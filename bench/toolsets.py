@@ -1,6 +1,6 @@
 """What toolsets save: prompt tokens of tools per request on a real catalog.
 
-Run: .venv/bin/python -m bench.toolsets [--tasks 60] [--seed 1]
+Run: .venv/bin/python -m bench.toolsets [--tasks 60] [--seed 1] [--breaks]
 
 The catalog (``bench/toolsets_catalog.json``) is the tool list of 24 real
 MCP servers (247 tools: the official ``@modelcontextprotocol/server-*``
@@ -20,8 +20,9 @@ found is not searched again). Strategies, each through a real agent:
   tool's whole toolset (nothing is bounded);
 - ``budget+search``: ``ContextPolicy(max_tokens=32_000)`` (tools budget
   8,000): ``find_tools`` with words of the task, then ``enable_toolset`` of
-  just the task's tools of that toolset (least recently used ones are
-  switched off to make room);
+  just the task's tools of that toolset, as ``find_tools``' answer says
+  (added to those enabled of it; least recently used toolsets are switched
+  off to make room);
 - ``vendor search``: an emulation of the providers' tool search: the same
   ``find_tools``, but found tools are only ever added (no budget, nothing
   switched off).
@@ -35,6 +36,9 @@ before the system prompt and the history, so any change of the array, an
 append included, leaves only the array's unchanged part cached), the
 largest the active toolsets' schemas got (against the budget), and for the
 search strategies how often the needed tool was among ``find_tools``' five answers.
+``--breaks`` lists, per strategy, each request whose tools array does not
+start with the previous one's, with what was switched off and why (the tool
+result just before it).
 """
 
 from __future__ import annotations
@@ -161,6 +165,19 @@ def model_for(
 
 
 @attrs.frozen
+class Break:
+    """A request whose tools array does not start with the previous one's."""
+
+    request: int
+    """Its number in the conversation, from 1."""
+    task: int
+    switched_off: tuple[str, ...]
+    """The toolsets whose tools the previous request had and this one lacks."""
+    why: str
+    """The tool result just before it (an enable answer naming what made room)."""
+
+
+@attrs.frozen
 class Figures:
     strategy: str
     requests: int
@@ -171,6 +188,7 @@ class Figures:
     same_share: float
     largest_toolsets: int
     search_hits: float | None
+    breaks: tuple[Break, ...]
 
 
 async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Task]) -> Figures:
@@ -206,6 +224,11 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
     toolsets = [costs.total(t for t in r.tools if t.name not in _TOOLS) for r in requests]
     arrays = [tuple(t.name for t in r.tools) for r in requests]
     kept = sum(1 for a, b in itertools.pairwise(arrays) if b[: len(a)] == a)
+    breaks = tuple(
+        _break(i, requests[i], a, b)
+        for i, (a, b) in enumerate(itertools.pairwise(arrays), start=1)
+        if b[: len(a)] != a
+    )
     same = sum(1 for a, b in itertools.pairwise(arrays) if b == a)
     return Figures(
         strategy=strategy,
@@ -217,13 +240,23 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
         same_share=same / max(1, len(arrays) - 1),
         largest_toolsets=0 if strategy == "flat" else max(toolsets),
         search_hits=sum(hits) / len(hits) if hits else None,
+        breaks=breaks,
     )
+
+
+def _break(i: int, request: ModelRequest, before: tuple[str, ...], now: tuple[str, ...]) -> Break:
+    gone = dict.fromkeys(t.split("_", 1)[0] for t in before if t not in now)
+    users = [m for m in request.messages if m.role is Role.USER]
+    results = [m for m in request.messages if m.role is Role.TOOL]
+    why = results[-1].content if results and request.messages[-1].role is Role.TOOL else "-"
+    return Break(i + 1, int(users[-1].content.split()[1]), tuple(gone), why)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--breaks", action="store_true", help="list the prefix breaks")
     args = parser.parse_args()
     catalog = load_catalog()
     tasks = make_tasks(catalog, args.tasks, args.seed)
@@ -247,6 +280,10 @@ def main() -> None:
             f" {f.total_tokens / flat_total:>7.1%} {f.largest:>8,} {f.prefix_share:>11.0%}"
             f" {f.same_share:>10.0%} {f.largest_toolsets:>10,} {found:>6}"
         )
+        if args.breaks:
+            for b in f.breaks:
+                lost = ", ".join(b.switched_off)
+                print(f"  request {b.request} (task {b.task}) lost {lost}: {b.why}")
 
 
 if __name__ == "__main__":

@@ -13,13 +13,20 @@ the time of the latest enable or use):
     touch    (nothing)              active, use = now
     disable  (nothing)              inactive
 
+A toolset may be enabled with only some of its tools (``enable(name,
+tools)``); without ``tools`` it is whole. Enabling an active toolset again
+only ever adds: its tools are the union of all those asked for since it was
+switched on (whole, once asked whole). Only a switch-off takes tools away:
+``disable`` or expiry all of a toolset's, ``keep_only`` (the budget making
+room for the tools asked of it, when they cannot fit with its others) some,
+which leaves its place in the table above as it is.
+
 The tools keep the order they were switched on in (``offer_order``): a use
 or a second enable moves nothing, and tools added later to a toolset enabled
 in part come after everything switched on before them, not beside the
 toolset's earlier ones. The tools array follows that order, so a request's
 array extends the one before unless something was switched off: the prefix
-a provider's prompt cache reuses. A toolset may be enabled with only some of
-its tools (``enable(name, tools)``); without ``tools`` it is whole.
+a provider's prompt cache reuses.
 """
 
 from __future__ import annotations
@@ -73,11 +80,26 @@ class ToolsetActivation:
         """Switch ``name`` on, or refresh its use; True if it was not active before.
 
         ``tools``: only these of its tools (a toolset too big to take whole);
-        None, the whole toolset. Either replaces what was enabled of it.
+        None, the whole toolset. On an active toolset they are added to those
+        enabled of it (never taken away): the tools it gains go last.
         """
         was_active = self._step(name, _Action.ENABLE)
         chosen = None if tools is None else frozenset(tools)
-        self._place(name, chosen, was_active)
+        if self._order is None:
+            self._order = []
+        selected = self._tools or {}
+        if not was_active:
+            self._order.append((name, chosen))
+        elif name not in selected:  # already whole: nothing to add
+            return False
+        elif chosen is None:  # the rest of a toolset enabled in part
+            self._order.append((name, None))
+        else:
+            gained = chosen - selected[name]
+            if not gained:
+                return False
+            self._order.append((name, gained))
+            chosen = selected[name] | gained
         if chosen is None:
             if self._tools is not None:
                 self._tools.pop(name, None)
@@ -88,36 +110,29 @@ class ToolsetActivation:
         self._drop_empty()
         return not was_active
 
-    def _place(self, name: str, chosen: frozenset[str] | None, was_active: bool) -> None:
-        """Record in ``_order`` what enabling ``name`` with ``chosen`` adds:
-        tools it gains go last, tools it keeps stay where they are, tools
-        it loses leave."""
-        if self._order is None:
-            self._order = []
-        order = self._order
-        if not was_active:
-            order.append((name, chosen))
+    def keep_only(self, name: str, tools: Iterable[str]) -> None:
+        """Switch off the tools of active toolset ``name`` other than ``tools``
+        (to make room for these); those it keeps stay where they are. Not a
+        use; no effect on an inactive toolset."""
+        if not self.is_active(name) or self._order is None:
             return
-        before = self._tools.get(name) if self._tools is not None else None
-        if chosen == before:
-            return
-        if chosen is None:  # the rest of a toolset enabled in part
-            order.append((name, None))
-            return
+        keep = frozenset(tools)
+        selected = self._tools if self._tools is not None else {}
+        before = selected.get(name)
         kept: set[str] = set()
         pieces: list[tuple[str, frozenset[str] | None]] = []
-        for piece, tools in order:
+        for piece, gained in self._order:
             if piece == name:
                 # Only a toolset's last piece can be "the rest": make it concrete.
-                tools = (chosen - kept) if tools is None else (tools & chosen)
-                if not tools:
+                gained = (keep - kept) if gained is None else (gained & keep)
+                if not gained:
                     continue
-                kept |= tools
-            pieces.append((piece, tools))
-        gained = chosen - kept
-        if gained:
-            pieces.append((name, gained))
-        order[:] = pieces
+                kept |= gained
+            pieces.append((piece, gained))
+        self._order[:] = pieces
+        selected[name] = keep if before is None else before & keep
+        self._tools = selected
+        self._drop_empty()
 
     def disable(self, name: str) -> bool:
         """Switch ``name`` off; True if it was active before."""

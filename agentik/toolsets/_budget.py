@@ -7,12 +7,15 @@ with room to spare (below); a
 toolset that alone needs more than the budget is refused (``OverBudget``).
 ``budget=None`` (no context policy) bounds nothing.
 
-Switching off makes room in one go, down to half the budget (``LOW_WATER``),
-not just enough for the toolset switched on: every switch-off rewrites the
-tools array in the middle, which costs the provider's prompt cache the whole
-request after it (tools come before the system prompt and the history), so
-one switch-off that leaves headroom is cheaper than one on every later
-enable; and fewer stale schemas ride along on every request.
+Switching off makes room in one go, down to a quarter of the budget
+(``LOW_WATER``), not just enough for the toolset switched on: every
+switch-off rewrites the tools array in the middle, which costs the
+provider's prompt cache the whole request after it (tools come before the
+system prompt and the history), so one switch-off that leaves headroom is
+cheaper than one on every later enable; and fewer stale schemas ride along
+on every request. Between switch-offs the array only grows at its end
+(enabling only adds, ``ToolsetActivation``), so each switch-off is the one
+request whose tools array does not start with the one before.
 
 What to switch off is decided by ``room_for`` from the activation's recency
 and the index's costs, reading no clock of its own; ``switch_on`` applies it.
@@ -26,11 +29,13 @@ from agentik._errors import ToolError
 from agentik.toolsets._activation import ToolsetActivation
 from agentik.toolsets._dispatch import ToolsetIndex
 
-LOW_WATER = 2
+LOW_WATER = 4
 """When switching on would pass the budget, the least recently used toolsets
 go until the active ones take at most ``budget // LOW_WATER``, or no other is
-left: measured on bench.toolsets, it cuts evictions' prefix breaks and the
-tokens stale schemas cost (docs/toolsets.md)."""
+left. Measured on bench.toolsets (seeds 1 to 4): fewer tokens and prefix
+breaks than half, and within 0.3 points of flat's tokens and one break of
+switching off every other toolset, while the toolsets used last (the task
+under way's, which a conversation comes back to) stay (docs/toolsets.md)."""
 
 
 class OverBudget(ToolError):
@@ -84,6 +89,27 @@ def room_for(
     return tuple(out)
 
 
+def selection_after(
+    index: ToolsetIndex, activation: ToolsetActivation, name: str, tools: frozenset[str] | None
+) -> frozenset[str] | None:
+    """What of toolset ``name`` is enabled once ``tools`` of it are (None:
+    whole): enabling only adds, so the union with what is enabled of it
+    already; whole once it holds every tool of the toolset."""
+    if tools is None or not activation.is_active(name):
+        return _whole_if_all(index, name, tools)
+    before = activation.tools_of(name)
+    return None if before is None else _whole_if_all(index, name, before | tools)
+
+
+def _whole_if_all(
+    index: ToolsetIndex, name: str, tools: frozenset[str] | None
+) -> frozenset[str] | None:
+    contribution = index.get(name)
+    if tools is None or contribution is None:
+        return tools
+    return None if tools.issuperset(t.name for t in contribution.tools) else tools
+
+
 def switch_on(
     index: ToolsetIndex,
     activation: ToolsetActivation,
@@ -91,13 +117,28 @@ def switch_on(
     tools: Collection[str] | None,
     budget: int | None,
 ) -> tuple[str, ...]:
-    """Switch ``name`` on (only ``tools`` of it, or whole) within ``budget``;
-    the toolsets switched off to make room, least recently used first."""
+    """Switch ``name`` on (only ``tools`` of it, or whole), adding to what
+    is enabled of it already, within ``budget``; the toolsets switched off to
+    make room, least recently used first. ``name`` itself among them means
+    its tools enabled before had to go: with them, it would not fit even
+    alone (it keeps only ``tools``)."""
     chosen = None if tools is None else frozenset(tools)
-    evicted = room_for(index, activation, name, chosen, budget)
+    after = selection_after(index, activation, name, chosen)
+    try:
+        evicted = room_for(index, activation, name, after, budget)
+    except OverBudget:
+        alone = _whole_if_all(index, name, chosen)
+        if after == alone:
+            raise
+        evicted = (name, *room_for(index, activation, name, alone, budget))
+        after = alone
     for other in evicted:
-        activation.disable(other)
-    activation.enable(name, chosen)
+        if other == name:
+            assert chosen is not None  # ``after`` would equal ``alone``
+            activation.keep_only(name, chosen)
+        else:
+            activation.disable(other)
+    activation.enable(name, after if after is None else chosen)
     return evicted
 
 
@@ -117,12 +158,13 @@ def activate_for_call(
     if index.get(toolset) is None:  # its source changed since the call was planned
         activation.enable(toolset)
         return
+    attempts: Sequence[frozenset[str] | None]
     if activation.is_active(toolset):
         chosen = activation.tools_of(toolset)
         if chosen is None or tool in chosen:
             activation.touch(toolset)
             return
-        attempts: Sequence[frozenset[str] | None] = (chosen | {tool}, frozenset({tool}))
+        attempts = (frozenset({tool}),)  # added, or instead of the others if need be
     else:
         attempts = (None, frozenset({tool}))
     for tools in attempts:
@@ -134,9 +176,12 @@ def activate_for_call(
     activation.touch(toolset)
 
 
-def switched_off_text(names: Sequence[str]) -> str:
-    """``'Y' was switched off to make room.`` or ``'Y' and 'Z' were …``."""
-    quoted = [f"'{name}'" for name in names]
-    if len(quoted) == 1:
+def switched_off_text(names: Sequence[str], enabled: str | None = None) -> str:
+    """``'Y' was switched off to make room.`` or ``'Y' and 'Z' were …``;
+    ``enabled`` among ``names`` is said ``its other tools``."""
+    quoted = ["its other tools" if name == enabled else f"'{name}'" for name in names]
+    if len(quoted) == 1 and names[0] != enabled:
         return f"{quoted[0]} was switched off to make room."
+    if len(quoted) == 1:
+        return f"{quoted[0]} were switched off to make room."
     return f"{', '.join(quoted[:-1])} and {quoted[-1]} were switched off to make room."

@@ -54,14 +54,18 @@ TOOLSET_NAME_PARAMETERS: JsonObject = toolset_name_parameters()
 
 def enable_toolset_parameters() -> JsonObject:
     """The schema of ``enable_toolset``: ``name``, and optionally ``tools``, to
-    enable only some tools of a large toolset (a fresh copy each call)."""
+    enable only some tools of a large toolset, or more of them (a fresh copy
+    each call)."""
     schema = toolset_name_parameters()
     properties = schema["properties"]
     assert isinstance(properties, dict)
     properties["tools"] = {
         "type": "array",
         "items": {"type": "string"},
-        "description": "Only these of its tools (for a large toolset); all of them when omitted.",
+        "description": (
+            "Only these of its tools (for a large toolset), added to those already enabled;"
+            " all of them when omitted."
+        ),
     }
     return schema
 
@@ -98,18 +102,23 @@ def enable_answer(
     arguments: JsonObject,
     budget: int | None = None,
 ) -> str:
-    """Enable the named toolset and say so; refreshes its use when already active.
+    """Enable the named toolset (or more of its tools) and say so; refreshes
+    its use when it already offers all that was asked.
 
-    Within ``budget`` tokens of tool schemas (None: unbounded) the least
-    recently used active toolsets are switched off to make room, and the
-    answer names them; a toolset that alone needs more is an error
-    (``OverBudget``) that changes nothing.
+    Enabling only adds: ``tools`` join those enabled of an active toolset
+    (disable it first to keep fewer). Within ``budget`` tokens of tool
+    schemas (None: unbounded) the least recently used active toolsets are
+    switched off to make room, and the answer names them; a toolset, or the
+    tools asked of it, that alone need more is an error (``OverBudget``)
+    that changes nothing.
     """
     name = _requested_name(ENABLE_TOOLSET, index, arguments)
     tools = _requested_tools(index, name, arguments)
-    if activation.is_active(name) and activation.tools_of(name) == tools:
-        activation.enable(name, tools)
-        return f"Toolset '{name}' is already active."
+    if activation.is_active(name):
+        enabled = activation.tools_of(name)
+        if enabled is None or (tools is not None and tools <= enabled):
+            activation.enable(name, tools)
+            return f"Toolset '{name}' is already active."
     try:
         evicted = switch_on(index, activation, name, tools, budget)
     except OverBudget as exc:
@@ -121,10 +130,11 @@ def enable_answer(
         ) from exc
     text = f"Toolset '{name}' activated"
     contribution = index.get(name)
-    if tools is not None and contribution is not None:
-        text += f" ({len(tools)} of its {len(contribution.tools)} tools)"
+    enabled = activation.tools_of(name)
+    if enabled is not None and contribution is not None:
+        text += f" ({len(enabled)} of its {len(contribution.tools)} tools)"
     if evicted:
-        return f"{text}; {switched_off_text(evicted)}"
+        return f"{text}; {switched_off_text(evicted, name)}"
     return f"{text}."
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agentik import ContextPolicy, ModelBackendError, ModelRequest, ModelResponse, NamedTool, Role
 from agentik.agent import open_chat_agent
 from agentik.agent._context import estimate_tokens, message_tokens
 from agentik.models import ScriptedModel
-from agentik.storage import in_memory_storage
+from agentik.storage import in_memory_storage, open_sqlite_storage
 from agentik.toolsets import ToolCosts, ToolsetContribution
 from tests.agent.helpers import call
 
@@ -96,7 +98,7 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
     """Through real turns: the enable result names what was switched off, the
     tools array is the core tools then the toolsets in activation order, the
     active toolsets' schemas never pass the tools budget, and making room
-    goes down to half of it."""
+    goes down to a quarter of it."""
     a, b, c = _toolset("a", 1, 300), _toolset("b", 1, 300), _toolset("c", 1, 300)
     one = ToolCosts().of(a.tools[0])
     requests: list[ModelRequest] = []
@@ -153,8 +155,8 @@ async def test_enabling_past_the_budget_switches_off_the_least_recently_used() -
 async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
     """Through real turns: extending a toolset enabled in part (by enable or
     by a call by name) appends its new tools after everything else, so each
-    request's tools array starts with the one before; narrowing it removes
-    tools in place."""
+    request's tools array starts with the one before; enabling fewer of its
+    tools adds nothing and removes nothing; a switch-off removes them all."""
     a, b = _toolset("a", 3, 50), _toolset("b", 1, 50)
     requests: list[ModelRequest] = []
     script = [
@@ -162,6 +164,8 @@ async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
         call("enable_toolset", {"name": "b"}),
         call("enable_toolset", {"name": "a", "tools": ["a_v0", "a_v1"]}),
         call("a_v2"),  # auto-activation adds it
+        call("enable_toolset", {"name": "a", "tools": ["a_v2"]}),  # already offered
+        call("disable_toolset", {"name": "a"}),
         call("enable_toolset", {"name": "a", "tools": ["a_v2"]}),
         "done",
     ]
@@ -186,7 +190,15 @@ async def test_tools_added_to_a_toolset_go_to_the_end_of_the_array() -> None:
         [*core, "a_v0", "b_v0"],
         [*core, "a_v0", "b_v0", "a_v1"],
         [*core, "a_v0", "b_v0", "a_v1", "a_v2"],
+        [*core, "a_v0", "b_v0", "a_v1", "a_v2"],
+        [*core, "b_v0"],
         [*core, "b_v0", "a_v2"],
+    ]
+    answers = [m.content for m in requests[-1].messages if m.role is Role.TOOL]
+    assert answers[-3:] == [
+        "Toolset 'a' is already active.",
+        "Toolset 'a' deactivated.",
+        "Toolset 'a' activated (1 of its 3 tools).",
     ]
 
 
@@ -282,3 +294,52 @@ async def test_find_then_enable_only_the_tools_needed() -> None:
         [*base, "github_create_issue"],
         [*base, "github_create_issue", "github_merge_pull"],
     ]
+
+
+async def test_a_restarted_agent_starts_with_every_toolset_off_and_rebuilds_the_same_order(
+    tmp_path: Path,
+) -> None:
+    """Activation is not stored (in memory only, docs/toolsets.md): on a real
+    SQLite file, an agent opened again on the same conversation offers the
+    core tools alone, and the same switches give the same tools array."""
+    a, b = _toolset("a", 3, 50), _toolset("b", 1, 50)
+    script = [
+        call("enable_toolset", {"name": "a", "tools": ["a_v1"]}),
+        call("enable_toolset", {"name": "b"}),
+        call("enable_toolset", {"name": "a", "tools": ["a_v0"]}),
+        "done",
+    ]
+
+    async def run_once() -> list[list[str]]:
+        requests: list[ModelRequest] = []
+
+        def respond(request: ModelRequest) -> ModelResponse:
+            requests.append(request)
+            turn = request.messages[
+                max(i for i, m in enumerate(request.messages) if m.role is Role.USER) :
+            ]
+            answer = script[sum(1 for m in turn if m.role is Role.ASSISTANT)]
+            return answer if isinstance(answer, ModelResponse) else ModelResponse(text=answer)
+
+        async with (
+            open_sqlite_storage(tmp_path / "db") as storage,
+            open_chat_agent(
+                model=ScriptedModel(respond),
+                storage=storage,
+                toolsets=[a, b],
+                builtin_tools=False,
+                context=ContextPolicy(max_tokens=20_000, find_tools=False),
+            ) as agent,
+        ):
+            await agent.send("conv", "go")
+        return [_tool_names(r) for r in requests]
+
+    core = ["enable_toolset", "disable_toolset"]
+    expected = [
+        core,
+        [*core, "a_v1"],
+        [*core, "a_v1", "b_v0"],
+        [*core, "a_v1", "b_v0", "a_v0"],
+    ]
+    assert await run_once() == expected
+    assert await run_once() == expected  # after the restart: from nothing again

@@ -146,7 +146,9 @@ class TestFootprint:
 class TestOfferOrder:
     """What the model is offered, piece by piece in the order it was switched on."""
 
-    def test_tools_added_later_come_last_and_lost_ones_leave_in_place(self) -> None:
+    def test_tools_added_later_come_last_and_a_switch_off_removes_them_all(self) -> None:
+        """Enabling only adds (the union of the tools asked for, each new one
+        last); only a switch-off takes a toolset's tools away."""
         now = [0.0]
         activation = ToolsetActivation(clock=lambda: now[0])
         activation.enable("git", ["git_log"])
@@ -157,16 +159,23 @@ class TestOfferOrder:
             ("web", None),
             ("git", frozenset({"git_diff"})),
         )
+        assert activation.tools_of("git") == {"git_log", "git_diff"}
+        assert activation.enable("git", ["git_push"]) is False  # fewer asked: still added
+        assert activation.tools_of("git") == {"git_log", "git_diff", "git_push"}
+        assert activation.offer_order()[-1] == ("git", frozenset({"git_push"}))
+        order = activation.offer_order()
+        activation.enable("git", ["git_diff"])  # nothing new: nothing moves
+        assert activation.offer_order() == order
         activation.enable("git")  # the rest of git, after everything
-        assert activation.offer_order()[-1] == ("git", None)
-        activation.enable("git", ["git_diff", "git_push"])  # "the rest" becomes concrete
-        assert activation.offer_order() == (
-            ("web", None),
-            ("git", frozenset({"git_diff"})),
-            ("git", frozenset({"git_push"})),
-        )
+        assert activation.offer_order() == (*order, ("git", None))
+        assert activation.tools_of("git") is None
+        activation.enable("git", ["git_log"])  # whole stays whole
+        assert activation.offer_order() == (*order, ("git", None))
+        assert activation.tools_of("git") is None
         activation.disable("git")
         assert activation.offer_order() == (("web", None),)
+        activation.enable("git", ["git_diff"])  # switched on anew: only what is asked
+        assert activation.offer_order() == (("web", None), ("git", frozenset({"git_diff"})))
         now[0] += 600.0
         assert activation.offer_order() == ()
         assert activation._order is None  # an idle conversation holds no list

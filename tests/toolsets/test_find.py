@@ -93,6 +93,10 @@ def test_enable_some_tools_of_a_toolset() -> None:
     )
     assert activation.tools_of("github") == {"github_search_code", "github_create_issue"}
     assert enable_answer(INDEX, activation, asked) == "Toolset 'github' is already active."
+    # Fewer asked: nothing taken away.
+    fewer: JsonObject = {"name": "github", "tools": ["github_search_code"]}
+    assert enable_answer(INDEX, activation, fewer) == "Toolset 'github' is already active."
+    assert activation.tools_of("github") == {"github_search_code", "github_create_issue"}
     # All its tools is the whole toolset; no tools is the whole toolset too.
     every: JsonObject = {"name": "github", "tools": [t.name for t in GITHUB.tools]}
     assert enable_answer(INDEX, activation, every) == "Toolset 'github' activated."
