@@ -622,8 +622,10 @@ class TurnMachine:
     def _advance(self) -> list[TurnAction]:
         """Record the results now in call order, start what may start; settle
         once the whole batch is recorded."""
-        out = self._flush()
-        out += self._start()
+        # Each step only when it has something to do (most often one of them).
+        out = self._flush() if self.recorded < self.started else []
+        if self.started < len(self.batch):
+            out += self._start()
         if self.recorded == len(self.batch):
             self.done.clear()
             self.rerun_ids.clear()
@@ -714,4 +716,4 @@ def _denial(call_id: str, reason: str) -> RecordDecision:
 
 
 def _result(call_id: str, content: str) -> Message:
-    return Message(Role.TOOL, content, tool_call_id=call_id)
+    return Message(Role.TOOL, content, (), call_id)  # positional: a test pins the order
