@@ -15,10 +15,8 @@ from agentik.agent._agent_tool import agent_conversation_id as agent_conversatio
 from agentik.agent._agent_tool import agent_tool as agent_tool
 from agentik.agent._builtin_tools import BUILTIN_TOOLS as BUILTIN_TOOLS
 from agentik.agent._builtin_tools import ConversationTool as ConversationTool
-from agentik.agent._chat_agent import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
 from agentik.agent._chat_agent import ChatAgent as ChatAgent
 from agentik.agent._chat_agent import ToolsetStatus as ToolsetStatus
-from agentik.agent._chat_agent import open_chat_agent as open_chat_agent
 from agentik.agent._content import ImageDescriber as ImageDescriber
 from agentik.agent._context import ContextPolicy as ContextPolicy
 from agentik.agent._elicitation import ElicitationAction as ElicitationAction
@@ -35,6 +33,8 @@ from agentik.agent._events import TurnFailed as TurnFailed
 from agentik.agent._events import TurnFinished as TurnFinished
 from agentik.agent._events import TurnResult as TurnResult
 from agentik.agent._limits import ContentLimits as ContentLimits
+from agentik.agent._open import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT
+from agentik.agent._open import open_chat_agent as open_chat_agent
 from agentik.agent._prompt import BasePrompt as BasePrompt
 from agentik.agent._prompt import PromptContext as PromptContext
 from agentik.agent._prompt import ReflectionsSection as ReflectionsSection
