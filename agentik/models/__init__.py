@@ -4,9 +4,9 @@ from agentik._public import publish as _publish
 from agentik.models._gate import FifoGate as FifoGate
 from agentik.models._gate import Gate as Gate
 from agentik.models._limits import ModelLimits as ModelLimits
-from agentik.models._openai_compat import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from agentik.models._openai_compat import DEFAULT_RETRY as DEFAULT_RETRY
 from agentik.models._openai_compat import OpenAICompatibleModel as OpenAICompatibleModel
+from agentik.models._pools import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from agentik.models._protocol import ChatModel as ChatModel
 from agentik.models._protocol import ModelRequest as ModelRequest
 from agentik.models._protocol import ModelResponse as ModelResponse
