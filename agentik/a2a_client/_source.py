@@ -19,7 +19,8 @@ Invariants:
   overloaded) is asked again with backoff, for as long as the call's own
   timeout allows; nothing else is retried;
 - a task waiting for input (INPUT_REQUIRED) asks the person behind the
-  conversation (an ``ElicitationRequest``, as an MCP server's question does);
+  conversation (an ``ElicitationRequest``, as an MCP server's question does,
+  kept in ``_questions``);
   the call's timeout stands still meanwhile, bounded by
   ``elicitation_timeout``; the answer goes back on the same task;
 - the manager task (``run``) only reads the card (at start, then every
@@ -32,9 +33,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import math
 import uuid
-from collections.abc import Iterator
 from typing import final
 
 import attrs
@@ -46,6 +45,7 @@ from agentik._json import JsonObject
 from agentik.a2a_client._calls import CallLedger
 from agentik.a2a_client._client import A2AConnection, Refused, Unreachable
 from agentik.a2a_client._config import A2AAgentConfig
+from agentik.a2a_client._questions import Questions
 from agentik.a2a_client._wire import (
     Asks,
     Card,
@@ -68,10 +68,8 @@ from agentik.a2a_client._wire import (
 )
 from agentik.agent import (
     ElicitationAction,
-    ElicitationError,
     ElicitationRequest,
     current_tool_call,
-    form_answer,
 )
 from agentik.toolsets import NamedTool, ToolsetContribution
 
@@ -109,15 +107,6 @@ class A2AHealth:
     """Calls running now."""
 
 
-@attrs.define(eq=False)
-class _Question:
-    request: ElicitationRequest
-    question: Question
-    answered: trio.Event = attrs.field(factory=trio.Event)
-    action: ElicitationAction | None = None
-    content: JsonObject | None = None
-
-
 SEND_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
@@ -151,7 +140,7 @@ class A2AToolset:
         self._last_error: str | None = None
         self._running = 0
         self._settled = trio.Event()
-        self._questions: dict[str, _Question] = {}
+        self._questions = Questions(config.name, config.elicitation_timeout)
         self._tool = NamedTool(
             f"{config.name}_send",
             f"Sends a message to the remote agent {config.name!r} and waits for its answer"
@@ -448,7 +437,7 @@ class A2AToolset:
     async def _answer(self, card: Card, task: JsonObject, question: Question) -> JsonObject:
         """Ask the person; send the answer on the task; the task as the agent answers."""
         task_id = str(task["id"])
-        action, content = await self._ask(question, task_id)
+        action, content = await self._questions.ask(question, task_id)
         parts = answer_parts(question, action, content)
         if parts is None:
             with contextlib.suppress(Unreachable, Refused, RpcFault, WireError):
@@ -484,61 +473,9 @@ class A2AToolset:
             raise ToolError(f"a2a agent {self.name!r} refused the answer: {error}") from error
         return await self._get(card, task_id)
 
-    async def _ask(
-        self, question: Question, task_id: str
-    ) -> tuple[ElicitationAction, JsonObject | None]:
-        running = current_tool_call.get()
-        if running is None:
-            raise ToolError(
-                f"a2a agent {self.name!r} needs input ({question.message}),"
-                " and no person is behind this call"
-            )
-        request = ElicitationRequest(
-            conversation_id=running.conversation_id,
-            id=uuid.uuid4().hex,
-            source=self.name,
-            message=question.message,
-            schema=question.schema,
-        )
-        logger.info(
-            "a2a agent %r asks conversation %r (task %r)",
-            self.name,
-            running.conversation_id,
-            task_id,
-        )
-        asked = _Question(request, question)
-        timeout = self.config.elicitation_timeout
-        with trio.move_on_after(timeout), self._asking(asked, running.scope):
-            if running.announce is not None:  # the turn streams: tell its client
-                await running.announce(request)
-            await asked.answered.wait()
-        if asked.action is None:
-            raise ToolError(
-                f"a2a agent {self.name!r} asked for input and no answer came within"
-                f" {timeout:g}s; its task {task_id!r} still waits"
-            )
-        return asked.action, asked.content
-
-    @contextlib.contextmanager
-    def _asking(self, asked: _Question, scope: trio.CancelScope) -> Iterator[None]:
-        """While the block runs the question is pending and the call's timeout stands
-        still: a person's pause is not the agent's slowness."""
-        self._questions[asked.request.id] = asked
-        left = scope.deadline - trio.current_time()
-        scope.deadline = math.inf
-        try:
-            yield
-        finally:
-            del self._questions[asked.request.id]
-            scope.deadline = trio.current_time() + left
-
     def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
         """The questions this agent's running tasks ask in the conversation."""
-        return tuple(
-            q.request
-            for q in self._questions.values()
-            if q.request.conversation_id == conversation_id
-        )
+        return self._questions.pending(conversation_id)
 
     def answer_elicitation(
         self,
@@ -549,20 +486,9 @@ class A2AToolset:
         content: JsonObject | None,
     ) -> bool:
         """Answer one of this agent's questions (True), or False if it is not one of them."""
-        asked = self._questions.get(elicitation_id)
-        if asked is None or asked.request.conversation_id != conversation_id:
-            return False
-        if asked.answered.is_set():
-            return True  # answered twice: the first answer stands
-        if action == "accept":
-            asked.content = form_answer(asked.request.schema, content)
-        elif action not in ("decline", "cancel"):
-            raise ElicitationError(
-                f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
-            )
-        asked.action = action
-        asked.answered.set()
-        return True
+        return self._questions.answer(
+            conversation_id, elicitation_id, action=action, content=content
+        )
 
 
 def _message_text(agent: str, message: JsonObject) -> str:
