@@ -31,7 +31,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import uuid
 from typing import final
@@ -41,10 +40,11 @@ import httpx2
 import trio
 
 from agentik._errors import ToolError
-from agentik._json import JsonObject
-from agentik.a2a_client._calls import CallLedger
+from agentik._json import JsonObject, JsonValue
+from agentik.a2a_client._calls import CallLedger, CallRecord
 from agentik.a2a_client._client import A2AConnection, Refused, Unreachable
 from agentik.a2a_client._config import A2AAgentConfig
+from agentik.a2a_client._health import A2AHealth, A2AState
 from agentik.a2a_client._questions import Questions
 from agentik.a2a_client._wire import (
     Asks,
@@ -81,30 +81,6 @@ BACKOFF_MAX = 30.0
 """The longest wait between two tries to reach an agent that does not answer."""
 POLL_FIRST, POLL_MAX = 0.25, 5.0
 """GetTask polling of an agent that does not stream: the first wait, the longest."""
-
-
-class A2AState(enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    UNREACHABLE = "unreachable"
-    """The last attempt to read the card, or a call, got no answer."""
-    STOPPED = "stopped"
-
-
-@final
-@attrs.frozen(kw_only=True)
-class A2AHealth:
-    """A snapshot of one remote agent for ``/health``."""
-
-    name: str
-    url: str
-    state: A2AState
-    last_error: str | None
-    streaming: bool | None
-    """What the card says (None before it was read)."""
-    skills: int
-    calls: int
-    """Calls running now."""
 
 
 SEND_SCHEMA: JsonObject = {
@@ -243,43 +219,16 @@ class A2AToolset:
         data = arguments.get("data")
         running = current_tool_call.get()
         conversation = running.conversation_id if running is not None else None
-        # The call's id with its message's seq: a model may give an id again
-        # in a later turn (``ToolCallContext.call_seq``).
-        call_id = f"{running.call_seq}:{running.call_id}" if running is not None else None
         key: tuple[str, str, str] | None = None
-        if conversation is not None and call_id is not None:
-            key = (self.name, conversation, call_id)
+        if running is not None:
+            # The call's id with its message's seq: a model may give an id again
+            # in a later turn (``ToolCallContext.call_seq``).
+            key = (self.name, running.conversation_id, f"{running.call_seq}:{running.call_id}")
         self._running += 1
         try:
             record = await self._calls.record_of(*key) if key is not None else None
             try:
-                if record is not None and record.task_id is not None:
-                    logger.info(
-                        "a2a agent %r: following task %r of a resumed call",
-                        self.name,
-                        record.task_id,
-                    )
-                    card = await self._card_for_call(wait=True)
-                    task: JsonObject | None = await self._get(card, record.task_id)
-                    answer = None
-                else:
-                    card = await self._card_for_call(wait=record is not None)
-                    message_id = (
-                        record.message_id if record is not None else f"agentik-{uuid.uuid4().hex}"
-                    )
-                    parts = [text_part(text)] + ([data_part(data)] if data is not None else [])
-                    message = user_message(
-                        parts,
-                        message_id=message_id,
-                        context_id=derived_id("agentik", self.name, conversation)
-                        if conversation is not None
-                        else None,
-                    )
-                    if key is not None and record is None:
-                        await self._calls.keep(*key, message_id=message_id)
-                    task, answer = await self._start(card, message, key)
-                result = answer if task is None else await self._follow(card, task)
-                assert result is not None
+                result = await self._call(record, text, data, conversation, key)
             except Exception:
                 if key is not None:
                     await self._calls.forget(*key)
@@ -289,6 +238,39 @@ class A2AToolset:
             return result
         finally:
             self._running -= 1
+
+    async def _call(
+        self,
+        record: CallRecord | None,
+        text: str,
+        data: JsonValue | None,
+        conversation: str | None,
+        key: tuple[str, str, str] | None,
+    ) -> str:
+        """Follow the task a resumed call (``record``) already started, or send the
+        call's message (its messageId kept first) and follow what it starts."""
+        if record is not None and record.task_id is not None:
+            logger.info(
+                "a2a agent %r: following task %r of a resumed call", self.name, record.task_id
+            )
+            card = await self._card_for_call(wait=True)
+            return await self._follow(card, await self._get(card, record.task_id))
+        card = await self._card_for_call(wait=record is not None)
+        message_id = record.message_id if record is not None else f"agentik-{uuid.uuid4().hex}"
+        parts = [text_part(text)] + ([data_part(data)] if data is not None else [])
+        message = user_message(
+            parts,
+            message_id=message_id,
+            context_id=derived_id("agentik", self.name, conversation)
+            if conversation is not None
+            else None,
+        )
+        if key is not None and record is None:
+            await self._calls.keep(*key, message_id=message_id)
+        task, answer = await self._start(card, message, key)
+        result = answer if task is None else await self._follow(card, task)
+        assert result is not None
+        return result
 
     async def _card_for_call(self, *, wait: bool = False) -> Card:
         """The card, read now if it is not known yet; ``wait``: a resumed call with

@@ -18,7 +18,7 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import NoReturn, final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 import attrs
 import mcp.types as mt
@@ -200,20 +200,7 @@ class Asking:
         redirect = urlsplit(parse_qs(urlsplit(url).query).get("redirect_uri", [""])[0])
         if running is None:
             self._refuse(call, f"mcp server {self._name()!r} needs an authorization: {login}")
-        if redirect.scheme != "http" or redirect.hostname not in ("127.0.0.1", "localhost"):
-            self._refuse(
-                call,
-                f"mcp server {self._name()!r} needs a new authorization, and its redirect URI "
-                f"is not agentik's 127.0.0.1 callback: {login}",
-            )
-        try:
-            listeners = await trio.open_tcp_listeners(redirect.port or 80, host="127.0.0.1")
-        except OSError as error:
-            self._refuse(
-                call,
-                f"mcp server {self._name()!r} needs a new authorization, but its redirect "
-                f"port 127.0.0.1:{redirect.port} cannot be opened ({error.strerror})",
-            )
+        listener = await self._redirect_listener(call, redirect, login)
         request = ElicitationRequest(
             conversation_id=running.conversation_id,
             id=uuid.uuid4().hex,
@@ -232,28 +219,8 @@ class Asking:
             running.conversation_id,
         )
         question = _Question(request)
-        received: list[AuthorizationCodeResult | LoginError] = []
-        async with listeners[0] as listener:
-            with (
-                trio.move_on_after(self._timeout),
-                self._waiting(question, call.scopes),
-            ):
-                async with trio.open_nursery() as nursery:
-
-                    async def receive() -> None:
-                        try:
-                            received.append(await receive_redirect(listener))
-                        except LoginError as error:
-                            received.append(error)
-                        nursery.cancel_scope.cancel()
-
-                    nursery.start_soon(receive)
-                    if running.announce is not None:  # the turn streams: tell its client
-                        await running.announce(request)
-                    await question.answered.wait()
-                    if question.result is None or question.result.action != "accept":
-                        nursery.cancel_scope.cancel()
-                    # accepted ("I opened it"): the redirect ends the wait
+        async with listener:
+            received = await self._redirected(listener, question, call.scopes, running.announce)
         if received and isinstance(received[0], AuthorizationCodeResult):
             return received[0]
         if received:
@@ -263,6 +230,56 @@ class Asking:
         else:
             why = f"did not come within {self._timeout:g}s"
         self._refuse(call, f"mcp server {self._name()!r} needs a wider authorization, which {why}")
+
+    async def _redirect_listener(
+        self, call: InFlight, redirect: SplitResult, login: str
+    ) -> trio.SocketListener:
+        """The port on 127.0.0.1 the browser is sent back to, open; refused if the
+        redirect URI is not agentik's callback or the port cannot be opened."""
+        if redirect.scheme != "http" or redirect.hostname not in ("127.0.0.1", "localhost"):
+            self._refuse(
+                call,
+                f"mcp server {self._name()!r} needs a new authorization, and its redirect URI "
+                f"is not agentik's 127.0.0.1 callback: {login}",
+            )
+        try:
+            listeners = await trio.open_tcp_listeners(redirect.port or 80, host="127.0.0.1")
+        except OSError as error:
+            self._refuse(
+                call,
+                f"mcp server {self._name()!r} needs a new authorization, but its redirect "
+                f"port 127.0.0.1:{redirect.port} cannot be opened ({error.strerror})",
+            )
+        return listeners[0]
+
+    async def _redirected(
+        self,
+        listener: trio.SocketListener,
+        question: _Question,
+        scopes: list[trio.CancelScope],
+        announce: Callable[[ElicitationRequest], Awaitable[None]] | None,
+    ) -> list[AuthorizationCodeResult | LoginError]:
+        """Ask ``question`` and wait (bounded) for the browser's redirect: what it
+        brought, or nothing if the person said no or no answer came in time."""
+        received: list[AuthorizationCodeResult | LoginError] = []
+        with trio.move_on_after(self._timeout), self._waiting(question, scopes):
+            async with trio.open_nursery() as nursery:
+
+                async def receive() -> None:
+                    try:
+                        received.append(await receive_redirect(listener))
+                    except LoginError as error:
+                        received.append(error)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(receive)
+                if announce is not None:  # the turn streams: tell its client
+                    await announce(question.request)
+                await question.answered.wait()
+                if question.result is None or question.result.action != "accept":
+                    nursery.cancel_scope.cancel()
+                # accepted ("I opened it"): the redirect ends the wait
+        return received
 
     def _refuse(self, call: InFlight, why: str) -> NoReturn:
         """End a step-up without a token: the call's error result will say ``why``."""

@@ -116,29 +116,7 @@ def parse_send(params: JsonObject, max_part_bytes: int | None = None) -> SendPar
     task_ref = message.get("taskId")
     if task_ref is not None and (not isinstance(task_ref, str) or not task_ref):
         raise invalid_params("field 'message.taskId' must be a non-empty string")
-    texts: list[str] = []
-    data: list[JsonValue] = []
-    content: list[Part] = []
-    for i, part in enumerate(parts):
-        if not isinstance(part, dict):
-            raise invalid_params(f"field 'message.parts[{i}]' must be an object")
-        if "text" in part:
-            text = part["text"]
-            if not isinstance(text, str):
-                raise invalid_params(f"field 'message.parts[{i}].text' must be a string")
-            texts.append(text)
-        elif "data" in part and task_ref is not None:
-            data.append(part["data"])
-        elif ("raw" in part or "url" in part) and task_ref is None:
-            content.append(_content_part(part, f"message.parts[{i}]"))
-        else:
-            kinds: list[str] = sorted(k for k in ("raw", "url", "data") if k in part) or ["empty"]
-            raise A2AError(
-                -32005,
-                f"Incompatible content types: message.parts[{i}] is {kinds[0]},"
-                " a new message takes text, raw and url parts, a message to a"
-                " task that waits for input text and data parts",
-            )
+    texts, data, content = _read_parts(parts, follow_up=task_ref is not None)
     if max_part_bytes is not None:
         check_sizes(content, max_part_bytes, "message.parts (raw and url)")
     text = "\n".join(texts)
@@ -183,6 +161,38 @@ def parse_send(params: JsonObject, max_part_bytes: int | None = None) -> SendPar
         output_schema=output_schema,
         parts=tuple(content),
     )
+
+
+def _read_parts(
+    parts: list[JsonValue], *, follow_up: bool
+) -> tuple[list[str], list[JsonValue], list[Part]]:
+    """A message's texts, data values and content parts, in order: a new message
+    takes text, raw and url parts, a ``follow_up`` (to a task waiting for input)
+    text and data parts; anything else is -32005 naming the part."""
+    texts: list[str] = []
+    data: list[JsonValue] = []
+    content: list[Part] = []
+    for i, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise invalid_params(f"field 'message.parts[{i}]' must be an object")
+        if "text" in part:
+            text = part["text"]
+            if not isinstance(text, str):
+                raise invalid_params(f"field 'message.parts[{i}].text' must be a string")
+            texts.append(text)
+        elif "data" in part and follow_up:
+            data.append(part["data"])
+        elif ("raw" in part or "url" in part) and not follow_up:
+            content.append(_content_part(part, f"message.parts[{i}]"))
+        else:
+            kinds: list[str] = sorted(k for k in ("raw", "url", "data") if k in part) or ["empty"]
+            raise A2AError(
+                -32005,
+                f"Incompatible content types: message.parts[{i}] is {kinds[0]},"
+                " a new message takes text, raw and url parts, a message to a"
+                " task that waits for input text and data parts",
+            )
+    return texts, data, content
 
 
 def _output_schema(metadata: JsonValue) -> JsonObject | None:
