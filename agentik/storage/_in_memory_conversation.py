@@ -27,6 +27,7 @@ from agentik.storage._archive import (
     ArchivedSummary,
     ArchiveRecord,
 )
+from agentik.storage._archive_rules import check_summaries
 from agentik.storage._values import Approval, KeyedTurn, Summary
 
 
@@ -155,26 +156,12 @@ def restored(
             conversation.outputs[record.seq] = record.created_at
         else:
             conversation.summaries.append(record.summary)
-    _check_summaries(conversation.summaries, len(conversation.messages))
+    check_summaries(conversation.summaries, len(conversation.messages))
     return conversation, notes, reflections
 
 
 def _seq_of(item: tuple[tuple[int, str], Approval]) -> int:
     return item[0][0]
-
-
-def _check_summaries(summaries: Sequence[Summary], messages: int) -> None:
-    """An imported chain: each summary covers more than the one before, and
-    only messages the conversation has."""
-    covered = 0
-    for summary in summaries:
-        if not covered < summary.through_seq <= messages or summary.created_at is None:
-            raise StoreError(
-                f"an imported summary through seq {summary.through_seq} must cover more"
-                f" than the one before (through seq {covered}) and at most the"
-                f" {messages} messages"
-            )
-        covered = summary.through_seq
 
 
 def _bad_seq(seq: int | None, expected: int) -> str:
