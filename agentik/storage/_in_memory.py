@@ -5,6 +5,11 @@ so a change is atomic with respect to other trio tasks: seq numbers are
 gapless per conversation and a write is visible as soon as it returns. Writes
 apply at once, so ``submit`` hands back an already resolved ``Pending``. Values
 handed out are immutable or fresh lists, never the store's own containers.
+
+Here: the message store and the bundle (``in_memory_storage``). Beside it: a
+conversation's state and archive form (``_in_memory_conversation``), the
+working memory and reflection stores (``_in_memory_notes``), the skill store
+(``_in_memory_skills``).
 """
 
 from __future__ import annotations
