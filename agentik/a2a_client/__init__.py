@@ -12,9 +12,9 @@ from agentik.a2a_client._config import A2AAgentConfig as A2AAgentConfig
 from agentik.a2a_client._config import A2AConfigError as A2AConfigError
 from agentik.a2a_client._config import parse_a2a_agent as parse_a2a_agent
 from agentik.a2a_client._config import parse_a2a_agents as parse_a2a_agents
+from agentik.a2a_client._health import A2AHealth as A2AHealth
+from agentik.a2a_client._health import A2AState as A2AState
 from agentik.a2a_client._open import open_a2a_toolsets as open_a2a_toolsets
-from agentik.a2a_client._source import A2AHealth as A2AHealth
-from agentik.a2a_client._source import A2AState as A2AState
 from agentik.a2a_client._source import A2AToolset as A2AToolset
 
 __all__ = [

@@ -19,7 +19,8 @@ Invariants:
   overloaded) is asked again with backoff, for as long as the call's own
   timeout allows; nothing else is retried;
 - a task waiting for input (INPUT_REQUIRED) asks the person behind the
-  conversation (an ``ElicitationRequest``, as an MCP server's question does);
+  conversation (an ``ElicitationRequest``, as an MCP server's question does,
+  kept in ``_questions``);
   the call's timeout stands still meanwhile, bounded by
   ``elicitation_timeout``; the answer goes back on the same task;
 - the manager task (``run``) only reads the card (at start, then every
@@ -30,11 +31,8 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
-import math
 import uuid
-from collections.abc import Iterator
 from typing import final
 
 import attrs
@@ -42,10 +40,12 @@ import httpx2
 import trio
 
 from agentik._errors import ToolError
-from agentik._json import JsonObject
-from agentik.a2a_client._calls import CallLedger
+from agentik._json import JsonObject, JsonValue
+from agentik.a2a_client._calls import CallLedger, CallRecord
 from agentik.a2a_client._client import A2AConnection, Refused, Unreachable
 from agentik.a2a_client._config import A2AAgentConfig
+from agentik.a2a_client._health import A2AHealth, A2AState
+from agentik.a2a_client._questions import Questions
 from agentik.a2a_client._wire import (
     Asks,
     Card,
@@ -68,10 +68,8 @@ from agentik.a2a_client._wire import (
 )
 from agentik.agent import (
     ElicitationAction,
-    ElicitationError,
     ElicitationRequest,
     current_tool_call,
-    form_answer,
 )
 from agentik.toolsets import NamedTool, ToolsetContribution
 
@@ -83,39 +81,6 @@ BACKOFF_MAX = 30.0
 """The longest wait between two tries to reach an agent that does not answer."""
 POLL_FIRST, POLL_MAX = 0.25, 5.0
 """GetTask polling of an agent that does not stream: the first wait, the longest."""
-
-
-class A2AState(enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    UNREACHABLE = "unreachable"
-    """The last attempt to read the card, or a call, got no answer."""
-    STOPPED = "stopped"
-
-
-@final
-@attrs.frozen(kw_only=True)
-class A2AHealth:
-    """A snapshot of one remote agent for ``/health``."""
-
-    name: str
-    url: str
-    state: A2AState
-    last_error: str | None
-    streaming: bool | None
-    """What the card says (None before it was read)."""
-    skills: int
-    calls: int
-    """Calls running now."""
-
-
-@attrs.define(eq=False)
-class _Question:
-    request: ElicitationRequest
-    question: Question
-    answered: trio.Event = attrs.field(factory=trio.Event)
-    action: ElicitationAction | None = None
-    content: JsonObject | None = None
 
 
 SEND_SCHEMA: JsonObject = {
@@ -151,7 +116,7 @@ class A2AToolset:
         self._last_error: str | None = None
         self._running = 0
         self._settled = trio.Event()
-        self._questions: dict[str, _Question] = {}
+        self._questions = Questions(config.name, config.elicitation_timeout)
         self._tool = NamedTool(
             f"{config.name}_send",
             f"Sends a message to the remote agent {config.name!r} and waits for its answer"
@@ -254,43 +219,16 @@ class A2AToolset:
         data = arguments.get("data")
         running = current_tool_call.get()
         conversation = running.conversation_id if running is not None else None
-        # The call's id with its message's seq: a model may give an id again
-        # in a later turn (``ToolCallContext.call_seq``).
-        call_id = f"{running.call_seq}:{running.call_id}" if running is not None else None
         key: tuple[str, str, str] | None = None
-        if conversation is not None and call_id is not None:
-            key = (self.name, conversation, call_id)
+        if running is not None:
+            # The call's id with its message's seq: a model may give an id again
+            # in a later turn (``ToolCallContext.call_seq``).
+            key = (self.name, running.conversation_id, f"{running.call_seq}:{running.call_id}")
         self._running += 1
         try:
             record = await self._calls.record_of(*key) if key is not None else None
             try:
-                if record is not None and record.task_id is not None:
-                    logger.info(
-                        "a2a agent %r: following task %r of a resumed call",
-                        self.name,
-                        record.task_id,
-                    )
-                    card = await self._card_for_call(wait=True)
-                    task: JsonObject | None = await self._get(card, record.task_id)
-                    answer = None
-                else:
-                    card = await self._card_for_call(wait=record is not None)
-                    message_id = (
-                        record.message_id if record is not None else f"agentik-{uuid.uuid4().hex}"
-                    )
-                    parts = [text_part(text)] + ([data_part(data)] if data is not None else [])
-                    message = user_message(
-                        parts,
-                        message_id=message_id,
-                        context_id=derived_id("agentik", self.name, conversation)
-                        if conversation is not None
-                        else None,
-                    )
-                    if key is not None and record is None:
-                        await self._calls.keep(*key, message_id=message_id)
-                    task, answer = await self._start(card, message, key)
-                result = answer if task is None else await self._follow(card, task)
-                assert result is not None
+                result = await self._call(record, text, data, conversation, key)
             except Exception:
                 if key is not None:
                     await self._calls.forget(*key)
@@ -300,6 +238,39 @@ class A2AToolset:
             return result
         finally:
             self._running -= 1
+
+    async def _call(
+        self,
+        record: CallRecord | None,
+        text: str,
+        data: JsonValue | None,
+        conversation: str | None,
+        key: tuple[str, str, str] | None,
+    ) -> str:
+        """Follow the task a resumed call (``record``) already started, or send the
+        call's message (its messageId kept first) and follow what it starts."""
+        if record is not None and record.task_id is not None:
+            logger.info(
+                "a2a agent %r: following task %r of a resumed call", self.name, record.task_id
+            )
+            card = await self._card_for_call(wait=True)
+            return await self._follow(card, await self._get(card, record.task_id))
+        card = await self._card_for_call(wait=record is not None)
+        message_id = record.message_id if record is not None else f"agentik-{uuid.uuid4().hex}"
+        parts = [text_part(text)] + ([data_part(data)] if data is not None else [])
+        message = user_message(
+            parts,
+            message_id=message_id,
+            context_id=derived_id("agentik", self.name, conversation)
+            if conversation is not None
+            else None,
+        )
+        if key is not None and record is None:
+            await self._calls.keep(*key, message_id=message_id)
+        task, answer = await self._start(card, message, key)
+        result = answer if task is None else await self._follow(card, task)
+        assert result is not None
+        return result
 
     async def _card_for_call(self, *, wait: bool = False) -> Card:
         """The card, read now if it is not known yet; ``wait``: a resumed call with
@@ -448,7 +419,7 @@ class A2AToolset:
     async def _answer(self, card: Card, task: JsonObject, question: Question) -> JsonObject:
         """Ask the person; send the answer on the task; the task as the agent answers."""
         task_id = str(task["id"])
-        action, content = await self._ask(question, task_id)
+        action, content = await self._questions.ask(question, task_id)
         parts = answer_parts(question, action, content)
         if parts is None:
             with contextlib.suppress(Unreachable, Refused, RpcFault, WireError):
@@ -484,61 +455,9 @@ class A2AToolset:
             raise ToolError(f"a2a agent {self.name!r} refused the answer: {error}") from error
         return await self._get(card, task_id)
 
-    async def _ask(
-        self, question: Question, task_id: str
-    ) -> tuple[ElicitationAction, JsonObject | None]:
-        running = current_tool_call.get()
-        if running is None:
-            raise ToolError(
-                f"a2a agent {self.name!r} needs input ({question.message}),"
-                " and no person is behind this call"
-            )
-        request = ElicitationRequest(
-            conversation_id=running.conversation_id,
-            id=uuid.uuid4().hex,
-            source=self.name,
-            message=question.message,
-            schema=question.schema,
-        )
-        logger.info(
-            "a2a agent %r asks conversation %r (task %r)",
-            self.name,
-            running.conversation_id,
-            task_id,
-        )
-        asked = _Question(request, question)
-        timeout = self.config.elicitation_timeout
-        with trio.move_on_after(timeout), self._asking(asked, running.scope):
-            if running.announce is not None:  # the turn streams: tell its client
-                await running.announce(request)
-            await asked.answered.wait()
-        if asked.action is None:
-            raise ToolError(
-                f"a2a agent {self.name!r} asked for input and no answer came within"
-                f" {timeout:g}s; its task {task_id!r} still waits"
-            )
-        return asked.action, asked.content
-
-    @contextlib.contextmanager
-    def _asking(self, asked: _Question, scope: trio.CancelScope) -> Iterator[None]:
-        """While the block runs the question is pending and the call's timeout stands
-        still: a person's pause is not the agent's slowness."""
-        self._questions[asked.request.id] = asked
-        left = scope.deadline - trio.current_time()
-        scope.deadline = math.inf
-        try:
-            yield
-        finally:
-            del self._questions[asked.request.id]
-            scope.deadline = trio.current_time() + left
-
     def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
         """The questions this agent's running tasks ask in the conversation."""
-        return tuple(
-            q.request
-            for q in self._questions.values()
-            if q.request.conversation_id == conversation_id
-        )
+        return self._questions.pending(conversation_id)
 
     def answer_elicitation(
         self,
@@ -549,20 +468,9 @@ class A2AToolset:
         content: JsonObject | None,
     ) -> bool:
         """Answer one of this agent's questions (True), or False if it is not one of them."""
-        asked = self._questions.get(elicitation_id)
-        if asked is None or asked.request.conversation_id != conversation_id:
-            return False
-        if asked.answered.is_set():
-            return True  # answered twice: the first answer stands
-        if action == "accept":
-            asked.content = form_answer(asked.request.schema, content)
-        elif action not in ("decline", "cancel"):
-            raise ElicitationError(
-                f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
-            )
-        asked.action = action
-        asked.answered.set()
-        return True
+        return self._questions.answer(
+            conversation_id, elicitation_id, action=action, content=content
+        )
 
 
 def _message_text(agent: str, message: JsonObject) -> str:

@@ -18,9 +18,9 @@ from agentik.mcp._config import OAuthSettings as OAuthSettings
 from agentik.mcp._config import StdioServer as StdioServer
 from agentik.mcp._config import parse_mcp_server as parse_mcp_server
 from agentik.mcp._config import parse_mcp_servers as parse_mcp_servers
+from agentik.mcp._health import McpHealth as McpHealth
+from agentik.mcp._health import McpState as McpState
 from agentik.mcp._open import open_mcp_toolsets as open_mcp_toolsets
-from agentik.mcp._source import McpHealth as McpHealth
-from agentik.mcp._source import McpState as McpState
 from agentik.mcp._source import McpToolset as McpToolset
 from agentik.mcp._tokens import McpTokenVault as McpTokenVault
 from agentik.mcp._tokens import token_key as token_key

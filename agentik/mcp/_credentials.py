@@ -42,7 +42,7 @@ from mcp.client.auth import TokenStorage
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from agentik._errors import ToolError
-from agentik._json import JsonValue
+from agentik._json import JsonObject, JsonValue
 from agentik._redact import MIN_SECRET, SECRET_HEADERS, Redactor
 from agentik.mcp._config import HttpServer, McpServerConfig, OAuthSettings, StdioServer
 
@@ -131,6 +131,12 @@ class McpCredentials:
 
     def structure(self, value: JsonValue) -> JsonValue:
         return self.redactor.structure(value)
+
+    def schema(self, schema: JsonObject) -> JsonObject:
+        """A JSON Schema the server sent, any credential in it masked."""
+        masked = self.redactor.structure(schema)
+        assert isinstance(masked, dict)
+        return masked
 
     def tool_error(self, error: ToolError) -> ToolError:
         """``error`` itself when it shows no credential, else a masked copy."""

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from agentik.mcp._config import MAX_TOOLSET_NAME
+from agentik.mcp._config import MAX_TOOLSET_NAME, HttpServer, McpServerConfig
 
 MAX_TOOL_NAME = 64
 _NOT_TOOLSET = re.compile(r"[^A-Za-z0-9]+")
@@ -75,3 +75,10 @@ def tool_names(toolset: str, mcp_names: Iterable[str]) -> ToolNames:
             )
         by_tool_name[name] = mcp_name
     return ToolNames(by_tool_name=by_tool_name, reports=tuple(reports))
+
+
+def config_label(config: McpServerConfig) -> str:
+    """A name for a server that has not told us its own: its command or host."""
+    if isinstance(config.transport, HttpServer):
+        return config.transport.url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    return config.transport.command.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")

@@ -4,9 +4,9 @@ from agentik._public import publish as _publish
 from agentik.models._gate import FifoGate as FifoGate
 from agentik.models._gate import Gate as Gate
 from agentik.models._limits import ModelLimits as ModelLimits
-from agentik.models._openai_compat import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from agentik.models._openai_compat import DEFAULT_RETRY as DEFAULT_RETRY
 from agentik.models._openai_compat import OpenAICompatibleModel as OpenAICompatibleModel
+from agentik.models._pools import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from agentik.models._protocol import ChatModel as ChatModel
 from agentik.models._protocol import ModelRequest as ModelRequest
 from agentik.models._protocol import ModelResponse as ModelResponse
@@ -26,12 +26,12 @@ from agentik.models._scheduled import AdmissionAware as AdmissionAware
 from agentik.models._scheduled import ScheduledModel as ScheduledModel
 from agentik.models._scheduled import schedule as schedule
 from agentik.models._scheduler import ModelScheduler as ModelScheduler
-from agentik.models._scheduler import ScheduledCall as ScheduledCall
-from agentik.models._scheduler import SchedulerStats as SchedulerStats
 from agentik.models._scheduler import current_fairness_key as current_fairness_key
 from agentik.models._scripted import Responder as Responder
 from agentik.models._scripted import ScriptedModel as ScriptedModel
 from agentik.models._scripted import replay as replay
+from agentik.models._tickets import ScheduledCall as ScheduledCall
+from agentik.models._tickets import SchedulerStats as SchedulerStats
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",

@@ -1,7 +1,8 @@
 """``OpenAICompatibleModel``: the Chat Completions API over httpx2, on trio.
 
 The I/O shell around ``_wire`` (the format), ``_sse`` (stream framing),
-``_retry`` (the policy) and ``_gate`` (where calls wait). Invariants:
+``_retry`` (the policy), ``_failures`` (what a failed attempt says), ``_gate``
+(where calls wait) and ``_pools`` (the connections behind it). Invariants:
 
 - Every failure leaves as ``ModelBackendError``; the API key (and any other
   credential it sends) appears in no message and no repr, and is masked in
@@ -43,7 +44,9 @@ import trio
 
 from agentik._errors import ModelBackendError
 from agentik._json import JsonValue
-from agentik.models._gate import FifoGate, Gate
+from agentik.models._failures import RetryableFailure, describe, refusal
+from agentik.models._gate import Gate
+from agentik.models._pools import free_connections, own_clients, pool_gate
 from agentik.models._protocol import (
     PART_KINDS,
     ModelRequest,
@@ -51,22 +54,20 @@ from agentik.models._protocol import (
     ModelStreamEvent,
     PartKind,
     StructuredOutput,
-    TextDelta,
-    ToolCallDelta,
     check_accepts_parts,
     check_structured_output,
 )
 from agentik.models._rate_limits import read_rate_limit
 from agentik.models._redact import Redactor, StreamMasker
-from agentik.models._retry import RetryPolicy, _requested_delay
+from agentik.models._retry import RetryPolicy
 from agentik.models._sse import SSEDecoder
 from agentik.models._wire import (
     RESERVED_PARAMS,
     ChunkAccumulator,
     decode_completion,
-    error_message,
     parse_json,
     request_body,
+    whole_answer_events,
 )
 
 Sleep: TypeAlias = Callable[[float], Awaitable[None]]
@@ -76,22 +77,6 @@ _T = TypeVar("_T")
 
 DEFAULT_RETRY = RetryPolicy()
 """The openai SDK's policy: 2 retries, 0.5 s doubling to 8 s, Retry-After up to 120 s."""
-
-DEFAULT_MAX_CONNECTIONS = 300
-"""Model calls on the wire at once (and connections in the model's own pools).
-
-Picked with ``python -m bench.model_client -n 1000 --variants pool100 default
-pool1000`` (docs/models.md): with a 0.5 s model, 100 connections cap a
-process at about 200 calls/s, so 1,000 conversations queue for seconds; 300
-run within 1.1x of the ideal for their width at the same CPU per call as
-1,000, and hosted providers cap concurrent requests well below that. Lower
-it when the provider limits concurrent requests."""
-
-
-class _RetryableFailure(ModelBackendError):
-    """One failed attempt that another attempt might fix. Never leaves this module
-    but through the slot of the gate it was made in (an admission scheduler
-    reads its status and headers there)."""
 
 
 @final
@@ -197,15 +182,7 @@ class OpenAICompatibleModel:
                 "give connect_timeout or client, not both: a client keeps its own"
                 " timeouts (httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=...)))"
             )
-        if gate is not None and max_connections is not None:
-            raise ModelBackendError("give max_connections or gate, not both (a gate has its size)")
-        if gate is None:
-            gate = FifoGate(DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
-        elif client is None and gate.capacity > MAX_OWN_CONNECTIONS:
-            raise ModelBackendError(
-                f"gate capacity must be at most {MAX_OWN_CONNECTIONS} (the model opens that"
-                f" many connections), got {gate.capacity}; give the gate a capacity"
-            )
+        gate = pool_gate(gate, max_connections, own_clients=client is None)
         try:
             self._structured_output = check_structured_output(structured_output)
             self._accepts_parts = check_accepts_parts(accepts_parts)
@@ -228,9 +205,9 @@ class OpenAICompatibleModel:
         self._admission: Gate | None = None
         self._owns_client = client is None
         self._clients = (
-            (client,) if client is not None else _own_clients(gate.capacity, connect_timeout)
+            (client,) if client is not None else own_clients(gate.capacity, connect_timeout)
         )
-        self._free = _free_connections(self._clients, gate.capacity)
+        self._free = free_connections(self._clients, gate.capacity)
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
@@ -353,7 +330,7 @@ class OpenAICompatibleModel:
                 return self._redact.response(
                     decode_completion(parse_json(answer, "model response body"))
                 )
-            except _RetryableFailure as failure:
+            except RetryableFailure as failure:
                 await self._backoff(failure, retries, deadline)  # holding no slot
                 retries += 1
 
@@ -369,7 +346,7 @@ class OpenAICompatibleModel:
                         yielded += 1
                         yield event
                 return
-            except _RetryableFailure as failure:
+            except RetryableFailure as failure:
                 if yielded:
                     raise ModelBackendError(
                         f"model stream from {self._url} broke after {yielded} events: {failure}"
@@ -380,7 +357,7 @@ class OpenAICompatibleModel:
     async def _attempt(
         self, request: ModelRequest, body: bytes, deadline: float
     ) -> AsyncGenerator[ModelStreamEvent]:
-        """One streaming attempt; a cut or unreachable stream raises ``_RetryableFailure``.
+        """One streaming attempt; a cut or unreachable stream raises ``RetryableFailure``.
 
         It holds a slot of the gate until its response is closed (the exit
         stack closes the response first, then frees the slot)."""
@@ -393,11 +370,11 @@ class OpenAICompatibleModel:
                 try:
                     raw = await self._by(deadline, response.aread)
                 except httpx2.RequestError as exc:
-                    raise _RetryableFailure(f"the answer was cut: {_describe(exc)}") from exc
+                    raise RetryableFailure(f"the answer was cut: {describe(exc)}") from exc
                 answer = self._redact.response(
                     decode_completion(parse_json(self._redact.data(raw), "model response body"))
                 )
-                for event in _whole_answer_events(answer):
+                for event in whole_answer_events(answer):
                     yield event
                 return
             accumulator = ChunkAccumulator()
@@ -410,7 +387,7 @@ class OpenAICompatibleModel:
                         yield delta
                 else:
                     if accumulator.finish_reason is None:
-                        raise _RetryableFailure("the stream ended before the model finished")
+                        raise RetryableFailure("the stream ended before the model finished")
             answer = self._redact.response(accumulator.finish())
             for delta in masker.flush():
                 yield delta
@@ -426,7 +403,7 @@ class OpenAICompatibleModel:
             except StopAsyncIteration:
                 return
             except httpx2.RequestError as exc:
-                raise _RetryableFailure(f"the stream was cut: {_describe(exc)}") from exc
+                raise RetryableFailure(f"the stream was cut: {describe(exc)}") from exc
             for data in decoder.feed(text):
                 yield self._redact.text(data)
 
@@ -475,21 +452,10 @@ class OpenAICompatibleModel:
             await response.aread()
             await response.aclose()
         except httpx2.RequestError as exc:
-            raise _RetryableFailure(f"could not reach {self._url}: {_describe(exc)}") from exc
-        problem = _http_problem(response, self._redact)
-        status = response.status_code
-        message = f"model backend answered HTTP {status} for {self._url}: {problem}"
-        headers = dict(response.headers.items())
-        retry_after = _requested_delay(response.headers, None)
-        if self._retry.should_retry(status, response.headers):
-            raise _RetryableFailure(
-                message, status=status, retry_after=retry_after, headers=headers
-            )
-        raise ModelBackendError(message, status=status, retry_after=retry_after, headers=headers)
+            raise RetryableFailure(f"could not reach {self._url}: {describe(exc)}") from exc
+        raise refusal(response, self._url, self._redact, self._retry)
 
-    async def _backoff(
-        self, failure: _RetryableFailure, retries_done: int, deadline: float
-    ) -> None:
+    async def _backoff(self, failure: RetryableFailure, retries_done: int, deadline: float) -> None:
         """Wait before the next attempt, or raise if there should be none."""
         if retries_done >= self._retry.max_retries:
             raise ModelBackendError(
@@ -526,80 +492,3 @@ class OpenAICompatibleModel:
             self._model, request, self._params, stream=stream, accepts=self._accepts_parts
         )
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _whole_answer_events(answer: ModelResponse) -> list[ModelStreamEvent]:
-    """A complete answer as one stream: its text, each call whole, then itself."""
-    events: list[ModelStreamEvent] = [TextDelta(text=answer.text)] if answer.text else []
-    events.extend(
-        ToolCallDelta(index=i, arguments=call.arguments, id=call.id, name=call.name)
-        for i, call in enumerate(answer.tool_calls)
-    )
-    events.append(answer)
-    return events
-
-
-MAX_OWN_CONNECTIONS = 100_000
-"""Most connections a model opens itself (its gate's capacity sizes its pools)."""
-
-SHARD_CONNECTIONS = 16
-"""Connections in each of the model's own pools (``_own_clients``)."""
-
-
-def _own_clients(
-    connections: int, connect_timeout: float | None = None
-) -> tuple[httpx2.AsyncClient, ...]:
-    """The model's own clients: ``connections`` connections in all, all kept
-    alive, in pools of at most ``SHARD_CONNECTIONS``.
-
-    httpx2's pool looks at each of its connections (and each request in
-    flight) on every request and every release, so its CPU per call grows
-    with its size: at 300 connections that scan was most of the client's
-    cost (``python -m bench.model_client``, docs/models.md). Several small
-    pools behind the one gate keep it flat. httpx2's default keeps 20 of 100
-    alive, so a busy pool would close and reopen connections on every burst.
-    No other timeout here: the call's deadline (a trio cancel scope) bounds
-    every step; ``connect_timeout`` only makes one unanswered connect fail (and
-    be retried) sooner.
-    """
-    sizes = [SHARD_CONNECTIONS] * (connections // SHARD_CONNECTIONS)
-    if connections % SHARD_CONNECTIONS:
-        sizes.append(connections % SHARD_CONNECTIONS)
-    # One TLS context for all (loading the trust store costs ~20 ms each).
-    tls = httpx2.create_ssl_context()
-    return tuple(
-        httpx2.AsyncClient(
-            timeout=httpx2.Timeout(None, connect=connect_timeout),
-            verify=tls,
-            limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
-        )
-        for size in sizes
-    )
-
-
-def _free_connections(clients: tuple[httpx2.AsyncClient, ...], slots: int) -> list[int] | None:
-    """One entry per free connection of the model's own pools, naming its
-    pool; None for a caller's one client (its pool is its own business)."""
-    if len(clients) == 1:
-        return None
-    free = [shard for shard in range(len(clients)) for _ in range(SHARD_CONNECTIONS)][:slots]
-    free.reverse()  # the first pool's connections are taken first
-    return free
-
-
-def _describe(exc: httpx2.RequestError) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _http_problem(response: httpx2.Response, redact: Redactor) -> str:
-    """What an error response says, from its JSON error body or its text (masked first)."""
-    text = redact.text(response.text)
-    try:
-        reported = error_message(json.loads(text))
-    except ValueError:
-        reported = None
-    if reported is not None:
-        return reported
-    text = text.strip()
-    return repr(text[:200] + ("…" if len(text) > 200 else "")) if text else "(empty body)"

@@ -7,8 +7,10 @@ long to wait (``Retry-After`` in seconds or as an HTTP date,
 ``x-ratelimit-reset-requests`` / ``-tokens`` as Go durations such as
 ``1s``, ``6m0s``, ``20ms``: the time until that budget is *full* again, not
 until the next request may pass). ``read_rate_limit`` turns that into a
-``RateLimitAnswer``; the model-limits scheduler acts on it for every waiting
-call at once, and ``OpenAICompatibleModel`` then leaves the waiting to it.
+``RateLimitAnswer`` (``provider_word`` reads it from a ``ModelBackendError``,
+falling back on its ``status`` and ``retry_after``); the model-limits
+scheduler acts on it for every waiting call at once, and
+``OpenAICompatibleModel`` then leaves the waiting to it.
 
 What counts as the provider's word: any 429 (with or without headers), and a
 503 that carries ``Retry-After`` or an ``x-ratelimit-*`` header. A bare 503 is
@@ -25,6 +27,7 @@ from typing import final
 
 import attrs
 
+from agentik._errors import ModelBackendError
 from agentik.models._retry import _number, _requested_delay
 
 DEFAULT_PAUSE = 1.0
@@ -121,3 +124,15 @@ def _says_budget(answer: RateLimitAnswer) -> bool:
             answer.reset_tokens,
         )
     )
+
+
+def provider_word(exc: ModelBackendError) -> RateLimitAnswer | None:
+    """What the provider said in the answer ``exc`` reports (its headers, or,
+    from a backend that gives none, its ``status`` and ``retry_after``)."""
+    answer = read_rate_limit(exc.status, exc.headers)
+    if exc.status in (429, 503) and exc.retry_after is not None:
+        if answer is None:
+            return RateLimitAnswer(status=exc.status, retry_after=exc.retry_after)
+        if answer.retry_after is None:
+            return attrs.evolve(answer, retry_after=exc.retry_after)
+    return answer

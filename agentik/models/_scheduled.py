@@ -30,7 +30,8 @@ from agentik.models._protocol import (
     accepts_parts_of,
     structured_output_of,
 )
-from agentik.models._scheduler import ModelScheduler, ScheduledCall, current_fairness_key
+from agentik.models._scheduler import ModelScheduler, current_fairness_key
+from agentik.models._tickets import ScheduledCall
 
 
 @runtime_checkable

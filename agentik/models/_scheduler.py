@@ -45,18 +45,17 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import final
 
-import attrs
 import trio
 
 from agentik._errors import ModelBackendError, OverloadedError
-from agentik._histogram import Histogram
 from agentik._messages import TokenUsage
 from agentik._tokens import estimate_tokens, message_tokens
-from agentik.models._bucket import Budget, Grant
+from agentik.models._bucket import Budget
 from agentik.models._fair_queue import FairQueue
 from agentik.models._limits import ModelLimits
 from agentik.models._protocol import ModelRequest
-from agentik.models._rate_limits import RateLimitAnswer, read_rate_limit
+from agentik.models._rate_limits import RateLimitAnswer, provider_word
+from agentik.models._tickets import ScheduledCall, SchedulerStats, Ticket
 
 current_fairness_key: contextvars.ContextVar[str] = contextvars.ContextVar(
     "agentik_fairness_key", default=""
@@ -73,59 +72,6 @@ _EPSILON = 1e-6
 _ALPHA = 0.05
 """Weight of the newest sample in the running means (costs, completions, durations)."""
 _TURN, _BACKGROUND = 0, 1
-
-
-@final
-@attrs.define(eq=False)
-class ScheduledCall:
-    """One model call, as the scheduler sees it."""
-
-    key: str
-    """Its fairness key."""
-    priority: int
-    """0 for a turn, 1 for a summary or reflection."""
-    prompt: float
-    """Its prompt's tokens, estimated (0 when tokens are not limited)."""
-    grant: Grant | None = None
-    """Its last admitted attempt's tokens (a correction replaces them)."""
-    charged: float | None = None
-    """What its fairness key was charged for its last admitted attempt (None:
-    admitted with nobody waiting, so charged nothing); corrected too."""
-    attempts: int = 0
-
-
-@final
-@attrs.define
-class SchedulerStats:
-    """What the scheduler has done since it opened (``/metrics``)."""
-
-    requests_granted: int = 0
-    tokens_granted: float = 0.0
-    """Tokens charged, with the corrections from reported usage."""
-    rate_limited: int = 0
-    """Answers from the provider that it is rate limited (429, or 503 saying so)."""
-    pauses: int = 0
-    """Times every call was paused at the provider's word."""
-    refused: int = 0
-    """New turns refused at the edge (expected wait past ``max_queue_wait``)."""
-    wait: Histogram = attrs.Factory(Histogram)
-    """Seconds each admitted attempt waited."""
-
-
-@final
-@attrs.define(eq=False)
-class _Ticket:
-    call: ScheduledCall
-    since: float
-    cost: float = 0.0
-    """What its fairness key is charged when it is served."""
-    event: trio.Event = attrs.Factory(trio.Event)
-    granted: bool = False
-    request: Grant | None = None
-    """Its request in the requests budget's window, once granted."""
-    wake_at: float = math.inf
-    """When the head of the queue may go (set only for it)."""
-    began: float = 0.0
 
 
 @final
@@ -173,11 +119,11 @@ class ModelScheduler:
         self._requests = _budget(limits.requests_per_minute)
         self._tokens = _budget(limits.tokens_per_minute)
         self._in_use = 0
-        self._queues: tuple[FairQueue[_Ticket], FairQueue[_Ticket]] = (
+        self._queues: tuple[FairQueue[Ticket], FairQueue[Ticket]] = (
             FairQueue(limits.weight),
             FairQueue(limits.weight),
         )
-        self._head: _Ticket | None = None
+        self._head: Ticket | None = None
         self._paused_until = -math.inf
         self._mean_tokens = float(DEFAULT_ALLOWANCE)
         self._mean_seconds = 0.0
@@ -309,10 +255,10 @@ class ModelScheduler:
 
     # --- admission --------------------------------------------------------------------
 
-    async def _enter(self, call: ScheduledCall) -> _Ticket:
+    async def _enter(self, call: ScheduledCall) -> Ticket:
         await trio.lowlevel.checkpoint_if_cancelled()
         now = trio.current_time()
-        ticket = _Ticket(call, now)
+        ticket = Ticket(call, now)
         self._follow_nodes(now)
         if (
             not self._queues[_TURN]
@@ -350,7 +296,7 @@ class ModelScheduler:
                         self._head = None
                 self._dispatch()
 
-    def _ready_in(self, ticket: _Ticket, now: float) -> float:
+    def _ready_in(self, ticket: Ticket, now: float) -> float:
         wait = self._paused_until - now
         if self._requests is not None:
             wait = max(wait, self._requests.ready_in(1.0, now))
@@ -379,7 +325,7 @@ class ModelScheduler:
             self._grant(ticket, now)
         self._designate(None, math.inf)
 
-    def _designate(self, ticket: _Ticket | None, at: float) -> None:
+    def _designate(self, ticket: Ticket | None, at: float) -> None:
         """Make ``ticket`` the one waiter with a deadline (its own wake-up)."""
         old = self._head
         if old is not None and old is not ticket:
@@ -389,7 +335,7 @@ class ModelScheduler:
             ticket.wake_at = at
             ticket.event.set()
 
-    def _grant(self, ticket: _Ticket, now: float) -> None:
+    def _grant(self, ticket: Ticket, now: float) -> None:
         call = ticket.call
         if self._requests is not None:
             ticket.request = self._requests.take(1.0, now)
@@ -406,7 +352,7 @@ class ModelScheduler:
         ticket.began = now
         ticket.event.set()
 
-    def _undo(self, ticket: _Ticket) -> None:
+    def _undo(self, ticket: Ticket) -> None:
         """A grant its waiter never used: slot, request and tokens back."""
         now = trio.current_time()
         self._in_use -= 1
@@ -421,19 +367,19 @@ class ModelScheduler:
             ticket.call.grant = None
         self._refund_fairness(ticket.call)
 
-    def _leave(self, ticket: _Ticket, exc: BaseException | None) -> None:
+    def _leave(self, ticket: Ticket, exc: BaseException | None) -> None:
         """The attempt is over: free its slot, heed what the provider said."""
         now = trio.current_time()
         self._in_use -= 1
         if self._bound is not None:
             self._mean_seconds += _ALPHA * (now - ticket.began - self._mean_seconds)
         if isinstance(exc, ModelBackendError):
-            answer = _provider_word(exc)
+            answer = provider_word(exc)
             if answer is not None:
                 self._heed(answer, ticket, now)
         self._dispatch()
 
-    def _heed(self, answer: RateLimitAnswer, ticket: _Ticket, now: float) -> None:
+    def _heed(self, answer: RateLimitAnswer, ticket: Ticket, now: float) -> None:
         """The provider refused an attempt: pause everyone once, drain the buckets."""
         stats = self.stats
         stats.rate_limited += 1
@@ -474,18 +420,6 @@ class ModelScheduler:
             self._tokens.resize(limits.tokens_per_minute / nodes, now)
 
 
-def _provider_word(exc: ModelBackendError) -> RateLimitAnswer | None:
-    """What the provider said in the answer ``exc`` reports (its headers, or,
-    from a backend that gives none, its ``status`` and ``retry_after``)."""
-    answer = read_rate_limit(exc.status, exc.headers)
-    if exc.status in (429, 503) and exc.retry_after is not None:
-        if answer is None:
-            return RateLimitAnswer(status=exc.status, retry_after=exc.retry_after)
-        if answer.retry_after is None:
-            return attrs.evolve(answer, retry_after=exc.retry_after)
-    return answer
-
-
 def _budget(limit: int | None) -> Budget | None:
     return None if limit is None else Budget(limit)
 
@@ -499,7 +433,7 @@ class _Slot:
     def __init__(self, scheduler: ModelScheduler, call: ScheduledCall) -> None:
         self._scheduler = scheduler
         self._call = call
-        self._ticket: _Ticket | None = None
+        self._ticket: Ticket | None = None
 
     async def __aenter__(self) -> None:
         self._ticket = await self._scheduler._enter(self._call)

@@ -24,7 +24,13 @@ from agentik._errors import ModelBackendError
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik._parts import ImagePart, TextPart
-from agentik.models._protocol import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
+from agentik.models._protocol import (
+    ModelRequest,
+    ModelResponse,
+    ModelStreamEvent,
+    TextDelta,
+    ToolCallDelta,
+)
 from agentik.models._response_format import response_format
 
 RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream", "stream_options"})
@@ -306,6 +312,17 @@ class ChunkAccumulator:
                 )
             )
         return _response("".join(self._text) or None, calls, self._usage, self.finish_reason)
+
+
+def whole_answer_events(answer: ModelResponse) -> list[ModelStreamEvent]:
+    """A complete answer as one stream: its text, each call whole, then itself."""
+    events: list[ModelStreamEvent] = [TextDelta(text=answer.text)] if answer.text else []
+    events.extend(
+        ToolCallDelta(index=i, arguments=call.arguments, id=call.id, name=call.name)
+        for i, call in enumerate(answer.tool_calls)
+    )
+    events.append(answer)
+    return events
 
 
 def _object(value: JsonValue, what: str) -> JsonObject:

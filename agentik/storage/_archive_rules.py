@@ -53,6 +53,7 @@ from agentik.storage._archive import (
     ArchivedSummary,
     ArchiveRecord,
 )
+from agentik.storage._values import Summary
 
 MAX_INTEGER = 2**63 - 1
 """The largest seq, id or token count: SQLite's INTEGER and PostgreSQL's bigint."""
@@ -155,6 +156,20 @@ class HistoryCheck:
         if call_id in self.answered:
             return f"message {seq} is a second result for call {call_id!r}"
         return f"message {seq} answers call {call_id!r}, which no message before it waits for"
+
+
+def check_summaries(summaries: Sequence[Summary], messages: int) -> None:
+    """An imported chain of summaries (the importing store checks it): each
+    covers more than the one before, and only messages the conversation has."""
+    covered = 0
+    for summary in summaries:
+        if not covered < summary.through_seq <= messages or summary.created_at is None:
+            raise StoreError(
+                f"an imported summary through seq {summary.through_seq} must cover more"
+                f" than the one before (through seq {covered}) and at most the"
+                f" {messages} messages"
+            )
+        covered = summary.through_seq
 
 
 def _names(calls: dict[str, None]) -> str:

@@ -5,12 +5,16 @@ so a change is atomic with respect to other trio tasks: seq numbers are
 gapless per conversation and a write is visible as soon as it returns. Writes
 apply at once, so ``submit`` hands back an already resolved ``Pending``. Values
 handed out are immutable or fresh lists, never the store's own containers.
+
+Here: the message store and the bundle (``in_memory_storage``). Beside it: a
+conversation's state and archive form (``_in_memory_conversation``), the
+working memory and reflection stores (``_in_memory_notes``), the skill store
+(``_in_memory_skills``).
 """
 
 from __future__ import annotations
 
 import builtins
-from bisect import bisect_left
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import final
@@ -20,22 +24,18 @@ import outcome
 import trio
 
 from agentik._errors import DuplicateKeyError, StoreError
-from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
 from agentik._messages import Message, Role, TokenStats
 from agentik._parts import Part, TextPart, blob_hash
 from agentik._sync import Pending
 from agentik.storage._archive import (
-    ArchivedApproval,
-    ArchivedFailure,
-    ArchivedMessage,
-    ArchivedNote,
-    ArchivedOutput,
     ArchivedReflection,
-    ArchivedSummary,
     ArchiveRecord,
 )
 from agentik.storage._archive_rules import check_archive
 from agentik.storage._common import Clock, check_at_least, to_micros, utc_now
+from agentik.storage._in_memory_conversation import Conversation, restored
+from agentik.storage._in_memory_notes import InMemoryReflectionStore, InMemoryWorkingMemoryStore
+from agentik.storage._in_memory_skills import InMemorySkillStore
 from agentik.storage._protocols import DEFAULT_PAGE_SIZE, Storage
 from agentik.storage._secrets import InMemorySecretStore
 from agentik.storage._values import (
@@ -45,41 +45,6 @@ from agentik.storage._values import (
     Summary,
     TurnRecord,
 )
-
-
-@attrs.define
-class _Conversation:
-    messages: builtins.list[Message] = attrs.Factory(list)
-    """``messages[i]`` has ``seq == i + 1``."""
-    keys: dict[str, int] = attrs.Factory(dict)
-    """Idempotency key -> seq."""
-    keyed: builtins.list[tuple[int, str]] = attrs.Factory(list)
-    """``(seq, key)`` in seq order (appends only grow it): bisected for a page."""
-    approvals: dict[tuple[int, str], Approval] = attrs.Factory(dict)
-    """``(seq, call id)`` -> its approval, in the order they were recorded."""
-    approval_times: dict[tuple[int, str], tuple[datetime, datetime | None]] = attrs.Factory(dict)
-    """``(seq, call id)`` -> when it was asked and decided (for export)."""
-    failures: dict[int, tuple[str, datetime]] = attrs.Factory(dict)
-    """Seq of a failed turn's user message -> its code and when it was recorded."""
-    outputs: dict[int, datetime] = attrs.Factory(dict)
-    """Seqs of the user messages of turns that answered with a typed output."""
-    summaries: builtins.list[Summary] = attrs.Factory(list)
-    """Oldest first; each covers more than the one before."""
-    blobs: set[str] = attrs.Factory(set)
-    """Hashes of the blobs its messages' parts hold (``InMemoryMessageStore._blobs``)."""
-
-    def interrupted(self) -> bool:
-        """Whether the last turn is interrupted (``interrupted_conversations``)."""
-        messages = self.messages
-        last = messages[-1] if messages else None
-        if last is None or (last.role is Role.ASSISTANT and not last.tool_calls):
-            return False
-        start = next((m.seq for m in reversed(messages) if m.role is Role.USER), None)
-        if start is None or start in self.failures:
-            return False
-        return not any(
-            at > start and approval.approved is None for (at, _), approval in self.approvals.items()
-        )
 
 
 @final
@@ -93,7 +58,7 @@ class InMemoryMessageStore:
         notes: InMemoryWorkingMemoryStore | None = None,
         reflections: InMemoryReflectionStore | None = None,
     ) -> None:
-        self._conversations: dict[str, _Conversation] = {}
+        self._conversations: dict[str, Conversation] = {}
         self._blobs: dict[str, tuple[bytes, set[str]]] = {}
         """Hash -> a part's inline data, kept once, and the conversations using it."""
         self._clock = clock
@@ -130,7 +95,7 @@ class InMemoryMessageStore:
                 pending.set(outcome.Error(_duplicate(conversation_id, idempotency_key, seq)))
                 return pending
         if conversation is None:
-            conversation = self._conversations[conversation_id] = _Conversation()
+            conversation = self._conversations[conversation_id] = Conversation()
         parts = message.parts
         # Positional, not ``attrs.evolve`` (several times dearer, once per message);
         # a test pins Message's field order.
@@ -151,7 +116,7 @@ class InMemoryMessageStore:
         return Pending.completed(stored)
 
     def _keep_blobs(
-        self, conversation_id: str, conversation: _Conversation, parts: Sequence[Part]
+        self, conversation_id: str, conversation: Conversation, parts: Sequence[Part]
     ) -> tuple[Part, ...]:
         """``parts`` holding the store's one copy of each inline data."""
         kept: builtins.list[Part] = []
@@ -166,7 +131,7 @@ class InMemoryMessageStore:
             kept.append(part if stored is part.data else attrs.evolve(part, data=stored))
         return tuple(kept)
 
-    def _drop_blobs(self, conversation_id: str, conversation: _Conversation) -> None:
+    def _drop_blobs(self, conversation_id: str, conversation: Conversation) -> None:
         for key in conversation.blobs:
             _, users = self._blobs[key]
             users.discard(conversation_id)
@@ -242,17 +207,7 @@ class InMemoryMessageStore:
         check_at_least("limit", limit, 0)
         await trio.lowlevel.checkpoint()
         conversation = self._conversations.get(conversation_id)
-        if conversation is None:
-            return []
-        keyed = sorted(
-            (
-                (seq, key)
-                for key, seq in conversation.keys.items()
-                if before_seq is None or seq < before_seq
-            ),
-            reverse=True,
-        )
-        return keyed[:limit]
+        return [] if conversation is None else conversation.keys_before(before_seq)[:limit]
 
     async def list_keyed_turns(
         self,
@@ -269,21 +224,7 @@ class InMemoryMessageStore:
         conversation = self._conversations.get(conversation_id)
         if conversation is None:
             return []
-        keyed, messages = conversation.keyed, conversation.messages
-        position = len(keyed) if before_seq is None else bisect_left(keyed, (before_seq,))
-        turns: builtins.list[KeyedTurn] = []
-        while position > 0 and len(turns) < limit:
-            position -= 1
-            seq, key = keyed[position]
-            if not key.endswith(key_suffix):
-                continue
-            turn = [messages[seq - 1]]
-            for message in messages[seq : seq - 1 + max_messages]:
-                if message.role is Role.USER:
-                    break
-                turn.append(message)
-            turns.append(KeyedTurn(key=key, messages=tuple(turn)))
-        return turns
+        return conversation.keyed_turns(before_seq, limit, key_suffix, max_messages)
 
     async def count_idempotency_keys(self, conversation_id: str, *, key_suffix: str = "") -> int:
         await trio.lowlevel.checkpoint()
@@ -423,9 +364,8 @@ class InMemoryMessageStore:
         await trio.lowlevel.checkpoint()
         conversation = self._conversations.get(conversation_id)
         if conversation is not None:
-            keys = {seq: key for key, seq in conversation.keys.items()}
-            for message in builtins.list(conversation.messages):
-                yield ArchivedMessage(message=message, idempotency_key=keys.get(message.seq or 0))
+            for message in conversation.archived_messages():
+                yield message
         if self._notes is not None:
             for note in self._notes._of(conversation_id):
                 yield note
@@ -433,16 +373,8 @@ class InMemoryMessageStore:
             for reflection in await self._reflections.list_for_conversation(conversation_id):
                 yield ArchivedReflection(reflection=reflection)
         if conversation is not None:
-            # By seq; a message's approvals stay in the order they were recorded.
-            for key, approval in sorted(conversation.approvals.items(), key=_seq_of):
-                asked, decided = conversation.approval_times[key]
-                yield ArchivedApproval(approval=approval, created_at=asked, decided_at=decided)
-            for seq, (code, at) in sorted(conversation.failures.items()):
-                yield ArchivedFailure(seq=seq, code=code, created_at=at)
-            for seq, at in sorted(conversation.outputs.items()):
-                yield ArchivedOutput(seq=seq, created_at=at)
-            for summary in builtins.list(conversation.summaries):
-                yield ArchivedSummary(summary=summary)
+            for record in conversation.archived_ledger():
+                yield record
 
     async def import_conversation(
         self, conversation_id: str, records: Sequence[ArchiveRecord]
@@ -454,37 +386,7 @@ class InMemoryMessageStore:
             raise StoreError(
                 f"conversation {conversation_id!r} already holds data; delete it before importing"
             )
-        conversation = _Conversation()
-        notes: builtins.list[ArchivedNote] = []
-        reflections: builtins.list[Reflection] = []
-        for record in records:
-            if isinstance(record, ArchivedMessage):
-                message = record.message
-                expected = len(conversation.messages) + 1
-                if message.seq != expected or message.created_at is None:
-                    raise StoreError(_bad_seq(message.seq, expected))
-                conversation.messages.append(message)  # its blobs are kept once it all checks
-                key = record.idempotency_key
-                if key is not None:
-                    if key in conversation.keys:
-                        raise StoreError(f"idempotency key {key!r} appears twice")
-                    conversation.keys[key] = expected
-                    conversation.keyed.append((expected, key))
-            elif isinstance(record, ArchivedNote):
-                notes.append(record)
-            elif isinstance(record, ArchivedReflection):
-                reflections.append(record.reflection)
-            elif isinstance(record, ArchivedApproval):
-                at = (record.approval.seq, record.approval.call_id)
-                conversation.approvals[at] = record.approval
-                conversation.approval_times[at] = (record.created_at, record.decided_at)
-            elif isinstance(record, ArchivedFailure):
-                conversation.failures[record.seq] = (record.code, record.created_at)
-            elif isinstance(record, ArchivedOutput):
-                conversation.outputs[record.seq] = record.created_at
-            else:
-                conversation.summaries.append(record.summary)
-        _check_summaries(conversation.summaries, len(conversation.messages))
+        conversation, notes, reflections = restored(records)
         if conversation.messages:
             conversation.messages[:] = [
                 attrs.evolve(m, parts=self._keep_blobs(conversation_id, conversation, m.parts))
@@ -558,28 +460,6 @@ class InMemoryMessageStore:
         return later[:limit]
 
 
-def _seq_of(item: tuple[tuple[int, str], Approval]) -> int:
-    return item[0][0]
-
-
-def _check_summaries(summaries: Sequence[Summary], messages: int) -> None:
-    """An imported chain: each summary covers more than the one before, and
-    only messages the conversation has."""
-    covered = 0
-    for summary in summaries:
-        if not covered < summary.through_seq <= messages or summary.created_at is None:
-            raise StoreError(
-                f"an imported summary through seq {summary.through_seq} must cover more"
-                f" than the one before (through seq {covered}) and at most the"
-                f" {messages} messages"
-            )
-        covered = summary.through_seq
-
-
-def _bad_seq(seq: int | None, expected: int) -> str:
-    return f"imported messages must have seqs 1, 2, 3 … in order: expected {expected}, got {seq}"
-
-
 def _awaiting_error(call_ids: Sequence[str], unknown: Sequence[str]) -> str:
     if unknown:
         return f"calls {builtins.list(unknown)!r} are not tool calls of the message"
@@ -598,212 +478,6 @@ def _duplicate(conversation_id: str, key: str, seq: int) -> DuplicateKeyError:
         f"idempotency key {key!r} was already used in conversation {conversation_id!r}"
         f" (message seq {seq})"
     )
-
-
-@attrs.define
-class _Note:
-    entry: MemoryEntry
-    archived: bool = False
-
-
-@final
-class InMemoryWorkingMemoryStore:
-    """Notes kept in one dict by id; ids count up from 1 across conversations."""
-
-    def __init__(self, clock: Clock = utc_now) -> None:
-        self._notes: dict[int, _Note] = {}
-        self._last_id = 0
-        self._clock = clock
-
-    async def append(self, conversation_id: str, text: str) -> MemoryEntry:
-        await trio.lowlevel.checkpoint()
-        return self._add(conversation_id, text, self._clock())
-
-    async def list(self, conversation_id: str) -> builtins.list[MemoryEntry]:
-        await trio.lowlevel.checkpoint()
-        return self._active_of(conversation_id)
-
-    def _active_of(self, conversation_id: str) -> builtins.list[MemoryEntry]:
-        return [
-            note.entry
-            for note in self._notes.values()
-            if not note.archived and note.entry.conversation_id == conversation_id
-        ]
-
-    async def list_archived(
-        self, conversation_id: str, *, after_id: int = 0, limit: int = 100
-    ) -> builtins.list[MemoryEntry]:
-        await trio.lowlevel.checkpoint()
-        archived = [
-            note.entry
-            for note in self._notes.values()
-            if note.archived
-            and note.entry.conversation_id == conversation_id
-            and note.entry.id > after_id
-        ]
-        return archived[:limit]
-
-    async def compact(
-        self, conversation_id: str, entry_ids: Sequence[int], summary: str
-    ) -> MemoryEntry:
-        await trio.lowlevel.checkpoint()
-        now = self._clock()
-        wanted = set(entry_ids)
-        active = self._active(conversation_id, wanted)
-        missing = sorted(wanted - {note.entry.id for note in active})
-        if missing:
-            raise StoreError(
-                f"memory entries {missing} are not active entries of conversation"
-                f" {conversation_id!r}; nothing was compacted"
-            )
-        for note in active:
-            note.archived = True
-        return self._add(conversation_id, summary, now)
-
-    async def archive(self, conversation_id: str, entry_ids: Sequence[int]) -> int:
-        await trio.lowlevel.checkpoint()
-        self._clock()  # every write reads the clock once, as the SQLite writer does per batch
-        active = self._active(conversation_id, set(entry_ids))
-        for note in active:
-            note.archived = True
-        return len(active)
-
-    def _active(self, conversation_id: str, ids: set[int]) -> builtins.list[_Note]:
-        notes = (self._notes.get(i) for i in ids)
-        return [
-            note
-            for note in notes
-            if note is not None
-            and not note.archived
-            and note.entry.conversation_id == conversation_id
-        ]
-
-    def _add(self, conversation_id: str, text: str, now: datetime) -> MemoryEntry:
-        self._last_id += 1
-        entry = MemoryEntry(
-            id=self._last_id, conversation_id=conversation_id, text=text, created_at=now
-        )
-        self._notes[entry.id] = _Note(entry)
-        return entry
-
-    def _of(self, conversation_id: str) -> builtins.list[ArchivedNote]:
-        """The conversation's notes, archived ones too, oldest first."""
-        return [
-            ArchivedNote(entry=note.entry, archived=note.archived)
-            for note in self._notes.values()
-            if note.entry.conversation_id == conversation_id
-        ]
-
-    def _drop(self, conversation_id: str) -> bool:
-        mine = [i for i, n in self._notes.items() if n.entry.conversation_id == conversation_id]
-        for note_id in mine:
-            del self._notes[note_id]
-        return bool(mine)
-
-    def _restore(self, conversation_id: str, notes: Sequence[ArchivedNote]) -> None:
-        """Add ``notes`` with new ids, keeping their order, text, times and flags."""
-        for note in notes:
-            entry = self._add(conversation_id, note.entry.text, note.entry.created_at)
-            self._notes[entry.id].archived = note.archived
-
-
-@final
-class InMemoryReflectionStore:
-    """Reflections in insertion order; ids count up from 1 and are never reused."""
-
-    def __init__(self, clock: Clock = utc_now) -> None:
-        self._reflections: dict[int, Reflection] = {}
-        self._last_id = 0
-        self._clock = clock
-
-    async def insert(self, conversation_id: str, text: str) -> Reflection:
-        await trio.lowlevel.checkpoint()
-        now = self._clock()
-        self._last_id += 1
-        reflection = Reflection(
-            id=self._last_id, conversation_id=conversation_id, text=text, created_at=now
-        )
-        self._reflections[reflection.id] = reflection
-        return reflection
-
-    async def list_recent(self, limit: int) -> builtins.list[Reflection]:
-        check_at_least("limit", limit, 0)
-        await trio.lowlevel.checkpoint()
-        newest_first = sorted(
-            self._reflections.values(), key=lambda r: (r.created_at, r.id), reverse=True
-        )
-        return newest_first[:limit]
-
-    async def count(self) -> int:
-        await trio.lowlevel.checkpoint()
-        return len(self._reflections)
-
-    async def list_for_conversation(self, conversation_id: str) -> builtins.list[Reflection]:
-        await trio.lowlevel.checkpoint()
-        mine = [r for r in self._reflections.values() if r.conversation_id == conversation_id]
-        return sorted(mine, key=lambda r: (r.created_at, r.id))
-
-    async def delete_older_than(self, cutoff: datetime) -> int:
-        cutoff_micros = to_micros(cutoff)
-        await trio.lowlevel.checkpoint()
-        self._clock()
-        old = [i for i, r in self._reflections.items() if to_micros(r.created_at) < cutoff_micros]
-        for reflection_id in old:
-            del self._reflections[reflection_id]
-        return len(old)
-
-    def _drop(self, conversation_id: str) -> bool:
-        mine = [i for i, r in self._reflections.items() if r.conversation_id == conversation_id]
-        for reflection_id in mine:
-            del self._reflections[reflection_id]
-        return bool(mine)
-
-    def _restore(self, conversation_id: str, reflections: Sequence[Reflection]) -> None:
-        """Add ``reflections`` with new ids, keeping their order, text and times."""
-        for reflection in reflections:
-            self._last_id += 1
-            self._reflections[self._last_id] = attrs.evolve(
-                reflection, id=self._last_id, conversation_id=conversation_id
-            )
-
-
-@final
-class InMemorySkillStore:
-    """Skills in a dict by name."""
-
-    def __init__(self, clock: Clock = utc_now) -> None:
-        self._skills: dict[str, Skill] = {}
-        self._clock = clock
-
-    async def catalog(self) -> builtins.list[SkillSummary]:
-        await trio.lowlevel.checkpoint()
-        return [SkillSummary(name=s.name, description=s.description) for s in self._sorted()]
-
-    async def upsert(self, skill: Skill) -> Skill:
-        await trio.lowlevel.checkpoint()
-        stored = attrs.evolve(skill, updated_at=self._clock())
-        self._skills[skill.name] = stored
-        return stored
-
-    async def remove(self, name: str) -> bool:
-        await trio.lowlevel.checkpoint()
-        self._clock()
-        return self._skills.pop(name, None) is not None
-
-    async def exists(self, name: str) -> bool:
-        await trio.lowlevel.checkpoint()
-        return name in self._skills
-
-    async def all(self) -> builtins.list[Skill]:
-        await trio.lowlevel.checkpoint()
-        return self._sorted()
-
-    async def get(self, name: str) -> Skill | None:
-        await trio.lowlevel.checkpoint()
-        return self._skills.get(name)
-
-    def _sorted(self) -> builtins.list[Skill]:
-        return [self._skills[name] for name in sorted(self._skills)]
 
 
 def in_memory_storage(*, clock: Clock = utc_now) -> Storage:

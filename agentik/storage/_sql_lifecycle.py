@@ -32,6 +32,7 @@ from agentik.storage._archive import (
     ArchivedSummary,
     ArchiveRecord,
 )
+from agentik.storage._archive_rules import check_summaries
 from agentik.storage._common import from_micros
 from agentik.storage._dialect import SqlSession
 from agentik.storage._rows import MessageRow, tool_calls_json
@@ -344,15 +345,9 @@ class SqlQueries(TurnQueries[C]):
                 )
             else:
                 summaries.append(record.summary)
-        covered = 0
+        check_summaries(summaries, messages)
         for summary in summaries:
-            if not covered < summary.through_seq <= messages or summary.created_at is None:
-                raise StoreError(
-                    f"an imported summary through seq {summary.through_seq} must cover more"
-                    f" than the one before (through seq {covered}) and at most the"
-                    f" {messages} messages"
-                )
-            covered = summary.through_seq
+            assert summary.created_at is not None  # check_summaries says so
             d.changed(
                 connection,
                 d.sql(

@@ -16,7 +16,7 @@ import trio.testing
 from agentik._errors import ModelBackendError
 from agentik._messages import Message, Role
 from agentik.models import FifoGate, ModelRequest, OpenAICompatibleModel
-from agentik.models._openai_compat import SHARD_CONNECTIONS
+from agentik.models._pools import SHARD_CONNECTIONS
 from tests.models.chat_server import ChatServer, Hang, Held, Json, Sse, chunk, completion
 
 

@@ -27,9 +27,11 @@ from hypothesis import strategies as st
 from agentik import Message, Role, ToolCall
 from agentik.server._owners import DEFAULT_CALLER
 from agentik.server.a2a import _tasks as _a2a_tasks
+from agentik.server.a2a._answers import parse_decisions
 from agentik.server.a2a._ledger import TaskLedger
 from agentik.server.a2a._list import Query, context_page, parse_timestamp
-from agentik.server.a2a._rpc import A2AError, SendParams, make_task_id, parse_decisions
+from agentik.server.a2a._rpc import A2AError, make_task_id
+from agentik.server.a2a._send import SendParams
 from agentik.storage import in_memory_storage
 from tests.reliability.helpers import check_history, history
 from tests.server.a2a_support import A2A_1, GUARD_SECONDS, PAID, Served, serving

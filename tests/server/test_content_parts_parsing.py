@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentik import FilePart, ImagePart
-from agentik.server.a2a._rpc import parse_send
+from agentik.server.a2a._send import parse_send
 from agentik.server.agui._input import parse_run_input
 from agentik.server.http import HttpError
 from agentik.server.native._wire import parse_turn_request

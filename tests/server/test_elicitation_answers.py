@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentik.agent import ElicitationRequest
-from agentik.server.a2a._rpc import A2AError, SendParams, parse_elicitation_answer
+from agentik.server.a2a._answers import parse_elicitation_answer
+from agentik.server.a2a._rpc import A2AError
+from agentik.server.a2a._send import SendParams
 from agentik.server.http._errors import HttpError
 from agentik.server.native._wire import parse_elicitation_answer as parse_native
 

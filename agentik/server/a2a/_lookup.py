@@ -15,18 +15,14 @@ import attrs
 from agentik._messages import Message
 from agentik.agent import ChatAgent, ElicitationRequest
 from agentik.server._owners import Caller
+from agentik.server.a2a._answers import Decision
 from agentik.server.a2a._ledger import TaskKey, TaskLedger
 from agentik.server.a2a._list import (
     MAX_TURN_MESSAGES,
     will_resume,
 )
-from agentik.server.a2a._rpc import (
-    Decision,
-    SendParams,
-    context_of,
-    task_not_found,
-    valid_context_id,
-)
+from agentik.server.a2a._rpc import context_of, task_not_found, valid_context_id
+from agentik.server.a2a._send import SendParams
 from agentik.server.a2a._tasks import (
     Run,
     now,

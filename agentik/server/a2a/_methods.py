@@ -25,6 +25,7 @@ from agentik.server._context import ServerContext
 from agentik.server._decisions import log_decision
 from agentik.server._owners import Caller
 from agentik.server._turns import claim_here, open_stream, to_http_error
+from agentik.server.a2a._answers import Decision, parse_decisions, parse_elicitation_answer
 from agentik.server.a2a._ledger import TaskLedger
 from agentik.server.a2a._list import (
     context_page,
@@ -35,18 +36,14 @@ from agentik.server.a2a._list import (
 from agentik.server.a2a._lookup import TaskLookup
 from agentik.server.a2a._rpc import (
     A2AError,
-    Decision,
     RpcCall,
-    SendParams,
     history_length,
     invalid_params,
-    parse_decisions,
-    parse_elicitation_answer,
-    parse_send,
     rpc_error,
     rpc_result,
     task_id_param,
 )
+from agentik.server.a2a._send import SendParams, parse_send
 from agentik.server.a2a._tasks import (
     Recheck,
     Run,

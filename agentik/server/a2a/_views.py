@@ -22,15 +22,9 @@ from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, ToolCall
 from agentik._parts import FilePart, Part, TextPart
 from agentik.agent import SUPERSEDED_REASON, ElicitationRequest
-from agentik.server.a2a._rpc import (
-    A2A_VERSION,
-    HOW_TO_ANSWER,
-    HOW_TO_DECIDE,
-    A2AError,
-    Decision,
-    SendParams,
-    parse_decisions,
-)
+from agentik.server.a2a._answers import HOW_TO_ANSWER, HOW_TO_DECIDE, Decision, parse_decisions
+from agentik.server.a2a._rpc import A2A_VERSION, A2AError
+from agentik.server.a2a._send import SendParams
 from agentik.storage import TurnRecord
 
 TERMINAL = frozenset(
