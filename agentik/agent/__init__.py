@@ -45,7 +45,7 @@ from agentik.agent._prompt import WorkingMemorySection as WorkingMemorySection
 from agentik.agent._runtime import ToolsetSource as ToolsetSource
 from agentik.agent._stats import AgentStats as AgentStats
 from agentik.agent._stats import Histogram as Histogram
-from agentik.agent._turn_machine import SUPERSEDED_REASON as SUPERSEDED_REASON
+from agentik.agent._turn_events import SUPERSEDED_REASON as SUPERSEDED_REASON
 from agentik.models import TextDelta as TextDelta
 from agentik.models import ToolCallDelta as ToolCallDelta
 

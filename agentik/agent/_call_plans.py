@@ -19,7 +19,7 @@ from agentik._json import JsonObject
 from agentik._messages import ToolCall
 from agentik.agent._failures import describe, message_of
 from agentik.agent._request import NONE_ACTIVE
-from agentik.agent._turn_machine import CallPlan, PolicyAnswer
+from agentik.agent._turn_events import CallPlan, PolicyAnswer
 from agentik.toolsets import Error, NamedTool, ToolsetIndex, parse_arguments
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ changes nothing."""
 
 from __future__ import annotations
 
-from agentik.agent._turn_machine import Decided
+from agentik.agent._turn_events import Decided
 from agentik.storage import Storage
 
 MAX_CONVERSATION_ID = 256

@@ -72,7 +72,7 @@ from agentik.agent._requests import (
 )
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
-from agentik.agent._turn_machine import INTERRUPTED, Decided, TurnState, TurnStateError
+from agentik.agent._turn_events import INTERRUPTED, Decided, TurnState, TurnStateError
 from agentik.models import current_fairness_key
 from agentik.storage import Storage, Summary, TurnRecord
 from agentik.toolsets import ToolsetActivation

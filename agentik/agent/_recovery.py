@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._events import TurnResult
-from agentik.agent._turn_machine import CallPlan, Resume
+from agentik.agent._turn_events import CallPlan, Resume
 from agentik.storage import TurnRecord
 
 

@@ -32,7 +32,7 @@ import trio
 from agentik._parts import Part
 from agentik._sync import Pending
 from agentik.agent._events import TurnEvent, TurnResult
-from agentik.agent._turn_machine import Decided
+from agentik.agent._turn_events import Decided
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

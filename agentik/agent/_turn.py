@@ -70,15 +70,8 @@ from agentik.agent._turn_actions import (
     TurnAction,
 )
 from agentik.agent._turn_errors import stop_of
-from agentik.agent._turn_machine import (
-    Begin,
-    CallPlan,
-    Failure,
-    ModelAnswered,
-    ToolDone,
-    TurnMachine,
-    TurnState,
-)
+from agentik.agent._turn_events import Begin, CallPlan, Failure, ModelAnswered, ToolDone, TurnState
+from agentik.agent._turn_machine import TurnMachine
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
 from agentik.models import structured_output_of

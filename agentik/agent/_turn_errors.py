@@ -12,7 +12,7 @@ import trio
 
 from agentik._errors import AgentikError, StoreError, TurnError
 from agentik.agent._failures import describe, message_of
-from agentik.agent._turn_machine import FAILURE_CODES, Failure, Stop
+from agentik.agent._turn_events import FAILURE_CODES, Failure, Stop
 
 
 def failure_of(error: BaseException | None) -> Failure:

@@ -21,7 +21,7 @@ from agentik._messages import Message, Role, ToolCall
 from agentik.agent._failures import message_of
 from agentik.agent._recovery import open_calls
 from agentik.agent._turn_actions import Record, RecordDecision
-from agentik.agent._turn_machine import INTERRUPTED, STOPPED
+from agentik.agent._turn_events import INTERRUPTED, STOPPED
 from agentik.storage import FullMessageStore
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from agentik import (
     open_chat_agent,
 )
 from agentik.agent import TurnFailed
-from agentik.agent._turn_machine import STOPPED
+from agentik.agent._turn_events import STOPPED
 from agentik.models import ScriptedModel
 from agentik.storage import StorageBundle
 from tests.agent.helpers import assert_valid_history, call, stored

@@ -26,7 +26,7 @@ from agentik import (
     open_chat_agent,
 )
 from agentik.agent._optional_work import OPTIONAL_WORK_GRACE
-from agentik.agent._turn_machine import INTERRUPTED
+from agentik.agent._turn_events import INTERRUPTED
 from agentik.models import ScriptedModel
 from agentik.storage import StorageBundle
 from tests.agent.helpers import assert_valid_history, call, stored

@@ -27,7 +27,7 @@ from agentik import (
     tool,
 )
 from agentik.agent import ToolCallFinished, ToolCallStarted, TurnFinished
-from agentik.agent._turn_machine import STOPPED
+from agentik.agent._turn_events import STOPPED
 from agentik.models import ScriptedModel
 from agentik.storage import in_memory_storage
 from agentik.toolsets import ToolsetContribution

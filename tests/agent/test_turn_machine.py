@@ -30,11 +30,10 @@ from agentik.agent._turn_actions import (
     RunTool,
     TurnAction,
 )
-from agentik.agent._turn_machine import (
+from agentik.agent._turn_events import (
     FAILURE_CODES,
     INTERRUPTED,
     STOPPED,
-    TRANSITIONS,
     Begin,
     CallPlan,
     Decided,
@@ -46,11 +45,11 @@ from agentik.agent._turn_machine import (
     Stop,
     Superseded,
     ToolDone,
-    TurnMachine,
     TurnState,
     TurnStateError,
     denied,
 )
+from agentik.agent._turn_machine import TRANSITIONS, TurnMachine
 
 
 def call(i: int | str, name: str = "t") -> ToolCall:

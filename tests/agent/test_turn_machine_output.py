@@ -9,13 +9,8 @@ from hypothesis import strategies as st
 
 from agentik._messages import Message, Role
 from agentik.agent._turn_actions import AskAgain, CallModel, Fail, Finish, TurnAction
-from agentik.agent._turn_machine import (
-    INVALID_OUTPUT,
-    ModelAnswered,
-    TurnMachine,
-    TurnState,
-    output_feedback,
-)
+from agentik.agent._turn_events import INVALID_OUTPUT, ModelAnswered, TurnState, output_feedback
+from agentik.agent._turn_machine import TurnMachine
 
 
 def answered(text: str, invalid: str | None = None) -> ModelAnswered:

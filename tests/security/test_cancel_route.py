@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx2
 import trio
 
-from agentik.agent._turn_machine import STOPPED
+from agentik.agent._turn_events import STOPPED
 from tests.security.conftest import LEGACY, TOKENS, Server
 
 ALICE, BOB = TOKENS["alice"], TOKENS["bob"]

@@ -9,7 +9,7 @@ import h11
 import httpx2
 import trio
 
-from agentik.agent._turn_machine import INTERRUPTED
+from agentik.agent._turn_events import INTERRUPTED
 from agentik.server import Limits
 from agentik.storage import open_sqlite_storage
 from tests.server.conftest import start_server
