@@ -457,7 +457,7 @@ class A2AToolset:
 
     def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
         """The questions this agent's running tasks ask in the conversation."""
-        return self._questions.pending(conversation_id)
+        return self._questions.open.pending(conversation_id)
 
     def answer_elicitation(
         self,
@@ -468,7 +468,7 @@ class A2AToolset:
         content: JsonObject | None,
     ) -> bool:
         """Answer one of this agent's questions (True), or False if it is not one of them."""
-        return self._questions.answer(
+        return self._questions.open.answer(
             conversation_id, elicitation_id, action=action, content=content
         )
 

@@ -22,6 +22,7 @@ from agentik.agent._context import ContextPolicy as ContextPolicy
 from agentik.agent._elicitation import ElicitationAction as ElicitationAction
 from agentik.agent._elicitation import ElicitationError as ElicitationError
 from agentik.agent._elicitation import ElicitationRequest as ElicitationRequest
+from agentik.agent._elicitation import OpenQuestions as OpenQuestions
 from agentik.agent._elicitation import current_tool_call as current_tool_call
 from agentik.agent._elicitation import form_answer as form_answer
 from agentik.agent._events import ApprovalRequest as ApprovalRequest
@@ -66,6 +67,7 @@ __all__ = [
     "ElicitationRequest",
     "Histogram",
     "ImageDescriber",
+    "OpenQuestions",
     "PromptContext",
     "ReflectionsSection",
     "SkillsCatalog",

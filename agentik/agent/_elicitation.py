@@ -17,8 +17,10 @@ tool's slowness).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Literal, Protocol, final, runtime_checkable
 
 import attrs
@@ -142,3 +144,86 @@ def form_answer(schema: JsonObject, content: JsonObject | None) -> JsonObject:
             f"the question's schema is invalid: {error.message}", code="invalid"
         ) from None
     return answer
+
+
+@attrs.define(eq=False)
+class AskedQuestion:
+    """A question waiting for its person: the answer, once ``answered`` is set
+    (``action`` None: no answer came)."""
+
+    request: ElicitationRequest
+    answered: trio.Event = attrs.Factory(trio.Event)
+    action: ElicitationAction | None = None
+    content: JsonObject | None = None
+    """A form question's accepted answer, its defaults filled in and checked
+    (``form_answer``); None otherwise."""
+
+
+@final
+class OpenQuestions:
+    """The questions one source's running calls put to people now, by id (an MCP
+    server's, a remote A2A agent's). Only a call's own task waits on one
+    (``waiting``); an answer comes from another task (``answer``), and the first
+    answer stands."""
+
+    def __init__(self) -> None:
+        self._asked: dict[str, AskedQuestion] = {}
+
+    @contextlib.contextmanager
+    def waiting(
+        self, request: ElicitationRequest, scopes: Sequence[trio.CancelScope]
+    ) -> Iterator[AskedQuestion]:
+        """While the block runs the question is open and the calls' timeouts
+        (``scopes``) stand still: a person's pause is not the tool's slowness
+        (the question's own timeout bounds the pause)."""
+        asked = AskedQuestion(request)
+        self._asked[request.id] = asked
+        now = trio.current_time()
+        paused = [(scope, scope.deadline - now) for scope in scopes]
+        for scope, _ in paused:
+            scope.deadline = math.inf
+        try:
+            yield asked
+        finally:
+            del self._asked[request.id]
+            now = trio.current_time()
+            for scope, left in paused:
+                scope.deadline = now + left
+
+    def pending(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
+        """The open questions in the conversation."""
+        return tuple(
+            a.request for a in self._asked.values() if a.request.conversation_id == conversation_id
+        )
+
+    def answer(
+        self,
+        conversation_id: str,
+        elicitation_id: str,
+        *,
+        action: ElicitationAction,
+        content: JsonObject | None,
+    ) -> bool:
+        """Answer one of the open questions (True), or False if it is not one of
+        them. A form question's accepted content gets its defaults and is checked
+        (``form_answer``); a URL question takes no content.
+
+        Raises:
+            ElicitationError: ``invalid``: an unknown action, or content that does
+                not match the question's schema; nothing changes.
+        """
+        asked = self._asked.get(elicitation_id)
+        if asked is None or asked.request.conversation_id != conversation_id:
+            return False
+        if asked.answered.is_set():
+            return True  # answered twice: the first answer stands
+        if action == "accept":
+            if asked.request.url is None:
+                asked.content = form_answer(asked.request.schema, content)
+        elif action not in ("decline", "cancel"):
+            raise ElicitationError(
+                f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
+            )
+        asked.action = action
+        asked.answered.set()
+        return True

@@ -11,12 +11,10 @@ and the first answer stands.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
-import math
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import NoReturn, final
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
@@ -25,14 +23,7 @@ import mcp.types as mt
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from agentik._json import JsonObject
-from agentik.agent import (
-    ElicitationAction,
-    ElicitationError,
-    ElicitationRequest,
-    current_tool_call,
-    form_answer,
-)
+from agentik.agent import ElicitationAction, ElicitationRequest, OpenQuestions, current_tool_call
 from agentik.mcp._auth import LoginError, LoginRequired, StepUpRefused, receive_redirect
 from agentik.mcp._credentials import McpCredentials
 from agentik.mcp._naming import one_line
@@ -50,13 +41,6 @@ class InFlight:
     announce: Callable[[ElicitationRequest], Awaitable[None]] | None = None
     refusal: str | None = None
     """Why a step-up authorization for this call did not happen (its error result)."""
-
-
-@attrs.define(eq=False)
-class _Question:
-    request: ElicitationRequest
-    answered: trio.Event = attrs.field(factory=trio.Event)
-    result: mt.ElicitResult | None = None
 
 
 current_call: contextvars.ContextVar[InFlight | None] = contextvars.ContextVar(
@@ -80,43 +64,8 @@ class Asking:
         """``elicitation_timeout``: how long a question waits for its answer."""
         self.in_flight: list[InFlight] = []
         """The calls waiting on the server now (``McpToolset`` adds and removes them)."""
-        self._questions: dict[str, _Question] = {}
-
-    def pending(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
-        """The questions the server's running calls ask in the conversation."""
-        return tuple(
-            q.request
-            for q in self._questions.values()
-            if q.request.conversation_id == conversation_id
-        )
-
-    def answer(
-        self,
-        conversation_id: str,
-        elicitation_id: str,
-        *,
-        action: ElicitationAction,
-        content: JsonObject | None,
-    ) -> bool:
-        """Answer one of the server's questions (True), or False if it is not one of them."""
-        question = self._questions.get(elicitation_id)
-        if question is None or question.request.conversation_id != conversation_id:
-            return False
-        if question.answered.is_set():
-            return True  # answered twice: the first answer stands
-        if question.request.url is not None and action in ("accept", "decline", "cancel"):
-            question.result = mt.ElicitResult(action=action)  # nothing to fill in
-        elif action == "accept":
-            answer = form_answer(question.request.schema, content)
-            question.result = mt.ElicitResult(action="accept", content=answer)  # type: ignore[arg-type]
-        elif action in ("decline", "cancel"):
-            question.result = mt.ElicitResult(action=action)
-        else:
-            raise ElicitationError(
-                f"action must be 'accept', 'decline' or 'cancel', got {action!r}", code="invalid"
-            )
-        question.answered.set()
-        return True
+        self.open = OpenQuestions()
+        """The questions waiting now (``pending_elicitations``, ``answer_elicitation``)."""
 
     async def elicit(
         self, context: object, params: mt.ElicitRequestParams
@@ -153,34 +102,15 @@ class Asking:
             conversation,
             one_line(request.message),
         )
-        question = _Question(request)
-        with trio.move_on_after(self._timeout), self._waiting(question, scopes):
+        with trio.move_on_after(self._timeout), self.open.waiting(request, scopes) as asked:
             for announce in announcers:
                 if announce is not None:  # the turn streams: tell its client
                     await announce(request)
-            await question.answered.wait()
-        if question.result is None:
+            await asked.answered.wait()
+        if asked.action is None:
             logger.info("mcp server %r: no answer in time, declined", self._name())
             return mt.ElicitResult(action="decline")
-        return question.result
-
-    @contextlib.contextmanager
-    def _waiting(self, question: _Question, scopes: list[trio.CancelScope]) -> Iterator[None]:
-        """While the block runs, ``question`` is pending and the call's timeouts stand
-        still: a person's pause is not the tool's slowness (the question's own
-        timeout bounds the pause)."""
-        self._questions[question.request.id] = question
-        now = trio.current_time()
-        paused = [(scope, scope.deadline - now) for scope in scopes]
-        for scope, _ in paused:
-            scope.deadline = math.inf
-        try:
-            yield
-        finally:
-            del self._questions[question.request.id]
-            now = trio.current_time()
-            for scope, left in paused:
-                scope.deadline = now + left
+        return mt.ElicitResult(action=asked.action, content=asked.content)  # type: ignore[arg-type]
 
     async def ask_person(self, url: str) -> AuthorizationCodeResult:
         """A step-up authorization in a tool call: ask the conversation's person to open
@@ -218,15 +148,16 @@ class Asking:
             self._name(),
             running.conversation_id,
         )
-        question = _Question(request)
         async with listener:
-            received = await self._redirected(listener, question, call.scopes, running.announce)
+            received, action = await self._redirected(
+                listener, request, call.scopes, running.announce
+            )
         if received and isinstance(received[0], AuthorizationCodeResult):
             return received[0]
         if received:
             why = f"did not complete: {received[0]}"
-        elif question.result is not None and question.result.action != "accept":
-            why = f"the person {question.result.action}d"
+        elif action is not None and action != "accept":
+            why = f"the person {action}d"
         else:
             why = f"did not come within {self._timeout:g}s"
         self._refuse(call, f"mcp server {self._name()!r} needs a wider authorization, which {why}")
@@ -255,14 +186,15 @@ class Asking:
     async def _redirected(
         self,
         listener: trio.SocketListener,
-        question: _Question,
+        request: ElicitationRequest,
         scopes: list[trio.CancelScope],
         announce: Callable[[ElicitationRequest], Awaitable[None]] | None,
-    ) -> list[AuthorizationCodeResult | LoginError]:
-        """Ask ``question`` and wait (bounded) for the browser's redirect: what it
-        brought, or nothing if the person said no or no answer came in time."""
+    ) -> tuple[list[AuthorizationCodeResult | LoginError], ElicitationAction | None]:
+        """Ask ``request`` and wait (bounded) for the browser's redirect: what it
+        brought (nothing if the person said no or no answer came in time), and
+        the person's answer (None: none came)."""
         received: list[AuthorizationCodeResult | LoginError] = []
-        with trio.move_on_after(self._timeout), self._waiting(question, scopes):
+        with trio.move_on_after(self._timeout), self.open.waiting(request, scopes) as asked:
             async with trio.open_nursery() as nursery:
 
                 async def receive() -> None:
@@ -274,12 +206,12 @@ class Asking:
 
                 nursery.start_soon(receive)
                 if announce is not None:  # the turn streams: tell its client
-                    await announce(question.request)
-                await question.answered.wait()
-                if question.result is None or question.result.action != "accept":
+                    await announce(request)
+                await asked.answered.wait()
+                if asked.action != "accept":
                     nursery.cancel_scope.cancel()
                 # accepted ("I opened it"): the redirect ends the wait
-        return received
+        return received, asked.action
 
     def _refuse(self, call: InFlight, why: str) -> NoReturn:
         """End a step-up without a token: the call's error result will say ``why``."""

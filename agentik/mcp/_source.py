@@ -423,7 +423,7 @@ class McpToolset:
 
     def pending_elicitations(self, conversation_id: str) -> tuple[ElicitationRequest, ...]:
         """The questions this server's running calls ask in the conversation."""
-        return self._asking.pending(conversation_id)
+        return self._asking.open.pending(conversation_id)
 
     def answer_elicitation(
         self,
@@ -434,7 +434,9 @@ class McpToolset:
         content: JsonObject | None,
     ) -> bool:
         """Answer one of this server's questions (True), or False if it is not one of them."""
-        return self._asking.answer(conversation_id, elicitation_id, action=action, content=content)
+        return self._asking.open.answer(
+            conversation_id, elicitation_id, action=action, content=content
+        )
 
     # -- lazy launch and state -------------------------------------------------------
 
