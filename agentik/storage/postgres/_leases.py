@@ -60,7 +60,7 @@ import psycopg
 import trio
 
 from agentik._errors import NotOwnedError, StoreError
-from agentik.storage._lease_state import LeaseState
+from agentik.storage._lease_state import LeaseLapsedError, LeaseState
 from agentik.storage._shards import DEFAULT_SHARDS, check_shards, shard_of
 from agentik.storage.postgres._watchdog import Watchdog
 
@@ -317,6 +317,7 @@ class NodeLease:
         self._valid_until = -math.inf
         self._lost_subscribers: list[Callable[[], None]] = []
         self._gained_subscribers: list[Callable[[], None]] = []
+        self._peer_subscribers: list[Callable[[], None]] = []
         self._live_nodes = 1
         self._renewed_at: float | None = None
         """When the last successful renewal (or join) began; for ``/health``."""
@@ -391,7 +392,7 @@ class NodeLease:
     async def claim(self, conversation_id: str) -> None:
         shard = shard_of(conversation_id, self.shards)
         if not self._valid():
-            raise StoreError(_LAPSED)
+            raise LeaseLapsedError(_LAPSED)
         if shard in self._releasing:
             raise NotOwnedError(
                 f"conversation {conversation_id!r} is moving to another node; retry",
@@ -423,7 +424,7 @@ class NodeLease:
             self._tell(self._gained_subscribers)
             return
         if not alive or not self._valid():
-            raise StoreError(_LAPSED)
+            raise LeaseLapsedError(_LAPSED)
         if url is not None:
             raise NotOwnedError(
                 f"conversation {conversation_id!r} is owned by the node at {url}", owner_url=url
@@ -447,7 +448,7 @@ class NodeLease:
             return
         self._looking = looking = trio.Event()
         try:
-            self._elsewhere = await self._db(_elsewhere, self.node_id)
+            self._see_elsewhere(await self._db(_elsewhere, self.node_id))
             self._looked_at = trio.current_time()
         except StoreError as error:
             log.warning("could not look up which nodes hold the shards: %s", error)
@@ -460,6 +461,20 @@ class NodeLease:
 
     def on_gained(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribe(self._gained_subscribers, callback)
+
+    def on_peers(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribe(self._peer_subscribers, callback)
+
+    def peer_urls(self) -> frozenset[str]:
+        return frozenset(self._elsewhere.values())
+
+    def _see_elsewhere(self, elsewhere: dict[int, str]) -> None:
+        """The other nodes' shards as a round or a look-up found them; tell
+        the subscribers if the set of their URLs changed."""
+        before = self.peer_urls()
+        self._elsewhere = elsewhere
+        if self.peer_urls() != before:
+            self._tell(self._peer_subscribers)
 
     @staticmethod
     def _subscribe(
@@ -572,7 +587,7 @@ class NodeLease:
         if result.live_nodes != self._live_nodes or result.released or result.taken:
             self._unsettled_until = trio.current_time() + UNSETTLED_SECONDS
         self._live_nodes = result.live_nodes
-        self._elsewhere = result.elsewhere
+        self._see_elsewhere(result.elsewhere)
         if self._valid_until == -math.inf:
             return  # lost while the round was under way: join anew
         if not result.renewed:  # the row expired: others may hold our shards already
