@@ -45,10 +45,13 @@ import json
 import os
 import random
 import signal
+import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx2
@@ -94,6 +97,9 @@ class Driver:
 
     urls: list[str]
     pause: float = 0.05
+    owners: dict[str, str] | None = None
+    """Each conversation's owner (a cluster-aware client, ``--route owner``):
+    its turns go there, not to a random node; None: a random node."""
     latencies: list[float] = attrs.Factory(list)
     acked: dict[str, int] = attrs.Factory(dict)
     failures: int = 0
@@ -123,7 +129,8 @@ class Driver:
         ).encode()
         started = time.monotonic()
         while self.running:
-            url = random.choice(urls or self.urls)
+            owner = None if self.owners is None or urls else self.owners.get(conversation)
+            url = owner or random.choice(urls or self.urls)
             client = self.client(conversation, url)
             try:
                 reply = await client.post(f"/agentik/conversations/{conversation}/turns", body)
@@ -198,32 +205,105 @@ async def _run_each(count: int, limit: int, body: Callable[[int], Awaitable[None
             nursery.start_soon(one, i)
 
 
-async def scale(args: argparse.Namespace, folder: Path) -> list[dict[str, float]]:
-    rows = [await _scale_once(args, folder, count) for count in args.nodes]
-    one = rows[0]["node_cpu_us"]
-    for row in rows:
-        row["cpu_vs_first"] = row["node_cpu_us"] / one
+async def scale(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
+    """For each route, the nodes counts in turn; each row's CPU is compared
+    with the first row of its route (one node: no route differs)."""
+    rows = []
+    for route in args.route:
+        mine = [await _scale_once(args, folder, count, route) for count in args.nodes]
+        for row in mine:
+            row["cpu_vs_first"] = row["node_cpu_us"] / mine[0]["node_cpu_us"]
+        rows += mine
     return rows
 
 
-async def _scale_once(args: argparse.Namespace, folder: Path, count: int) -> dict[str, float]:
+def shard_owners(database: str, conversations: list[str]) -> dict[str, str]:
+    """Each conversation's owner's URL: its shard's holder (what a
+    cluster-aware client or balancer would know from the nodes' shard map)."""
+    import psycopg
+
+    from agentik.storage import shard_of
+
+    with psycopg.connect(database) as connection:
+        row = connection.execute(
+            "SELECT value::integer FROM agentik.agentik_setting WHERE name = 'shards'"
+        ).fetchone()
+        assert row is not None
+        shards = int(row[0])
+        holders: dict[int, str] = dict(
+            connection.execute(
+                "SELECT s.shard, n.url FROM agentik.agentik_shard s JOIN agentik.agentik_node n"
+                " USING (node_id) WHERE n.expires_at > clock_timestamp()"
+            ).fetchall()
+        )
+    return {c: holders[shard_of(c, shards)] for c in conversations}
+
+
+@asynccontextmanager
+async def _profiled(nodes: list[Node], folder: str | None, label: str) -> AsyncIterator[None]:
+    """``py-spy record`` on every node while the block runs (``--profile``):
+    collapsed stacks in ``folder/<label>-node<i>.txt``."""
+    if folder is None:
+        yield
+        return
+    await trio.Path(folder).mkdir(parents=True, exist_ok=True)
+    spies = [
+        await trio.lowlevel.open_process(
+            [
+                "py-spy",
+                "record",
+                "--pid",
+                str(node.process.pid),
+                "--format",
+                "raw",
+                "--rate",
+                "500",
+                "--nonblocking",
+                "--output",
+                str(Path(folder) / f"{label}-node{i}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, node in enumerate(nodes)
+    ]
+    await trio.sleep(0.5)  # py-spy attached
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        with trio.move_on_after(10):
+            for spy in spies:
+                await spy.wait()
+
+
+async def _scale_once(
+    args: argparse.Namespace, folder: Path, count: int, route: str
+) -> dict[str, Any]:
     async with trio.open_nursery() as nursery:
-        _, nodes = await _nodes(nursery, args.dsn, count, args.lease, folder)
+        database, nodes = await _nodes(nursery, args.dsn, count, args.lease, folder)
         urls, balancer = await _front(nursery, nodes, folder, args.haproxy)
-        prefix = f"s{count}-{os.getpid()}-"
+        prefix = f"s{count}{route[0]}-{os.getpid()}-"
         n = args.conversations
         warm = Driver(urls)  # each conversation's first turn: its claim
         await _run_each(n, n, lambda i: _turns(warm, prefix, i, 1))
-        driver = Driver(urls)
+        owners = None
+        if route == "owner":
+            names = [f"{prefix}{i}" for i in range(n)]
+            owners = await trio.to_thread.run_sync(shard_owners, database, names)
+        driver = Driver(urls, owners=owners)
         cpu0 = [node_cpu(node) for node in nodes]
         client0 = time.process_time()
         started = time.monotonic()
-        await _run_each(n, n, lambda i: _turns(driver, prefix, i, args.turns, first=2))
+        async with _profiled(nodes, args.profile, f"{count}-{route}"):
+            await _run_each(n, n, lambda i: _turns(driver, prefix, i, args.turns, first=2))
         elapsed = time.monotonic() - started
         turns = len(driver.latencies)
         cpu = sum(node_cpu(node) - c for node, c in zip(nodes, cpu0, strict=True))
         row = {
             "nodes": count,
+            "route": route,
             "turns": turns,
             "turns_per_s": turns / elapsed,
             "p50_ms": 1000 * _percentile(driver.latencies, 0.5),
@@ -395,7 +475,7 @@ async def stop(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     }
 
 
-def _table(title: str, rows: list[dict[str, float]]) -> str:
+def _table(title: str, rows: list[dict[str, Any]]) -> str:
     keys = list(rows[0])
     lines = [title, " | ".join(f"{k:>14}" for k in keys)]
     for row in rows:
@@ -403,7 +483,9 @@ def _table(title: str, rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: object) -> str:
+    if isinstance(value, str):
+        return value
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.2f}"
@@ -444,6 +526,15 @@ def main() -> None:
     parser.add_argument("--load-conversations", type=int, default=100)
     parser.add_argument("--lease", type=float, default=3.0)
     parser.add_argument("--haproxy", action="store_true")
+    parser.add_argument(
+        "--route",
+        nargs="+",
+        choices=("random", "owner"),
+        default=["random", "owner"],
+        help="scale: each turn to a random node (forwarded when another holds"
+        " its shard), or to its conversation's owner (a cluster-aware client)",
+    )
+    parser.add_argument("--profile", help="scale: py-spy each node into this folder")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if not args.dsn:
