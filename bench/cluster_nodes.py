@@ -69,7 +69,7 @@ from tests.cluster import (
 from tests.postgres import fresh_database
 
 PHASES = ("scale", "burst", "kill", "stop")
-_LOST_LEASE = ("lease renewal failed", "lost", "joins again", "expired")
+_LOST_LEASE = ("lease renewal failed", "lost its lease: its shards", "could not join")
 
 
 def node_cpu(node: Node) -> float:
@@ -79,7 +79,11 @@ def node_cpu(node: Node) -> float:
 
 
 def lease_losses(node: Node) -> int:
-    return sum(1 for line in node.log if any(word in line for word in _LOST_LEASE))
+    """Failed renewals, leases lost and joins after the first (a node that
+    lost its lease joins again under a new id), from the node's log."""
+    failed = sum(1 for line in node.log if any(word in line for word in _LOST_LEASE))
+    joins = sum(1 for line in node.log if " joined (lease " in line)
+    return failed + max(0, joins - 1)
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -98,14 +102,20 @@ class Driver:
     urls: list[str]
     pause: float = 0.05
     owners: dict[str, str] | None = None
-    """Each conversation's owner (a cluster-aware client, ``--route owner``):
-    its turns go there, not to a random node; None: a random node."""
+    """Each conversation's owner: with ``route`` "owner" its turns go there
+    (a cluster-aware client), with "other" to a node that is not its owner
+    (every turn forwarded); None: a random node."""
+    route: str = "random"
     latencies: list[float] = attrs.Factory(list)
     acked: dict[str, int] = attrs.Factory(dict)
     failures: int = 0
     """Answers other than 200 (each retried)."""
     statuses: dict[int, int] = attrs.Factory(dict)
     """How many answers of each status other than 200."""
+    failed_at: dict[str, int] = attrs.Factory(dict)
+    """Answers other than 200 and requests that reached no node, by node URL."""
+    slowest: dict[str, float] = attrs.Factory(dict)
+    """The longest one request took, answered or not, by node URL."""
     refused: int = 0
     """Requests that could not reach a node (each retried)."""
     last_ack: dict[str, float] = attrs.Factory(dict)
@@ -129,17 +139,19 @@ class Driver:
         ).encode()
         started = time.monotonic()
         while self.running:
-            owner = None if self.owners is None or urls else self.owners.get(conversation)
-            url = owner or random.choice(urls or self.urls)
+            url = self._pick(conversation, urls or self.urls)
             client = self.client(conversation, url)
+            sent = time.monotonic()
             try:
                 reply = await client.post(f"/agentik/conversations/{conversation}/turns", body)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+                self._took(url, sent, failed=True)
                 self.refused += 1
                 await client.aclose()
                 self.clients.pop((conversation, url), None)
                 await trio.sleep(self.pause)
                 continue
+            self._took(url, sent, failed=reply.status != 200)
             if reply.status == 200:
                 now = time.monotonic()
                 self.latencies.append(now - started)
@@ -153,6 +165,19 @@ class Driver:
             self.statuses[reply.status] = self.statuses.get(reply.status, 0) + 1
             await trio.sleep(self.pause)
         return False
+
+    def _took(self, url: str, sent: float, *, failed: bool) -> None:
+        self.slowest[url] = max(self.slowest.get(url, 0.0), time.monotonic() - sent)
+        if failed:
+            self.failed_at[url] = self.failed_at.get(url, 0) + 1
+
+    def _pick(self, conversation: str, urls: list[str]) -> str:
+        owner = None if self.owners is None else self.owners.get(conversation)
+        if owner is None or self.route == "random":
+            return random.choice(urls)
+        if self.route == "owner":
+            return owner
+        return random.choice([u for u in urls if u != owner] or urls)
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -289,10 +314,10 @@ async def _scale_once(
         warm = Driver(urls)  # each conversation's first turn: its claim
         await _run_each(n, n, lambda i: _turns(warm, prefix, i, 1))
         owners = None
-        if route == "owner":
+        if route != "random":
             names = [f"{prefix}{i}" for i in range(n)]
             owners = await trio.to_thread.run_sync(shard_owners, database, names)
-        driver = Driver(urls, owners=owners)
+        driver = Driver(urls, owners=owners, route=route)
         cpu0 = [node_cpu(node) for node in nodes]
         client0 = time.process_time()
         started = time.monotonic()
@@ -300,7 +325,8 @@ async def _scale_once(
             await _run_each(n, n, lambda i: _turns(driver, prefix, i, args.turns, first=2))
         elapsed = time.monotonic() - started
         turns = len(driver.latencies)
-        cpu = sum(node_cpu(node) - c for node, c in zip(nodes, cpu0, strict=True))
+        each = [node_cpu(node) - c for node, c in zip(nodes, cpu0, strict=True)]
+        cpu = sum(each)
         row = {
             "nodes": count,
             "route": route,
@@ -311,6 +337,7 @@ async def _scale_once(
             "node_cpu_us": 1e6 * cpu / turns,
             "client_cpu_us": 1e6 * (time.process_time() - client0) / turns,
             "failed": driver.failures,
+            "each_node_us": "/".join(f"{1e6 * c / turns:.0f}" for c in each),
         }
         await warm.aclose()
         await driver.aclose()
@@ -466,9 +493,13 @@ async def stop(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     out = await _under_load(args, folder, fault)
     if out.driver.statuses:
         print(f"stop: answers other than 200 by status: {out.driver.statuses}")
+    frozen = out.nodes[0].url
+    healthy = [u for u in out.driver.slowest if u != frozen]
     return {
-        "failed_on_healthy": out.driver.failures,
+        "failed_on_healthy": sum(out.driver.failed_at.get(u, 0) for u in healthy),
+        "failed_on_frozen": out.driver.failed_at.get(frozen, 0),
         "leases_lost_healthy": sum(lease_losses(n) for n in out.nodes[1:]),
+        "slowest_healthy_s": max((out.driver.slowest[u] for u in healthy), default=0.0),
         "longest_wait_s": out.driver.longest_gap,
         "acked_turns_lost": out.lost,
         "overlapping_calls": len(out.model.overlaps()),
@@ -529,10 +560,11 @@ def main() -> None:
     parser.add_argument(
         "--route",
         nargs="+",
-        choices=("random", "owner"),
+        choices=("random", "owner", "other"),
         default=["random", "owner"],
         help="scale: each turn to a random node (forwarded when another holds"
-        " its shard), or to its conversation's owner (a cluster-aware client)",
+        " its shard), to its conversation's owner (a cluster-aware client), or"
+        " to a node that is not its owner (every turn forwarded)",
     )
     parser.add_argument("--profile", help="scale: py-spy each node into this folder")
     parser.add_argument("--json", help="also write the figures to this file")
