@@ -254,8 +254,10 @@ class Forwarder:
     def _peers_changed(self) -> None:
         assert self.ownership is not None
         now = self.ownership.peer_urls()
-        self._departed = (self._departed | self._peers) - now
-        self._peers = now
+        departed = (self._departed | self._peers) - now
+        if len(departed) > KNOWN_ROUTES:  # pods come and go under new addresses
+            departed = self._peers - now
+        self._departed, self._peers = departed, now
         for url in self._departed & self._waiting.keys():
             for scope in self._waiting[url]:
                 scope.cancel()  # its lease expired: it will not answer for it
