@@ -179,6 +179,13 @@ class Driver:
             return owner
         return random.choice([u for u in urls if u != owner] or urls)
 
+    async def forget(self, conversation: str) -> None:
+        """Close a conversation's connections (it sends no more turns)."""
+        for url in self.urls:
+            client = self.clients.pop((conversation, url), None)
+            if client is not None:
+                await client.aclose()
+
     async def aclose(self) -> None:
         for client in self.clients.values():
             await client.aclose()
@@ -361,7 +368,11 @@ async def burst(args: argparse.Namespace, folder: Path) -> dict[str, float]:
         driver = Driver(urls)
         prefix = f"b-{os.getpid()}-"
         started = time.monotonic()
-        await _run_each(args.burst, args.in_flight, lambda i: _turns(driver, prefix, i, 1))
+        async def first_turn(i: int) -> None:  # a connection each, closed after
+            await _turns(driver, prefix, i, 1)
+            await driver.forget(f"{prefix}{i}")
+
+        await _run_each(args.burst, args.in_flight, first_turn)
         elapsed = time.monotonic() - started
         result = {
             "new_conversations": len(driver.latencies),
