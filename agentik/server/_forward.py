@@ -52,7 +52,7 @@ import attrs
 import trio
 from starlette.responses import Response
 
-from agentik.server._owners import CALLER_KEY
+from agentik.server._owners import CALLER_KEY, Caller
 from agentik.server._peers import BrokenOff, PeerClient, Unreachable
 from agentik.server.http import ASGIApp as App
 from agentik.server.http import Message, Receive, Scope, Send, error_body, send_json
@@ -251,6 +251,27 @@ class Forwarder:
         if ownership is not None:
             ownership.on_peers(self._peers_changed)
 
+    def _holder(self, scope: Scope) -> str | None:
+        """For a native turn (``POST /agentik/conversations/{id}/turns``), the
+        holder of its conversation's shard from the shard map of the last
+        round: a conversation's first turn on a node that does not hold it
+        goes there straight, without its handler (which would read the body,
+        ask the ownership, log a refusal). Other routes (reads are served
+        here) are left to their handler."""
+        if self.ownership is None or scope["method"] != "POST":
+            return None
+        parts = scope["path"].split("/")  # "", agentik, conversations, id, turns
+        caller = scope.get(CALLER_KEY)
+        if len(parts) != 5 or parts[4] != "turns" or not parts[3]:
+            return None
+        if not isinstance(caller, Caller):
+            return None
+        try:
+            stored = caller.internal(parts[3])
+        except ValueError:
+            return None  # the handler refuses it
+        return self.ownership.holder_url(stored)
+
     def _peers_changed(self) -> None:
         assert self.ownership is not None
         now = self.ownership.peer_urls()
@@ -270,7 +291,7 @@ class Forwarder:
         body = _Body(receive, self.body_limit)
         key = _route_key(scope)
         arrived: Receive = body.recording
-        known = None if key is None else self.owners.get(key)
+        known = None if key is None else self.owners.get(key) or self._holder(scope)
         if key is not None and known is not None:
             if not await body.rest():
                 if body.gone:

@@ -423,6 +423,12 @@ class ConversationOwnership(Protocol):
         is given up and asked about again (its lease expired)."""
         ...
 
+    def holder_url(self, conversation_id: str) -> str | None:
+        """The advertised URL of the other live node that held the
+        conversation's shard at the last round, without asking the database;
+        None if this node holds it, or no other node did."""
+        ...
+
     def on_peers(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (from a trio task) when ``peer_urls`` changed;
         returns the unsubscribe."""

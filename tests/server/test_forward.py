@@ -137,6 +137,28 @@ async def test_native_turns_and_streams_are_answered_by_the_owner_through_any_no
     assert c.model.overlaps() == []
 
 
+async def test_a_first_turn_goes_to_the_shards_holder_without_the_handler(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A new conversation's first turns, sent to the node that does not hold
+    its shard, go straight to the holder from the shard map: that node's
+    handler never runs for them (it logs no refused turn), and every one is
+    answered by the holder. A read is served where it lands."""
+    async with cluster(postgres_dsn, tmp_path) as c:
+        owner, other = await c.split("h0")
+        names = [f"h{i}" for i in range(40)]
+        theirs = [n for n in names if await owner_url(c.database, n) == owner.url][:5]
+        for name in theirs:
+            response = await c.turn(other, name, f"{name} 1")
+            assert response.status_code == 200, response.text
+            assert response.json()["text"] == f"answer to {name} 1"
+            assert any(f"conversation={name} outcome=finished" in ln for ln in owner.log)
+        assert not any("refused:owned_elsewhere" in ln for ln in other.log)
+        history = await c.client.get(other.url + f"/agentik/conversations/{theirs[0]}/messages")
+        assert history.status_code == 200, history.text
+        assert not any(f"{theirs[0]}/messages" in ln for ln in owner.log), "a read was forwarded"
+
+
 async def test_a_stream_is_passed_through_as_it_comes_and_a_client_leaving_ends_it_at_the_owner(
     postgres_dsn: str, tmp_path: Path
 ) -> None:

@@ -288,6 +288,10 @@ class NodeLease:
     def on_peers(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribe(self._peer_subscribers, callback)
 
+    def holder_url(self, conversation_id: str) -> str | None:
+        shard = shard_of(conversation_id, self.shards)
+        return None if shard in self._held else self._elsewhere.get(shard)
+
     def peer_urls(self) -> frozenset[str]:
         return frozenset(self._elsewhere.values())
 
