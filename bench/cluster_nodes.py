@@ -368,6 +368,7 @@ async def burst(args: argparse.Namespace, folder: Path) -> dict[str, float]:
         driver = Driver(urls)
         prefix = f"b-{os.getpid()}-"
         started = time.monotonic()
+
         async def first_turn(i: int) -> None:  # a connection each, closed after
             await _turns(driver, prefix, i, 1)
             await driver.forget(f"{prefix}{i}")

@@ -301,6 +301,7 @@ class Forwarder:
                 outcome = await self._proxy(known, original, body.content, receive, send)
                 if outcome is _GONE or outcome is None:
                     return
+                log.info("forward owner=%s %s; asking who holds it now", known, outcome)
             self.owners.pop(key, None)  # stale: the database says who owns it now
             arrived = body.replay()  # the app reads it as it came
         order = ForwardOrder()
