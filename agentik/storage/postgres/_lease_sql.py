@@ -3,6 +3,20 @@ its own connection, from a worker thread): one round, a claim of one shard,
 the look-up of the other nodes' shards, joining and leaving, and the bounds
 of the lease's session (docs/scale-out.md, "Ownership").
 
+Why shards, not conversations: a lease row per conversation costs one
+fsync'd claim on each conversation's first turn, and a burst of new
+conversations queued those claims in front of the node's own renewals until
+the node lost its lease. A database is split into a fixed number of shards
+(``agentik_shard``, ``[storage] shards``); a conversation lives in shard
+``crc32(id) % shards`` (``storage._shards``), and a node owns it for as long
+as it holds that shard. Nothing is claimed on a conversation's first turn.
+
+Why lease rows, not advisory locks: a lock vanishes the moment its
+connection drops, so a node cut off for a second would lose everything while
+it still runs its turns. Each node has a row in ``agentik_node`` whose
+``expires_at`` it pushes forward; it holds the shards whose ``agentik_shard``
+row names it for as long as that row lives.
+
 One round, one statement, on a connection of its own (``agentik-lease``, with
 its own short ``lock_timeout`` and ``statement_timeout``): renew the node's
 row, count the live nodes, release the shards handed off, and take free

@@ -1,21 +1,8 @@
 """Shard leases for several nodes on one PostgreSQL database.
 
-Why shards, not conversations: a lease row per conversation costs one
-fsync'd claim on each conversation's first turn, and a burst of new
-conversations queued those claims in front of the node's own renewals until
-the node lost its lease. A database is split into a fixed number of shards
-(``agentik_shard``, ``[storage] shards``); a conversation lives in shard
-``crc32(id) % shards`` (``storage._shards``), and a node owns it for as long
-as it holds that shard. Nothing is claimed on a conversation's first turn.
-
-Why lease rows, not advisory locks: a lock vanishes the moment its
-connection drops, so a node cut off for a second would lose everything while
-it still runs its turns. Each node has a row in ``agentik_node`` whose
-``expires_at`` it pushes forward; it holds the shards whose ``agentik_shard``
-row names it for as long as that row lives.
-
-One round, one statement (``_lease_sql``), on a connection of its own, every
-``ROUND_SECONDS`` (a third of the lease at most).
+Why shards and why lease rows: ``_lease_sql``, with the one statement of a
+round, run on a connection of its own every ``ROUND_SECONDS`` (a third of
+the lease at most).
 
 Invariants:
 - a shard is taken only by a node whose own row is unexpired, from nobody or
@@ -55,16 +42,8 @@ import trio
 from agentik._errors import NotOwnedError, StoreError
 from agentik.storage._lease_state import LeaseLapsedError, LeaseState
 from agentik.storage._shards import DEFAULT_SHARDS, check_shards, shard_of
-from agentik.storage.postgres._lease_sql import (
-    Fence,
-    _advertise,
-    _claim,
-    _elsewhere,
-    _leave,
-    _register,
-    _round,
-    lease_session,
-)
+from agentik.storage.postgres import _lease_sql as sql
+from agentik.storage.postgres._lease_sql import Fence, _elsewhere, _round
 from agentik.storage.postgres._watchdog import Watchdog
 
 log = logging.getLogger("agentik.storage")
@@ -160,7 +139,7 @@ class NodeLease:
                 connection.close()
             connection = self._connection = self._connect()
             try:
-                lease_session(connection, self.lease)
+                sql.lease_session(connection, self.lease)
             except psycopg.Error:
                 connection.close()
                 raise
@@ -241,7 +220,7 @@ class NodeLease:
                 " right now; retry",
                 owner_url="",
             )
-        alive, generation, url = await self._db(_claim, self.node_id, shard, True)
+        alive, generation, url = await self._db(sql._claim, self.node_id, shard, True)
         if generation is not None and alive and self._valid():
             self._hold({shard: generation})
             self._tell(self._gained_subscribers)
@@ -354,7 +333,7 @@ class NodeLease:
 
     async def advertise(self, url: str) -> None:
         self._url = url
-        await self._db(_advertise, self.node_id, url)
+        await self._db(sql._advertise, self.node_id, url)
 
     # --- the shards held ---
 
@@ -444,7 +423,7 @@ class NodeLease:
         lease), and take this node's share of the free shards."""
         node_id = uuid.uuid4().hex
         began = trio.current_time()
-        await self._db(_register, node_id, self._url, self.lease)
+        await self._db(sql._register, node_id, self._url, self.lease)
         self.node_id = node_id
         self._held.clear()
         self._releasing.clear()
@@ -505,7 +484,7 @@ class NodeLease:
         """Release every shard at once (a clean stop), and close."""
         try:
             if self.node_id and self._valid_until > -math.inf:
-                await self._db(_leave, self.node_id)
+                await self._db(sql._leave, self.node_id)
         except StoreError as error:
             log.warning("could not leave the cluster cleanly (%s); the lease will expire", error)
         finally:
