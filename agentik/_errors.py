@@ -8,6 +8,8 @@ branch to catch every error under it.
     ├── StoreError                 a storage operation failed; nothing of it was applied
     │   ├── StoreClosedError       [storage] the bundle is closed or its writer died
     │   ├── DuplicateKeyError      [storage] an idempotency key was already used
+    │   ├── LeaseLapsedError       [storage] this node's lease lapsed: it owns no
+    │   │                          conversation until it joins again
     │   └── SchemaVersionError     [storage] the database is newer than this code,
     │                              or SQLite too old
     ├── NotOwnedError              [storage] another node owns the conversation
@@ -27,8 +29,10 @@ branch to catch every error under it.
     ├── ProtocolViolation          [server] a client sent something the wire protocol
     │   │                          forbids
     │   └── HttpError              [server.http] a request refused with its HTTP status
-    │       └── Redirect           [server.http] 307 to the node that owns the
-    │                              conversation
+    │       ├── Redirect           [server.http] 307 to the node that owns the
+    │       │                      conversation
+    │       └── NotHere            [server.http] 503: no node can take the
+    │                              conversation right now; nothing ran
     ├── McpConfigError             [mcp] an ``[[mcp.servers]]`` entry is invalid
     ├── LoginRequired              [mcp] an MCP server needs a person to authorize agentik
     ├── LoginError                 [mcp] the interactive authorization did not complete

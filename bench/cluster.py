@@ -89,8 +89,11 @@ async def _health(url: str) -> dict[str, Any]:
 
 
 async def burst(
-    dsn: str, nodes: int, conversations: int, clients: int, lease: float
+    dsn: str, nodes: int, conversations: int, clients: int, lease: float, route: str = "turn"
 ) -> dict[str, Any]:
+    """``route`` "turn": conversation i to node i % nodes (half forwarded on
+    2 nodes); "owner": each to the node holding its shard (a cluster-aware
+    client, no forwarding)."""
     from tests.postgres import fresh_database
 
     database = await trio.to_thread.run_sync(fresh_database, dsn)
@@ -103,6 +106,11 @@ async def burst(
             try:
                 await shards_spread(database, nodes)
                 before = [await _health(n.url) for n in started]
+                holder: dict[int, int] = {}
+                if route == "owner":
+                    holder = await trio.to_thread.run_sync(
+                        _holders, database, [n.url for n in started], conversations
+                    )
                 latencies: list[float] = []
                 statuses: dict[int, int] = {}
                 errors: list[str] = []
@@ -112,7 +120,7 @@ async def burst(
                     sessions = [BenchClient(n.url, {}) for n in started]
                     try:
                         for number in next_id:
-                            session = sessions[number % nodes]
+                            session = sessions[holder.get(number, number % nodes)]
                             body = json.dumps({"text": f"hello {number}"}).encode()
                             began = time.perf_counter()
                             try:
@@ -155,6 +163,15 @@ async def burst(
         "leases_lost": sum(bool(x) for x in lost),
         "shards_per_node": [a["lease"]["shards"] for a in after],
     }
+
+
+def _holders(database: str, urls: list[str], conversations: int) -> dict[int, int]:
+    """Burst conversation number -> the index in ``urls`` of its shard's holder."""
+    from bench.cluster_nodes import shard_owners
+
+    names = [f"burst-{number}" for number in range(conversations)]
+    owners = shard_owners(database, names)
+    return {number: urls.index(owners[name]) for number, name in enumerate(names)}
 
 
 async def join(dsn: str, conversations: int, clients: int, lease: float) -> dict[str, Any]:
@@ -235,15 +252,31 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--dsn", default=None, help="a PostgreSQL to use instead of a new one")
+    parser.add_argument(
+        "--route",
+        nargs="+",
+        choices=("turn", "owner"),
+        default=["turn", "owner"],
+        help="burst: conversations to the nodes in turn (some forwarded), or each"
+        " to its shard's holder (a cluster-aware client)",
+    )
+    parser.add_argument("--only", nargs="+", choices=("rounds", "burst", "join"))
     args = parser.parse_args()
     load = [os.getloadavg()[0]]
 
+    only = set(args.only or ("rounds", "burst", "join"))
+
     def run(dsn: str) -> None:
-        print(json.dumps({"rounds": trio.run(rounds, dsn, args.rounds)}), flush=True)
-        figures = trio.run(burst, dsn, args.nodes, args.conversations, args.clients, args.lease)
-        print(json.dumps({"burst": figures}), flush=True)
-        joined = trio.run(join, dsn, args.conversations // 3, args.clients // 2, args.lease)
-        print(json.dumps({"join": joined}), flush=True)
+        if "rounds" in only:
+            print(json.dumps({"rounds": trio.run(rounds, dsn, args.rounds)}), flush=True)
+        for route in args.route if "burst" in only else ():
+            figures = trio.run(
+                burst, dsn, args.nodes, args.conversations, args.clients, args.lease, route
+            )
+            print(json.dumps({f"burst ({route})": figures}), flush=True)
+        if "join" in only:
+            joined = trio.run(join, dsn, args.conversations // 3, args.clients // 2, args.lease)
+            print(json.dumps({"join": joined}), flush=True)
 
     if args.dsn:
         run(args.dsn)

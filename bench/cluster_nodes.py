@@ -45,10 +45,13 @@ import json
 import os
 import random
 import signal
+import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx2
@@ -66,7 +69,7 @@ from tests.cluster import (
 from tests.postgres import fresh_database
 
 PHASES = ("scale", "burst", "kill", "stop")
-_LOST_LEASE = ("lease renewal failed", "lost", "joins again", "expired")
+_LOST_LEASE = ("lease renewal failed", "lost its lease: its shards", "could not join")
 
 
 def node_cpu(node: Node) -> float:
@@ -76,7 +79,11 @@ def node_cpu(node: Node) -> float:
 
 
 def lease_losses(node: Node) -> int:
-    return sum(1 for line in node.log if any(word in line for word in _LOST_LEASE))
+    """Failed renewals, leases lost and joins after the first (a node that
+    lost its lease joins again under a new id), from the node's log."""
+    failed = sum(1 for line in node.log if any(word in line for word in _LOST_LEASE))
+    joins = sum(1 for line in node.log if " joined (lease " in line)
+    return failed + max(0, joins - 1)
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -94,12 +101,21 @@ class Driver:
 
     urls: list[str]
     pause: float = 0.05
+    owners: dict[str, str] | None = None
+    """Each conversation's owner: with ``route`` "owner" its turns go there
+    (a cluster-aware client), with "other" to a node that is not its owner
+    (every turn forwarded); None: a random node."""
+    route: str = "random"
     latencies: list[float] = attrs.Factory(list)
     acked: dict[str, int] = attrs.Factory(dict)
     failures: int = 0
     """Answers other than 200 (each retried)."""
     statuses: dict[int, int] = attrs.Factory(dict)
     """How many answers of each status other than 200."""
+    failed_at: dict[str, int] = attrs.Factory(dict)
+    """Answers other than 200 and requests that reached no node, by node URL."""
+    slowest: dict[str, float] = attrs.Factory(dict)
+    """The longest one request took, answered or not, by node URL."""
     refused: int = 0
     """Requests that could not reach a node (each retried)."""
     last_ack: dict[str, float] = attrs.Factory(dict)
@@ -123,16 +139,19 @@ class Driver:
         ).encode()
         started = time.monotonic()
         while self.running:
-            url = random.choice(urls or self.urls)
+            url = self._pick(conversation, urls or self.urls)
             client = self.client(conversation, url)
+            sent = time.monotonic()
             try:
                 reply = await client.post(f"/agentik/conversations/{conversation}/turns", body)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+                self._took(url, sent, failed=True)
                 self.refused += 1
                 await client.aclose()
                 self.clients.pop((conversation, url), None)
                 await trio.sleep(self.pause)
                 continue
+            self._took(url, sent, failed=reply.status != 200)
             if reply.status == 200:
                 now = time.monotonic()
                 self.latencies.append(now - started)
@@ -146,6 +165,26 @@ class Driver:
             self.statuses[reply.status] = self.statuses.get(reply.status, 0) + 1
             await trio.sleep(self.pause)
         return False
+
+    def _took(self, url: str, sent: float, *, failed: bool) -> None:
+        self.slowest[url] = max(self.slowest.get(url, 0.0), time.monotonic() - sent)
+        if failed:
+            self.failed_at[url] = self.failed_at.get(url, 0) + 1
+
+    def _pick(self, conversation: str, urls: list[str]) -> str:
+        owner = None if self.owners is None else self.owners.get(conversation)
+        if owner is None or self.route == "random":
+            return random.choice(urls)
+        if self.route == "owner":
+            return owner
+        return random.choice([u for u in urls if u != owner] or urls)
+
+    async def forget(self, conversation: str) -> None:
+        """Close a conversation's connections (it sends no more turns)."""
+        for url in self.urls:
+            client = self.clients.pop((conversation, url), None)
+            if client is not None:
+                await client.aclose()
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -198,32 +237,106 @@ async def _run_each(count: int, limit: int, body: Callable[[int], Awaitable[None
             nursery.start_soon(one, i)
 
 
-async def scale(args: argparse.Namespace, folder: Path) -> list[dict[str, float]]:
-    rows = [await _scale_once(args, folder, count) for count in args.nodes]
-    one = rows[0]["node_cpu_us"]
-    for row in rows:
-        row["cpu_vs_first"] = row["node_cpu_us"] / one
+async def scale(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
+    """For each route, the nodes counts in turn; each row's CPU is compared
+    with the first row of its route (one node: no route differs)."""
+    rows = []
+    for route in args.route:
+        mine = [await _scale_once(args, folder, count, route) for count in args.nodes]
+        for row in mine:
+            row["cpu_vs_first"] = row["node_cpu_us"] / mine[0]["node_cpu_us"]
+        rows += mine
     return rows
 
 
-async def _scale_once(args: argparse.Namespace, folder: Path, count: int) -> dict[str, float]:
+def shard_owners(database: str, conversations: list[str]) -> dict[str, str]:
+    """Each conversation's owner's URL: its shard's holder (what a
+    cluster-aware client or balancer would know from the nodes' shard map)."""
+    import psycopg
+
+    from agentik.storage import shard_of
+
+    with psycopg.connect(database) as connection:
+        row = connection.execute(
+            "SELECT value::integer FROM agentik.agentik_setting WHERE name = 'shards'"
+        ).fetchone()
+        assert row is not None
+        shards = int(row[0])
+        holders: dict[int, str] = dict(
+            connection.execute(
+                "SELECT s.shard, n.url FROM agentik.agentik_shard s JOIN agentik.agentik_node n"
+                " USING (node_id) WHERE n.expires_at > clock_timestamp()"
+            ).fetchall()
+        )
+    return {c: holders[shard_of(c, shards)] for c in conversations}
+
+
+@asynccontextmanager
+async def _profiled(nodes: list[Node], folder: str | None, label: str) -> AsyncIterator[None]:
+    """``py-spy record`` on every node while the block runs (``--profile``):
+    collapsed stacks in ``folder/<label>-node<i>.txt``."""
+    if folder is None:
+        yield
+        return
+    await trio.Path(folder).mkdir(parents=True, exist_ok=True)
+    spies = [
+        await trio.lowlevel.open_process(
+            [
+                "py-spy",
+                "record",
+                "--pid",
+                str(node.process.pid),
+                "--format",
+                "raw",
+                "--rate",
+                "500",
+                "--nonblocking",
+                "--output",
+                str(Path(folder) / f"{label}-node{i}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, node in enumerate(nodes)
+    ]
+    await trio.sleep(0.5)  # py-spy attached
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        with trio.move_on_after(10):
+            for spy in spies:
+                await spy.wait()
+
+
+async def _scale_once(
+    args: argparse.Namespace, folder: Path, count: int, route: str
+) -> dict[str, Any]:
     async with trio.open_nursery() as nursery:
-        _, nodes = await _nodes(nursery, args.dsn, count, args.lease, folder)
+        database, nodes = await _nodes(nursery, args.dsn, count, args.lease, folder)
         urls, balancer = await _front(nursery, nodes, folder, args.haproxy)
-        prefix = f"s{count}-{os.getpid()}-"
+        prefix = f"s{count}{route[0]}-{os.getpid()}-"
         n = args.conversations
         warm = Driver(urls)  # each conversation's first turn: its claim
         await _run_each(n, n, lambda i: _turns(warm, prefix, i, 1))
-        driver = Driver(urls)
+        owners = None
+        if route != "random":
+            names = [f"{prefix}{i}" for i in range(n)]
+            owners = await trio.to_thread.run_sync(shard_owners, database, names)
+        driver = Driver(urls, owners=owners, route=route)
         cpu0 = [node_cpu(node) for node in nodes]
         client0 = time.process_time()
         started = time.monotonic()
-        await _run_each(n, n, lambda i: _turns(driver, prefix, i, args.turns, first=2))
+        async with _profiled(nodes, args.profile, f"{count}-{route}"):
+            await _run_each(n, n, lambda i: _turns(driver, prefix, i, args.turns, first=2))
         elapsed = time.monotonic() - started
         turns = len(driver.latencies)
-        cpu = sum(node_cpu(node) - c for node, c in zip(nodes, cpu0, strict=True))
+        each = [node_cpu(node) - c for node, c in zip(nodes, cpu0, strict=True)]
+        cpu = sum(each)
         row = {
             "nodes": count,
+            "route": route,
             "turns": turns,
             "turns_per_s": turns / elapsed,
             "p50_ms": 1000 * _percentile(driver.latencies, 0.5),
@@ -231,6 +344,7 @@ async def _scale_once(args: argparse.Namespace, folder: Path, count: int) -> dic
             "node_cpu_us": 1e6 * cpu / turns,
             "client_cpu_us": 1e6 * (time.process_time() - client0) / turns,
             "failed": driver.failures,
+            "each_node_us": "/".join(f"{1e6 * c / turns:.0f}" for c in each),
         }
         await warm.aclose()
         await driver.aclose()
@@ -254,7 +368,12 @@ async def burst(args: argparse.Namespace, folder: Path) -> dict[str, float]:
         driver = Driver(urls)
         prefix = f"b-{os.getpid()}-"
         started = time.monotonic()
-        await _run_each(args.burst, args.in_flight, lambda i: _turns(driver, prefix, i, 1))
+
+        async def first_turn(i: int) -> None:  # a connection each, closed after
+            await _turns(driver, prefix, i, 1)
+            await driver.forget(f"{prefix}{i}")
+
+        await _run_each(args.burst, args.in_flight, first_turn)
         elapsed = time.monotonic() - started
         result = {
             "new_conversations": len(driver.latencies),
@@ -386,16 +505,20 @@ async def stop(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     out = await _under_load(args, folder, fault)
     if out.driver.statuses:
         print(f"stop: answers other than 200 by status: {out.driver.statuses}")
+    frozen = out.nodes[0].url
+    healthy = [u for u in out.driver.slowest if u != frozen]
     return {
-        "failed_on_healthy": out.driver.failures,
+        "failed_on_healthy": sum(out.driver.failed_at.get(u, 0) for u in healthy),
+        "failed_on_frozen": out.driver.failed_at.get(frozen, 0),
         "leases_lost_healthy": sum(lease_losses(n) for n in out.nodes[1:]),
+        "slowest_healthy_s": max((out.driver.slowest[u] for u in healthy), default=0.0),
         "longest_wait_s": out.driver.longest_gap,
         "acked_turns_lost": out.lost,
         "overlapping_calls": len(out.model.overlaps()),
     }
 
 
-def _table(title: str, rows: list[dict[str, float]]) -> str:
+def _table(title: str, rows: list[dict[str, Any]]) -> str:
     keys = list(rows[0])
     lines = [title, " | ".join(f"{k:>14}" for k in keys)]
     for row in rows:
@@ -403,7 +526,9 @@ def _table(title: str, rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: object) -> str:
+    if isinstance(value, str):
+        return value
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.2f}"
@@ -444,6 +569,16 @@ def main() -> None:
     parser.add_argument("--load-conversations", type=int, default=100)
     parser.add_argument("--lease", type=float, default=3.0)
     parser.add_argument("--haproxy", action="store_true")
+    parser.add_argument(
+        "--route",
+        nargs="+",
+        choices=("random", "owner", "other"),
+        default=["random", "owner"],
+        help="scale: each turn to a random node (forwarded when another holds"
+        " its shard), to its conversation's owner (a cluster-aware client), or"
+        " to a node that is not its owner (every turn forwarded)",
+    )
+    parser.add_argument("--profile", help="scale: py-spy each node into this folder")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if not args.dsn:

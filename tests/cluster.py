@@ -206,6 +206,16 @@ class Load:
             self.last_ack[conversation] = time.monotonic()
 
 
+def hops(nodes: list[Node]) -> int:
+    """Turn requests that reached a node which did not run them (forwarded or
+    redirected to the owner): the turn requests every node logged, less the
+    turns that finished (a forwarded turn logs a request on both nodes, a
+    redirected one a 307 on the first)."""
+    lines = [ln for n in nodes for ln in n.log]
+    requests = sum("request method=POST path=/agentik/conversations/" in ln for ln in lines)
+    return requests - sum("outcome=finished" in ln for ln in lines)
+
+
 async def owner_url(database: str, conversation: str) -> str:
     """The advertised URL of the node holding the conversation's shard."""
     import psycopg

@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
 from agentik.server._context import ServerContext
-from agentik.server._forward import Forwarder, order_forward
+from agentik.server._forward import NOT_HERE, Forwarder, came_forwarded, order_forward, order_wait
 from agentik.server._health import StorageProbe
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
@@ -47,6 +47,7 @@ from agentik.server.agui import routes as agui_routes
 from agentik.server.http import (
     REFUSED,
     HttpError,
+    NotHere,
     Redirect,
     error_body,
     json_response,
@@ -70,6 +71,12 @@ async def _store_error(_: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
     headers = exc.headers
+    if isinstance(exc, NotHere):
+        ordered = order_wait(request.scope)
+        if ordered is not None:  # waits for the conversation's next holder (``_forward``)
+            return ordered
+        if came_forwarded(request.scope):  # the forwarding node waits instead
+            headers = {**headers, NOT_HERE: "1"}
     if isinstance(exc, Redirect):
         ordered = order_forward(request.scope, exc.base_url)
         if ordered is not None:  # proxied to the owner instead (``_forward``)
@@ -348,5 +355,6 @@ def mount(ctx: ServerContext) -> Guard:
             node=ownership.lease_state().node_id,
             takeover_wait=ctx.config.takeover_seconds,
             body_limit=ctx.config.limits.max_body_bytes,
+            ownership=ownership,
         )
     return Guard(app, ctx, drain=a2a_endpoint.stop_idle_watchers)

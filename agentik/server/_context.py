@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
-import httpx2
 import trio
 
 from agentik.agent import ChatAgent
+from agentik.server._peers import PeerClient
 from agentik.server._settings import ServerConfig
 from agentik.storage import WriterStats
 
@@ -46,7 +46,7 @@ class ServerContext:
     background: trio.Nursery | None = None
     """Where turns that outlive their request run (A2A ``returnImmediately``):
     the server's own nursery, so shutdown waits for them."""
-    peers: httpx2.AsyncClient | None = None
+    peers: PeerClient | None = None
     """Several nodes on one database, ``[cluster] forward`` on: the client
     that forwards requests to the node that owns their conversation
     (``_forward``); None answers 307 to that node instead."""

@@ -23,10 +23,23 @@ and tries again, until ``[cluster] takeover_wait`` has passed (then 503). An
 answer whose first byte was passed to the client is never retried: if the
 owner breaks off mid-answer, the client's connection ends as the answer did.
 
+A request no node can take right now (its shard is being handed off, this
+node's lease lapsed: ``NotHere``, a 503 without forwarding), or that the owner
+refuses so (it answers 503 with ``agentik-not-here``), waits the same way for
+the shard's next holder instead of failing. A node that stopped answering
+without closing its connections (frozen: SIGSTOP, a hung machine) keeps a
+forwarded request waiting only until its lease expires: when the rounds no
+longer count it among the live nodes (``ConversationOwnership.peer_urls``)
+the request is given up there and asked about again.
+
 A native route that names its conversation in its path, once forwarded, is
 forwarded straight to the same owner next time (``Forwarder.owners``), without
 running its handler, which would ask the database each time; a failed try
 forgets it and runs the request as above.
+
+The owner is reached on raw kept-alive connections (``_peers.PeerClient``):
+an httpx client cost more CPU a forwarded turn than the owner spent running
+it.
 """
 
 from __future__ import annotations
@@ -36,13 +49,14 @@ import random
 from collections.abc import Awaitable, Callable
 
 import attrs
-import httpx2
 import trio
 from starlette.responses import Response
 
-from agentik.server._owners import CALLER_KEY
+from agentik.server._owners import CALLER_KEY, Caller
+from agentik.server._peers import BrokenOff, PeerClient, Unreachable
 from agentik.server.http import ASGIApp as App
 from agentik.server.http import Message, Receive, Scope, Send, error_body, send_json
+from agentik.storage import ConversationOwnership
 
 log = logging.getLogger("agentik.server")
 
@@ -51,6 +65,10 @@ FORWARDED = "agentik-forwarded"
 _FORWARDED = FORWARDED.encode()
 ORDER_KEY = "agentik.forward"
 """Where a request's ``ForwardOrder`` sits in its ASGI scope."""
+NOT_HERE = "agentik-not-here"
+"""On a 503 to a forwarded request: the node does not hold the conversation
+now and ran nothing (``NotHere``); the forwarding node waits and asks again."""
+_NOT_HERE = NOT_HERE.encode()
 
 _HOP_BY_HOP = frozenset(
     {
@@ -99,9 +117,15 @@ def _route_key(scope: Scope) -> tuple[object, bytes, bytes] | None:
 
 @attrs.define
 class ForwardOrder:
-    """Set by the app's ``Redirect`` handler: the owner to forward to."""
+    """Set by the app's ``Redirect`` handler: the owner to forward to; or by
+    its ``NotHere`` handler: no node holds it now, wait and ask again."""
 
     base_url: str | None = None
+    wait: bool = False
+
+    @property
+    def given(self) -> bool:
+        return self.base_url is not None or self.wait
 
 
 class _Ordered(Response):
@@ -123,6 +147,21 @@ def order_forward(scope: Scope, base_url: str) -> Response | None:
         return None
     order.base_url = base_url
     return _Ordered()
+
+
+def order_wait(scope: Scope) -> Response | None:
+    """For ``NotHere``: the wait order's response, if this request may wait
+    for the conversation's next holder (``Forwarder`` runs it); None otherwise."""
+    order = scope.get(ORDER_KEY)
+    if not isinstance(order, ForwardOrder):
+        return None
+    order.wait = True
+    return _Ordered()
+
+
+def came_forwarded(scope: Scope) -> bool:
+    """Whether another node forwarded this request (it carries ``FORWARDED``)."""
+    return any(name == _FORWARDED for name, _ in scope["headers"])
 
 
 class _Body:
@@ -185,11 +224,12 @@ class Forwarder:
     def __init__(
         self,
         app: App,
-        client: httpx2.AsyncClient,
+        client: PeerClient,
         *,
         node: str,
         takeover_wait: float,
         body_limit: int,
+        ownership: ConversationOwnership | None = None,
     ) -> None:
         self.app = app
         self.client = client
@@ -201,16 +241,57 @@ class Forwarder:
         (caller, method, path): the next goes there straight, without asking
         the database (a stale entry costs one refused or 307 try, then the
         request runs here as if unknown, and the entry goes)."""
+        self.ownership = ownership
+        self._waiting: dict[str, set[trio.CancelScope]] = {}
+        """The requests being proxied, by the owner they went to."""
+        self._peers = frozenset[str]() if ownership is None else ownership.peer_urls()
+        self._departed = frozenset[str]()
+        """Nodes the rounds counted live once and no longer do: nothing is
+        sent to them (until they hold shards again)."""
+        if ownership is not None:
+            ownership.on_peers(self._peers_changed)
+
+    def _holder(self, scope: Scope) -> str | None:
+        """For a native turn (``POST /agentik/conversations/{id}/turns``), the
+        holder of its conversation's shard from the shard map of the last
+        round: a conversation's first turn on a node that does not hold it
+        goes there straight, without its handler (which would read the body,
+        ask the ownership, log a refusal). Other routes (reads are served
+        here) are left to their handler."""
+        if self.ownership is None or scope["method"] != "POST":
+            return None
+        parts = scope["path"].split("/")  # "", agentik, conversations, id, turns
+        caller = scope.get(CALLER_KEY)
+        if len(parts) != 5 or parts[4] != "turns" or not parts[3]:
+            return None
+        if not isinstance(caller, Caller):
+            return None
+        try:
+            stored = caller.internal(parts[3])
+        except ValueError:
+            return None  # the handler refuses it
+        return self.ownership.holder_url(stored)
+
+    def _peers_changed(self) -> None:
+        assert self.ownership is not None
+        now = self.ownership.peer_urls()
+        departed = (self._departed | self._peers) - now
+        if len(departed) > KNOWN_ROUTES:  # pods come and go under new addresses
+            departed = self._peers - now
+        self._departed, self._peers = departed, now
+        for url in self._departed & self._waiting.keys():
+            for scope in self._waiting[url]:
+                scope.cancel()  # its lease expired: it will not answer for it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or any(name == _FORWARDED for name, _ in scope["headers"]):
+        if scope["type"] != "http" or came_forwarded(scope):
             await self.app(scope, receive, send)  # not forwarded twice: the 307
             return
         original = dict(scope)  # as it came, before the router adds to it
         body = _Body(receive, self.body_limit)
         key = _route_key(scope)
         arrived: Receive = body.recording
-        known = None if key is None else self.owners.get(key)
+        known = None if key is None else self.owners.get(key) or self._holder(scope)
         if key is not None and known is not None:
             if not await body.rest():
                 if body.gone:
@@ -220,12 +301,13 @@ class Forwarder:
                 outcome = await self._proxy(known, original, body.content, receive, send)
                 if outcome is _GONE or outcome is None:
                     return
+                log.info("forward owner=%s %s; asking who holds it now", known, outcome)
             self.owners.pop(key, None)  # stale: the database says who owns it now
             arrived = body.replay()  # the app reads it as it came
         order = ForwardOrder()
         scope[ORDER_KEY] = order
         await self.app(scope, arrived, send)
-        if order.base_url is None:
+        if not order.given:
             if key is not None:
                 self.owners.pop(key, None)  # answered here: it may be owned here now
             return
@@ -234,17 +316,22 @@ class Forwarder:
                 message = f"the request body is over {self.body_limit} bytes"
                 await send_json(send, error_body("too_large", message), 413)
             return
-        if key is not None:
-            if len(self.owners) >= KNOWN_ROUTES:
-                del self.owners[next(iter(self.owners))]  # the oldest
-            self.owners[key] = order.base_url
         deadline = trio.current_time() + self.takeover_wait
         pause = FIRST_PAUSE
         tries = 0
         while True:
-            outcome = await self._proxy(order.base_url, original, body.content, receive, send)
-            if outcome is _GONE or outcome is None:
-                return  # answered, or the client left
+            if order.base_url is None:
+                outcome = "no node holds it right now"
+                if key is not None:
+                    self.owners.pop(key, None)
+            else:
+                if key is not None:
+                    if len(self.owners) >= KNOWN_ROUTES and key not in self.owners:
+                        del self.owners[next(iter(self.owners))]  # the oldest
+                    self.owners[key] = order.base_url
+                outcome = await self._proxy(order.base_url, original, body.content, receive, send)
+                if outcome is _GONE or outcome is None:
+                    return  # answered, or the client left
             tries += 1
             if tries == 1:  # one line a request, not one a try: a failover has many
                 log.info(
@@ -275,12 +362,10 @@ class Forwarder:
             pause = min(pause * 2, LONGEST_PAUSE)
             order = ForwardOrder()
             await self.app({**original, ORDER_KEY: order}, body.replay(), send)
-            if order.base_url is None:
+            if not order.given:
                 if key is not None:
                     self.owners.pop(key, None)
                 return  # answered here (claimed here, or refused)
-            if key is not None:
-                self.owners[key] = order.base_url
 
     async def _proxy(
         self, base_url: str, scope: Scope, content: bytes, receive: Receive, send: Send
@@ -288,56 +373,71 @@ class Forwarder:
         """Send the request to ``base_url`` and its answer back: None once
         answered, ``_GONE`` if the client left, else why no byte of an answer
         came (nothing was sent to the client: the request may be tried again)."""
-        raw = scope.get("raw_path") or scope["path"].encode()
+        if base_url in self._departed:
+            return "no longer live (its lease expired)"
+        target = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
-        target = base_url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        if query:
+            target = target + b"?" + query
         headers = [(n, v) for n, v in scope["headers"] if n.lower() not in _NOT_SENT_ON]
         headers.append((_FORWARDED, self.node))
-        # Built as is, not by the client: it would add its own default
-        # headers (Accept, Accept-Encoding, User-Agent), which the owner would
-        # read as the client's.
-        request = httpx2.Request(
-            scope["method"],
-            target,
-            headers=headers,
-            content=content,
-            extensions={"timeout": self.client.timeout.as_dict()},
-        )
+        started = False
 
         async def exchange() -> str | None:
+            nonlocal started
             try:
-                response = await self.client.send(request, stream=True)
-            except httpx2.TransportError as exc:
-                return f"unreachable ({type(exc).__name__}: {exc})"
-            try:
-                if response.status_code == 307:  # it moved between our ask and its own
-                    return "does not own it (307)"
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": response.status_code,
-                        "headers": [
-                            (n, v)
-                            for n, v in response.headers.raw
-                            if n.lower() not in _NOT_PASSED_BACK
-                        ],
-                    }
-                )
-                try:
-                    async for chunk in response.aiter_raw():
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                except httpx2.TransportError as exc:
-                    # Bytes went out: never retried. Ending the response unfinished
-                    # ends the client's connection, which is how it can tell.
-                    log.warning("forward owner=%s broke off its answer: %s", base_url, exc)
+                async with self.client.request(
+                    base_url, scope["method"].encode(), target, headers, content
+                ) as answer:
+                    status = answer.status
+                    if status == 307:  # it moved between our ask and its own
+                        return "does not own it (307)"
+                    if status == 503 and any(n.lower() == _NOT_HERE for n, _ in answer.headers):
+                        return "does not hold it now (503)"
+                    started = True
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": status,
+                            "headers": [
+                                (n, v)
+                                for n, v in answer.headers
+                                if n.lower() not in _NOT_PASSED_BACK
+                            ],
+                        }
+                    )
+                    try:
+                        async for chunk in answer.body():
+                            await send(
+                                {"type": "http.response.body", "body": chunk, "more_body": True}
+                            )
+                    except BrokenOff as exc:
+                        # Bytes went out: never retried. Ending the response unfinished
+                        # ends the client's connection, which is how it can tell.
+                        log.warning("forward owner=%s broke off its answer: %s", base_url, exc)
+                        return None
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return None
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return None
-            finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
-                    await response.aclose()  # mid-answer: closes the connection
+            except Unreachable as exc:
+                return f"unreachable ({exc})"
+            except BrokenOff as exc:  # inside its head: nothing went to the client
+                return f"broke off before answering ({exc})"
 
-        return await _until_gone(receive, exchange)
+        cancel = trio.CancelScope()
+        waiting = self._waiting.setdefault(base_url, set())
+        waiting.add(cancel)
+        try:
+            with cancel:
+                return await _until_gone(receive, exchange)
+        finally:
+            waiting.discard(cancel)
+            if not waiting:
+                del self._waiting[base_url]
+        # Cancelled by ``_peers_changed``: its lease expired.
+        if started:  # part of its answer went out: end it unfinished
+            log.warning("forward owner=%s lost its lease mid-answer", base_url)
+            return None
+        return "lost its lease before answering"
 
 
 _GONE = object()

@@ -47,6 +47,7 @@ from agentik.server._config import check_entry_point
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
 from agentik.server._forward import CONNECT_TIMEOUT
+from agentik.server._peers import PeerClient
 from agentik.server._retention import run_retention
 from agentik.server._settings import ModelSettings, ServerConfig, ToolEntry, ToolsetEntry
 from agentik.server.http import ConnectionLimits, HttpSettings
@@ -181,7 +182,7 @@ def _is_toolset(value: object) -> bool:
     )
 
 
-def peer_client(config: ServerConfig) -> httpx2.AsyncClient:
+def peer_client(config: ServerConfig) -> PeerClient:
     """The client that forwards requests to the other nodes (``_forward``):
     kept-alive HTTP/1.1 connections to each, as many as requests need (each
     is one this node's own connection limit already admitted). An idle one is
@@ -189,15 +190,11 @@ def peer_client(config: ServerConfig) -> httpx2.AsyncClient:
     configuration), so a request is not sent on a connection being closed;
     answers are read without a deadline (a turn takes what it takes; the
     client's leaving ends it), connecting takes at most ``CONNECT_TIMEOUT``.
-    No proxy from the environment: the nodes talk directly."""
-    return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(None, connect=CONNECT_TIMEOUT),
-        limits=httpx2.Limits(
-            max_connections=None,
-            max_keepalive_connections=config.limits.max_connections,
-            keepalive_expiry=config.limits.keepalive_timeout / 2,
-        ),
-        trust_env=False,
+    No proxy: the nodes talk directly."""
+    return PeerClient(
+        connect_timeout=CONNECT_TIMEOUT,
+        idle_timeout=config.limits.keepalive_timeout / 2,
+        max_idle=config.limits.max_connections,
     )
 
 

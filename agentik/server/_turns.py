@@ -47,7 +47,8 @@ from agentik.agent import (
 )
 from agentik.server._content import turn_content
 from agentik.server._owners import SEPARATOR, Caller
-from agentik.server.http import HttpError, Redirect
+from agentik.server.http import HttpError, NotHere, Redirect
+from agentik.storage import LeaseLapsedError
 
 log = logging.getLogger("agentik.server")
 
@@ -102,6 +103,8 @@ def to_http_error(exc: Exception, caller: Caller, conversation_id: str) -> HttpE
         return HttpError(422, message, code="invalid_field")
     if isinstance(exc, NotOwnedError) and exc.owner_url:
         return Redirect(message, base_url=exc.owner_url)
+    if isinstance(exc, NotOwnedError | LeaseLapsedError):  # nothing ran; another node takes it
+        return NotHere(f"the agent is not accepting turns: {message}")
     return HttpError(
         503,
         f"the agent is not accepting turns: {message}",

@@ -35,6 +35,7 @@ from agentik.storage._jsonl import header_line as header_line
 from agentik.storage._jsonl import read_archive as read_archive
 from agentik.storage._jsonl import record_line as record_line
 from agentik.storage._jsonl import split_lines as split_lines
+from agentik.storage._lease_state import LeaseLapsedError as LeaseLapsedError
 from agentik.storage._lease_state import LeaseState as LeaseState
 from agentik.storage._location import describe_location as describe_location
 from agentik.storage._location import is_postgres_url as is_postgres_url
@@ -85,6 +86,7 @@ __all__ = [
     "FullMessageStore",
     "FullWorkingMemoryStore",
     "KeyedTurn",
+    "LeaseLapsedError",
     "LeaseState",
     "MessageStore",
     "NotOwnedError",

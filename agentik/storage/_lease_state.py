@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import attrs
 
+from agentik._errors import StoreError
+
+
+class LeaseLapsedError(StoreError):
+    """This node's lease has lapsed: it owns no conversation until it renews
+    (or joins again). Nothing ran; another node takes its shards."""
+
 
 @attrs.frozen(kw_only=True)
 class LeaseState:

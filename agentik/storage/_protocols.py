@@ -417,6 +417,23 @@ class ConversationOwnership(Protocol):
         (``/health``)."""
         ...
 
+    def peer_urls(self) -> frozenset[str]:
+        """The advertised URLs of the other live nodes holding shards, as of
+        the last round: a request forwarded to a node no longer among them
+        is given up and asked about again (its lease expired)."""
+        ...
+
+    def holder_url(self, conversation_id: str) -> str | None:
+        """The advertised URL of the other live node that held the
+        conversation's shard at the last round, without asking the database;
+        None if this node holds it, or no other node did."""
+        ...
+
+    def on_peers(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from a trio task) when ``peer_urls`` changed;
+        returns the unsubscribe."""
+        ...
+
 
 @runtime_checkable  # only so McpTokenVault can refuse a wrong argument clearly
 class SecretStore(Protocol):

@@ -14,6 +14,7 @@ are real time, kept short (leases of 2 s) and bounded.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -134,6 +135,28 @@ async def test_native_turns_and_streams_are_answered_by_the_owner_through_any_no
         assert own[-1][1]["result"]["text"] == "answer to n1 3"
         assert len(c.model.calls["n1"]) == 4
     assert c.model.overlaps() == []
+
+
+async def test_a_first_turn_goes_to_the_shards_holder_without_the_handler(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A new conversation's first turns, sent to the node that does not hold
+    its shard, go straight to the holder from the shard map: that node's
+    handler never runs for them (it logs no refused turn), and every one is
+    answered by the holder. A read is served where it lands."""
+    async with cluster(postgres_dsn, tmp_path) as c:
+        owner, other = await c.split("h0")
+        names = [f"h{i}" for i in range(40)]
+        theirs = [n for n in names if await owner_url(c.database, n) == owner.url][:5]
+        for name in theirs:
+            response = await c.turn(other, name, f"{name} 1")
+            assert response.status_code == 200, response.text
+            assert response.json()["text"] == f"answer to {name} 1"
+            assert any(f"conversation={name} outcome=finished" in ln for ln in owner.log)
+        assert not any("refused:owned_elsewhere" in ln for ln in other.log)
+        history = await c.client.get(other.url + f"/agentik/conversations/{theirs[0]}/messages")
+        assert history.status_code == 200, history.text
+        assert not any(f"{theirs[0]}/messages" in ln for ln in owner.log), "a read was forwarded"
 
 
 async def test_a_stream_is_passed_through_as_it_comes_and_a_client_leaving_ends_it_at_the_owner(
@@ -332,3 +355,42 @@ async def test_a_forwarded_turn_whose_owner_dies_waits_for_the_new_owner(
         assert not any("owner_unavailable" in ln for ln in other.log)
         assert any("forward owner=" in ln and "unreachable" in ln for ln in other.log)
         assert await owner_url(c.database, "k1") == other.url
+
+
+async def test_turns_forwarded_to_a_frozen_owner_go_to_the_shards_new_holder(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """SIGSTOP of the owner (it still accepts connections, answers nothing):
+    a turn forwarded to it while it ran the turn, and one sent after it
+    froze, both wait until its lease expires, then are answered by the
+    shards' new holder (the other node), within the lease + 3 s of the
+    freeze: no 503, no hang until the owner wakes."""
+    async with cluster(postgres_dsn, tmp_path) as c:
+        owner, other = await c.split("z0")
+        names = [f"z{i}" for i in range(60)]
+        mine = [n for n in names if await owner_url(c.database, n) == owner.url][:2]
+        running, later = mine
+        for name in mine:  # each conversation's first turn, on the owner
+            assert (await c.turn(owner, name, f"{name} 0")).status_code == 200
+        c.model.slow_once[f"{running} 1"] = 3.0  # at the owner; at the new holder at once
+        answers: dict[str, httpx2.Response] = {}
+
+        async def forwarded(name: str) -> None:
+            answers[name] = await c.turn(other, name, f"{name} 1", idempotency_key=f"{name}-1")
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(forwarded, running)
+                await trio.sleep(0.7)  # the owner is inside the model call
+                owner.process.send_signal(signal.SIGSTOP)
+                stopped = time.monotonic()
+                nursery.start_soon(forwarded, later)
+            took = time.monotonic() - stopped
+        finally:
+            owner.process.send_signal(signal.SIGCONT)
+        for name in mine:
+            assert answers[name].status_code == 200, answers[name].text
+            assert answers[name].json()["text"] == f"answer to {name} 1"
+            assert await owner_url(c.database, name) == other.url
+        assert took < LEASE + 3
+        assert any("lost its lease" in ln or "no longer live" in ln for ln in other.log)

@@ -9,6 +9,10 @@ answers what it received.
   headers and body as they are.
 - An owner that answers 307 or does not answer is asked about again, the
   request run again here, until ``takeover_wait``; then 503.
+- A request no node holds right now (``NotHere``: a shard being handed off,
+  a lapsed lease), here or at the owner, waits and is asked about again,
+  until ``takeover_wait``; a direct client of a node that does not forward
+  gets the 503 without the hop's marker.
 - An answer the owner breaks off after its first bytes is never retried.
 - A client that leaves mid-stream closes the owner's stream.
 
@@ -32,10 +36,12 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from agentik.server._app import _http_error
-from agentik.server._forward import FORWARDED, Forwarder
-from agentik.server.http import Redirect
+from agentik.server._forward import FORWARDED, NOT_HERE, Forwarder
+from agentik.server._peers import PeerClient
+from agentik.server.http import NotHere, Redirect
 from agentik.server.http import serve as http_serve
 from tests.asgi import answer_lifespan, read_body
 
@@ -110,6 +116,29 @@ class Owner:
 
 
 @attrs.define(repr=False)
+class Unheld:
+    """A node that holds no conversation yet: it refuses ``refusals[path]``
+    requests with ``NotHere`` (through the app's own handler), then answers."""
+
+    refusals: dict[str, int] = attrs.Factory(dict)
+    answered: list[str] = attrs.Factory(list)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await answer_lifespan(receive, send)
+            return
+        await read_body(receive)
+        path = scope["path"]
+        if self.refusals.get(path, 0) > 0:
+            self.refusals[path] -= 1
+            response = await _http_error(Request(scope), NotHere("its shard is moving; retry"))
+        else:
+            self.answered.append(path)
+            response = JSONResponse({"path": path})
+        await response(scope, receive, send)
+
+
+@attrs.define(repr=False)
 class Servers:
     owner: Owner
     owner_url: str
@@ -127,10 +156,17 @@ class Servers:
     """A node that forwards to ``targets["switch"]``."""
     targets: dict[str, str]
     """Where each node's handler says the conversation's owner is."""
+    unheld: Unheld
+    unheld_url: str
+    """``unheld`` served as it is (it does not forward)."""
+    waiting_url: str
+    """``unheld`` behind a ``Forwarder``: a node whose own handler says no node holds it."""
+    to_unheld_url: str
+    """A node that forwards to ``unheld_url``."""
 
 
 def _node(
-    targets: dict[str, str], runs: dict[str, int], name: str, client: httpx2.AsyncClient
+    targets: dict[str, str], runs: dict[str, int], name: str, client: PeerClient
 ) -> Forwarder:
     """A node whose every request is for a conversation ``targets[name]`` owns: it
     reads the body, as a turn's handler does, and refuses with ``Redirect``
@@ -173,7 +209,7 @@ def servers() -> Iterator[Servers]:
         found["stop"] = (stop, trio.lowlevel.current_trio_token())
         owner, owner2 = Owner(), Owner()
         runs: dict[str, int] = {}
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=1.0)) as client:
+        async with PeerClient(connect_timeout=1.0, idle_timeout=30, max_idle=64) as client:
             async with trio.open_nursery() as nursery:
                 (owner_url,) = await nursery.start(
                     lambda task_status: http_serve(owner, task_status=task_status)
@@ -187,8 +223,24 @@ def servers() -> Iterator[Servers]:
                 with trio.socket.socket() as probe:  # a port nothing listens on
                     await probe.bind(("127.0.0.1", 0))
                     dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+                unheld = Unheld()
+                (unheld_url,) = await nursery.start(
+                    lambda task_status: http_serve(unheld, task_status=task_status)
+                )
+                waiting = Forwarder(
+                    unheld, client, node="node-waiting", takeover_wait=WAIT, body_limit=1 << 20
+                )
+                (waiting_url,) = await nursery.start(
+                    lambda task_status: http_serve(waiting, task_status=task_status)
+                )
                 urls = {}
-                targets = {"live": owner_url, "dead": dead, "moved": moved_url, "switch": owner_url}
+                targets = {
+                    "live": owner_url,
+                    "dead": dead,
+                    "moved": moved_url,
+                    "switch": owner_url,
+                    "to_unheld": unheld_url,
+                }
                 for name in targets:
                     node = _node(targets, runs, name, client)
                     (urls[name],) = await nursery.start(
@@ -205,6 +257,10 @@ def servers() -> Iterator[Servers]:
                     owner2_url,
                     urls["switch"],
                     targets,
+                    unheld,
+                    unheld_url,
+                    waiting_url,
+                    urls["to_unheld"],
                 )
                 started.set()
                 await stop.wait()
@@ -392,3 +448,41 @@ def test_a_conversation_route_goes_to_its_known_owner_straight_until_that_fails(
         for _ in range(2):
             assert client.post(servers.switch_url + "/a2a", json={}).status_code == 200
         assert servers.runs["switch"] - runs == 4, "A2A's handler ran for each request"
+
+
+def test_a_request_no_node_holds_yet_waits_for_its_next_holder(servers: Servers) -> None:
+    """``NotHere`` on the node the client reached (its shard is being handed
+    off): no 503 while the wait lasts; the request runs again until a node
+    holds it, or 503 ``owner_unavailable`` once ``takeover_wait`` passed."""
+    servers.unheld.refusals.update({"/w1": 3, "/w2": 10_000})
+    with httpx2.Client(timeout=10) as client:
+        response = client.post(servers.waiting_url + "/w1", json={"text": "hi"})
+        assert response.status_code == 200, response.text
+        assert response.json() == {"path": "/w1"}
+        assert servers.unheld.refusals["/w1"] == 0
+        began = time.monotonic()
+        response = client.post(servers.waiting_url + "/w2", json={"text": "hi"})
+        took = time.monotonic() - began
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "owner_unavailable"  # the guard adds Retry-After
+    assert WAIT - 0.2 <= took < WAIT + 2
+    assert servers.unheld.refusals["/w2"] < 10_000 - 2, "it was not asked again"
+
+
+def test_an_owner_that_does_not_hold_it_now_is_asked_about_again(servers: Servers) -> None:
+    """The owner answers a forwarded request ``NotHere`` (its lease lapsed,
+    the shard moving): 503 with ``agentik-not-here``, which the forwarding
+    node does not pass on but waits and asks again; a client that reached
+    that node itself gets the plain 503 with ``Retry-After``."""
+    servers.unheld.refusals.update({"/w3": 2, "/w4": 1})
+    runs = servers.runs.get("to_unheld", 0)
+    with httpx2.Client(timeout=10) as client:
+        response = client.post(servers.to_unheld_url + "/w3", json={"text": "hi"})
+        assert response.status_code == 200, response.text
+        assert response.json() == {"path": "/w3"}
+        assert servers.runs["to_unheld"] - runs == 3, "the handler was not asked again"
+        direct = client.post(servers.unheld_url + "/w4", json={"text": "hi"})
+    assert direct.status_code == 503, direct.text
+    assert direct.json()["error"]["code"] == "unavailable"
+    assert direct.headers["retry-after"] == "1"
+    assert NOT_HERE not in direct.headers

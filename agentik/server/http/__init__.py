@@ -31,6 +31,7 @@ door and on nothing else of the engine; the engine knows none of them
 from agentik._public import publish as _publish
 from agentik.server.http._connection import REFUSED as REFUSED
 from agentik.server.http._errors import HttpError as HttpError
+from agentik.server.http._errors import NotHere as NotHere
 from agentik.server.http._errors import Redirect as Redirect
 from agentik.server.http._framing import ASGIApp as ASGIApp
 from agentik.server.http._framing import Message as Message
@@ -70,6 +71,7 @@ __all__ = [
     "HttpError",
     "HttpSettings",
     "Message",
+    "NotHere",
     "Receive",
     "Redirect",
     "Scope",

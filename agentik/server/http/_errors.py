@@ -40,3 +40,13 @@ class Redirect(HttpError):
     def __init__(self, message: str, *, base_url: str) -> None:
         super().__init__(307, message, code="owned_elsewhere")
         self.base_url = base_url.rstrip("/")
+
+
+class NotHere(HttpError):
+    """503: no node can take the conversation's turns right now (its shard is
+    being handed off, or this node's lease lapsed) and nothing ran; retry.
+    With ``[cluster] forward`` the node waits and asks again itself instead,
+    as for an owner that does not answer (docs/scale-out.md)."""
+
+    def __init__(self, message: str, *, code: str = "unavailable") -> None:
+        super().__init__(503, message, code=code, headers={"Retry-After": "1"})

@@ -25,6 +25,7 @@ from agentik.server._owners import caller_of
 from agentik.server._turns import claim_here
 from agentik.server.http import (
     HttpError,
+    NotHere,
     Redirect,
     json_response,
 )
@@ -76,12 +77,7 @@ class LifecycleApi:
             # Another live node owns it (several nodes on one database): it
             # deletes it there, as it runs its turns there.
             if not exc.owner_url:
-                raise HttpError(
-                    503,
-                    "the conversation could not be deleted; retry",
-                    code="unavailable",
-                    headers={"Retry-After": "1"},
-                ) from exc
+                raise NotHere("the conversation could not be deleted; retry") from exc
             raise Redirect(
                 f"conversation {conversation_id!r} is owned by another node", base_url=exc.owner_url
             ) from exc

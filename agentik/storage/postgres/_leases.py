@@ -1,27 +1,8 @@
 """Shard leases for several nodes on one PostgreSQL database.
 
-Why shards, not conversations: a lease row per conversation costs one
-fsync'd claim on each conversation's first turn, and a burst of new
-conversations queued those claims in front of the node's own renewals until
-the node lost its lease. A database is split into a fixed number of shards
-(``agentik_shard``, ``[storage] shards``); a conversation lives in shard
-``crc32(id) % shards`` (``storage._shards``), and a node owns it for as long
-as it holds that shard. Nothing is claimed on a conversation's first turn.
-
-Why lease rows, not advisory locks: a lock vanishes the moment its
-connection drops, so a node cut off for a second would lose everything while
-it still runs its turns. Each node has a row in ``agentik_node`` whose
-``expires_at`` it pushes forward; it holds the shards whose ``agentik_shard``
-row names it for as long as that row lives.
-
-One round, one statement, on a connection of its own (``agentik-lease``, with
-its own short ``lock_timeout`` and ``statement_timeout``), every
-``ROUND_SECONDS`` (a third of the lease at most): renew the node's row, count
-the live nodes, release the shards handed off, and take free shards (held by
-nobody, or by an expired node) up to this node's share, ``ceil(shards /
-live nodes)``. Taking skips rows another session has locked (``SKIP
-LOCKED``), so nothing another session holds (a frozen node's writer) can
-delay a renewal past the lock timeout.
+Why shards and why lease rows: ``_lease_sql``, with the one statement of a
+round, run on a connection of its own every ``ROUND_SECONDS`` (a third of
+the lease at most).
 
 Invariants:
 - a shard is taken only by a node whose own row is unexpired, from nobody or
@@ -40,10 +21,10 @@ Invariants:
   writing, and no write of a node that lost a shard commits after it moved;
 - a node with more than its share (a node joined) marks the surplus
   *releasing*, ``MOVE_AT_ONCE`` shards at a time: it takes no new turn for
-  those shards (``owns`` is false: ``NotOwnedError`` without a URL, a 503 to
-  retry), waits for their running turns (at most ``RELEASE_WAIT``), then
-  releases them; a clean stop releases every shard, so other nodes take
-  them at their next round.
+  those shards (``owns`` is false: ``NotOwnedError`` without a URL; a
+  forwarding node waits for the next holder), waits for their running turns
+  (at most ``RELEASE_WAIT``), then releases them; a clean stop releases
+  every shard, so other nodes take them at their next round.
 """
 
 from __future__ import annotations
@@ -55,13 +36,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar, final
 
-import attrs
 import psycopg
 import trio
 
 from agentik._errors import NotOwnedError, StoreError
-from agentik.storage._lease_state import LeaseState
+from agentik.storage._lease_state import LeaseLapsedError, LeaseState
 from agentik.storage._shards import DEFAULT_SHARDS, check_shards, shard_of
+from agentik.storage.postgres import _lease_sql as sql
+from agentik.storage.postgres._lease_sql import Fence, _elsewhere, _round
 from agentik.storage.postgres._watchdog import Watchdog
 
 log = logging.getLogger("agentik.storage")
@@ -86,187 +68,7 @@ RELEASE_WAIT = 60.0
 """Longest wait for the running turns of a shard being handed off; a turn
 still running then is interrupted (the shard's next holder resumes it)."""
 
-# A shard is free: nobody holds it, or its holder's row has expired. A shard
-# claimed since this statement began is held by a live node, even one whose
-# row this statement's snapshot is too old to see.
-_FREE = """(s.node_id IS NULL OR (s.claimed_at < statement_timestamp() AND NOT EXISTS (
-        SELECT 1 FROM agentik_node AS n
-        WHERE n.node_id = s.node_id AND n.expires_at > clock_timestamp())))"""
-
-_ELSEWHERE = """
-SELECT coalesce(json_agg(json_build_array(s.shard, n.url)), '[]')
-FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
-WHERE n.node_id <> %(me)s AND n.expires_at > clock_timestamp()
-"""
-
-_ROUND = f"""
-WITH renewed AS (
-    UPDATE agentik_node SET expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
-    WHERE node_id = %(me)s AND expires_at > clock_timestamp()
-    RETURNING node_id
-), live AS (
-    SELECT greatest(1, count(*)) AS n FROM agentik_node WHERE expires_at > clock_timestamp()
-), released AS (
-    UPDATE agentik_shard AS s SET node_id = NULL
-    FROM (SELECT shard FROM agentik_shard
-          WHERE shard = ANY(%(release)s::integer[]) AND node_id = %(me)s
-          FOR UPDATE SKIP LOCKED) AS r
-    WHERE s.shard = r.shard
-    RETURNING s.shard
-), mine AS (
-    SELECT shard, generation FROM agentik_shard WHERE node_id = %(me)s
-), free AS (
-    SELECT s.shard FROM agentik_shard AS s
-    WHERE EXISTS (SELECT 1 FROM renewed) AND {_FREE}
-    ORDER BY s.shard
-    LIMIT (SELECT greatest(0, ceil(%(shards)s::numeric / live.n) - (SELECT count(*) FROM mine))
-           FROM live)
-    FOR UPDATE OF s SKIP LOCKED
-), taken AS (
-    UPDATE agentik_shard AS s
-    SET node_id = %(me)s, generation = s.generation + 1, claimed_at = clock_timestamp()
-    FROM free WHERE s.shard = free.shard
-    RETURNING s.shard, s.generation
-)
-SELECT EXISTS (SELECT 1 FROM renewed), (SELECT n FROM live),
-    (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM mine),
-    (SELECT coalesce(json_agg(shard), '[]') FROM released),
-    (SELECT coalesce(json_agg(json_build_array(shard, generation)), '[]') FROM taken),
-    ({_ELSEWHERE})
-"""
-
-# One shard on demand (a request for a conversation in a shard nobody holds).
-_CLAIM = f"""
-WITH me AS (
-    SELECT 1 FROM agentik_node WHERE node_id = %(me)s AND expires_at > clock_timestamp()
-), free AS (
-    SELECT s.shard FROM agentik_shard AS s
-    WHERE s.shard = %(shard)s AND %(may_take)s AND EXISTS (SELECT 1 FROM me) AND {_FREE}
-    FOR UPDATE OF s SKIP LOCKED
-), taken AS (
-    UPDATE agentik_shard AS s
-    SET node_id = %(me)s, generation = s.generation + 1, claimed_at = clock_timestamp()
-    FROM free WHERE s.shard = free.shard
-    RETURNING s.generation
-)
-SELECT EXISTS (SELECT 1 FROM me), (SELECT generation FROM taken), (
-    SELECT n.url FROM agentik_shard AS s JOIN agentik_node AS n USING (node_id)
-    WHERE s.shard = %(shard)s AND n.node_id <> %(me)s AND n.expires_at > clock_timestamp())
-"""
-
-_REGISTER = """
-INSERT INTO agentik_node (node_id, url, expires_at)
-VALUES (%(me)s, %(url)s, clock_timestamp() + make_interval(secs => %(lease)s))
-"""
-
-# Rows of nodes dead for a while (their shards are free either way).
-_FORGET_DEAD = (
-    "DELETE FROM agentik_node WHERE expires_at < clock_timestamp() - interval '10 minutes'"
-)
-
 _LAPSED = "this node's lease has lapsed; it owns no conversation until it renews"
-
-
-@attrs.frozen(kw_only=True)
-class Fence:
-    """What the writer checks a batch against: this node's id and the
-    generation at which it took each shard it holds. Replaced whole on every
-    change, so the writer's thread reads it with one attribute read."""
-
-    node_id: str
-    shards: int
-    generations: Mapping[int, int]
-
-
-@attrs.frozen(kw_only=True)
-class RoundResult:
-    renewed: bool
-    live_nodes: int
-    held: dict[int, int]
-    """Every shard this node holds after the round, with its generation."""
-    released: frozenset[int]
-    taken: frozenset[int]
-    elsewhere: dict[int, str]
-    """Shards other live nodes hold, with their advertised URLs."""
-
-
-def _round(
-    connection: psycopg.Connection,
-    me: str,
-    lease: float,
-    shards: int,
-    release: list[int],
-) -> RoundResult:
-    row = connection.execute(
-        _ROUND, {"me": me, "lease": lease, "shards": shards, "release": release}
-    ).fetchone()
-    assert row is not None
-    renewed, live, mine, released, taken, elsewhere = row
-    held = {int(s): int(g) for s, g in mine}
-    gone = {int(s) for s in released}
-    for shard in gone:
-        held.pop(shard, None)
-    held.update((int(s), int(g)) for s, g in taken)
-    return RoundResult(
-        renewed=bool(renewed),
-        live_nodes=max(1, int(live)),
-        held=held if renewed else {},
-        released=frozenset(gone),
-        taken=frozenset(int(s) for s, _ in taken),
-        elsewhere={int(s): str(url) for s, url in elsewhere},
-    )
-
-
-def _claim(
-    connection: psycopg.Connection, me: str, shard: int, may_take: bool
-) -> tuple[bool, int | None, str | None]:
-    row = connection.execute(_CLAIM, {"me": me, "shard": shard, "may_take": may_take}).fetchone()
-    assert row is not None
-    alive, generation, url = row
-    return bool(alive), None if generation is None else int(generation), url
-
-
-def _elsewhere(connection: psycopg.Connection, me: str) -> dict[int, str]:
-    row = connection.execute(_ELSEWHERE, {"me": me}).fetchone()
-    assert row is not None
-    return {int(s): str(url) for s, url in row[0]}
-
-
-def _register(connection: psycopg.Connection, me: str, url: str, lease: float) -> None:
-    with connection.transaction():
-        connection.execute(_FORGET_DEAD)
-        connection.execute(_REGISTER, {"me": me, "url": url, "lease": lease})
-
-
-def _advertise(connection: psycopg.Connection, me: str, url: str) -> None:
-    connection.execute("UPDATE agentik_node SET url = %s WHERE node_id = %s", (url, me))
-
-
-def _leave(connection: psycopg.Connection, me: str) -> None:
-    with connection.transaction():
-        connection.execute("UPDATE agentik_shard SET node_id = NULL WHERE node_id = %s", (me,))
-        connection.execute("DELETE FROM agentik_node WHERE node_id = %s", (me,))
-
-
-_LEASE_BOUNDS = """
-SELECT set_config(s.name, least(nullif(s.setting::bigint, 0), w.ms)::text || 'ms', false)
-FROM pg_settings AS s
-JOIN (VALUES ('lock_timeout', %s::bigint), ('statement_timeout', %s::bigint),
-             ('idle_in_transaction_session_timeout', %s::bigint)) AS w (name, ms) USING (name)
-"""
-
-
-def lease_session(connection: psycopg.Connection, lease: float) -> psycopg.Connection:
-    """Bound the lease connection's own waits well inside the lease: a lock
-    wait (``lock_timeout``, a tenth of the lease, at most 1 s), a statement
-    (``statement_timeout``, a quarter, at most 5 s), a transaction left open
-    (``idle_in_transaction_session_timeout``); a stricter value someone chose
-    (the DSN, the role) stays. Its TCP keepalives are every connection's
-    (``_connect``)."""
-    lock_ms = max(100, min(1000, round(lease * 100)))
-    statement_ms = max(500, min(5000, round(lease * 250)))
-    connection.execute(_LEASE_BOUNDS, (lock_ms, statement_ms, 2 * statement_ms))
-    return connection
 
 
 @final
@@ -317,6 +119,7 @@ class NodeLease:
         self._valid_until = -math.inf
         self._lost_subscribers: list[Callable[[], None]] = []
         self._gained_subscribers: list[Callable[[], None]] = []
+        self._peer_subscribers: list[Callable[[], None]] = []
         self._live_nodes = 1
         self._renewed_at: float | None = None
         """When the last successful renewal (or join) began; for ``/health``."""
@@ -336,7 +139,7 @@ class NodeLease:
                 connection.close()
             connection = self._connection = self._connect()
             try:
-                lease_session(connection, self.lease)
+                sql.lease_session(connection, self.lease)
             except psycopg.Error:
                 connection.close()
                 raise
@@ -391,7 +194,7 @@ class NodeLease:
     async def claim(self, conversation_id: str) -> None:
         shard = shard_of(conversation_id, self.shards)
         if not self._valid():
-            raise StoreError(_LAPSED)
+            raise LeaseLapsedError(_LAPSED)
         if shard in self._releasing:
             raise NotOwnedError(
                 f"conversation {conversation_id!r} is moving to another node; retry",
@@ -417,13 +220,13 @@ class NodeLease:
                 " right now; retry",
                 owner_url="",
             )
-        alive, generation, url = await self._db(_claim, self.node_id, shard, True)
+        alive, generation, url = await self._db(sql._claim, self.node_id, shard, True)
         if generation is not None and alive and self._valid():
             self._hold({shard: generation})
             self._tell(self._gained_subscribers)
             return
         if not alive or not self._valid():
-            raise StoreError(_LAPSED)
+            raise LeaseLapsedError(_LAPSED)
         if url is not None:
             raise NotOwnedError(
                 f"conversation {conversation_id!r} is owned by the node at {url}", owner_url=url
@@ -447,7 +250,7 @@ class NodeLease:
             return
         self._looking = looking = trio.Event()
         try:
-            self._elsewhere = await self._db(_elsewhere, self.node_id)
+            self._see_elsewhere(await self._db(_elsewhere, self.node_id))
             self._looked_at = trio.current_time()
         except StoreError as error:
             log.warning("could not look up which nodes hold the shards: %s", error)
@@ -460,6 +263,24 @@ class NodeLease:
 
     def on_gained(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribe(self._gained_subscribers, callback)
+
+    def on_peers(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribe(self._peer_subscribers, callback)
+
+    def holder_url(self, conversation_id: str) -> str | None:
+        shard = shard_of(conversation_id, self.shards)
+        return None if shard in self._held else self._elsewhere.get(shard)
+
+    def peer_urls(self) -> frozenset[str]:
+        return frozenset(self._elsewhere.values())
+
+    def _see_elsewhere(self, elsewhere: dict[int, str]) -> None:
+        """The other nodes' shards as a round or a look-up found them; tell
+        the subscribers if the set of their URLs changed."""
+        before = self.peer_urls()
+        self._elsewhere = elsewhere
+        if self.peer_urls() != before:
+            self._tell(self._peer_subscribers)
 
     @staticmethod
     def _subscribe(
@@ -512,7 +333,7 @@ class NodeLease:
 
     async def advertise(self, url: str) -> None:
         self._url = url
-        await self._db(_advertise, self.node_id, url)
+        await self._db(sql._advertise, self.node_id, url)
 
     # --- the shards held ---
 
@@ -572,7 +393,7 @@ class NodeLease:
         if result.live_nodes != self._live_nodes or result.released or result.taken:
             self._unsettled_until = trio.current_time() + UNSETTLED_SECONDS
         self._live_nodes = result.live_nodes
-        self._elsewhere = result.elsewhere
+        self._see_elsewhere(result.elsewhere)
         if self._valid_until == -math.inf:
             return  # lost while the round was under way: join anew
         if not result.renewed:  # the row expired: others may hold our shards already
@@ -602,7 +423,7 @@ class NodeLease:
         lease), and take this node's share of the free shards."""
         node_id = uuid.uuid4().hex
         began = trio.current_time()
-        await self._db(_register, node_id, self._url, self.lease)
+        await self._db(sql._register, node_id, self._url, self.lease)
         self.node_id = node_id
         self._held.clear()
         self._releasing.clear()
@@ -663,7 +484,7 @@ class NodeLease:
         """Release every shard at once (a clean stop), and close."""
         try:
             if self.node_id and self._valid_until > -math.inf:
-                await self._db(_leave, self.node_id)
+                await self._db(sql._leave, self.node_id)
         except StoreError as error:
             log.warning("could not leave the cluster cleanly (%s); the lease will expire", error)
         finally:

@@ -36,7 +36,7 @@ from agentik.storage._shards import shard_of
 from agentik.storage._sql_lifecycle import SqlQueries
 
 if TYPE_CHECKING:
-    from agentik.storage.postgres._leases import Fence
+    from agentik.storage.postgres._lease_sql import Fence
 
 KEPT_TABLES: tuple[str, ...] = ()
 """Tables keyed by conversation that a delete keeps on purpose (beside
