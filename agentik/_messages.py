@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import attrs
 
@@ -69,17 +68,12 @@ class TokenStats:
         return self.prompt_tokens + self.completion_tokens
 
 
-if TYPE_CHECKING:
+def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
 
-    def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]: ...
-    def _parts(value: Iterable[Part]) -> tuple[Part, ...]: ...
 
-else:
-    # The builtin itself, not a function calling it: ``tuple`` returns a tuple
-    # given to it unchanged, and a Python converter costs a frame per field
-    # of every Message (two a message, eight a turn). The stubs above give
-    # the attrs mypy plugin the element types it cannot read off ``tuple``.
-    _tool_calls = _parts = tuple
+def _parts(value: Iterable[Part]) -> tuple[Part, ...]:
+    return tuple(value)
 
 
 @attrs.frozen

@@ -264,8 +264,7 @@ class Turn:
             # Most frequent first; ``isinstance`` narrows for the type checker
             # (an ``if`` chain: class patterns cost several times more).
             if isinstance(action, Message):
-                if not writes.record_nowait(action):
-                    await writes.record(action)
+                await writes.record(action)
             elif isinstance(action, _ENDS):
                 return action
             elif isinstance(action, RunTool):

@@ -52,33 +52,19 @@ class TurnWrites:
     cleanup_deadline: float | None = None
     """When a stopped turn's clean-up gives up (``_cleanup_deadline``)."""
 
-    def record_nowait(self, message: Message) -> bool:
-        """``record`` when the store takes ``message`` at once (its
-        ``submit_nowait`` has room): no coroutine a message; False, having
-        recorded nothing, when the caller must ``await record``."""
-        conv = self.conversation
-        nowait = conv.runtime.submit_nowait
-        if nowait is None:
-            return False
-        pending = nowait(conv.conversation_id, message)
-        if pending is None:
-            return False
-        self.pending.append(pending)
-        conv.history.append(message)
-        return True
-
     async def record(self, message: Message) -> None:
         """Submit ``message`` for commit and add it to the cached history.
 
-        Through ``submit_nowait`` when the store has it and has room
-        (``record_nowait``): no schedule point per message (the turn
-        checkpoints when it waits for its commit, and at every model and
-        tool call)."""
-        if self.record_nowait(message):
-            return
+        Through ``submit_nowait`` when the store has it and has room: no
+        schedule point per message (the turn checkpoints when it waits for
+        its commit, and at every model and tool call)."""
         conv = self.conversation
-        store = conv.runtime.storage.message_store
-        pending = await store.submit(conv.conversation_id, message)
+        runtime = conv.runtime
+        nowait = runtime.submit_nowait
+        pending = None if nowait is None else nowait(conv.conversation_id, message)
+        if pending is None:
+            store = runtime.storage.message_store
+            pending = await store.submit(conv.conversation_id, message)
         self.pending.append(pending)
         conv.history.append(message)
 
