@@ -1,4 +1,4 @@
-"""The supervisor: ``open_chat_agent`` and the ``ChatAgent`` it yields.
+"""The supervisor: the ``ChatAgent`` that ``open_chat_agent`` (``_open``) yields.
 
 The agent owns the nursery every conversation task runs in. It routes each
 request (``_requests``) to its conversation's bounded inbox, spawning the

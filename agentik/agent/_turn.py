@@ -338,8 +338,7 @@ class Turn:
 
     async def _run_tool(self, call: ToolCall) -> str:
         conv = self.conversation
-        if conv.runtime.storage.ownership is not None:  # a cluster node
-            await conv.check_tenure()  # a node that lost the conversation starts no call
+        await conv.check_tenure()  # a node that lost the conversation starts no call
         tool, arguments = self.ready.pop(call.id)  # planned when it was made or read back
         if self.spans is None:
             content, is_error = await run_tool(conv, call, tool, arguments, self._announce)
@@ -377,8 +376,7 @@ class Turn:
     async def _call_model(self) -> ModelAnswered:
         """Ask the model; its answer as the message to record, with a plan per call."""
         conv = self.conversation
-        if conv.runtime.storage.ownership is not None:  # a cluster node
-            await conv.check_tenure()  # a node that lost the conversation starts no call
+        await conv.check_tenure()  # a node that lost the conversation starts no call
         output = self.output
         request, index, active = await build_request(
             conv, self.start, output, self.again, self.answer_tool

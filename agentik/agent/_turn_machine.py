@@ -422,10 +422,8 @@ class TurnMachine:
     def _advance(self) -> list[TurnAction]:
         """Record the results now in call order, start what may start; settle
         once the whole batch is recorded."""
-        # Each step only when it has something to do (most often one of them).
-        out = self._flush() if self.recorded < self.started else []
-        if self.started < len(self.batch):
-            out += self._start()
+        out = self._flush()
+        out += self._start()
         if self.recorded == len(self.batch):
             self.done.clear()
             self.rerun_ids.clear()
