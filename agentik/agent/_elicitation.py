@@ -5,8 +5,9 @@ holds its call open; the conversation's turn waits in that call, so nothing
 else in the conversation runs until a person answers, and other
 conversations go on. ``ChatAgent.pending_elicitations`` lists what waits;
 ``ChatAgent.answer_elicitation`` answers (accept with content, decline,
-cancel). The source of the question (``ElicitationSource``: an MCP toolset)
-owns the wait, its timeout (which declines) and the validation of answers.
+cancel). The source of the question (``ElicitationSource``: an MCP toolset,
+a remote A2A agent) owns the wait and its timeout (which declines); it keeps
+its open questions in an ``OpenQuestions``, which checks the answers.
 
 ``current_tool_call`` is how a tool learns which conversation runs it (and
 which call it is): the turn sets it around each tool call, with the call's

@@ -1,7 +1,8 @@
 """What a turn machine (``_turn_machine``) takes and knows: its states, the
 events the shell feeds it, each call's plan, the failures and their codes,
-and the fixed texts of the results it records. Values only, no logic beyond
-a converter and a property; the machine's transitions are in ``_turn_machine``.
+and the texts of the results it records (fixed, or ``denied`` and
+``output_feedback`` filling in a reason). Values only: the machine's
+transitions are in ``_turn_machine``.
 """
 
 from __future__ import annotations
