@@ -54,8 +54,8 @@ from starlette.responses import Response
 
 from agentik.server._owners import CALLER_KEY, Caller
 from agentik.server._peers import BrokenOff, PeerClient, Unreachable
+from agentik.server.http import CANCELS, Message, Receive, Scope, Send, error_body, send_json
 from agentik.server.http import ASGIApp as App
-from agentik.server.http import Message, Receive, Scope, Send, error_body, send_json
 from agentik.storage import ConversationOwnership
 
 log = logging.getLogger("agentik.server")
@@ -408,9 +408,14 @@ class Forwarder:
                     )
                     try:
                         async for chunk in answer.body():
+                            # The last piece ends the response in the same send (one
+                            # write to the client for an answer that came in one read).
+                            last = answer.complete and not answer.pending
                             await send(
-                                {"type": "http.response.body", "body": chunk, "more_body": True}
+                                {"type": "http.response.body", "body": chunk, "more_body": not last}
                             )
+                            if last:
+                                return None
                     except BrokenOff as exc:
                         # Bytes went out: never retried. Ending the response unfinished
                         # ends the client's connection, which is how it can tell.
@@ -428,6 +433,8 @@ class Forwarder:
         waiting.add(cancel)
         try:
             with cancel:
+                if scope.get(CANCELS):  # the engine cancels this task if the client leaves
+                    return await exchange()
                 return await _until_gone(receive, exchange)
         finally:
             waiting.discard(cancel)

@@ -73,6 +73,7 @@ class Answer:
         "headers",
         "keep_alive",
         "parser",
+        "pending",
         "status",
         "whole_head",
     )
@@ -86,6 +87,9 @@ class Answer:
         self.whole_head = False
         self.complete = False
         self.keep_alive = False
+        self.pending = 0
+        """Chunks read but not yet yielded by ``body()``: with ``complete``,
+        whether the chunk it just yielded is the answer's last."""
         self.parser = httptools.HttpResponseParser(self)
 
     # --- llhttp's callbacks ---
@@ -140,7 +144,9 @@ class Answer:
         while True:
             if self._chunks:
                 chunks, self._chunks = self._chunks, []
+                self.pending = len(chunks)
                 for chunk in chunks:
+                    self.pending -= 1
                     yield chunk
             if self.complete:
                 return

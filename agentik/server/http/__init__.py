@@ -29,6 +29,7 @@ door and on nothing else of the engine; the engine knows none of them
 """
 
 from agentik._public import publish as _publish
+from agentik.server.http._connection import CANCELS as CANCELS
 from agentik.server.http._connection import REFUSED as REFUSED
 from agentik.server.http._errors import HttpError as HttpError
 from agentik.server.http._errors import NotHere as NotHere
@@ -63,6 +64,7 @@ from agentik.server.http._sse import sse_frame as sse_frame
 from agentik.server.http._timer import ConnectionLimits as ConnectionLimits
 
 __all__ = [
+    "CANCELS",
     "HEARTBEAT",
     "REFUSED",
     "ASGIApp",

@@ -76,6 +76,10 @@ whole read of pipelined requests parsed at once would hold twenty times its
 size; a slice holds a few hundred. Reads under it, the usual, go whole."""
 BODY_BUFFER = 256 * 1024
 """Bytes of a request body read ahead of the app; past it the reader waits."""
+CANCELS = "agentik.cancels"
+"""Scope key, True in every request of this engine: an app still answering
+when its client leaves is cancelled (after ``http.disconnect``), so it need
+not watch ``receive`` for the leave itself (``_forward`` does not)."""
 REFUSED = "agentik.refused"
 """Scope key: the status the server answered on its own after the app had
 the request (a malformed body, a body too slow); the app was cancelled."""
@@ -287,6 +291,7 @@ class Connection:
             "headers": head.headers,
             "client": self._client,
             "server": self._server,
+            CANCELS: True,
         }
         if self._state is not None:
             scope["state"] = self._state.copy()
