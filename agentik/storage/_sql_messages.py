@@ -18,6 +18,7 @@ from itertools import groupby
 from typing import Generic, TypeVar, cast
 
 import attrs
+from cattrs.errors import BaseValidationError
 
 from agentik._errors import StoreError
 from agentik._memory import MemoryEntry, Reflection, Skill, SkillSummary
@@ -34,6 +35,18 @@ NO_END = 2**62
 """A seq past any conversation's last (a bound for ``seq < ?``)."""
 
 _TOOL_CALLS = tuple[ToolCall, ...]
+_DAMAGE = (ValueError, TypeError, KeyError, AttributeError, OverflowError, BaseValidationError)
+"""What decoding a row that no code of ours wrote raises (a damaged page, a
+hand edit): a text that is no role, JSON of another shape, a time out of range."""
+
+
+def damaged(seq: object, error: Exception) -> StoreError:
+    """The storage's error for a message row that cannot be read back, which
+    every caller handles (the CLI's one line, the server's storage failure),
+    instead of whatever the decoder raised."""
+    return StoreError(f"stored message #{seq} is damaged: {type(error).__name__}: {error}")
+
+
 MESSAGE_COLUMNS = (
     "seq, role, content, tool_calls, tool_call_id, prompt_tokens, completion_tokens, {created},"
     " parts"
@@ -101,6 +114,14 @@ class MessageQueries(Generic[C]):
         self, row: Row | Sequence[object], blobs: Mapping[str, bytes] = NO_BLOBS
     ) -> Message:
         """A ``MESSAGE_COLUMNS`` row; ``blobs`` holds the data its parts name."""
+        try:
+            return self._message(row, blobs)
+        except _DAMAGE as error:
+            # A row no code of ours wrote (a damaged page, a hand edit): the
+            # storage's error, which every caller handles, not the decoder's.
+            raise damaged(row[0], error) from error
+
+    def _message(self, row: Row | Sequence[object], blobs: Mapping[str, bytes]) -> Message:
         seq, role, content, tool_calls, tool_call_id, prompt, completion, created, parts = row
         d = self.d
         return Message(
@@ -132,7 +153,10 @@ class MessageQueries(Generic[C]):
         for row in rows:
             parts = row[_PARTS]
             if parts is not None:
-                keys.update(blob_keys(cast("str", parts)))
+                try:
+                    keys.update(blob_keys(cast("str", parts)))
+                except _DAMAGE as error:
+                    raise damaged(row[0], error) from error
         if not keys:
             return NO_BLOBS
         d = self.d

@@ -27,7 +27,7 @@ from typing import Any, cast, final
 import apsw
 import attrs
 
-from agentik._errors import DuplicateKeyError
+from agentik._errors import DuplicateKeyError, StoreError
 from agentik._json import dumps_ascii
 from agentik._memory import MemoryEntry
 from agentik._messages import Message
@@ -275,13 +275,13 @@ class SqliteDialect(Dialect[apsw.Connection]):
     foreign_key_violation = apsw.ConstraintError
 
     def rows(self, connection: apsw.Connection, sql: str, params: Params = ()) -> list[Row]:
-        return cast("list[Row]", connection.execute(sql, params).fetchall())
+        return _fetch_all(connection, sql, params)
 
     def row(self, connection: apsw.Connection, sql: str, params: Params = ()) -> Row | None:
         # fetchall, not fetchone: a statement left unfinished would hold a
         # read transaction open on the connection.
-        rows = connection.execute(sql, params).fetchall()
-        return cast("Row", rows[0]) if rows else None
+        rows = _fetch_all(connection, sql, params)
+        return rows[0] if rows else None
 
     def changed(self, connection: apsw.Connection, sql: str, params: Params = ()) -> int:
         connection.execute(sql, params)
@@ -311,6 +311,19 @@ class SqliteDialect(Dialect[apsw.Connection]):
 
     def ids(self, values: Sequence[int]) -> object:
         return json.dumps(sorted(set(values)))
+
+
+def _fetch_all(connection: apsw.Connection, sql: str, params: Params) -> list[Row]:
+    """Every row of ``sql``. Text that is not UTF-8 (apsw decodes every TEXT
+    value) can only be a damaged page or a hand edit: the storage's error,
+    with the statement reset so no read transaction stays open."""
+    cursor = connection.execute(sql, params)
+    try:
+        return cast("list[Row]", cursor.fetchall())
+    except UnicodeDecodeError as error:
+        cursor.close(force=True)
+        message = f"the database holds text that is not UTF-8 (damaged?): {error}"
+        raise StoreError(message) from error
 
 
 # --- the queries --------------------------------------------------------------------
