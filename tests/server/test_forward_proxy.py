@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse
 from agentik.server._app import _http_error
 from agentik.server._forward import FORWARDED, NOT_HERE, Forwarder
 from agentik.server._peers import PeerClient
-from agentik.server.http import NotHere, Redirect
+from agentik.server.http import CANCELS, NotHere, Redirect
 from agentik.server.http import serve as http_serve
 from tests.asgi import answer_lifespan, read_body
 
@@ -409,6 +409,61 @@ def test_a_client_that_leaves_mid_stream_closes_the_owners_stream(servers: Serve
             for chunk in response.iter_raw():
                 assert chunk.startswith(b"data: 1")
                 break
+    assert servers.owner.left.wait(5), "the owner's stream went on after the client left"
+
+
+@pytest.mark.parametrize("engine_cancels", [False, True])
+def test_a_client_that_leaves_under_another_server_closes_the_owners_stream(
+    servers: Servers, engine_cancels: bool
+) -> None:
+    """Under an ASGI server that does not cancel an app whose client left (no
+    ``CANCELS`` in the scope), the forwarder watches ``receive`` itself: the
+    ``http.disconnect`` ends the proxied stream and the owner sees the leave.
+    With ``CANCELS`` set the forwarder leaves that to the engine: nothing here
+    cancels it, so the stream goes on until the test's own deadline."""
+    servers.owner.left.clear()
+    outcome: dict[str, bool] = {}
+
+    async def main() -> None:
+        async with PeerClient(connect_timeout=1.0, idle_timeout=30, max_idle=4) as client:
+            node = _node({"other": servers.owner_url}, {}, "other", client)
+            first_piece = trio.Event()
+            body_given = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal body_given
+                if not body_given:
+                    body_given = True
+                    return {"type": "http.request", "body": b"{}", "more_body": False}
+                await first_piece.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: MutableMapping[str, Any]) -> None:
+                if message["type"] == "http.response.body" and message.get("body"):
+                    first_piece.set()
+
+            scope: dict[str, Any] = {
+                "type": "http",
+                "asgi": {"version": "3.0"},
+                "http_version": "1.1",
+                "method": "POST",
+                "scheme": "http",
+                "path": "/endless",
+                "raw_path": b"/endless",
+                "query_string": b"",
+                "root_path": "",
+                "headers": [(b"host", b"node"), (b"content-type", b"application/json")],
+                "client": ("127.0.0.1", 1),
+                "server": ("127.0.0.1", 2),
+            }
+            if engine_cancels:
+                scope[CANCELS] = True
+            with trio.move_on_after(3) as waited:
+                await node(scope, receive, send)
+            outcome["returned"] = not waited.cancelled_caught
+
+    trio.run(main)
+    assert outcome["returned"] is not engine_cancels
     assert servers.owner.left.wait(5), "the owner's stream went on after the client left"
 
 
