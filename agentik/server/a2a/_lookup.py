@@ -56,7 +56,7 @@ class TaskLookup:
     async def find(self, caller: Caller, task_id: str) -> TaskView:
         context_id = context_of(task_id)
         if context_id is None or not valid_context_id(context_id):
-            raise task_not_found(task_id)
+            raise task_not_found()
         stored = caller.internal(context_id)
         key = (stored, task_id)
         running = self.runs(key)
@@ -64,7 +64,7 @@ class TaskLookup:
         if seq is None:
             if running:  # accepted, its user message not stored yet
                 return TaskView(task_id, context_id, "TASK_STATE_SUBMITTED", now())
-            raise task_not_found(task_id)
+            raise task_not_found()
         turn = await self.read_turn(stored, seq)
         record = None
         resumes = False

@@ -79,8 +79,11 @@ class A2AError(AgentikError):
         self.message = message
 
 
-def task_not_found(task_id: str) -> A2AError:
-    return A2AError(-32001, f"Task not found: {task_id!r}")
+def task_not_found() -> A2AError:
+    """The protocol's own text, without the id the client sent: the A2A TCK
+    reads "501" anywhere in an error's text as "not implemented", and a
+    random id it sent held those digits about one run in 190."""
+    return A2AError(-32001, "Task not found")
 
 
 def invalid_params(message: str) -> A2AError:

@@ -132,7 +132,7 @@ def parse_send(params: JsonObject, max_part_bytes: int | None = None) -> SendPar
     if task_ref is not None:
         task_context = context_of(task_ref)
         if task_context is None:
-            raise task_not_found(task_ref)
+            raise task_not_found()
         if context_id is not None and context_id != task_context:
             raise invalid_params(
                 f"field 'message.contextId' is {context_id!r} but task {task_ref!r}"
