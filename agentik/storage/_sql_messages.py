@@ -40,7 +40,7 @@ _DAMAGE = (ValueError, TypeError, KeyError, AttributeError, OverflowError, BaseV
 hand edit): a text that is no role, JSON of another shape, a time out of range."""
 
 
-def damaged(seq: object, error: Exception) -> StoreError:
+def _damaged(seq: object, error: Exception) -> StoreError:
     """The storage's error for a message row that cannot be read back, which
     every caller handles (the CLI's one line, the server's storage failure),
     instead of whatever the decoder raised."""
@@ -119,7 +119,7 @@ class MessageQueries(Generic[C]):
         except _DAMAGE as error:
             # A row no code of ours wrote (a damaged page, a hand edit): the
             # storage's error, which every caller handles, not the decoder's.
-            raise damaged(row[0], error) from error
+            raise _damaged(row[0], error) from error
 
     def _message(self, row: Row | Sequence[object], blobs: Mapping[str, bytes]) -> Message:
         seq, role, content, tool_calls, tool_call_id, prompt, completion, created, parts = row
@@ -156,7 +156,7 @@ class MessageQueries(Generic[C]):
                 try:
                     keys.update(blob_keys(cast("str", parts)))
                 except _DAMAGE as error:
-                    raise damaged(row[0], error) from error
+                    raise _damaged(row[0], error) from error
         if not keys:
             return NO_BLOBS
         d = self.d

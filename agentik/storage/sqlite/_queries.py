@@ -374,7 +374,7 @@ class SqliteQueries(SqlQueries[apsw.Connection]):
             ids = json.dumps(
                 [[requests[i][0], requests[i][2]] for i in indexes], ensure_ascii=False
             )
-            found = connection.execute(_SNAPSHOTS, (ids, limit)).get
+            ((found,),) = _fetch_all(connection, _SNAPSHOTS, (ids, limit))
             parts: list[Any] = json.loads(cast("str", found))
             for index, (messages, notes, summary) in zip(indexes, parts, strict=True):
                 conversation_id = requests[index][0]
