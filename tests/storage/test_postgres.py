@@ -32,11 +32,19 @@ from agentik.storage import (
     writer_stats,
 )
 from agentik.storage.postgres._migrate import migrations
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_database, fresh_schema
 
 
 def user(content: str) -> Message:
     return Message(role=Role.USER, content=content)
+
+
+@pytest.fixture
+def own_database(postgres_dsn: str) -> str:
+    """A database of its own, for a test that watches or terminates the
+    writer's backends (``pg_stat_activity`` by database): the tests of another
+    pytest-xdist worker share the server, in other databases."""
+    return fresh_database(postgres_dsn)
 
 
 def stats(bundle: StorageBundle) -> WriterStats:
@@ -67,8 +75,8 @@ def table_lock(dsn: str, schema: str, table: str) -> Iterator[psycopg.Connection
 def _writer_waits(dsn: str) -> bool:
     with psycopg.connect(dsn, autocommit=True) as connection:
         row = connection.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = 'agentik-writer' AND wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentik-writer'"
+            " AND wait_event_type = 'Lock' AND datname = current_database()"
         ).fetchone()
     return row is not None and row[0] > 0
 
@@ -81,9 +89,12 @@ async def writer_waits_for_a_lock(dsn: str) -> None:
 
 
 def _terminate_writer(dsn: str, role: str = "writer") -> int:
+    """Terminate the backends of ``role`` in ``dsn``'s database only: other
+    tests (another pytest-xdist worker) use other databases of the server."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         rows = connection.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
             (f"agentik-{role}",),
         ).fetchall()
     return len(rows)
@@ -104,22 +115,22 @@ async def compact_foreign_ids(bundle: StorageBundle, refused: list[StoreError]) 
 
 class TestBatches:
     async def test_a_request_postgres_refuses_fails_alone_in_its_batch(
-        self, postgres_dsn: str
+        self, own_database: str
     ) -> None:
         """In one batch: a value PostgreSQL refuses (a token count past bigint),
         a reused key, and a compact of ids that are not notes fail alone;
         every other request of the batch commits, seqs stay gapless."""
         schema = fresh_schema()
-        async with bundle_in(postgres_dsn, schema) as bundle:
+        async with bundle_in(own_database, schema) as bundle:
             store = bundle.message_store
             await store.append("c", user("first"), idempotency_key="k")
             refused: list[StoreError] = []
             async with trio.open_nursery() as nursery:
-                with table_lock(postgres_dsn, schema, "skill"):
+                with table_lock(own_database, schema, "skill"):
                     nursery.start_soon(
                         bundle.skill_store.upsert, Skill(name="s", description="d", body="b")
                     )
-                    await writer_waits_for_a_lock(postgres_dsn)
+                    await writer_waits_for_a_lock(own_database)
                     ok1 = await store.submit("c", user("ok 1"))
                     huge = await store.submit(
                         "c", Message(Role.ASSISTANT, "x", usage=TokenUsage(2**63, 1))
@@ -130,7 +141,7 @@ class TestBatches:
                     nursery.start_soon(compact_foreign_ids, bundle, refused)
             assert len(refused) == 1 and "are not all active entries" in str(refused[0])
         # Reopen: what committed is there, gapless.
-        async with bundle_in(postgres_dsn, schema) as bundle:
+        async with bundle_in(own_database, schema) as bundle:
             assert [m.content for m in await history(bundle, "c")] == ["first", "ok 1", "ok 2"]
             assert (await ok1.wait()).seq == 2 and (await ok2.wait()).seq == 3
             assert "out of range" in str(await failed(huge))
@@ -139,7 +150,7 @@ class TestBatches:
             assert (await compact.wait()).seq == 1
 
     async def test_a_connection_lost_mid_batch_fails_the_batch_and_the_writer_reconnects(
-        self, postgres_dsn: str
+        self, own_database: str
     ) -> None:
         """The writer's backend is terminated while its batch has inserted two
         appends and waits on a lock for the third request: all three callers
@@ -147,16 +158,16 @@ class TestBatches:
         write commits on a new connection, its seq following the last
         committed one."""
         schema = fresh_schema()
-        async with bundle_in(postgres_dsn, schema) as bundle:
+        async with bundle_in(own_database, schema) as bundle:
             store = bundle.message_store
             await store.append("c", user("before"))
-            with table_lock(postgres_dsn, schema, "reflection") as first:
-                with table_lock(postgres_dsn, schema, "skill"):
+            with table_lock(own_database, schema, "reflection") as first:
+                with table_lock(own_database, schema, "skill"):
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(
                             bundle.reflection_store.delete_older_than, datetime.now(UTC)
                         )
-                        await writer_waits_for_a_lock(postgres_dsn)  # batch 0, on the first lock
+                        await writer_waits_for_a_lock(own_database)  # batch 0, on the first lock
                         x = await store.submit("c", user("x"))
                         y = await store.submit("c", user("y"))
                         upsert: list[BaseException] = []
@@ -172,8 +183,8 @@ class TestBatches:
                         nursery.start_soon(upsert_skill)
                         await trio.testing.wait_all_tasks_blocked()
                         first.commit()  # batch 0 ends; batch 1 inserts x, y, then waits
-                        await writer_waits_for_a_lock(postgres_dsn)
-                        assert await trio.to_thread.run_sync(_terminate_writer, postgres_dsn) == 1
+                        await writer_waits_for_a_lock(own_database)
+                        assert await trio.to_thread.run_sync(_terminate_writer, own_database) == 1
                     for error in (await failed(x), await failed(y), upsert[0]):
                         assert str(error).startswith(
                             "the write was not committed: its batch failed (AdminShutdown"
@@ -185,15 +196,15 @@ class TestBatches:
             assert stats(bundle).failed_batches == 1
 
     async def test_connections_lost_while_idle_cost_no_write_and_no_read(
-        self, postgres_dsn: str
+        self, own_database: str
     ) -> None:
         """Every connection of the bundle is terminated between two uses (as a
         server restart would): the next write and the next reads succeed."""
         schema = fresh_schema()
-        async with bundle_in(postgres_dsn, schema) as bundle:
+        async with bundle_in(own_database, schema) as bundle:
             await bundle.message_store.append("c", user("one"))
-            assert await trio.to_thread.run_sync(_terminate_writer, postgres_dsn, "writer") == 1
-            assert await trio.to_thread.run_sync(_terminate_writer, postgres_dsn, "reader") == 2
+            assert await trio.to_thread.run_sync(_terminate_writer, own_database, "writer") == 1
+            assert await trio.to_thread.run_sync(_terminate_writer, own_database, "reader") == 2
             assert (await bundle.message_store.append("c", user("two"))).seq == 2
             for _ in range(3):  # every reader connection, whichever the pool hands out
                 assert [m.content for m in await history(bundle, "c")] == ["one", "two"]
