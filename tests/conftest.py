@@ -19,5 +19,5 @@ def postgres_dsn() -> Iterator[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for line in summary_lines():
+    for line in summary_lines(terminalreporter.stats.get("skipped", [])):
         terminalreporter.write_line(line, red=True, bold=True)

@@ -12,12 +12,14 @@ here is the way a missing kit is allowed to show.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from typing import NoReturn
 
 import pytest
 
-MISSING: list[tuple[str, str]] = []
-"""(what, why) for each kit found missing in this run, for the end-of-run summary."""
+_SKIPPED = re.compile(r"(?:Skipped: )?(?P<what>.+?) tests skipped: (?P<reason>.+)", re.DOTALL)
+"""The reason ``missing_kit`` skips with, as a skip report carries it."""
 
 
 def under_ci() -> bool:
@@ -31,10 +33,18 @@ def missing_kit(what: str, reason: str) -> NoReturn:
     and the command that installs it."""
     if under_ci():
         pytest.fail(f"CI must run the {what} tests: {reason}")
-    MISSING.append((what, reason))
     pytest.skip(f"{what} tests skipped: {reason}")
 
 
-def summary_lines() -> list[str]:
-    """One line per kit found missing, each once."""
-    return [f"{what.upper()} TESTS SKIPPED: {reason}" for what, reason in dict.fromkeys(MISSING)]
+def summary_lines(skipped: Iterable[pytest.TestReport]) -> list[str]:
+    """One line per kit found missing, each once, from the run's skip reports
+    (read from the reports, not from a list kept in this process: under
+    pytest-xdist the skips happen in the workers)."""
+    found: dict[tuple[str, str], None] = {}
+    for report in skipped:
+        longrepr = report.longrepr
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            match = _SKIPPED.fullmatch(str(longrepr[2]))
+            if match is not None:
+                found[match["what"], match["reason"]] = None
+    return [f"{what.upper()} TESTS SKIPPED: {reason}" for what, reason in found]

@@ -24,6 +24,8 @@ async def run_without_node(tmp_path: Path, *, ci: bool) -> tuple[int, str]:
                 sys.executable,
                 "-m",
                 "pytest",
+                "-n",  # one process: this run is a few tests, not worth workers
+                "0",
                 "-p",
                 "no:cacheprovider",
                 "-q",
