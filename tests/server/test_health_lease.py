@@ -40,7 +40,9 @@ def clock() -> MockClock:
 
 @asynccontextmanager
 async def node(dsn: str, schema: str, tmp_path: Path) -> AsyncIterator[httpx2.AsyncClient]:
-    config = ServerConfig(port=0, database=str(tmp_path / "unused.db"))
+    # A turn refused for want of a lease waits ``takeover_wait`` for the
+    # shard's next holder before its 503: 1 s here, not lease + 5 of real time.
+    config = ServerConfig(port=0, database=str(tmp_path / "unused.db"), takeover_wait=1.0)
     stop = trio.Event()
     async with open_postgres_storage(dsn, schema=schema, readers=1, lease_seconds=LEASE) as bundle:
         async with trio.open_nursery() as nursery:
