@@ -13,6 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 import trio
+from trio.testing import MockClock
 
 from agentik import Message, ModelRequest, ModelResponse, Role, ToolCall, TurnError
 from agentik.agent import open_chat_agent
@@ -29,6 +30,15 @@ from tests.reliability.helpers import (
 )
 
 GUARD_SECONDS = 60
+CLEANUP_SECONDS = 10.0
+"""How long a cancelled turn waits for its writes to settle (``agent._turn_writes``)."""
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    """Real time (SQLite and its lock are real), that the test can jump past a
+    wait it does not test (pytest-trio runs the test on it)."""
+    return MockClock(rate=1.0)
 
 
 def answer(request: ModelRequest) -> ModelResponse:
@@ -64,9 +74,13 @@ async def test_open_calls_are_answered_once_on_load(backend: str, tmp_path: Path
     assert all(m.content.startswith("interrupted:") for m in results)
 
 
-async def test_cancel_during_repair_answers_each_call_once(tmp_path: Path) -> None:
+async def test_cancel_during_repair_answers_each_call_once(
+    tmp_path: Path, clock: MockClock
+) -> None:
     """SQLite: the repairing turn is cancelled while its first repair write
-    waits behind a stuck writer; the next turn must not answer the calls again."""
+    waits behind a stuck writer; the next turn must not answer the calls again.
+    (The cancelled turn gives up waiting for its writes after
+    ``CLEANUP_SECONDS``; the clock is jumped past them.)"""
     path = tmp_path / "db"
     async with open_sqlite_storage(path) as storage:
         await crashed_history(storage, "c")
@@ -91,6 +105,9 @@ async def test_cancel_during_repair_answers_each_call_once(tmp_path: Path) -> No
                             nursery.start_soon(first)
                             await watched.wait_appends_accepted(1)  # repairing call-1
                             assert await agent.cancel("c") == 1
+                            for _ in range(int(CLEANUP_SECONDS) + 1):
+                                await trio.sleep(0.02)  # the clean-up under way
+                                clock.jump(1.0)
                         repairs = watched.appends_accepted
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(agent.send, "c", "second")
