@@ -19,7 +19,7 @@ path names a different conversation for each owner (``alice`` and ``bob``
 each have their ``demo``, in different shards), and a request with no valid
 token is left to the guard (401) rather than sent on. A request that came
 forwarded (the loop guard), has a body past ``[limits] max_body_bytes``, or
-whose path is not UTF-8 once decoded is left to the app.
+whose path or query is not UTF-8 once decoded is left to the app.
 
 As the app's forward does (``_forward``): the client's fields but those of
 its connection go on, with ``agentik-forwarded``; the answer's status,
@@ -109,14 +109,13 @@ class EarlyForward:
         caller = self._auth.caller(authorization)
         if caller is None:
             return None  # the guard's 401
-        raw = target.partition(b"?")[0]
-        if b"%" in raw:
-            try:
-                path = unquote_to_bytes(raw).decode("utf-8")
-            except UnicodeDecodeError:
-                return None  # the guard's 400
-        else:
-            path = raw.decode("ascii")
+        raw, _, query = target.partition(b"?")
+        try:
+            path = unquote_to_bytes(raw).decode("utf-8") if b"%" in raw else raw.decode("ascii")
+            if b"%" in query:
+                unquote_to_bytes(query).decode("utf-8")
+        except UnicodeDecodeError:
+            return None  # the guard's 400 (``http.undecodable_url``)
         forwarder = self._forwarder
         key = (caller, method.encode(), raw)
         owner = forwarder.owners.get(key) or forwarder.holder_of(caller, method, path)

@@ -35,7 +35,11 @@ the request is given up there and asked about again.
 A native route that names its conversation in its path, once forwarded, is
 forwarded straight to the same owner next time (``Forwarder.owners``), without
 running its handler, which would ask the database each time; a failed try
-forgets it and runs the request as above.
+forgets it and runs the request as above. Such a request (and a turn whose
+shard's holder the last round named) is taken by the HTTP engine before
+this layer sees it (``_early.EarlyForward``): relayed as bytes, with the
+same rules; this layer serves what that does not take, and what it gave
+back (``EARLY_FAILED``: the known owner was tried already).
 
 The owner is reached on raw kept-alive connections (``_peers.PeerClient``):
 an httpx client cost more CPU a forwarded turn than the owner spent running

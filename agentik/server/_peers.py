@@ -23,6 +23,9 @@ first, so a few connections stay warm and the rest age out).
 - A connection is reused only after an answer read whole that allows it;
   one given up mid-answer (the client left, the owner broke off, a HEAD
   answer) is closed.
+- The early forward (``_early``) takes the answer as bytes instead
+  (``open_relay``, ``RawAnswer``): only its head and where it ends are
+  parsed (``_answer_framing``), its body passed on framed as it came.
 """
 
 from __future__ import annotations

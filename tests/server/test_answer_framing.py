@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import h11
 import pytest
 from hypothesis import given, settings
@@ -75,7 +77,7 @@ def _framed(
     taken = 0
     bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(data))), len(data)]
     try:
-        for start, end in zip(bounds, bounds[1:], strict=False):
+        for start, end in itertools.pairwise(bounds):
             if framing.done:
                 return None  # bytes past its end: refused below, as the relay does
             passed += framing.feed(data[start:end])
@@ -305,24 +307,30 @@ def test_whatever_this_framing_accepts_h11_reads_alike(
 def test_framings_this_relay_does_not_take_are_refused(data: bytes) -> None:
     """Conflicting or repeated lengths, codings other than chunked, an
     informational answer, bytes past the end, bare LF line ends."""
-    framing = AnswerFraming()
-    with pytest.raises(FramingError):
+
+    def read() -> None:
+        framing = AnswerFraming()
         framing.feed(data)
         if not framing.done:
             framing.feed(b"")
+
+    with pytest.raises(FramingError):
+        read()
 
 
 def test_a_head_without_end_is_refused_past_its_bound() -> None:
     framing = AnswerFraming()
     framing.feed(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(1000):  # 65 bytes a field: 65,000 bytes
+        framing.feed(b"x-a: " + b"b" * 58 + b"\r\n")
     with pytest.raises(FramingError, match="head exceeds"):
-        for _ in range(2000):
-            framing.feed(b"x-a: " + b"b" * 60 + b"\r\n")
+        framing.feed(b"x-a: " + b"b" * 1000 + b"\r\n")
 
 
 def test_an_endless_chunk_size_line_is_refused_past_its_bound() -> None:
     framing = AnswerFraming()
     framing.feed(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    for _ in range(39):  # 4,056 bytes
+        framing.feed(b"1;" + b"e" * 102)
     with pytest.raises(FramingError, match="line exceeds"):
-        for _ in range(100):
-            framing.feed(b"1;" + b"e" * 100)
+        framing.feed(b"e" * 100)
