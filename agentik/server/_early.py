@@ -7,7 +7,8 @@ the owner spent running it (docs/scale-out.md, "What the hop costs"): the
 scope, the guard, the router, the proxy's ASGI messages, each piece of the
 answer de-chunked and framed again. Here the owner's answer goes to the
 client as it comes, its framing included; ``_answer_framing`` reads only
-where it ends.
+where it ends. Measured: the forwarding node's CPU a forwarded turn fell from
+0.64 to 0.47 of a direct turn's (medians of 6 pairs, ``bench.forward``).
 
 Which requests: a native conversation route (``/agentik/conversations/…``)
 whose owner ``Forwarder`` knows, by the same key (caller, method, path):
