@@ -60,16 +60,9 @@ import trio
 
 from agentik._sync import Pending
 from agentik.server.http._cycle import Cycle, wake
-from agentik.server.http._framing import (
-    STATUS_LINES,
-    ASGIApp,
-    Message,
-    Receive,
-    ResponseHeaders,
-    Scope,
-)
+from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
-from agentik.server.http._relay import Relay, RelayedRequest
+from agentik.server.http._relay import Relay, relay_request, replay
 from agentik.server.http._settings import HttpSettings
 from agentik.server.http._timer import ConnectionTimer
 
@@ -415,31 +408,18 @@ class Connection:
             await cycle.send_error(500)
 
     async def _run_relay(self, cycle: Cycle, head: RequestHead, route: object) -> None:
-        """Read the body as the engine framed it, then relay the request; or,
-        if the relay gives it back, serve it with the app, the body replayed."""
+        """Relay the request; or, if the relay gives it back, serve it with
+        the app, the body replayed."""
         assert self._relay is not None
-        chunks: list[bytes] = []
-        while True:
-            message = await cycle.receive()
-            if message["type"] != "http.request":
-                return  # the client left
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        request = RelayedRequest(head.method, head.target, head.headers, body)
-        try:
-            extra = await self._relay.relay(route, request, cycle)
-        except Exception:
-            log.exception("the relay failed on %s %s", head.method, head.target[:200])
-            extra = None
-        if extra is None or cycle.started or cycle.disconnected:
+        given = await relay_request(self._relay, route, head, cycle)
+        if given is None or cycle.started or cycle.disconnected:
             await self._finish(cycle)
             return
+        extra, body = given
         scope = self._scope(head)
         scope.update(extra)
         cycle.scope = scope
-        await self._run_app(cycle, _replay(body, cycle.receive))
+        await self._run_app(cycle, replay(body, cycle.receive))
 
     async def send_continue(self, cycle: Cycle) -> None:
         cycle.expect_continue = False
@@ -566,18 +546,3 @@ class Connection:
             with contextlib.suppress(*_GONE):
                 async with self._lock:  # after a 100 Continue being written, not inside it
                     await self._stream.send_all(data)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` giving ``body`` (read whole already) once, then ``receive``'s own."""
-    given = False
-
-    async def replayed() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        await trio.lowlevel.checkpoint()
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replayed

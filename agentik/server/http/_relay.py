@@ -29,8 +29,19 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from typing import Protocol, final
+from typing import TYPE_CHECKING, Protocol, final
+
+import trio
+
+from agentik.server.http._framing import Message, Receive
+
+if TYPE_CHECKING:
+    from agentik.server.http._cycle import Cycle
+    from agentik.server.http._h1 import RequestHead
+
+log = logging.getLogger("agentik.server")
 
 
 @final
@@ -78,3 +89,42 @@ class Relay(Protocol):
         (or ended); otherwise nothing was written, and the app serves the
         request, with these entries added to its scope."""
         ...
+
+
+async def relay_request(
+    relay: Relay, route: object, head: RequestHead, cycle: Cycle
+) -> tuple[Mapping[str, object], bytes] | None:
+    """Read the request's body as the engine framed it, and relay it: None
+    once answered (or the client left, or the relay failed), else the scope
+    entries and the body for the app, which serves it after all."""
+    chunks: list[bytes] = []
+    while True:
+        message = await cycle.receive()
+        if message["type"] != "http.request":
+            return None  # the client left
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request = RelayedRequest(head.method, head.target, head.headers, body)
+    try:
+        extra = await relay.relay(route, request, cycle)
+    except Exception:
+        log.exception("the relay failed on %s %s", head.method, head.target[:200])
+        return None
+    return None if extra is None else (extra, body)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` giving ``body`` (read whole already) once, then ``receive``'s own."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        await trio.lowlevel.checkpoint()
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
