@@ -50,8 +50,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -304,16 +303,6 @@ class Forwarder:
         if not waiting:
             del self._waiting[base_url]
 
-    @contextmanager
-    def watched(self, base_url: str) -> Iterator[trio.CancelScope]:
-        """``watch``, for a ``with``."""
-        cancel = trio.CancelScope()
-        self.watch(base_url, cancel)
-        try:
-            yield cancel
-        finally:
-            self.unwatch(base_url, cancel)
-
     def _peers_changed(self) -> None:
         assert self.ownership is not None
         now = self.ownership.peer_urls()
@@ -472,10 +461,15 @@ class Forwarder:
             except BrokenOff as exc:  # inside its head: nothing went to the client
                 return f"broke off before answering ({exc})"
 
-        with self.watched(base_url) as cancel, cancel:
-            if scope.get(CANCELS):  # the engine cancels this task if the client leaves
-                return await exchange()
-            return await _until_gone(receive, exchange)
+        cancel = trio.CancelScope()
+        self.watch(base_url, cancel)
+        try:
+            with cancel:
+                if scope.get(CANCELS):  # the engine cancels this task if the client leaves
+                    return await exchange()
+                return await _until_gone(receive, exchange)
+        finally:
+            self.unwatch(base_url, cancel)
         # Cancelled by ``_peers_changed``: its lease expired.
         if started:  # part of its answer went out: end it unfinished
             log.warning("forward owner=%s lost its lease mid-answer", base_url)
