@@ -120,6 +120,8 @@ class Owner:
                 await send({"type": "http.response.body", "body": b""})
             else:
                 headers.append((b"content-length", str(len(answer)).encode()))
+                if any(n == b"x-close" for n, _ in scope["headers"]):
+                    headers.append((b"connection", b"close"))
                 await send({**start, "headers": headers})
                 await send({"type": "http.response.body", "body": answer})
 
@@ -496,3 +498,46 @@ async def test_the_owners_keep_alive_connection_is_used_again() -> None:
     assert len(node.owner.requests) == 10
     assert len({r["peer"] for r in node.owner.requests}) == 1
     assert node.relayed == 10
+
+
+async def test_the_owners_connection_fields_stay_with_its_connection() -> None:
+    """An owner's ``Connection: close`` ends the owner's connection, not the
+    client's: the client does not see it and sends its next request on."""
+    path = f"{CONVERSATION}/json"
+    async with cluster() as node, connect(node.url) as client:
+        node.know(path)
+        await client.send(request("POST", path, b"one", extra=(("x-close", "1"),)))
+        first = await client.answer()
+        await client.send(request("POST", path, b"two"))
+        second = await client.answer()
+    assert b"connection" not in first.headers
+    assert (first.json()["body"], second.json()["body"]) == ("one", "two")
+    peers = [r["peer"] for r in node.owner.requests]
+    assert peers[0] != peers[1], "the owner's closed connection was used again"
+    assert node.relayed == 2
+
+
+async def test_an_answer_the_close_ends_closes_the_clients_connection_too() -> None:
+    """An owner's answer with neither length nor chunks ends with its
+    connection: relayed with ``Connection: close``, whole, then the client's
+    connection closes."""
+
+    async def owner(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some(65536)
+            await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nhel")
+            await stream.send_all(b"lo")
+
+    async with cluster() as node, trio.open_nursery() as nursery:
+        listeners = await nursery.start(trio.serve_tcp, owner, 0)
+        url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        path = f"{CONVERSATION}/json"
+        node.know(path, url=url)
+        async with connect(node.url) as client:
+            await client.send(request("POST", path, b"{}"))
+            answer = await client.answer()
+            assert await client.closed()
+        nursery.cancel_scope.cancel()
+    assert answer.headers[b"connection"] == b"close"
+    assert answer.body == b"hello"
+    assert node.relayed == 1
