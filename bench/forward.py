@@ -1,14 +1,17 @@
 """The cost of a forwarded turn against a direct one: two ``agentik serve``
 nodes on one PostgreSQL database (the scripted demo model, so the figure is
-agentik's own cost plus PostgreSQL's), every conversation claimed by node A
-first; then the same number of turns sent to A (direct) and to B (forwarded
-to A), alternating rounds, one keep-alive connection per conversation.
+agentik's own cost plus PostgreSQL's), every conversation one of node A's
+shards holds (picked once the shards have settled); then the same number of
+turns sent to A (direct) and to B (forwarded to A), alternating rounds, one
+keep-alive connection per conversation.
 
     AGENTIK_TEST_POSTGRES_DSN=... python -m bench.forward [--conversations 1 20]
                                                         [--turns 300] [--rounds 3]
 
 Prints, per concurrency, the median turns/s and latency of each, and their
-ratio. On this 2-core machine, shared: figures are relative, not absolute.
+ratio, and each node's CPU a turn (user + system, ``/proc``) in each: with
+every turn forwarded, B's is the hop's cost, A's the owner's. On this 2-core
+machine, shared: figures are relative, not absolute.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 import httpx2
 import trio
 
+from bench.cluster_nodes import node_cpu, shard_owners
 from tests.cluster import Node, start_node, stop_nodes
 from tests.postgres import fresh_database
 
@@ -51,6 +55,24 @@ async def _turns(
     return latencies
 
 
+async def _owned_by(database: str, owner: Node, count: int, nodes: list[Node]) -> list[str]:
+    """``count`` conversation ids of shards ``owner`` holds, once every node
+    holds some (the shards settled)."""
+    candidates = [f"fw{count}-{i}" for i in range(count * 20)]
+    settled = 0
+    for _ in range(100):
+        try:
+            owners = await trio.to_thread.run_sync(shard_owners, database, candidates)
+        except KeyError:  # a shard between two holders
+            owners = {}
+        if set(owners.values()) >= {n.url for n in nodes}:
+            settled += 1
+            if settled == 6:  # a few rounds more: hand-offs finish
+                return [c for c in candidates if owners[c] == owner.url][:count]
+        await trio.sleep(0.5)
+    raise RuntimeError("the shards did not settle on both nodes")
+
+
 async def main(concurrencies: list[int], turns: int, rounds: int) -> None:
     database = await trio.to_thread.run_sync(
         fresh_database, os.environ["AGENTIK_TEST_POSTGRES_DSN"]
@@ -66,17 +88,21 @@ async def main(concurrencies: list[int], turns: int, rounds: int) -> None:
                 limits = httpx2.Limits(max_connections=max(concurrencies) * 2)
                 async with httpx2.AsyncClient(timeout=60, limits=limits) as client:
                     for count in concurrencies:
-                        conversations = [f"fw{count}-{i}" for i in range(count)]
-                        await _turns(client, owner, conversations, count)  # A claims them
+                        conversations = await _owned_by(database, owner, count, nodes)
+                        await _turns(client, owner, conversations, count)
                         await _turns(client, other, conversations, count)  # warm B's connections
                         rates: dict[str, list[float]] = {"direct": [], "forwarded": []}
                         lat: dict[str, list[float]] = {"direct": [], "forwarded": []}
+                        cpu = {k: [0.0, 0.0] for k in ("direct", "forwarded")}
                         for _ in range(rounds):
                             for label, node in (("direct", owner), ("forwarded", other)):
+                                before = [node_cpu(n) for n in nodes]
                                 began = time.perf_counter()
                                 latencies = await _turns(client, node, conversations, turns)
                                 rates[label].append(len(latencies) / (time.perf_counter() - began))
                                 lat[label].extend(latencies)
+                                for i, n in enumerate(nodes):
+                                    cpu[label][i] += (node_cpu(n) - before[i]) / len(latencies)
                         direct, forwarded = (
                             statistics.median(rates[k]) for k in ("direct", "forwarded")
                         )
@@ -87,6 +113,11 @@ async def main(concurrencies: list[int], turns: int, rounds: int) -> None:
                             f" forwarded {forwarded:.0f} turns/s p50 {p50['forwarded']:.2f} ms;"
                             f" forwarded/direct time per turn {direct / forwarded:.2f}x"
                         )
+                        for label, (a, b) in cpu.items():
+                            print(
+                                f"  {label}: node CPU a turn, A (owner) {1e6 * a / rounds:.0f} µs,"
+                                f" B {1e6 * b / rounds:.0f} µs"
+                            )
             finally:
                 await stop_nodes(nodes)
             nursery.cancel_scope.cancel()

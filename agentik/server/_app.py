@@ -11,7 +11,9 @@ duration; never bodies, queries or headers). ``HttpError`` becomes a JSON
 ``{"error": {"code", "message"}}`` with its status. Between the guard and
 the routes, with several nodes on one database, ``_forward.Forwarder`` sends
 a request for a conversation another node owns on to that node (``[cluster]
-forward``; docs/scale-out.md).
+forward``; docs/scale-out.md); one whose owner is known already is relayed
+by the engine before the guard (``_early``, ``Guard.relay``), which logs and
+counts it as the guard does.
 
 ``/health`` answers 503 ``degraded`` while the storage is failing (writes fail
 for a reason of the storage and none has committed since:
@@ -37,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
 from agentik.server._context import ServerContext
+from agentik.server._early import EarlyForward
 from agentik.server._forward import NOT_HERE, Forwarder, came_forwarded, order_forward, order_wait
 from agentik.server._health import StorageProbe
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
@@ -49,6 +52,7 @@ from agentik.server.http import (
     HttpError,
     NotHere,
     Redirect,
+    Relay,
     error_body,
     json_response,
     undecodable_url,
@@ -124,6 +128,9 @@ class Guard:
         would wait for what cannot come now end (A2A's idle task watchers)."""
         self.auth = Authenticator.from_config(ctx.config)
         self.trace_context = trace_context_hook(ctx.agent)
+        self.relay: Relay | None = None
+        """For the engine (``serve(..., relay=…)``): the requests it relays
+        before this guard sees them (``_early``: a known owner's)."""
 
     def _caller(self, scope: Scope) -> Caller | None:
         if scope["path"] in PUBLIC_PATHS:
@@ -346,15 +353,18 @@ def mount(ctx: ServerContext) -> Guard:
             405: not_allowed,
         },
     )
-    app: ASGIApp = routes
     ownership = None if ctx.peers is None else ctx.agent.storage.ownership
-    if ctx.peers is not None and ctx.config.forward and ownership is not None:
-        app = Forwarder(
-            routes,
-            ctx.peers,
-            node=ownership.lease_state().node_id,
-            takeover_wait=ctx.config.takeover_seconds,
-            body_limit=ctx.config.limits.max_body_bytes,
-            ownership=ownership,
-        )
-    return Guard(app, ctx, drain=a2a_endpoint.stop_idle_watchers)
+    if ctx.peers is None or not ctx.config.forward or ownership is None:
+        return Guard(routes, ctx, drain=a2a_endpoint.stop_idle_watchers)
+    body_limit = ctx.config.limits.max_body_bytes
+    forwarder = Forwarder(
+        routes,
+        ctx.peers,
+        node=ownership.lease_state().node_id,
+        takeover_wait=ctx.config.takeover_seconds,
+        body_limit=body_limit,
+        ownership=ownership,
+    )
+    guard = Guard(forwarder, ctx, drain=a2a_endpoint.stop_idle_watchers)
+    guard.relay = EarlyForward(forwarder, guard.auth, ctx.http_requests, body_limit=body_limit)
+    return guard

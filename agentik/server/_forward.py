@@ -35,7 +35,11 @@ the request is given up there and asked about again.
 A native route that names its conversation in its path, once forwarded, is
 forwarded straight to the same owner next time (``Forwarder.owners``), without
 running its handler, which would ask the database each time; a failed try
-forgets it and runs the request as above.
+forgets it and runs the request as above. Such a request (and a turn whose
+shard's holder the last round named) is taken by the HTTP engine before
+this layer sees it (``_early.EarlyForward``): relayed as bytes, with the
+same rules; this layer serves what that does not take, and what it gave
+back (``EARLY_FAILED``: the known owner was tried already).
 
 The owner is reached on raw kept-alive connections (``_peers.PeerClient``):
 an httpx client cost more CPU a forwarded turn than the owner spent running
@@ -65,12 +69,15 @@ FORWARDED = "agentik-forwarded"
 _FORWARDED = FORWARDED.encode()
 ORDER_KEY = "agentik.forward"
 """Where a request's ``ForwardOrder`` sits in its ASGI scope."""
+EARLY_FAILED = "agentik.early_failed"
+"""Scope key: the early forward (``_early``) tried the route's known owner
+for this request and it did not answer for it: not tried again here."""
 NOT_HERE = "agentik-not-here"
 """On a 503 to a forwarded request: the node does not hold the conversation
 now and ran nothing (``NotHere``); the forwarding node waits and asks again."""
 _NOT_HERE = NOT_HERE.encode()
 
-_HOP_BY_HOP = frozenset(
+HOP_BY_HOP = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -84,9 +91,9 @@ _HOP_BY_HOP = frozenset(
     }
 )
 """Headers of one connection, not of the request or answer (RFC 9110 §7.6.1)."""
-_NOT_SENT_ON = _HOP_BY_HOP | {b"host", b"content-length", b"expect", _FORWARDED}
+NOT_SENT_ON = HOP_BY_HOP | {b"host", b"content-length", b"expect", _FORWARDED}
 """Request headers the proxy makes itself (its own ``Host``, the body's length)."""
-_NOT_PASSED_BACK = _HOP_BY_HOP | {b"date", b"server"}
+_NOT_PASSED_BACK = HOP_BY_HOP | {b"date", b"server"}
 """Answer headers this node's engine writes itself."""
 
 FIRST_PAUSE = 0.05
@@ -102,7 +109,7 @@ taken for dead (the request asks again who owns the conversation)."""
 
 KNOWN_ROUTES = 10_000
 """Routes whose owner ``Forwarder`` remembers; past it, the oldest is forgotten."""
-_NATIVE = b"/agentik/conversations/"
+NATIVE_ROUTES = b"/agentik/conversations/"
 """The routes whose path names their conversation (A2A's and AG-UI's bodies do)."""
 
 
@@ -110,7 +117,7 @@ def _route_key(scope: Scope) -> tuple[object, bytes, bytes] | None:
     """What names a native conversation route's request's conversation: the
     caller (ids are owner-scoped), the method and the path; None elsewhere."""
     raw = scope.get("raw_path") or b""
-    if not raw.startswith(_NATIVE):
+    if not raw.startswith(NATIVE_ROUTES):
         return None
     return (scope.get(CALLER_KEY), scope["method"].encode(), raw)
 
@@ -258,19 +265,43 @@ class Forwarder:
         goes there straight, without its handler (which would read the body,
         ask the ownership, log a refusal). Other routes (reads are served
         here) are left to their handler."""
-        if self.ownership is None or scope["method"] != "POST":
-            return None
-        parts = scope["path"].split("/")  # "", agentik, conversations, id, turns
         caller = scope.get(CALLER_KEY)
-        if len(parts) != 5 or parts[4] != "turns" or not parts[3]:
-            return None
         if not isinstance(caller, Caller):
+            return None
+        return self.holder_of(caller, scope["method"], scope["path"])
+
+    def holder_of(self, caller: Caller, method: str, path: str) -> str | None:
+        """``_holder`` for a request of ``caller`` (``path`` percent-decoded)."""
+        if self.ownership is None or method != "POST":
+            return None
+        parts = path.split("/")  # "", agentik, conversations, id, turns
+        if len(parts) != 5 or parts[4] != "turns" or not parts[3]:
             return None
         try:
             stored = caller.internal(parts[3])
         except ValueError:
             return None  # the handler refuses it
         return self.ownership.holder_url(stored)
+
+    def departed(self, base_url: str) -> bool:
+        """The rounds no longer count that node live: nothing goes there."""
+        return base_url in self._departed
+
+    def watch(self, base_url: str, cancel: trio.CancelScope) -> None:
+        """``cancel`` is a request proxied to ``base_url``: cancelled if the
+        rounds drop that node meanwhile (``_peers_changed``: its lease
+        expired); ``unwatch`` it once done."""
+        waiting = self._waiting.get(base_url)
+        if waiting is None:
+            self._waiting[base_url] = {cancel}
+        else:
+            waiting.add(cancel)
+
+    def unwatch(self, base_url: str, cancel: trio.CancelScope) -> None:
+        waiting = self._waiting[base_url]
+        waiting.discard(cancel)
+        if not waiting:
+            del self._waiting[base_url]
 
     def _peers_changed(self) -> None:
         assert self.ownership is not None
@@ -291,7 +322,9 @@ class Forwarder:
         body = _Body(receive, self.body_limit)
         key = _route_key(scope)
         arrived: Receive = body.recording
-        known = None if key is None else self.owners.get(key) or self._holder(scope)
+        known = None
+        if key is not None and not scope.get(EARLY_FAILED):
+            known = self.owners.get(key) or self._holder(scope)
         if key is not None and known is not None:
             if not await body.rest():
                 if body.gone:
@@ -379,7 +412,7 @@ class Forwarder:
         query = scope.get("query_string", b"")
         if query:
             target = target + b"?" + query
-        headers = [(n, v) for n, v in scope["headers"] if n.lower() not in _NOT_SENT_ON]
+        headers = [(n, v) for n, v in scope["headers"] if n.lower() not in NOT_SENT_ON]
         headers.append((_FORWARDED, self.node))
         started = False
 
@@ -429,17 +462,14 @@ class Forwarder:
                 return f"broke off before answering ({exc})"
 
         cancel = trio.CancelScope()
-        waiting = self._waiting.setdefault(base_url, set())
-        waiting.add(cancel)
+        self.watch(base_url, cancel)
         try:
             with cancel:
                 if scope.get(CANCELS):  # the engine cancels this task if the client leaves
                     return await exchange()
                 return await _until_gone(receive, exchange)
         finally:
-            waiting.discard(cancel)
-            if not waiting:
-                del self._waiting[base_url]
+            self.unwatch(base_url, cancel)
         # Cancelled by ``_peers_changed``: its lease expired.
         if started:  # part of its answer went out: end it unfinished
             log.warning("forward owner=%s lost its lease mid-answer", base_url)

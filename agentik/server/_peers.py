@@ -23,21 +23,29 @@ first, so a few connections stay warm and the rest age out).
 - A connection is reused only after an answer read whole that allows it;
   one given up mid-answer (the client left, the owner broke off, a HEAD
   answer) is closed.
+- The early forward (``_early``) takes the answer as bytes instead
+  (``open_relay``, ``RawAnswer``): only its head and where it ends are
+  parsed (``_answer_framing``), its body passed on framed as it came.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import final
+from typing import TypeVar, final
 from urllib.parse import urlsplit
 
 import httptools
 import trio
 
+from agentik.server._answer_framing import AnswerFraming, AnswerHead, FramingError
+
 _READ = 65536
 _ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+_A = TypeVar("_A", "Answer", "RawAnswer")
+MAX_ORIGINS = 10_000
+"""Base URLs whose parse is kept (pods come and go under new addresses)."""
 
 
 class Unreachable(Exception):
@@ -168,6 +176,71 @@ class Answer:
 
 
 @final
+class RawAnswer:
+    """The peer's answer for relaying as bytes: its head (``AnswerHead``) once
+    in, its body as ``next_piece()`` gives it, framing included
+    (``_answer_framing``: only what says where the answer ends is parsed)."""
+
+    __slots__ = ("_connection", "_first", "_framing", "_origin", "head")
+
+    def __init__(self, connection: _Connection, *, head_only: bool) -> None:
+        self._connection = connection
+        self._origin = ("", "", 0)
+        """Where its connection goes back to (``PeerClient.release``)."""
+        self._framing = AnswerFraming(head_only=head_only)
+        self._first = b""
+        """Body bytes that came with the head."""
+        self.head: AnswerHead | None = None
+
+    @property
+    def complete(self) -> bool:
+        """The whole answer is read (with ``pieces()``' last yield)."""
+        return self._framing.done
+
+    @property
+    def keep_alive(self) -> bool:
+        return self.head is not None and not self.head.close
+
+    @property
+    def body_came(self) -> bool:
+        """Bytes of the body came with the head (``next_piece`` has them)."""
+        return bool(self._first)
+
+    async def _head(self) -> None:
+        framing = self._framing
+        got = False
+        while framing.head is None:
+            try:
+                data = await self._connection.stream.receive_some(_READ)
+                self._first = framing.feed(data)
+            except (*_ERRORS, FramingError) as error:
+                if got:
+                    raise BrokenOff(f"the answer's head broke off: {error}") from error
+                raise Unreachable(f"{type(error).__name__}: {error}") from error
+            got = True  # (an end of the connection raised in ``feed``)
+        self.head = framing.head
+
+    async def next_piece(self) -> bytes:
+        """The body's next bytes as they come, as the peer framed them; b""
+        once the answer is whole (``complete``). ``BrokenOff`` if it ends
+        before it is whole or is not one this relay passes on. Not an async
+        generator, as ``open_relay`` says."""
+        if self._first:
+            first, self._first = self._first, b""
+            return first
+        framing = self._framing
+        stream = self._connection.stream
+        while not framing.done:
+            try:
+                piece = framing.feed(await stream.receive_some(_READ))
+            except (*_ERRORS, FramingError) as error:
+                raise BrokenOff(f"{type(error).__name__}: {error}") from error
+            if piece:
+                return piece
+        return b""
+
+
+@final
 class PeerClient:
     """Kept-alive connections to the other nodes, by origin."""
 
@@ -176,6 +249,8 @@ class PeerClient:
         self.idle_timeout = idle_timeout
         self.max_idle = max_idle
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._origins: dict[str, tuple[tuple[str, str, int], bytes]] = {}
+        """Each base URL's origin and ``Host``, parsed once."""
         self._tls: ssl.SSLContext | None = None
         self._closed = False
 
@@ -191,20 +266,99 @@ class PeerClient:
         """Send the request; the answer once its head is in. ``headers`` are
         sent as given, after ``Host`` and before ``Content-Length``.
         ``Unreachable`` if no byte of an answer came."""
-        parts = urlsplit(base_url)
-        https = parts.scheme == "https"
-        origin = (parts.scheme, parts.hostname or "", parts.port or (443 if https else 80))
-        lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", parts.netloc.encode("latin-1")]
+        head_only = method == b"HEAD"
+        async with self._exchange(
+            base_url,
+            method,
+            target,
+            headers,
+            body,
+            lambda connection: Answer(connection, head_only=head_only),
+        ) as answer:
+            yield answer
+
+    async def open_relay(
+        self,
+        base_url: str,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> RawAnswer:
+        """``request`` for relaying the answer as bytes (``RawAnswer``), without
+        a context manager (trio's hooks for async generators were a tenth of
+        the relay's samples, py-spy): the caller must ``release`` the answer."""
+        head_only = method == b"HEAD"
+        _, answer = await self._open(
+            base_url,
+            method,
+            target,
+            headers,
+            body,
+            lambda connection: RawAnswer(connection, head_only=head_only),
+        )
+        return answer
+
+    async def release(self, answer: RawAnswer) -> None:
+        """Done with ``answer``: its connection kept for the next request if
+        the answer was read whole and allows it, else closed."""
+        connection = answer._connection
+        if answer.complete and answer.keep_alive and not self._closed:
+            await self._put(answer._origin, connection)
+        else:
+            await _close(connection)
+
+    @asynccontextmanager
+    async def _exchange(
+        self,
+        base_url: str,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        reader: Callable[[_Connection], Answer],
+    ) -> AsyncIterator[Answer]:
+        origin, answer = await self._open(base_url, method, target, headers, body, reader)
+        connection = answer._connection
+        reuse = False
+        try:
+            yield answer
+            reuse = answer.complete and answer.keep_alive
+        finally:
+            if reuse and not self._closed:
+                await self._put(origin, connection)
+            else:
+                await _close(connection)
+
+    async def _open(
+        self,
+        base_url: str,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        reader: Callable[[_Connection], _A],
+    ) -> tuple[tuple[str, str, int], _A]:
+        """Send the request; its origin and the answer once its head is in."""
+        known = self._origins.get(base_url)
+        if known is None:
+            parts = urlsplit(base_url)
+            https = parts.scheme == "https"
+            port = parts.port or (443 if https else 80)
+            known = (parts.scheme, parts.hostname or "", port), parts.netloc.encode("latin-1")
+            if len(self._origins) < MAX_ORIGINS:
+                self._origins[base_url] = known
+        origin, netloc = known
+        lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", netloc]
         for name, value in headers:
             lines += (b"\r\n", name, b": ", value)
         if body or method not in (b"GET", b"HEAD", b"DELETE", b"OPTIONS"):
             lines += (b"\r\ncontent-length: ", str(len(body)).encode())
         lines.append(b"\r\n\r\n")
         wire = b"".join(lines) + body
-        head_only = method == b"HEAD"
         while True:
             connection = await self._take(origin)
-            answer = Answer(connection, head_only=head_only)
+            answer = reader(connection)
             try:
                 await connection.stream.send_all(wire)
                 await answer._head()
@@ -218,16 +372,9 @@ class PeerClient:
             except BaseException:
                 await _close(connection)
                 raise
-            break
-        reuse = False
-        try:
-            yield answer
-            reuse = answer.complete and answer.keep_alive
-        finally:
-            if reuse and not self._closed:
-                await self._put(origin, connection)
-            else:
-                await _close(connection)
+            if isinstance(answer, RawAnswer):
+                answer._origin = origin
+            return origin, answer
 
     async def _take(self, origin: tuple[str, str, int]) -> _Connection:
         idle = self._idle.get(origin)

@@ -412,6 +412,7 @@ async def serve_agentik(
                         backlog=2048,
                         shutdown_trigger=shutdown,
                         interrupt_trigger=interrupted.wait,
+                        relay=app.relay,
                         task_status=task_status,
                     )
                 finally:

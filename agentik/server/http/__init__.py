@@ -23,6 +23,9 @@ door and on nothing else of the engine; the engine knows none of them
   ``HttpError`` (400, 413, 422 …) raised before any state is touched.
 - Responses: ``json_response``/``send_json`` and ``error_body``, the one
   shape of every error; ``Redirect`` (307) to another node.
+- Relaying: a ``Relay`` given to ``serve`` takes the requests it wants right
+  after their head, before any scope or app, and writes their answers as
+  bytes (``RelayedRequest``, ``Reply``; ``_relay``): the cluster's hop.
 - Server-sent events: ``sse_frame`` (one JSON object per ``data:`` line) and
   ``EventStream``, the streaming response with heartbeats (``HEARTBEAT``)
   that ends whole when the client leaves.
@@ -39,6 +42,9 @@ from agentik.server.http._framing import Message as Message
 from agentik.server.http._framing import Receive as Receive
 from agentik.server.http._framing import Scope as Scope
 from agentik.server.http._framing import Send as Send
+from agentik.server.http._relay import Relay as Relay
+from agentik.server.http._relay import RelayedRequest as RelayedRequest
+from agentik.server.http._relay import Reply as Reply
 from agentik.server.http._request import as_list as as_list
 from agentik.server.http._request import as_object as as_object
 from agentik.server.http._request import check_id as check_id
@@ -76,6 +82,9 @@ __all__ = [
     "NotHere",
     "Receive",
     "Redirect",
+    "Relay",
+    "RelayedRequest",
+    "Reply",
     "Scope",
     "Send",
     "as_list",

@@ -60,8 +60,9 @@ import trio
 
 from agentik._sync import Pending
 from agentik.server.http._cycle import Cycle, wake
-from agentik.server.http._framing import STATUS_LINES, ASGIApp, ResponseHeaders, Scope
+from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
+from agentik.server.http._relay import Relay, relay_request, replay
 from agentik.server.http._settings import HttpSettings
 from agentik.server.http._timer import ConnectionTimer
 
@@ -113,6 +114,7 @@ class Connection:
         "_nursery",
         "_parser",
         "_reading",
+        "_relay",
         "_resume",
         "_server",
         "_sock",
@@ -132,8 +134,11 @@ class Connection:
         terminated: trio.Event,
         response_headers: ResponseHeaders,
         state: dict[str, object] | None = None,
+        relay: Relay | None = None,
     ) -> None:
         self._app = app
+        self._relay = relay
+        """Takes requests before the app, from their head (``_relay``)."""
         self._sock = sock
         """The client's socket (non-blocking), read and written directly on the hot path."""
         self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
@@ -273,10 +278,38 @@ class Connection:
             pass
 
     def _start(self, head: RequestHead) -> bool:
-        """A request head is complete: start the app on it (False: the
-        connection was already due to close, so no request starts)."""
+        """A request head is complete: start the app on it, or the relay
+        (False: the connection was already due to close, so no request starts)."""
         if not self._timer.stop():
             return False
+        relay = self._relay
+        route = None
+        if (
+            relay is not None
+            and head.keep_alive
+            and not head.expect_continue
+            and head.http_version == "1.1"
+            and not any(name == b"transfer-encoding" for name, _ in head.headers)
+        ):
+            route = relay.route(head.method, head.target, head.headers)
+        assert self._nursery is not None
+        if route is not None:
+            # The scope waits: the app needs one only if the relay gives the request back.
+            self._cycle = cycle = Cycle(self, {"method": head.method}, keep_alive=True)
+            self._nursery.start_soon(self._run_relay, cycle, head, route)
+            return True
+        self._cycle = cycle = Cycle(
+            self,
+            self._scope(head),
+            http_version=head.http_version,
+            keep_alive=head.keep_alive,
+            expect_continue=head.expect_continue,
+        )
+        self._nursery.start_soon(self._run_app, cycle, cycle.receive)
+        return True
+
+    def _scope(self, head: RequestHead) -> Scope:
+        """The request's ASGI scope."""
         path, _, query = head.target.partition(b"?")
         scope: Scope = {
             "type": "http",
@@ -295,16 +328,7 @@ class Connection:
         }
         if self._state is not None:
             scope["state"] = self._state.copy()
-        self._cycle = cycle = Cycle(
-            self,
-            scope,
-            http_version=head.http_version,
-            keep_alive=head.keep_alive,
-            expect_continue=head.expect_continue,
-        )
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_app, cycle)
-        return True
+        return scope
 
     async def _body(self, data: bytes) -> None:
         cycle = self._cycle
@@ -361,9 +385,9 @@ class Connection:
 
     # -- the app ------------------------------------------------------------------------
 
-    async def _run_app(self, cycle: Cycle) -> None:
+    async def _run_app(self, cycle: Cycle, receive: Receive) -> None:
         try:
-            await self._app(cycle.scope, cycle.receive, cycle.send)
+            await self._app(cycle.scope, receive, cycle.send)
         except Exception:
             log.exception("the app failed on %s %s", cycle.scope["method"], cycle.scope["path"])
         else:
@@ -371,12 +395,31 @@ class Connection:
                 log.error(
                     "the app sent no response to %s %s", cycle.scope["method"], cycle.scope["path"]
                 )
+        await self._finish(cycle)
+
+    async def _finish(self, cycle: Cycle) -> None:
+        """The app or the relay returned: a response it left unfinished ends
+        the connection; none at all is a 500."""
         if cycle.disconnected or cycle.complete:
             return
         if cycle.started:
             self._end()  # half a response: the client can only tell by the close
         else:
             await cycle.send_error(500)
+
+    async def _run_relay(self, cycle: Cycle, head: RequestHead, route: object) -> None:
+        """Relay the request; or, if the relay gives it back, serve it with
+        the app, the body replayed."""
+        assert self._relay is not None
+        given = await relay_request(self._relay, route, head, cycle)
+        if given is None or cycle.started or cycle.disconnected:
+            await self._finish(cycle)
+            return
+        extra, body = given
+        scope = self._scope(head)
+        scope.update(extra)
+        cycle.scope = scope
+        await self._run_app(cycle, replay(body, cycle.receive))
 
     async def send_continue(self, cycle: Cycle) -> None:
         cycle.expect_continue = False

@@ -247,6 +247,26 @@ class Cycle:
         else:
             raise RuntimeError(f"unexpected ASGI message type {kind!r} on an HTTP connection")
 
+    async def write(self, data: bytes, *, last: bool, close: bool = False) -> None:
+        """A relayed answer's bytes, framed by the relay (``_relay.Reply``):
+        written as they are, the response whole with ``last``; ``close`` on
+        the first write: the connection ends after it."""
+        if self.disconnected:
+            return
+        if self.complete:
+            raise RuntimeError("a relayed answer written past its end")
+        if not self.started:
+            self.started = True
+            self.expect_continue = False
+            self.must_close = self.must_close or close
+        if last:
+            self.complete = True
+        connection = self._connection
+        if data:
+            await connection.write(data, self if last else None)
+        if last:
+            await connection.response_done(self)
+
     def _frame(self, status: object, headers: Any) -> bytes:
         """The response head for ``status`` and the app's ``headers``, and how
         its body is framed (as h11 frames it, RFC 9112 §6)."""

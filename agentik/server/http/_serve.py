@@ -28,6 +28,7 @@ import trio
 from agentik.server.http._accept import serve_sockets
 from agentik.server.http._connection import Connection
 from agentik.server.http._framing import ASGIApp, Message, ResponseHeaders
+from agentik.server.http._relay import Relay
 from agentik.server.http._settings import HttpSettings
 
 log = logging.getLogger("agentik.server")
@@ -70,11 +71,13 @@ async def serve(
     backlog: int = 2048,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     interrupt_trigger: Callable[[], Awaitable[None]] | None = None,
+    relay: Relay | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` until ``shutdown_trigger`` returns (or
     forever), then drain for ``graceful_timeout`` seconds at most (less if
-    ``interrupt_trigger`` returns). Reports the bound URLs through ``task_status``."""
+    ``interrupt_trigger`` returns). Reports the bound URLs through ``task_status``.
+    ``relay`` takes the requests it wants before the app (``_relay``)."""
     max_connections = settings.limits.max_connections
     warn_if_descriptors_short(max_connections)
     sock = listening_socket(host, port, backlog)
@@ -87,7 +90,7 @@ async def serve(
             headers = ResponseHeaders()
 
             async def handle(sock: socket.socket) -> None:
-                await Connection(app, sock, settings, terminated, headers, state).run()
+                await Connection(app, sock, settings, terminated, headers, state, relay).run()
 
             async with trio.open_nursery() as connections:
                 task_status.started([socket_url(sock)])
