@@ -302,11 +302,9 @@ class PeerClient:
     async def release(self, answer: RawAnswer) -> None:
         """Done with ``answer``: its connection kept for the next request if
         the answer was read whole and allows it, else closed."""
-        connection = answer._connection
-        if answer.complete and answer.keep_alive and not self._closed:
-            await self._put(answer._origin, connection)
-        else:
-            await _close(connection)
+        await self._settle(
+            answer._origin, answer._connection, answer.complete and answer.keep_alive
+        )
 
     @asynccontextmanager
     async def _exchange(
@@ -319,16 +317,23 @@ class PeerClient:
         reader: Callable[[_Connection], Answer],
     ) -> AsyncIterator[Answer]:
         origin, answer = await self._open(base_url, method, target, headers, body, reader)
-        connection = answer._connection
         reuse = False
         try:
             yield answer
             reuse = answer.complete and answer.keep_alive
         finally:
-            if reuse and not self._closed:
-                await self._put(origin, connection)
-            else:
-                await _close(connection)
+            await self._settle(origin, answer._connection, reuse)
+
+    async def _settle(
+        self, origin: tuple[str, str, int], connection: _Connection, reuse: bool
+    ) -> None:
+        """A connection whose answer is done: kept for the next request to
+        ``origin`` if ``reuse`` (read whole, kept alive) and the client is
+        open, else closed."""
+        if reuse and not self._closed:
+            await self._put(origin, connection)
+        else:
+            await _close(connection)
 
     async def _open(
         self,
