@@ -6,6 +6,9 @@ bytes, its framing included (a chunked body stays chunked), so it needs no
 body parser: only the head (status, header fields) and the end of the body,
 to keep both keep-alive connections in step. ``AnswerFraming`` is fed the
 owner's bytes as they come and says which of them belong to the answer.
+Not llhttp (``_peers.Answer`` reads proxied answers with it) nor h11: both
+hand on the body de-chunked and neither says at which byte of what it was
+fed an answer ended, which passing the bytes on unchanged needs.
 
 Strict where h11 (the oracle the tests hold it to) is lenient, never the
 other way: every answer accepted here is one h11 reads the same (status,

@@ -42,7 +42,6 @@ import logging
 import time
 from collections.abc import Mapping
 from typing import final
-from urllib.parse import unquote_to_bytes
 
 import trio
 
@@ -58,7 +57,7 @@ from agentik.server._forward import (
 )
 from agentik.server._owners import Authenticator, Caller
 from agentik.server._peers import BrokenOff, Unreachable
-from agentik.server.http import RelayedRequest, Reply
+from agentik.server.http import RelayedRequest, Reply, url_text
 
 log = logging.getLogger("agentik.server")
 
@@ -112,9 +111,9 @@ class EarlyForward:
             return None  # the guard's 401
         raw, _, query = target.partition(b"?")
         try:
-            path = unquote_to_bytes(raw).decode("utf-8") if b"%" in raw else raw.decode("ascii")
+            path = url_text(raw)
             if b"%" in query:
-                unquote_to_bytes(query).decode("utf-8")
+                url_text(query)  # the guard's check, before the app would refuse it
         except UnicodeDecodeError:
             return None  # the guard's 400 (``http.undecodable_url``)
         forwarder = self._forwarder

@@ -58,6 +58,7 @@ from agentik.server.http._request import read_body as read_body
 from agentik.server.http._request import read_json as read_json
 from agentik.server.http._request import receive_body as receive_body
 from agentik.server.http._request import undecodable_url as undecodable_url
+from agentik.server.http._request import url_text as url_text
 from agentik.server.http._response import error_body as error_body
 from agentik.server.http._response import json_response as json_response
 from agentik.server.http._response import send_json as send_json
@@ -106,6 +107,7 @@ __all__ = [
     "serve",
     "sse_frame",
     "undecodable_url",
+    "url_text",
 ]
 
 _publish(globals(), __all__, __name__)

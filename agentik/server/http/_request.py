@@ -20,6 +20,12 @@ from agentik._json import JsonObject, JsonValue
 from agentik.server.http._errors import HttpError
 
 
+def url_text(raw: bytes) -> str:
+    """A request's raw path or query percent-decoded, as UTF-8
+    (``UnicodeDecodeError`` if it is not; the engine takes only ASCII bytes)."""
+    return unquote_to_bytes(raw).decode("utf-8") if b"%" in raw else raw.decode("ascii")
+
+
 def undecodable_url(scope: Scope) -> str | None:
     """Why the request's path or query is not UTF-8 once percent-decoded, or None.
 
@@ -28,7 +34,7 @@ def undecodable_url(scope: Scope) -> str | None:
     for part, raw in (("path", scope.get("raw_path")), ("query", scope.get("query_string"))):
         if raw and b"%" in raw:
             try:
-                unquote_to_bytes(raw).decode("utf-8")
+                url_text(raw)
             except UnicodeDecodeError as error:
                 return (
                     f"the request {part} is not valid UTF-8 once percent-decoded"
