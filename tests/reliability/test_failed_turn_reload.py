@@ -35,14 +35,6 @@ from tests.reliability.test_storage_faults import Model, agent
 
 INTERRUPTED = "interrupted: the process stopped before this call finished"
 
-# The fix this module tests is in agentik/agent/_turn.py (a turn whose final
-# commit fails remembers its failure, as ``_stop`` does for a turn cut short
-# while running): branch ``flake-agent``. Until it is merged these fail.
-pytestmark = pytest.mark.xfail(
-    strict=True,
-    reason="a turn whose answer's commit fails is not remembered as failed (flake-agent fixes it)",
-)
-
 
 @attrs.define
 class ListingGate:
