@@ -70,7 +70,15 @@ from agentik.agent._turn_actions import (
     TurnAction,
 )
 from agentik.agent._turn_errors import stop_of
-from agentik.agent._turn_events import Begin, CallPlan, Failure, ModelAnswered, ToolDone, TurnState
+from agentik.agent._turn_events import (
+    FAILURE_CODES,
+    Begin,
+    CallPlan,
+    Failure,
+    ModelAnswered,
+    ToolDone,
+    TurnState,
+)
 from agentik.agent._turn_machine import TurnMachine
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
@@ -217,8 +225,11 @@ class Turn:
             return result
         finally:
             try:
+                error = sys.exc_info()[1]
                 if self.machine.state in _RUNNING:
-                    await self._stop(sys.exc_info()[1])
+                    await self._stop(error)
+                elif error is not None and self.machine.state is TurnState.FINISHED:
+                    self._remember_lost_answer(error)
                 await self.writes.settle()
             finally:
                 if self.spans is not None:
@@ -453,6 +464,19 @@ class Turn:
             self._remember_failure(fail.code)
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)
+
+    def _remember_lost_answer(self, error: BaseException) -> None:
+        """The turn had its answer when committing it failed: its caller is
+        told it failed, while the store may hold its first messages, a call
+        without a result and no failure record (the storage is failing). A
+        reload in this process would take it for interrupted and resume it
+        behind the caller's back, so it is remembered, as ``_stop`` does."""
+        stop = stop_of(error, interrupted=self.conversation.interrupted)
+        if stop.failure is Failure.INTERRUPTED:
+            return  # the agent shut down: resumed at the next start
+        if self.conversation.history[self.start].seq is None:
+            return  # its user message is not stored: no turn to take for interrupted
+        self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
 
     def _remember_failure(self, code: str) -> None:
         conv = self.conversation

@@ -112,9 +112,15 @@ class Model:
         return ModelResponse(text="done")
 
 
-def agent(model: Model, storage: StorageBundle, probe: NamedTool):  # type: ignore[no-untyped-def]
+def agent(model: Model, storage: StorageBundle, probe: NamedTool, *, resume: bool = True):  # type: ignore[no-untyped-def]
+    """``resume=False``: no resume pass as the agent opens (see
+    ``test_commit_fails_mid_turn`` for why a test may need that)."""
     return open_chat_agent(
-        model=ScriptedModel(model.respond), storage=storage, tools=[probe], builtin_tools=False
+        model=ScriptedModel(model.respond),
+        storage=storage,
+        tools=[probe],
+        builtin_tools=False,
+        resume_interrupted=resume,
     )
 
 
@@ -163,7 +169,14 @@ async def test_commit_fails_mid_turn(fault: str, faulty_vfs: FaultyVFS, tmp_path
     """The user message and the model's tool call are committed, then the
     writes fail while the tool runs: store_error; the stored call has no
     result until the conversation reloads, which answers it; the next turn
-    works and the history is valid."""
+    works and the history is valid.
+
+    The first agent runs no resume pass (``resume=False``; a fresh file has
+    nothing to resume): the pass's listing could read the store while the
+    turn runs, see its call open, and queue a reload behind it, which would
+    answer the call in this process, before the reopen this test checks
+    (about 1 run in 100 under I/O load). That interleaving is forced, and its
+    outcome checked, in ``test_failed_turn_reload``."""
     path = tmp_path / "db"
     model = Model()
     bundles: list[StorageBundle] = []
@@ -178,7 +191,7 @@ async def test_commit_fails_mid_turn(fault: str, faulty_vfs: FaultyVFS, tmp_path
     probe = NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
     async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
         bundles.append(bundle)
-        async with agent(model, bundle, probe) as chat:
+        async with agent(model, bundle, probe, resume=False) as chat:
             await chat.send("c", "warmup")
             with pytest.raises(TurnError) as info:
                 await chat.send("c", "go")
