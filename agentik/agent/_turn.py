@@ -217,6 +217,7 @@ class Turn:
         turn). Raises ``TurnError`` when it fails; what it recorded is then
         committed and valid."""
         self.writes.first_new = len(self.conversation.history)
+        begins = self.writes.first_new <= self.start  # this run records the user message
         if self.spans is not None:
             self.spans.start_run(self.conversation, self.usage)
         result = None
@@ -226,10 +227,13 @@ class Turn:
         finally:
             try:
                 error = sys.exc_info()[1]
-                if self.machine.state in _RUNNING:
+                state = self.machine.state
+                if state in _RUNNING:
                     await self._stop(error)
-                elif error is not None and self.machine.state is TurnState.FINISHED:
-                    self._remember_lost_answer(error)
+                elif error is not None and (
+                    state is TurnState.FINISHED or (state is TurnState.APPROVAL and begins)
+                ):
+                    self._remember_lost_commit(error)
                 await self.writes.settle()
             finally:
                 if self.spans is not None:
@@ -465,16 +469,18 @@ class Turn:
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)
 
-    def _remember_lost_answer(self, error: BaseException) -> None:
-        """The turn had its answer when committing it failed: its caller is
-        told it failed, while the store may hold its first messages, a call
-        without a result and no failure record (the storage is failing). A
-        reload in this process would take it for interrupted and resume it
-        behind the caller's back, so it is remembered, as ``_stop`` does."""
+    def _remember_lost_commit(self, error: BaseException) -> None:
+        """The turn had its answer, or (begun in this run) its pause, when
+        committing it failed: its caller is told it failed, while the store may
+        hold its first messages, a call without a result and no failure record
+        (the storage is failing). A reload in this process would take it for
+        interrupted and resume it behind the caller's back, so it is
+        remembered, as ``_stop`` does. (A decision's failed commit leaves the
+        turn paused as stored: nothing to remember, the decision can come again.)"""
         stop = stop_of(error, interrupted=self.conversation.interrupted)
         if stop.failure is Failure.INTERRUPTED:
             return  # the agent shut down: resumed at the next start
-        if self.conversation.history[self.start].seq is None:
+        if not self.writes.is_stored(self.start):
             return  # its user message is not stored: no turn to take for interrupted
         self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
 

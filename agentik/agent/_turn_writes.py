@@ -102,6 +102,21 @@ class TurnWrites:
             self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
             conv.history.append(action.result)
 
+    def is_stored(self, index: int) -> bool:
+        """Whether ``history[index]`` is committed: read back with its seq, or
+        its write done without an error (a commit that failed after it leaves
+        it as submitted, writes committing in order)."""
+        if self.conversation.history[index].seq is not None:
+            return True
+        at = index - self.first_new
+        if not 0 <= at < len(self.pending) or not self.pending[at].done:
+            return False
+        try:
+            self.pending[at].result()
+        except AgentikError:
+            return False
+        return True
+
     def call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
         for message in reversed(self.conversation.history[self.start :]):

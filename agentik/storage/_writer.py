@@ -166,11 +166,15 @@ class BatchFailed(Exception):
     not begin or commit, or an error ended it early); nothing of it was
     written. The cause is chained (``raise BatchFailed(...) from cause``)."""
 
-    def __init__(self, *, in_doubt: bool = False) -> None:
+    def __init__(
+        self, *, in_doubt: bool = False, doubt: str = "the connection was lost during COMMIT"
+    ) -> None:
         super().__init__()
         self.in_doubt = in_doubt
-        """The connection was lost while COMMIT was under way: the database
-        may have committed the batch, and nobody can tell the writer which."""
+        """The batch may have been committed and nobody can tell the writer
+        which (``doubt`` says why: a connection lost while COMMIT was under
+        way, a write-ahead log written but not synced)."""
+        self.doubt = doubt
 
 
 def as_store_error(error: Exception) -> StoreError:
@@ -362,15 +366,15 @@ class Writer(Generic[S]):
         except BatchFailed as error:
             # The database could not commit (a lock held past busy_timeout, an
             # I/O error, a full disk, a lost connection), or lost the
-            # transaction on the way: nothing of the batch was written. Its
-            # callers hear why; the writer goes on, so writes work again once
-            # the cause clears.
+            # transaction on the way: nothing of the batch was written, unless
+            # the engine says it is in doubt. Its callers hear which; the
+            # writer goes on, so writes work again once the cause clears.
             cause = error.__cause__ or error
             failure = StoreError(
                 f"the write was not committed: its batch failed ({type(cause).__name__}:"
                 f" {cause}); nothing of the batch was written"
                 if not error.in_doubt
-                else f"the write's outcome is unknown: the connection was lost during COMMIT"
+                else f"the write's outcome is unknown: {error.doubt}"
                 f" ({type(cause).__name__}: {cause}); the batch may have been written"
             )
             failure.__cause__ = cause

@@ -6,9 +6,10 @@ unregisters it); a test opens its bundle with ``open_sqlite_storage(path,
 vfs=FaultyVFS.NAME)`` and only that bundle's connections go through it, while
 every other connection in the process keeps the default VFS. It inherits
 everything from the ``unix`` VFS and only
-raises ``apsw.IOError`` (SQLITE_IOERR) from ``xWrite`` or ``xSync`` of a
-``-wal`` file while armed, which is what a full disk or a failing device
-looks like to SQLite in the middle of a COMMIT.
+raises ``apsw.IOError`` from ``xWrite`` or ``xSync`` of a ``-wal`` file while
+armed, with the extended code the ``unix`` VFS gives (SQLITE_IOERR_WRITE,
+SQLITE_IOERR_FSYNC), which is what a failing device looks like to SQLite in
+the middle of a COMMIT.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import apsw
 
 FAULTS = ["sync", "write"]
+
+_CODES = {"sync": apsw.SQLITE_IOERR_FSYNC, "write": apsw.SQLITE_IOERR_WRITE}
 
 
 class FaultyVFS(apsw.VFS):  # type: ignore[misc]
@@ -42,7 +45,9 @@ class FaultyFile(apsw.VFSFile):  # type: ignore[misc]
     def _check(self, operation: str) -> None:
         if self._wal and self._vfs.fail == operation:
             self._vfs.injected += 1
-            raise apsw.IOError(f"injected {operation} failure")
+            error = apsw.exception_for(_CODES[operation])
+            error.args = (f"injected {operation} failure",)
+            raise error
 
     def xWrite(self, data: bytes, offset: int) -> None:
         self._check("write")

@@ -63,6 +63,26 @@ async def test_failed_batch_is_reported_and_invisible(
         assert stored.seq == 2
 
 
+async def test_a_failed_sync_is_in_doubt(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
+    """A COMMIT whose write-ahead log could not be written was not committed;
+    one whose log was written but could not be synced is in doubt (not
+    visible now, but its frames are in the log: a restart whose close could
+    not checkpoint finds it, whole): the callers are told which."""
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        store = bundle.message_store
+        faulty_vfs.fail = "write"
+        with pytest.raises(StoreError) as written:
+            await store.append("c", user("lost"))
+        faulty_vfs.fail = "sync"
+        with pytest.raises(StoreError) as synced:
+            await store.append("c", user("in doubt"))
+        faulty_vfs.fail = None
+    assert "nothing of the batch was written" in str(written.value)
+    assert str(synced.value).startswith("the write's outcome is unknown: syncing its COMMIT")
+    assert "the batch may have been written" in str(synced.value)
+    assert "nothing of the batch was written" not in str(synced.value)
+
+
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_writer_keeps_serving_after_a_failed_commit(
     fault: str, faulty_vfs: FaultyVFS, tmp_path: Path

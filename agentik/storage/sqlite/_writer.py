@@ -9,7 +9,10 @@ request runs in its own SAVEPOINT. If a run fails, its savepoint is rolled back
 and its appends are replayed one by one, each in its own savepoint, so the
 failing one fails alone. If SQLite cannot begin or commit (a lock held past
 the busy timeout, an I/O error, a full disk), or an error ends the transaction
-early, ``BatchFailed`` tells the writer that nothing of the batch was written.
+early, ``BatchFailed`` tells the writer that nothing of the batch was written;
+but a COMMIT whose write-ahead log was written and could not be synced is in
+doubt: not visible now, its frames are in the log, and a later open that
+finds the log (a close that could not checkpoint it) takes them for committed.
 """
 
 from __future__ import annotations
@@ -117,6 +120,12 @@ def _add(outcome: Outcome, error: Exception | None) -> None:
     outcome.add(error, fault=isinstance(error, _STORAGE_FAULTS))
 
 
+_SYNC_FAILED = frozenset({apsw.SQLITE_IOERR_FSYNC, apsw.SQLITE_IOERR_DIR_FSYNC})
+_SYNC_DOUBT = (
+    "syncing its COMMIT to disk failed; it is not visible now, and a restart may find it, whole"
+)
+
+
 def _run_batch(
     connection: apsw.Connection, seqs: SeqCache, clock: Clock, batch: list[Work[Session]]
 ) -> Outcome:
@@ -155,5 +164,8 @@ class SqliteEngine:
             return _run_batch(self.connection, self._seqs, self._clock, batch)
         except apsw.Error as error:
             # BEGIN or COMMIT failed: a lock held past busy_timeout, an I/O
-            # error, a full disk. Nothing of the batch was written.
+            # error, a full disk. Nothing of the batch was written, unless the
+            # log was and its sync failed.
+            if getattr(error, "extendedresult", None) in _SYNC_FAILED:
+                raise BatchFailed(in_doubt=True, doubt=_SYNC_DOUBT) from error
             raise BatchFailed from error
