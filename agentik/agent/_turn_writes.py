@@ -58,6 +58,7 @@ class TurnWrites:
         Through ``submit_nowait`` when the store has it and has room: no
         schedule point per message (the turn checkpoints when it waits for
         its commit, and at every model and tool call)."""
+        self.check_written()
         conv = self.conversation
         runtime = conv.runtime
         nowait = runtime.submit_nowait
@@ -70,6 +71,7 @@ class TurnWrites:
 
     async def record_with(self, action: Record) -> None:
         """``record``, with the message's idempotency key or waiting calls."""
+        self.check_written()
         conv = self.conversation
         message, key, awaiting = action.message, action.idempotency_key, action.awaiting
         if awaiting:
@@ -87,6 +89,7 @@ class TurnWrites:
 
     async def record_decision(self, action: RecordDecision) -> None:
         """A person's decision, with a denied call's result in the same write."""
+        self.check_written()
         conv = self.conversation
         pending = await _ledger(conv).submit_decision(
             conv.conversation_id,
@@ -101,6 +104,19 @@ class TurnWrites:
         else:  # the denied call's result: a message of the turn like any other
             self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
             conv.history.append(action.result)
+
+    def check_written(self) -> None:
+        """Raise the error of the turn's write that failed, if one did: the
+        turn records nothing after it. What it would record depends on what
+        failed, and, committed without it (the writer goes on after a failed
+        batch), would leave a hole in the stored turn: an answer after a call
+        without its result, a call without its turn's user message (which a
+        reload takes for the previous turn's, and resumes). Writes resolve in
+        order, so the done ones come first."""
+        for pending in self.pending:
+            if not pending.done:
+                return
+            pending.result()
 
     def is_stored(self, index: int) -> bool:
         """Whether ``history[index]`` is committed: read back with its seq, or

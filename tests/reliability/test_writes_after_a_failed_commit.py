@@ -1,0 +1,90 @@
+"""A turn stops writing once one of its writes failed to commit: what it
+would record next depends on what failed, and a store that took it would
+hold a turn with a hole (an answer without its call's result, a call without
+its user message, taken by the next reload for the previous turn's, which
+it then resumes).
+
+Here the failure is known before the turn records its next message: the
+model answers after the failed batch was resolved (a write that follows it
+has committed: writes commit in order). What is queued behind a failed batch
+before anyone knows is the writer's part (``test_storage_faults``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+import trio.testing
+
+from agentik import ModelRequest, ModelResponse, NamedTool, Role, ToolCall, TurnError
+from agentik.agent import open_chat_agent
+from agentik.models import ScriptedModel
+from agentik.storage import StorageBundle, open_sqlite_storage
+from tests.reliability.faulty_vfs import FAULTS, FaultyVFS
+from tests.reliability.helpers import check_history, history
+
+
+@attrs.define
+class Model:
+    """Answers "go" with a call of ``probe``, then "done"; anything else with
+    an echo. Before each answer to "go" it waits until every write before is
+    resolved (a barrier write in a batch of its own: batches commit in order)."""
+
+    bundle: StorageBundle
+    asked: list[str] = attrs.Factory(list)
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        messages = request.messages
+        user_at = max(i for i, m in enumerate(messages) if m.role is Role.USER)
+        text = messages[user_at].content
+        self.asked.append(text)
+        if text != "go":
+            return ModelResponse(text=f"answer to {text}")
+        await trio.testing.wait_all_tasks_blocked()  # the writer has the turn's writes
+        await self.bundle.working_memory_store.append("barrier", "barrier")
+        if messages[-1].role is Role.USER:
+            return ModelResponse(tool_calls=(ToolCall("call-1", "probe", "{}"),))
+        return ModelResponse(text="done")
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("failing", ["user message", "tool result"])
+async def test_nothing_is_stored_after_a_write_that_failed(
+    failing: str, fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
+) -> None:
+    """The turn's user message (or its call's result) fails to commit and the
+    model answers after: store_error, nothing after the failed write stored,
+    and the next request asks about itself alone; the history stays valid."""
+    runs = 0
+
+    async def run_probe(arguments: dict[str, object]) -> str:
+        nonlocal runs
+        runs += 1
+        if failing == "tool result":
+            faulty_vfs.fail_after(0, fault)  # the next COMMIT: this result's
+        return "probed"
+
+    probe = NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        model = Model(bundle)
+        async with open_chat_agent(
+            model=ScriptedModel(model.respond), storage=bundle, tools=[probe], builtin_tools=False
+        ) as chat:
+            await chat.send("c", "warmup")
+            if failing == "user message":
+                faulty_vfs.fail_after(0, fault)
+            with pytest.raises(TurnError) as info:
+                await chat.send("c", "go")
+            assert info.value.code == "store_error"
+            assert faulty_vfs.injected == 1
+            asked = len(model.asked)
+            assert (await chat.send("c", "next")).text == "answer to next"
+            assert model.asked[asked:] == ["next"]
+        final = await history(bundle, "c")
+    check_history(final, once=("warmup", "next"))
+    assert runs == (1 if failing == "tool result" else 0)
+    contents = [m.content for m in final]
+    assert "done" not in contents
+    assert contents[-2:] == ["next", "answer to next"]
