@@ -116,14 +116,20 @@ class FaultyFile(apsw.VFSFile):  # type: ignore[misc]
         self._vfs = vfs
         filename = name.filename() if isinstance(name, apsw.URIFilename) else str(name)
         self._wal = filename.endswith("-wal")
+        self._header = False
+        """The write under way is the log's header."""
         super().__init__("unix", name, flags)
 
-    def xWrite(self, data: bytes, offset: int) -> None:
+    def _check(self, operation: str) -> None:
+        """Where a subclass injects its own fault (``DiskFullVFS``)."""
         if self._wal:
-            self._vfs.check("write", header=offset == 0 and len(data) == _HEADER)
+            self._vfs.check(operation, header=operation == "write" and self._header)
+
+    def xWrite(self, data: bytes, offset: int) -> None:
+        self._header = offset == 0 and len(data) == _HEADER
+        self._check("write")
         super().xWrite(data, offset)
 
     def xSync(self, flags: int) -> None:
-        if self._wal:
-            self._vfs.check("sync")
+        self._check("sync")
         super().xSync(flags)
