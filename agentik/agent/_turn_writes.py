@@ -10,6 +10,7 @@ A turn cut short settles what it submitted in a shielded, bounded scope.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -157,7 +158,10 @@ class TurnWrites:
             # Writes commit in order, so once the last is done all are: read
             # them without a checkpoint each.
             if not pending[-1].done:
-                await pending[-1].wait()
+                # The first write that failed is the one to tell (below): a
+                # later one may have failed only because it was queued behind.
+                with contextlib.suppress(AgentikError):
+                    await pending[-1].wait()
             stored = []
             for p in pending:  # a loop: an await in a comprehension makes it a coroutine
                 stored.append(p.result() if p.done else await p.wait())

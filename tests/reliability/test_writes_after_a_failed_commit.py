@@ -88,3 +88,46 @@ async def test_nothing_is_stored_after_a_write_that_failed(
     contents = [m.content for m in final]
     assert "done" not in contents
     assert contents[-2:] == ["next", "answer to next"]
+
+
+async def test_the_caller_hears_the_first_write_that_failed(
+    faulty_vfs: FaultyVFS, tmp_path: Path
+) -> None:
+    """An idempotent call runs while its COMMIT is under way; that COMMIT's
+    sync fails, with the call's result and the answer queued behind it (they
+    fail unrun): the caller is told the call's write is in doubt (it may be
+    found after a restart), not that the last write was not written."""
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        answering = trio.Event()
+
+        async def respond(request: ModelRequest) -> ModelResponse:
+            if request.messages[-1].role is Role.USER:
+                await trio.testing.wait_all_tasks_blocked()
+                await bundle.working_memory_store.append("barrier", "barrier")
+                faulty_vfs.hold()  # the next COMMIT: this answer's, with its call
+                faulty_vfs.fail_after(0, "sync")
+                return ModelResponse(tool_calls=(ToolCall("call-1", "look", "{}"),))
+            answering.set()
+            return ModelResponse(text="done")
+
+        async def look(arguments: dict[str, object]) -> str:
+            await trio.testing.wait_all_tasks_blocked()  # its call's COMMIT is held
+            return "looked"
+
+        async def release() -> None:
+            await answering.wait()
+            await trio.testing.wait_all_tasks_blocked()  # the result and answer queued
+            faulty_vfs.release()
+
+        tool = NamedTool("look", "Look.", {"type": "object"}, look, idempotent=True)
+        async with (
+            trio.open_nursery() as nursery,
+            open_chat_agent(
+                model=ScriptedModel(respond), storage=bundle, tools=[tool], builtin_tools=False
+            ) as chat,
+        ):
+            nursery.start_soon(release)
+            with pytest.raises(TurnError) as info:
+                await chat.send("c", "go")
+    assert info.value.code == "store_error"
+    assert "the write's outcome is unknown" in str(info.value)
