@@ -134,6 +134,24 @@ class TurnWrites:
             return False
         return True
 
+    def is_lost(self, index: int) -> bool:
+        """Whether ``history[index]`` is known not to be stored here: never
+        accepted (the history stops before it), or its write failed. (Still in
+        flight, it may yet commit: not lost.)"""
+        history = self.conversation.history
+        if index >= len(history):
+            return True
+        if history[index].seq is not None:
+            return False
+        at = index - self.first_new
+        if not 0 <= at < len(self.pending) or not self.pending[at].done:
+            return False
+        try:
+            self.pending[at].result()
+        except AgentikError:
+            return True
+        return False
+
     def call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
         for message in reversed(self.conversation.history[self.start :]):

@@ -131,3 +131,53 @@ async def test_the_caller_hears_the_first_write_that_failed(
                 await chat.send("c", "go")
     assert info.value.code == "store_error"
     assert "the write's outcome is unknown" in str(info.value)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_turn_whose_user_message_was_lost_leaves_its_seq_to_the_next(
+    fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
+) -> None:
+    """The turn stopped with store_error before its user message was stored:
+    the next turn takes its seq. That turn pauses for approval; its first
+    decision fails to commit, so the conversation is read again: the paused
+    turn still waits (it is not taken for the failed one, whose failure the
+    process remembers), and goes on when decided."""
+
+    async def run_probe(arguments: dict[str, object]) -> str:
+        return "probed"
+
+    probe = NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
+    pay = NamedTool("pay", "Pay.", {"type": "object"}, run_probe, requires_approval=True)
+
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        model = Model(bundle)
+
+        async def respond(request: ModelRequest) -> ModelResponse:
+            messages = request.messages
+            if messages[-1].content == "pay":
+                calls = tuple(ToolCall(f"pay-{i}", "pay", "{}") for i in (1, 2))
+                return ModelResponse(tool_calls=calls)
+            if messages[-1].role is Role.TOOL and messages[-1].tool_call_id == "pay-2":
+                return ModelResponse(text="paid")
+            return await model.respond(request)
+
+        async with open_chat_agent(
+            model=ScriptedModel(respond), storage=bundle, tools=[probe, pay], builtin_tools=False
+        ) as chat:
+            await chat.send("c", "warmup")
+            faulty_vfs.fail_after(0, fault)  # the user message "go"
+            with pytest.raises(TurnError):
+                await chat.send("c", "go")
+            paused = await chat.send("c", "pay")
+            assert paused.status == "awaiting_approval"
+            faulty_vfs.fail_after(0, fault)  # the first decision
+            with pytest.raises(TurnError) as info:
+                await chat.decide("c", "pay-1", approve=True)
+            assert info.value.code == "store_error"
+            waiting = await chat.pending_approvals("c")
+            assert [a.call.id for a in waiting] == ["pay-1", "pay-2"]
+            await chat.decide("c", "pay-1", approve=True)
+            assert (await chat.decide("c", "pay-2", approve=True)).text == "paid"
+        final = await history(bundle, "c")
+    check_history(final, once=("warmup", "pay"))
+    assert "go" not in [m.content for m in final]
