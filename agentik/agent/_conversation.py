@@ -680,6 +680,8 @@ class Conversation:
             await turn.check_room(request.text)  # before anything is stored
         if self.paused is not None:
             await self._supersede()
+            # Its user message comes after the denials: the turn starts there.
+            turn = Turn.new(self, len(self.history), emit, key, output=request.output)
         result = await turn.begin(request.text, request.parts)
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
