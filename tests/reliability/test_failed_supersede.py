@@ -84,7 +84,7 @@ async def _retried(chat, model: Model) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("failing", ["answer"])
+@pytest.mark.parametrize("failing", ["user message", "answer"])
 async def test_a_superseding_turn_that_fails_to_commit_resumes_nothing(
     failing: str, fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
 ) -> None:
