@@ -105,7 +105,7 @@ def calls(*ids: str) -> ModelResponse:
     return ModelResponse(tool_calls=tuple(made))
 
 
-TOOL_OF = {"one": "note", "two": "note", "idem": "look", "pay": "pay"}
+TOOL_OF = {"one": "note", "two": "note", "idem": "look", "pay": "pay", "wait": "pay"}
 
 ANSWERS: dict[str, list[ModelResponse]] = {
     "one": [calls("one-1"), ModelResponse(text="one done")],
@@ -113,6 +113,7 @@ ANSWERS: dict[str, list[ModelResponse]] = {
     "idem": [calls("idem-1"), ModelResponse(text="idem done")],
     "pay": [calls("pay-1", "pay-2"), ModelResponse(text="paid")],
     "typed": [ModelResponse(text='{"score": 3}')],
+    "wait": [calls("wait-1")],
 }
 """The model's answers by the turn's user text, one per model call of the
 turn; any other text is answered ``answer to <text>``."""
@@ -225,10 +226,10 @@ async def agent(
 Step = Callable[[ChatAgent], Awaitable[TurnResult]]
 
 
-def send(text: str, check: Callable[[TurnResult], bool]) -> Step:
+def send(text: str, check: Callable[[TurnResult], bool], key: str | None = None) -> Step:
     async def step(chat: ChatAgent) -> TurnResult:
         output = Score if text == "typed" else None
-        result = await chat.send("c", text, output=output)
+        result = await chat.send("c", text, output=output, idempotency_key=key)
         assert check(result), result
         return result
 
@@ -266,6 +267,9 @@ STEPS: list[tuple[str, Step]] = [
     ("approve pay-1", decide("pay-1", True, waiting("pay-2"))),
     ("deny pay-2", decide("pay-2", False, answered("paid"))),
     ("typed", send("typed", lambda r: r.output == Score(3))),
+    ("keyed", send("keyed", answered("answer to keyed"), key="k1")),
+    ("wait", send("wait", waiting("wait-1"))),
+    ("skip", send("skip", answered("answer to skip"))),  # supersedes the paused turn
 ]
 
 
@@ -291,6 +295,9 @@ FAILING_STEP = [
     "approve pay-1",  # the decision
     *["deny pay-2"] * 3,  # the decision and the denied call's result; pay-1's result; the answer
     *["typed"] * 3,  # the user message; the answer; the record that it is typed
+    *["keyed"] * 2,  # the user message, with its idempotency key; the answer
+    *["wait"] * 2,  # the user message; the call and its pause
+    *["skip"] * 3,  # the waiting call denied (superseded); the user message; the answer
 ]
 """The step that waits for each COMMIT of the script, in order."""
 
@@ -309,9 +316,13 @@ async def test_the_script_commits_the_same_way(faulty_vfs: FaultyVFS, tmp_path: 
             acknowledged, failed, error = await run_script(chat)
             assert failed is None, error
             assert faulty_vfs.commits - before == COMMITS
+            assert await chat.pending_approvals("c") == ()
         final = await history(bundle, "c")
     check_history(final)
-    assert [shape(m) for m in acknowledged] == [shape(m) for m in final]
+    told = {m.seq for m in acknowledged}
+    assert [shape(m) for m in final if m.seq in told] == [shape(m) for m in acknowledged]
+    # The paused turn's call, denied as "skip" superseded it: no step's message.
+    assert [(m.role, m.tool_call_id) for m in final if m.seq not in told] == [(Role.TOOL, "wait-1")]
     assert sorted(ran) == ["idem-1", "one-1", "pay-1", "two-1", "two-2"]
 
 
