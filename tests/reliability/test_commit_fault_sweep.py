@@ -8,10 +8,13 @@ of a tool that is not idempotent (its call committed before it runs); two
 calls of one answer running at once (``max_parallel_tools``); a call of an
 idempotent tool; two calls that need approval (the pause, then a decision
 for each: one approved, one denied, the approved call run by the last); a
-typed answer (its output record). The model and the tools wait until every
-write submitted so far is committed before they act (``Ledger.settled``), so
-the COMMITs fall the same way every run and the k-th is always the same one
-(``test_the_script_commits_the_same_way``).
+typed answer (its output record); a turn with an idempotency key; a turn
+paused, then superseded by a new message (its call denied, then the new
+turn). The model and the tools wait until every write submitted so far is
+committed before they act (``Ledger.settled``), except where ``Script`` says
+(two batches of two writes, made on purpose), so the COMMITs fall the same
+way every run and the k-th is always the same one (``FAILING_STEP``,
+``test_the_script_commits_the_same_way``).
 
 What holds, whichever COMMIT fails:
 1. the step that waits for it fails with ``store_error`` (a ``TurnError``,
