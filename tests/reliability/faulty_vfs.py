@@ -31,6 +31,10 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
         """How many operations failed on purpose."""
         super().__init__(self.NAME, "unix", makedefault=False)
 
+    def disarm(self) -> None:
+        """Let every operation pass again."""
+        self.fail = None
+
     def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
         return FaultyFile(self, name, flags)
 
