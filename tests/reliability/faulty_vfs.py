@@ -82,6 +82,13 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
         """Whether a ``fail_after`` fault is still to come."""
         return self._countdown is not None
 
+    def disarm(self) -> None:
+        """Let every operation pass again (``fail``, ``fail_after``), and a
+        held COMMIT go on."""
+        self.fail = None
+        self._countdown = None
+        self.release()
+
     def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
         return FaultyFile(self, name, flags)
 

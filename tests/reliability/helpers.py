@@ -11,15 +11,16 @@ under test are the real ones.
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
 import outcome
+import pytest
 import trio
 
-from agentik import Message, Role
+from agentik import ChatAgent, Message, Role, TurnError
 from agentik.storage import (
     Pending,
     StorageBundle,
@@ -206,3 +207,21 @@ def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         resident_pages = int(f.read().split()[1])
     return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+async def go_fails_then_next(
+    chat: ChatAgent, disarm: Callable[[], None], asked: Callable[[], list[str]]
+) -> None:
+    """Conversation "c": "warmup" answers; "go" fails with ``store_error`` (the
+    test's fault is armed during it); once ``disarm`` cleared the fault,
+    "next" answers, and it is all the model is asked about (``asked``: the
+    last message of each model request so far): the failed turn is not
+    resumed behind its caller."""
+    await chat.send("c", "warmup")
+    with pytest.raises(TurnError) as info:
+        await chat.send("c", "go")
+    assert info.value.code == "store_error"
+    disarm()
+    before = len(asked())
+    assert (await chat.send("c", "next")).text == "answer to next"
+    assert asked()[before:] == ["next"]

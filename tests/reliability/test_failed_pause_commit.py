@@ -24,7 +24,7 @@ from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
 from agentik.storage import StorageBundle, open_sqlite_storage
 from tests.reliability.faulty_vfs import FAULTS, FaultyVFS
-from tests.reliability.helpers import check_history, history
+from tests.reliability.helpers import check_history, go_fails_then_next, history
 
 
 @attrs.define
@@ -82,14 +82,7 @@ async def test_a_pause_that_fails_to_commit_is_not_resumed(
     model = PausingModel(faulty_vfs, fault, calls=2, fail_pause=True)
     async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
         async with _agent(model, bundle) as chat:
-            await chat.send("c", "warmup")
-            with pytest.raises(TurnError) as info:
-                await chat.send("c", "go")
-            assert info.value.code == "store_error"
-            faulty_vfs.fail = None
-            asked = len(model.asked)
-            assert (await chat.send("c", "next")).text == "answer to next"
-            assert model.asked[asked:] == ["next"]
+            await go_fails_then_next(chat, faulty_vfs.disarm, lambda: model.asked)
             assert await chat.pending_approvals("c") == ()
         final = await history(bundle, "c")
     check_history(final, once=("warmup", "next"))

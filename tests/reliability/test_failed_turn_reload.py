@@ -27,10 +27,10 @@ import pytest
 import trio
 import trio.testing
 
-from agentik import NamedTool, Role, TurnError
+from agentik import NamedTool, Role
 from agentik.storage import Storage, StorageBundle, open_sqlite_storage
 from tests.reliability.faulty_vfs import FAULTS, FaultyVFS
-from tests.reliability.helpers import check_history, history, shape
+from tests.reliability.helpers import check_history, go_fails_then_next, history, shape
 from tests.reliability.test_storage_faults import Model, agent
 
 INTERRUPTED = "interrupted: the process stopped before this call finished"
@@ -82,11 +82,6 @@ def failing_probe(
     return NamedTool("probe", "Probe.", {"type": "object"}, run_probe)
 
 
-def asked_after(model: Model, count: int) -> list[str]:
-    """The last message of each model request after the first ``count``."""
-    return [r.messages[-1].content for r in model.requests[count:]]
-
-
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_next_request_does_not_resume_the_failed_turn(
     fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
@@ -99,14 +94,7 @@ async def test_next_request_does_not_resume_the_failed_turn(
     async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
         bundles.append(bundle)
         async with agent(model, bundle, probe) as chat:
-            await chat.send("c", "warmup")
-            with pytest.raises(TurnError) as info:
-                await chat.send("c", "go")
-            assert info.value.code == "store_error"
-            faulty_vfs.fail = None
-            asked = len(model.requests)
-            assert (await chat.send("c", "next")).text == "answer to next"
-            assert asked_after(model, asked) == ["next"]
+            await go_fails_then_next(chat, faulty_vfs.disarm, model.last_messages)
         final = await history(bundle, "c")
     check_history(final, once=("warmup", "next"))
     assert [shape(m)[:3] for m in final[2:]] == [
@@ -143,14 +131,7 @@ async def test_resume_pass_racing_the_turn_does_not_resume_it(
         gated = attrs.evolve(bundle, message_store=gate)
         assert isinstance(gated, Storage)
         async with agent(model, gated, probe) as chat:
-            await chat.send("c", "warmup")
-            with pytest.raises(TurnError) as info:
-                await chat.send("c", "go")
-            assert info.value.code == "store_error"
-            faulty_vfs.fail = None
-            asked = len(model.requests)
-            assert (await chat.send("c", "next")).text == "answer to next"
-            assert asked_after(model, asked) == ["next"]
+            await go_fails_then_next(chat, faulty_vfs.disarm, model.last_messages)
         final = await history(bundle, "c")
     check_history(final, once=("warmup", "next"))
     assert [m.content for m in final if m.role is Role.TOOL] == [INTERRUPTED]

@@ -149,6 +149,10 @@ class Model:
         self.requests: list[ModelRequest] = []
         self.calls = 0
 
+    def last_messages(self) -> list[str]:
+        """The last message of each request so far."""
+        return [r.messages[-1].content for r in self.requests]
+
     def respond(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
         messages = request.messages
