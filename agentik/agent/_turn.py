@@ -464,7 +464,9 @@ class Turn:
         actions = self.machine.handle(stop)
         fail = actions[-1]
         assert isinstance(fail, Fail)
-        if stop.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start
+        # Interrupted: no failure, resumed at start. Its user message lost: no turn;
+        # its seq goes to the next turn, which a failure kept under it would end.
+        if stop.failure is not Failure.INTERRUPTED and not self.writes.is_lost(self.start):
             self._remember_failure(fail.code)
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)

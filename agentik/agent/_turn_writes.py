@@ -10,6 +10,7 @@ A turn cut short settles what it submitted in a shielded, bounded scope.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,7 @@ class TurnWrites:
         Through ``submit_nowait`` when the store has it and has room: no
         schedule point per message (the turn checkpoints when it waits for
         its commit, and at every model and tool call)."""
+        self.check_written()
         conv = self.conversation
         runtime = conv.runtime
         nowait = runtime.submit_nowait
@@ -70,6 +72,7 @@ class TurnWrites:
 
     async def record_with(self, action: Record) -> None:
         """``record``, with the message's idempotency key or waiting calls."""
+        self.check_written()
         conv = self.conversation
         message, key, awaiting = action.message, action.idempotency_key, action.awaiting
         if awaiting:
@@ -87,6 +90,7 @@ class TurnWrites:
 
     async def record_decision(self, action: RecordDecision) -> None:
         """A person's decision, with a denied call's result in the same write."""
+        self.check_written()
         conv = self.conversation
         pending = await _ledger(conv).submit_decision(
             conv.conversation_id,
@@ -102,6 +106,19 @@ class TurnWrites:
             self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
             conv.history.append(action.result)
 
+    def check_written(self) -> None:
+        """Raise the error of the turn's write that failed, if one did: the
+        turn records nothing after it. What it would record depends on what
+        failed, and, committed without it (the writer goes on after a failed
+        batch), would leave a hole in the stored turn: an answer after a call
+        without its result, a call without its turn's user message (which a
+        reload takes for the previous turn's, and resumes). Writes resolve in
+        order, so the done ones come first."""
+        for pending in self.pending:
+            if not pending.done:
+                return
+            pending.result()
+
     def is_stored(self, index: int) -> bool:
         """Whether ``history[index]`` is committed: read back with its seq, or
         its write done without an error (a commit that failed after it leaves
@@ -116,6 +133,24 @@ class TurnWrites:
         except AgentikError:
             return False
         return True
+
+    def is_lost(self, index: int) -> bool:
+        """Whether ``history[index]`` is known not to be stored here: never
+        accepted (the history stops before it), or its write failed. (Still in
+        flight, it may yet commit: not lost.)"""
+        history = self.conversation.history
+        if index >= len(history):
+            return True
+        if history[index].seq is not None:
+            return False
+        at = index - self.first_new
+        if not 0 <= at < len(self.pending) or not self.pending[at].done:
+            return False
+        try:
+            self.pending[at].result()
+        except AgentikError:
+            return True
+        return False
 
     def call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
@@ -141,7 +176,10 @@ class TurnWrites:
             # Writes commit in order, so once the last is done all are: read
             # them without a checkpoint each.
             if not pending[-1].done:
-                await pending[-1].wait()
+                # The first write that failed is the one to tell (below): a
+                # later one may have failed only because it was queued behind.
+                with contextlib.suppress(AgentikError):
+                    await pending[-1].wait()
             stored = []
             for p in pending:  # a loop: an await in a comprehension makes it a coroutine
                 stored.append(p.result() if p.done else await p.wait())

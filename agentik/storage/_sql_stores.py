@@ -65,7 +65,8 @@ class SqlMessageStore(Generic[C, S]):
     ) -> Pending[Message]:
         insert = MessageRow(conversation_id, message, None)
         return await self._writer.submit(
-            partial(self._q.insert_awaiting, insert=insert, call_ids=tuple(call_ids))
+            partial(self._q.insert_awaiting, insert=insert, call_ids=tuple(call_ids)),
+            conversation_id=conversation_id,
         )
 
     async def submit_decision(
@@ -88,19 +89,22 @@ class SqlMessageStore(Generic[C, S]):
                 approve=approve,
                 reason=reason,
                 result=insert,
-            )
+            ),
+            conversation_id=conversation_id,
         )
 
     async def submit_turn_failure(self, conversation_id: str, seq: int, code: str) -> Pending[None]:
         return await self._writer.submit(
             partial(
                 self._q.insert_turn_failure, conversation_id=conversation_id, seq=seq, code=code
-            )
+            ),
+            conversation_id=conversation_id,
         )
 
     async def submit_turn_output(self, conversation_id: str, seq: int) -> Pending[None]:
         return await self._writer.submit(
-            partial(self._q.insert_turn_output, conversation_id=conversation_id, seq=seq)
+            partial(self._q.insert_turn_output, conversation_id=conversation_id, seq=seq),
+            conversation_id=conversation_id,
         )
 
     async def turn_record(self, conversation_id: str, seq: int) -> TurnRecord:

@@ -23,7 +23,10 @@ Invariants:
   timeout, an I/O error, a full disk, a connection lost), or an error ends the
   transaction early, the engine raises ``BatchFailed``: every request of that
   batch fails with a ``StoreError`` saying so, nothing of it is written, and
-  the writer goes on with the next batch;
+  the writer goes on with the next batch; the requests of the batch's
+  conversations already queued behind it fail too, unrun: a conversation's
+  writes depend on the ones before (a turn's answer on its call's result), so
+  what is committed of a conversation is what it submitted up to a point;
 - if the writer itself breaks (any other exception: a bug), it dies: every
   request in flight or queued fails with ``StoreClosedError``, and every later
   submission is refused with the same cause;
@@ -98,6 +101,11 @@ class WriterStats:
 class Work(Protocol[S_contra]):
     """A queued request, as an engine runs it (in the writer's thread)."""
 
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation the write belongs to, if any."""
+        ...
+
     def run(self, session: S_contra) -> None: ...
     def fail(self, error: BaseException) -> None: ...
     def resolve(self) -> None: ...
@@ -113,10 +121,11 @@ class MessageSession(Protocol):
 class Request(Generic[S, T]):
     """One write: the operation, then (set in the thread) its result."""
 
-    __slots__ = ("_error", "_operation", "_value", "pending")
+    __slots__ = ("_error", "_operation", "_value", "conversation_id", "pending")
 
-    def __init__(self, operation: Callable[[S], T]) -> None:
+    def __init__(self, operation: Callable[[S], T], conversation_id: str | None = None) -> None:
         self._operation = operation
+        self.conversation_id = conversation_id
         self._value: T | None = None
         self._error: BaseException | None = None
         self.pending: Pending[T] = Pending()
@@ -240,13 +249,20 @@ class Writer(Generic[S]):
         self._last_error: str | None = None
         self._last_error_at: datetime | None = None
         self._batch_began: float | None = None
+        self._doomed: dict[str, StoreError] = {}
+        """Conversations a failed batch held: their requests queued behind it fail."""
+        self._doomed_left = 0
+        """How many requests were queued behind the last failed batch, still to take."""
         self._read_only = read_only
         if read_only:
             self._record_fault("the database is read-only: every write will fail")
 
-    async def submit(self, operation: Callable[[S], T]) -> Pending[T]:
-        """Queue one write; return once it is accepted (there was room)."""
-        request: Request[S, T] = Request(operation)
+    async def submit(
+        self, operation: Callable[[S], T], *, conversation_id: str | None = None
+    ) -> Pending[T]:
+        """Queue one write; return once it is accepted (there was room).
+        ``conversation_id``: the conversation it belongs to (see ``_doom``)."""
+        request: Request[S, T] = Request(operation, conversation_id)
         await self._enqueue(request, schedule=True)
         return request.pending
 
@@ -347,6 +363,10 @@ class Writer(Generic[S]):
         """Commit batches until the queue closes and drains (or the writer dies)."""
         try:
             while batch := await self._queue.take(self._max_batch):
+                if self._doomed_left:
+                    batch = self._drop_doomed(batch)
+                    if not batch:
+                        continue
                 with trio.CancelScope(shield=True):
                     self._batch_began = trio.current_time()
                     try:
@@ -381,6 +401,7 @@ class Writer(Generic[S]):
             for request in batch:
                 request.fail(failure)
                 request.resolve()
+            self._doom(batch, cause)
             self._failed_batches += 1
             self._failed += len(batch)
             self._record_fault(f"{type(cause).__name__}: {cause}")
@@ -405,6 +426,47 @@ class Writer(Generic[S]):
         self._last = len(batch)
         self._largest = max(self._largest, len(batch))
         return True
+
+    def _doom(self, batch: list[Work[S]], cause: BaseException) -> None:
+        """The requests of ``batch``'s conversations queued behind it will fail
+        unrun: a conversation's later write may depend on one that failed (a
+        turn's answer on its call's result), and its writer learns of the
+        failure only once it waits; committed without it, it would leave a
+        hole in the stored conversation. (What a conversation submits once
+        the failure is reported is its own to hold back: ``TurnWrites``.)"""
+        for request in batch:
+            conversation_id = request.conversation_id
+            if conversation_id is not None:
+                failure = StoreError(
+                    f"the write was not committed: a write of conversation {conversation_id!r}"
+                    f" queued before it failed ({type(cause).__name__}: {cause}); nothing of it"
+                    " was written"
+                )
+                failure.__cause__ = cause
+                self._doomed[conversation_id] = failure
+        self._doomed_left = len(self._queue)
+        if not self._doomed_left:
+            self._doomed.clear()
+
+    def _drop_doomed(self, batch: list[Work[S]]) -> list[Work[S]]:
+        """``batch`` less the requests of doomed conversations queued behind a
+        failed batch, which fail unrun."""
+        behind, self._doomed_left = self._doomed_left, max(0, self._doomed_left - len(batch))
+        kept: list[Work[S]] = []
+        for at, request in enumerate(batch):
+            conversation_id = request.conversation_id
+            error = None
+            if at < behind and conversation_id is not None:
+                error = self._doomed.get(conversation_id)
+            if error is None:
+                kept.append(request)
+            else:
+                request.fail(error)
+                request.resolve()
+                self._failed += 1
+        if not self._doomed_left:
+            self._doomed.clear()
+        return kept
 
     def _died_error(self) -> StoreClosedError:
         error = StoreClosedError(

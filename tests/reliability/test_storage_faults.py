@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from agentik import (
     Message,
@@ -97,6 +98,35 @@ async def test_writer_keeps_serving_after_a_failed_commit(
         faulty_vfs.fail = None
         stored = await store.append("c", user("after"))  # today: StoreClosedError
         assert stored.seq == 2
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_writes_queued_behind_a_failed_batch_fail_with_it(
+    fault: str, faulty_vfs: FaultyVFS, tmp_path: Path
+) -> None:
+    """A conversation's writes queued behind its failed batch fail unrun (a
+    later write may depend on the failed one: committed alone it would leave
+    a hole), appends and turn records alike; another conversation's commit;
+    writes submitted afterwards commit."""
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        store = bundle.message_store
+        await store.append("c", user("kept"))
+        faulty_vfs.hold()
+        faulty_vfs.fail_after(0, fault)
+        failing = await store.submit("c", user("lost"))
+        await trio.testing.wait_all_tasks_blocked()  # the writer holds its batch
+        behind = await store.submit("c", user("behind"))
+        record = await store.submit_turn_failure("c", 1, "store_error")
+        other = await store.submit("d", user("other"))
+        faulty_vfs.release()
+        for pending in (failing, behind, record):
+            with pytest.raises(StoreError):
+                await pending.wait()
+        assert (await other.wait()).seq == 1
+        assert faulty_vfs.injected == 1
+        assert [m.content for m in await history(bundle, "c")] == ["kept"]
+        assert (await store.turn_record("c", 1)).failure is None
+        assert (await store.append("c", user("after"))).seq == 2
 
 
 async def test_the_fault_vfs_is_not_the_default(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
