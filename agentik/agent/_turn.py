@@ -466,7 +466,7 @@ class Turn:
         assert isinstance(fail, Fail)
         # Interrupted: no failure, resumed at start. Its user message lost: no turn;
         # its seq goes to the next turn, which a failure kept under it would end.
-        if stop.failure is not Failure.INTERRUPTED and not self.writes.is_lost(self.start):
+        if stop.failure is not Failure.INTERRUPTED and self.writes.stored(self.start) is not False:
             self._remember_failure(fail.code)
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)
@@ -482,7 +482,7 @@ class Turn:
         stop = stop_of(error, interrupted=self.conversation.interrupted)
         if stop.failure is Failure.INTERRUPTED:
             return  # the agent shut down: resumed at the next start
-        if not self.writes.is_stored(self.start):
+        if self.writes.stored(self.start) is not True:
             return  # its user message is not stored: no turn to take for interrupted
         self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
 

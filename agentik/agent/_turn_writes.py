@@ -119,38 +119,25 @@ class TurnWrites:
                 return
             pending.result()
 
-    def is_stored(self, index: int) -> bool:
-        """Whether ``history[index]`` is committed: read back with its seq, or
-        its write done without an error (a commit that failed after it leaves
-        it as submitted, writes committing in order)."""
-        if self.conversation.history[index].seq is not None:
+    def stored(self, index: int) -> bool | None:
+        """Whether ``history[index]`` is committed: True when read back with its
+        seq, or its write done without an error (a commit that failed after it
+        leaves it as submitted, writes committing in order); False when never
+        accepted (the history stops before it) or its write failed; None while
+        it is in flight (it may yet commit)."""
+        history = self.conversation.history
+        if index >= len(history):
+            return False
+        if history[index].seq is not None:
             return True
         at = index - self.first_new
         if not 0 <= at < len(self.pending) or not self.pending[at].done:
-            return False
+            return None
         try:
             self.pending[at].result()
         except AgentikError:
             return False
         return True
-
-    def is_lost(self, index: int) -> bool:
-        """Whether ``history[index]`` is known not to be stored here: never
-        accepted (the history stops before it), or its write failed. (Still in
-        flight, it may yet commit: not lost.)"""
-        history = self.conversation.history
-        if index >= len(history):
-            return True
-        if history[index].seq is not None:
-            return False
-        at = index - self.first_new
-        if not 0 <= at < len(self.pending) or not self.pending[at].done:
-            return False
-        try:
-            self.pending[at].result()
-        except AgentikError:
-            return True
-        return False
 
     def call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
