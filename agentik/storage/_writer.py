@@ -175,15 +175,15 @@ class BatchFailed(Exception):
     not begin or commit, or an error ended it early); nothing of it was
     written. The cause is chained (``raise BatchFailed(...) from cause``)."""
 
-    def __init__(
-        self, *, in_doubt: bool = False, doubt: str = "the connection was lost during COMMIT"
-    ) -> None:
+    def __init__(self, *, doubt: str | None = None) -> None:
         super().__init__()
-        self.in_doubt = in_doubt
-        """The batch may have been committed and nobody can tell the writer
-        which (``doubt`` says why: a connection lost while COMMIT was under
-        way, a write-ahead log written but not synced)."""
         self.doubt = doubt
+        """Why the batch may have been committed after all, nobody able to tell
+        the writer which (``LOST_IN_COMMIT``; SQLite: a write-ahead log written
+        but not synced); None when nothing of it was written."""
+
+
+LOST_IN_COMMIT = "the connection was lost during COMMIT"
 
 
 def as_store_error(error: Exception) -> StoreError:
@@ -393,7 +393,7 @@ class Writer(Generic[S]):
             failure = StoreError(
                 f"the write was not committed: its batch failed ({type(cause).__name__}:"
                 f" {cause}); nothing of the batch was written"
-                if not error.in_doubt
+                if error.doubt is None
                 else f"the write's outcome is unknown: {error.doubt}"
                 f" ({type(cause).__name__}: {cause}); the batch may have been written"
             )

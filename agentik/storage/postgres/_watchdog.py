@@ -169,6 +169,6 @@ class Watch:
         )
         if isinstance(error, BatchFailed):
             unanswered.__cause__ = error.__cause__
-            raise BatchFailed(in_doubt=error.in_doubt) from unanswered
+            raise BatchFailed(doubt=error.doubt) from unanswered
         if isinstance(error, psycopg.Error):
             raise unanswered from error

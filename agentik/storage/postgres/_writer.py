@@ -15,7 +15,7 @@ terminated) fails the batch as a whole: PostgreSQL rolls back the open
 transaction of a backend that goes away, so nothing of it was written, and
 every caller is told. If it was lost *during* COMMIT nobody can know whether
 the server committed first; the batch's callers are told exactly that
-(``BatchFailed(in_doubt=True)``). Either way the engine connects again before
+(``BatchFailed(doubt=LOST_IN_COMMIT)``). Either way the engine connects again before
 the next batch, and a batch that finds its connection dead before it began
 anything reconnects and carries on: nothing was lost, so nobody need hear.
 """
@@ -29,7 +29,14 @@ import psycopg
 
 from agentik._errors import StoreError
 from agentik.storage._common import Clock
-from agentik.storage._writer import AppendRequest, BatchFailed, Outcome, Work, as_store_error
+from agentik.storage._writer import (
+    LOST_IN_COMMIT,
+    AppendRequest,
+    BatchFailed,
+    Outcome,
+    Work,
+    as_store_error,
+)
 from agentik.storage.postgres._leases import NodeLease
 from agentik.storage.postgres._queries import SeqCache, Session, insert_messages
 from agentik.storage.postgres._watchdog import Watchdog
@@ -182,7 +189,8 @@ class PostgresEngine:
                 try:
                     connection.execute("COMMIT")
                 except psycopg.Error as error:
-                    raise BatchFailed(in_doubt=_lost(connection)) from error
+                    doubt = LOST_IN_COMMIT if _lost(connection) else None
+                    raise BatchFailed(doubt=doubt) from error
             committed = True
         finally:
             if not committed:

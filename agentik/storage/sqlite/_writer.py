@@ -167,5 +167,5 @@ class SqliteEngine:
             # error, a full disk. Nothing of the batch was written, unless the
             # log was and its sync failed.
             if getattr(error, "extendedresult", None) in _SYNC_FAILED:
-                raise BatchFailed(in_doubt=True, doubt=_SYNC_DOUBT) from error
+                raise BatchFailed(doubt=_SYNC_DOUBT) from error
             raise BatchFailed from error
