@@ -678,18 +678,17 @@ class Conversation:
         turn = Turn.new(self, len(self.history), emit, key, output=request.output)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
-        if self.paused is not None:
-            superseded = self.paused
+        superseded = self.paused
+        if superseded is not None:
             await self._supersede()
             # Its user message comes after the denials: the turn starts there.
             turn = Turn.new(self, len(self.history), emit, key, output=request.output)
-            try:
-                result = await turn.begin(request.text, request.parts)
-            except AgentikError:
-                self._superseded_by_lost(superseded, turn)
-                raise
-        else:
+        try:
             result = await turn.begin(request.text, request.parts)
+        except AgentikError:
+            if superseded is not None:
+                self._superseded_by_lost(superseded, turn)
+            raise
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)

@@ -464,9 +464,7 @@ class Turn:
         actions = self.machine.handle(stop)
         fail = actions[-1]
         assert isinstance(fail, Fail)
-        # Interrupted: no failure, resumed at start. Its user message lost: no turn;
-        # its seq goes to the next turn, which a failure kept under it would end.
-        if stop.failure is not Failure.INTERRUPTED and self.writes.stored(self.start) is not False:
+        if stop.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start
             self._remember_failure(fail.code)
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)
@@ -480,13 +478,15 @@ class Turn:
         remembered, as ``_stop`` does. (A decision's failed commit leaves the
         turn paused as stored: nothing to remember, the decision can come again.)"""
         stop = stop_of(error, interrupted=self.conversation.interrupted)
-        if stop.failure is Failure.INTERRUPTED:
-            return  # the agent shut down: resumed at the next start
-        if self.writes.stored(self.start) is not True:
-            return  # its user message is not stored: no turn to take for interrupted
-        self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
+        if stop.failure is not Failure.INTERRUPTED:  # else resumed at the next start
+            self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
 
     def _remember_failure(self, code: str) -> None:
+        """Remember in this process that the turn failed (``runtime.failures``),
+        unless its user message is known lost: then there is no turn, and its
+        seq goes to the next turn, which a failure kept under it would end."""
+        if self.writes.stored(self.start) is False:
+            return
         conv = self.conversation
         conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
 
