@@ -72,7 +72,13 @@ from agentik.agent._requests import (
 )
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
-from agentik.agent._turn_events import INTERRUPTED, Decided, TurnState, TurnStateError
+from agentik.agent._turn_events import (
+    INTERRUPTED,
+    UNRECORDED,
+    Decided,
+    TurnState,
+    TurnStateError,
+)
 from agentik.models import current_fairness_key
 from agentik.storage import Storage, Summary, TurnRecord
 from agentik.toolsets import ToolsetActivation
@@ -1132,7 +1138,9 @@ class Conversation:
             except TurnError as exc:
                 log_failure(self.conversation_id, exc)  # recorded as failed: not resumed again
             return
-        await self._answer_open_calls(turn)
+        await self._answer_open_calls(
+            turn, UNRECORDED if state is StoredState.FAILED else INTERRUPTED
+        )
 
     async def _key_at(self, start: int) -> str | None:
         """The idempotency key of the user message at ``start``, from storage:
@@ -1144,21 +1152,24 @@ class Conversation:
         found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
         return next((key for at, key in found if at == seq), None)
 
-    async def _answer_open_calls(self, turn: list[Message]) -> None:
-        """Answer the calls a stop left open, without resuming the turn."""
+    async def _answer_open_calls(self, turn: list[Message], answer: str) -> None:
+        """Answer the calls a stop left open with ``answer``, without resuming
+        the turn: ``UNRECORDED`` for a failed turn (its own answers could not be
+        stored), ``INTERRUPTED`` for one the process stopped in."""
         calls = open_calls(turn)
         if not calls:
             return
         log.warning(
-            "conversation %r: answering %d tool call(s) left open by an interrupted turn",
+            "conversation %r: answering %d tool call(s) left open by %s turn",
             self.conversation_id,
             len(calls),
+            "an interrupted" if answer is INTERRUPTED else "a failed",
         )
         # Submit all, then wait: if this is cut short, the accepted writes are
         # remembered and the next load waits for them instead of answering twice.
         for call in calls:
             pending = await self.storage.message_store.submit(
-                self.conversation_id, Message(Role.TOOL, INTERRUPTED, tool_call_id=call.id)
+                self.conversation_id, Message(Role.TOOL, answer, tool_call_id=call.id)
             )
             self.inflight.append(pending)
         repaired = [await p.wait() for p in self.inflight]

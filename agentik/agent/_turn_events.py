@@ -17,6 +17,13 @@ from agentik._messages import Message, ToolCall
 
 STOPPED = "error: the turn was stopped before this tool call finished"
 INTERRUPTED = "interrupted: the process stopped before this call finished"
+UNRECORDED = (
+    "error: the turn failed before this call's result was stored; it may or may not have run"
+)
+"""An open call of a turn that failed (its failure recorded or remembered)
+whose own ``STOPPED`` answer could not be stored (the storage was failing):
+answered on the conversation's next load. Not ``INTERRUPTED``: the process
+did not stop, and the turn is not resumed."""
 SUPERSEDED_REASON = "the user sent a new message"
 
 

@@ -358,6 +358,8 @@ async def test_commit_fails(fault: str, k: int, faulty_vfs: FaultyVFS, tmp_path:
             assert asked[asking:] == ["next"]
             assert ran[running:] == []
             here = await history(bundle, "c")
+            # No process stopped: no call is answered as if one had.
+            assert [m for m in here if m.content.startswith("interrupted:")] == []
     # 3. valid, and holding what was acknowledged, here and reopened.
     check_history(here, once=("next",))
     kept = set(shapes(here))

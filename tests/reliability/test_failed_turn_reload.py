@@ -33,7 +33,9 @@ from tests.reliability.faulty_vfs import FAULTS, FaultyVFS
 from tests.reliability.helpers import check_history, go_fails_then_next, history, shape
 from tests.reliability.test_storage_faults import Model, agent
 
-INTERRUPTED = "interrupted: the process stopped before this call finished"
+UNRECORDED = (
+    "error: the turn failed before this call's result was stored; it may or may not have run"
+)
 
 
 @attrs.define
@@ -100,7 +102,7 @@ async def test_next_request_does_not_resume_the_failed_turn(
     assert [shape(m)[:3] for m in final[2:]] == [
         (Role.USER, "go", None),
         (Role.ASSISTANT, "", None),
-        (Role.TOOL, INTERRUPTED, "call-1"),
+        (Role.TOOL, UNRECORDED, "call-1"),
         (Role.USER, "next", None),
         (Role.ASSISTANT, "answer to next", None),
     ]
@@ -134,5 +136,5 @@ async def test_resume_pass_racing_the_turn_does_not_resume_it(
             await go_fails_then_next(chat, faulty_vfs.disarm, model.last_messages)
         final = await history(bundle, "c")
     check_history(final, once=("warmup", "next"))
-    assert [m.content for m in final if m.role is Role.TOOL] == [INTERRUPTED]
+    assert [m.content for m in final if m.role is Role.TOOL] == [UNRECORDED]
     assert "done" not in [m.content for m in final]
