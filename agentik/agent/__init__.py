@@ -43,6 +43,7 @@ from agentik.agent._prompt import SkillsCatalog as SkillsCatalog
 from agentik.agent._prompt import SystemPromptContributor as SystemPromptContributor
 from agentik.agent._prompt import ToolsetSection as ToolsetSection
 from agentik.agent._prompt import WorkingMemorySection as WorkingMemorySection
+from agentik.agent._recovery import is_superseded as is_superseded
 from agentik.agent._runtime import ToolsetSource as ToolsetSource
 from agentik.agent._stats import AgentStats as AgentStats
 from agentik.agent._stats import Histogram as Histogram
@@ -89,6 +90,7 @@ __all__ = [
     "agent_tool",
     "current_tool_call",
     "form_answer",
+    "is_superseded",
     "open_chat_agent",
 ]
 

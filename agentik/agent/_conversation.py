@@ -1107,8 +1107,9 @@ class Conversation:
     async def _recover(self) -> None:
         """Put the last turn where it stopped: a turn waiting for approval waits
         again; an interrupted one (the process stopped mid-turn) is resumed
-        (``resume_interrupted``), or its open calls only answered; a failed one
-        keeps its record, its open calls answered if a stop left any."""
+        (``resume_interrupted``), or its open calls only answered; a failed or
+        superseded one is left as it is, its open calls answered if a stop
+        left any."""
         start = last_turn_start(self.history)
         if start is None:
             return
@@ -1139,7 +1140,7 @@ class Conversation:
                 log_failure(self.conversation_id, exc)  # recorded as failed: not resumed again
             return
         await self._answer_open_calls(
-            turn, UNRECORDED if state is StoredState.FAILED else INTERRUPTED
+            turn, INTERRUPTED if state is StoredState.INTERRUPTED else UNRECORDED
         )
 
     async def _key_at(self, start: int) -> str | None:

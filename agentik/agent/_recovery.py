@@ -6,6 +6,9 @@ states, told apart by its messages and its ``TurnRecord``:
 - finished: its last message is an assistant answer without tool calls;
 - failed: the record holds a failure (the turn reported it; left alone);
 - waiting: some call without a result waits for a decision;
+- superseded: a new message came while its calls waited (they were denied
+  with ``SUPERSEDED_REASON``), and that message is not stored (lost with a
+  failed write or a crash): over, as the person moved on; left alone;
 - interrupted: none of the above (the process stopped mid-turn): resumed.
 
 ``resume_event`` turns the stored state into the ``Resume`` event that puts a
@@ -19,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._events import TurnResult
-from agentik.agent._turn_events import CallPlan, Resume
+from agentik.agent._turn_events import SUPERSEDED_REASON, CallPlan, Resume
 from agentik.storage import TurnRecord
 
 
@@ -27,6 +30,7 @@ class StoredState(enum.Enum):
     FINISHED = "finished"
     FAILED = "failed"
     WAITING = "waiting"
+    SUPERSEDED = "superseded"
     INTERRUPTED = "interrupted"
 
 
@@ -58,7 +62,16 @@ def status_of(turn: Sequence[Message], record: TurnRecord) -> StoredState:
     waiting = {a.call_id for a in record.approvals if a.approved is None}
     if any(call.id in waiting for call in open_calls(turn)):
         return StoredState.WAITING
+    if is_superseded(record):
+        return StoredState.SUPERSEDED
     return StoredState.INTERRUPTED
+
+
+def is_superseded(record: TurnRecord) -> bool:
+    """Whether a new message superseded the turn while calls of it waited:
+    they were denied with ``SUPERSEDED_REASON`` (written with the denials, so
+    it survives a restart that lost the new message)."""
+    return any(a.approved is False and a.reason == SUPERSEDED_REASON for a in record.approvals)
 
 
 def resume_event(

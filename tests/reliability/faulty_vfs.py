@@ -26,6 +26,7 @@ commits in the next batch, whatever the threads' timing.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import apsw
 
@@ -57,6 +58,9 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
         self._hold = False
         """The next COMMIT waits for ``_released`` at its first write."""
         self._released = threading.Event()
+        self.on_inject: Callable[[], None] | None = None
+        """Called in the failing operation, before it raises (in the writer's
+        thread): a test copies the files there as a crash right then leaves them."""
         super().__init__(self.NAME, "unix", makedefault=False)
 
     def fail_after(self, commits: int, operation: str) -> None:
@@ -113,6 +117,8 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
 
     def _inject(self, operation: str) -> None:
         self.injected += 1
+        if self.on_inject is not None:
+            self.on_inject()
         error = apsw.exception_for(_CODES[operation])
         error.args = (f"injected {operation} failure",)
         raise error

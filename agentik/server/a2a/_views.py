@@ -21,7 +21,7 @@ import attrs
 from agentik._json import JsonObject, JsonValue
 from agentik._messages import Message, Role, ToolCall
 from agentik._parts import FilePart, Part, TextPart
-from agentik.agent import SUPERSEDED_REASON, ElicitationRequest
+from agentik.agent import ElicitationRequest, is_superseded
 from agentik.server.a2a._answers import HOW_TO_ANSWER, HOW_TO_DECIDE, Decision, parse_decisions
 from agentik.server.a2a._rpc import A2A_VERSION, A2AError
 from agentik.server.a2a._send import SendParams
@@ -241,7 +241,7 @@ def view_from_turn(
     waiting = _waiting(turn, record)
     if waiting:
         return TaskView(task_id, context_id, INPUT_REQUIRED, at, history=history, waiting=waiting)
-    replaced = any(a.approved is False and a.reason == SUPERSEDED_REASON for a in record.approvals)
+    replaced = is_superseded(record)
     if cancelled or replaced or record.failure == "cancelled":
         why = "a new message in its context replaced it" if replaced else "the task was canceled"
         return TaskView(task_id, context_id, "TASK_STATE_CANCELED", at, error=why, history=history)
@@ -271,7 +271,7 @@ def is_interrupted(turn: Sequence[Message], record: TurnRecord) -> bool:
     failure recorded, no call waiting for a decision, not replaced. Such a
     turn is resumed if it is its conversation's last and the agent resumes
     interrupted turns (``ChatAgent.resumes_interrupted``)."""
-    replaced = any(a.approved is False and a.reason == SUPERSEDED_REASON for a in record.approvals)
+    replaced = is_superseded(record)
     return (
         not is_finished(turn)
         and record.failure is None
