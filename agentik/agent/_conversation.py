@@ -684,17 +684,13 @@ class Conversation:
         turn = Turn.new(self, len(self.history), emit, key, output=request.output)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
-        superseded = self.paused
-        if superseded is not None:
+        if self.paused is not None:
+            # Its calls denied: over, also if this turn's message is then
+            # lost (``StoredState.SUPERSEDED``), after a restart too.
             await self._supersede()
             # Its user message comes after the denials: the turn starts there.
             turn = Turn.new(self, len(self.history), emit, key, output=request.output)
-        try:
-            result = await turn.begin(request.text, request.parts)
-        except AgentikError:
-            if superseded is not None:
-                self._superseded_by_lost(superseded, turn)
-            raise
+        result = await turn.begin(request.text, request.parts)
         if result.status == "finished" and self.paused is None:
             return result  # the common case: nothing paused before or now
         return self._after(turn, result)
@@ -788,16 +784,6 @@ class Conversation:
         self.approval_deadline = math.inf
         paused.emit = None
         await paused.run(paused.machine.supersede())
-
-    def _superseded_by_lost(self, superseded: Turn, turn: Turn) -> None:
-        """``turn`` superseded a paused turn and failed, remembering no failure
-        under its seq: its user message is lost (or the agent shut down). The
-        superseded turn, its calls denied and no answer, is then the last and
-        would pass for interrupted at the next reload, and be resumed although
-        the person moved on: it is remembered as over, as a failed turn is."""
-        cid = self.conversation_id
-        if (cid, self.first_seq + turn.start) not in self.runtime.failures:
-            self.runtime.remember_failure(cid, self.first_seq + superseded.start, "superseded")
 
     async def _decide(self, decision: Decided, emit: EmitFn | None = None) -> TurnResult:
         paused = self.paused
