@@ -1,4 +1,6 @@
-"""A restart right after a COMMIT whose sync failed, with no later COMMIT.
+"""A restart right after a COMMIT failed, with no later COMMIT: each COMMIT of
+the sweep's script, failed at its sync (in doubt) or at its first write
+(nothing written), the process killed right then.
 
 SQLite wrote the batch's frames to the write-ahead log and the sync that ends
 the COMMIT failed (``SQLITE_IOERR_FSYNC``): the caller is told the write's
@@ -8,7 +10,9 @@ right then instead: the files are copied inside the failing sync, as a crash
 at that moment leaves them (a killed process's writes are in the OS's cache,
 which the next open reads), and the copy is opened by a fresh agent. An open
 that finds the log recovers its frames up to the last COMMIT whole, so the
-batch in doubt is there, whole.
+batch in doubt is there, whole. (A COMMIT failed at its first write left
+nothing: the copy is the store as the COMMIT before left it, a crash between
+two COMMITs.)
 
 What holds, whichever COMMIT of the sweep's script fails so:
 1. the copy holds every message the steps before the failure acknowledged,
@@ -30,7 +34,7 @@ import pytest
 
 from agentik import StoreError, TurnError
 from agentik.storage import open_sqlite_storage
-from tests.reliability.faulty_vfs import FaultyVFS
+from tests.reliability.faulty_vfs import FAULTS, FaultyVFS
 from tests.reliability.helpers import check_history, history
 from tests.reliability.test_commit_fault_sweep import (
     COMMITS,
@@ -53,8 +57,9 @@ def crash_copy(path: Path, into: Path) -> None:
 
 
 @pytest.mark.parametrize("k", range(1, COMMITS + 1))
-async def test_restart_right_after_a_sync_failed(
-    k: int, faulty_vfs: FaultyVFS, tmp_path: Path
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_restart_right_after_a_commit_failed(
+    fault: str, k: int, faulty_vfs: FaultyVFS, tmp_path: Path
 ) -> None:
     path, crashed = tmp_path / "db", tmp_path / "crashed"
     faulty_vfs.on_inject = lambda: crash_copy(path, crashed)
@@ -62,13 +67,14 @@ async def test_restart_right_after_a_sync_failed(
     ran: list[str] = []
     async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
         async with agent(bundle, faulty_vfs, asked, ran) as chat:
-            faulty_vfs.fail_after(k - 1, "sync")
+            faulty_vfs.fail_after(k - 1, fault)
             acknowledged, failed, error = await run_script(chat)
             faulty_vfs.release()  # a hold the failed step armed and did not reach
             assert faulty_vfs.injected == 1
             assert failed == FAILING_STEP[k - 1], error
             assert isinstance(error, (StoreError, TurnError)), error
-            assert "outcome is unknown" in str(error)
+            told = "outcome is unknown" if fault == "sync" else "nothing of the batch was written"
+            assert told in str(error)
     ran_before = len(ran)
     async with open_sqlite_storage(crashed / "db") as bundle:
         copied = await history(bundle, "c")
