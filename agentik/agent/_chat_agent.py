@@ -538,8 +538,10 @@ class ChatAgent:
         resume it (its caller hears so once its clean-up is committed). A
         queued turn is answered
         ``cancelled`` when its turn comes, without running. A turn waiting for
-        approval is not running (``cancel_paused`` ends one); requests that
-        run no turn (deletes, queries) are left alone.
+        approval is not running (``cancel_paused`` ends one), but one met
+        while its pause (or a decision that leaves it paused) commits ends as
+        ``cancel_paused`` ends it; requests that run no turn (deletes,
+        queries) are left alone.
 
         With ``idempotency_key``, only the turns carrying that key (a turn's
         key, or its paused turn's that a decision runs on). Bad input raises

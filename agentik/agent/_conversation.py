@@ -73,6 +73,7 @@ from agentik.agent._requests import (
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
 from agentik.agent._turn_events import (
+    CANCELLED_REASON,
     INTERRUPTED,
     UNRECORDED,
     Decided,
@@ -92,7 +93,6 @@ log = logging.getLogger("agentik.conversation")
 _NOT_COUNTED = contextlib.nullcontext()
 """``_running`` off a cluster: a nullcontext may be entered again and again."""
 
-CANCELLED_REASON = "the turn was cancelled"
 _FINAL_EVENT_SECONDS = 5.0
 _LOAD_PAGE = 500
 _REPLAY_LIMIT = 1000

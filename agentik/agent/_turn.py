@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from agentik._errors import TurnError
+from agentik._errors import AgentikError, TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik._parts import Part
 from agentik.agent._call_plans import Ready, plan_call
@@ -71,6 +71,7 @@ from agentik.agent._turn_actions import (
 )
 from agentik.agent._turn_errors import stop_of
 from agentik.agent._turn_events import (
+    CANCELLED_REASON,
     FAILURE_CODES,
     Begin,
     CallPlan,
@@ -230,6 +231,8 @@ class Turn:
                 state = self.machine.state
                 if state in _RUNNING:
                     await self._stop(error)
+                elif state is TurnState.APPROVAL and error is not None and self._cancelled(error):
+                    await self._end_pause()
                 elif error is not None and (
                     state is TurnState.FINISHED or (state is TurnState.APPROVAL and begins)
                 ):
@@ -469,6 +472,28 @@ class Turn:
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)
 
+    def _cancelled(self, error: BaseException) -> bool:
+        """Whether ``error`` is the turn's cancellation (not a shutdown's)."""
+        stop = stop_of(error, interrupted=self.conversation.interrupted)
+        return stop.failure is Failure.CANCELLED
+
+    async def _end_pause(self) -> None:
+        """Cancelled while its pause, or a decision that left it paused, was
+        being committed: its caller hears ``cancelled``, so the turn ends as
+        ``cancel_paused`` ends one (its waiting calls denied, approved ones
+        answered ``not run``, its failure recorded), shielded and bounded. Kept
+        paused instead, it would be a turn nobody was told waits; on a
+        shutdown it is (decided after the restart)."""
+        self._remember_failure("cancelled")
+        self.emit = None  # the caller's stream ended with the cancel
+        writes = self.writes
+        with trio.move_on_at(writes.cleanup_at(), shield=True):
+            try:
+                await self._perform(self.machine.supersede(CANCELLED_REASON), _no_call)
+                await writes.commit_failure("cancelled")
+            except AgentikError as exc:
+                writes.unsettled(exc)
+
     def _remember_lost_commit(self, error: BaseException) -> None:
         """The turn had its answer, or (begun in this run) its pause, when
         committing it failed: its caller is told it failed, while the store may
@@ -489,6 +514,10 @@ class Turn:
             return
         conv = self.conversation
         conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
+
+
+def _no_call(call: ToolCall) -> None:
+    raise AssertionError(f"a superseded turn starts no call, not {call.id!r}")
 
 
 def _several_calls(actions: list[TurnAction]) -> bool:

@@ -25,6 +25,8 @@ whose own ``STOPPED`` answer could not be stored (the storage was failing):
 answered on the conversation's next load. Not ``INTERRUPTED``: the process
 did not stop, and the turn is not resumed."""
 SUPERSEDED_REASON = "the user sent a new message"
+CANCELLED_REASON = "the turn was cancelled"
+"""Why a paused turn's waiting calls were denied when it was cancelled."""
 
 
 def denied(reason: str) -> str:

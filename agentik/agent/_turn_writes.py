@@ -51,7 +51,7 @@ class TurnWrites:
     decisions: list[Pending[Message | None]] = attrs.Factory(list)
     """Decisions submitted and maybe not committed yet."""
     cleanup_deadline: float | None = None
-    """When a stopped turn's clean-up gives up (``_cleanup_deadline``)."""
+    """When a stopped turn's clean-up gives up (``cleanup_at``)."""
 
     async def record(self, message: Message) -> None:
         """Submit ``message`` for commit and add it to the cached history.
@@ -211,7 +211,7 @@ class TurnWrites:
         The calls are those of the history, not the machine's: an action cut
         short (a record the store never accepted) is invisible to the machine."""
         conv = self.conversation
-        with trio.move_on_at(self._cleanup_deadline(), shield=True):
+        with trio.move_on_at(self.cleanup_at(), shield=True):
             try:
                 interrupted = code == "interrupted"
                 answer = INTERRUPTED if interrupted else STOPPED
@@ -220,12 +220,18 @@ class TurnWrites:
                     await self.record(Message(Role.TOOL, content, tool_call_id=call.id))
                 await (self.commit() if interrupted else self.commit_failure(code))
             except AgentikError as exc:
-                conv.stale = True
-                log.error(
-                    "conversation %r: could not settle a failed turn: %s",
-                    conv.conversation_id,
-                    message_of(exc),
-                )
+                self.unsettled(exc)
+
+    def unsettled(self, error: AgentikError) -> None:
+        """A stopped turn's clean-up failed (``error``): the cache is unsure,
+        the next request reloads it."""
+        conv = self.conversation
+        conv.stale = True
+        log.error(
+            "conversation %r: could not settle a failed turn: %s",
+            conv.conversation_id,
+            message_of(error),
+        )
 
     async def settle(self) -> None:
         """Cut short (cancelled, failed): wait, shielded and bounded, for what
@@ -235,7 +241,7 @@ class TurnWrites:
         if not self.pending and not self.decisions:
             return
         conv = self.conversation
-        with trio.move_on_at(self._cleanup_deadline(), shield=True):
+        with trio.move_on_at(self.cleanup_at(), shield=True):
             try:
                 await self.commit()
             except AgentikError:
@@ -246,7 +252,7 @@ class TurnWrites:
         self.pending.clear()
         self.decisions.clear()
 
-    def _cleanup_deadline(self) -> float:
+    def cleanup_at(self) -> float:
         """One bound for all of a stopped turn's clean-up (answering its open
         calls, marking it failed, settling its writes): behind a stuck writer
         a cancel then waits ``CLEANUP_SECONDS`` in all, not once per step."""

@@ -20,7 +20,10 @@ it writes a fresh log's header (that sync is not counted).
 
 ``hold()`` makes the next COMMIT wait at its first write, in the writer's thread,
 until ``release()``: what is submitted meanwhile queues up behind it and
-commits in the next batch, whatever the threads' timing.
+commits in the next batch, whatever the threads' timing. ``pause(after=n)``
+and ``resume()`` do the same for the COMMIT after ``n`` more, independently
+of ``hold`` (a test pauses a COMMIT of a script that holds its own), and
+set ``paused`` once it waits.
 """
 
 from __future__ import annotations
@@ -58,6 +61,11 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
         self._hold = False
         """The next COMMIT waits for ``_released`` at its first write."""
         self._released = threading.Event()
+        self._pause_at: int | None = None
+        """The count of ``commits`` whose COMMIT waits for ``_resumed`` at its first write."""
+        self._resumed = threading.Event()
+        self.paused = threading.Event()
+        """Set once the COMMIT ``pause`` named waits."""
         self.on_inject: Callable[[], None] | None = None
         """Called in the failing operation, before it raises (in the writer's
         thread): a test copies the files there as a crash right then leaves them."""
@@ -81,6 +89,18 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
         """Let the held COMMIT go on (or the next one not wait, if none is held yet)."""
         self._released.set()
 
+    def pause(self, after: int) -> None:
+        """Make the COMMIT after ``after`` more wait at its first write until ``resume()``."""
+        if after < 0:
+            raise ValueError(f"after must be >= 0, got {after}")
+        self._resumed.clear()
+        self.paused.clear()
+        self._pause_at = self.commits + after
+
+    def resume(self) -> None:
+        """Let the paused COMMIT go on (or the one ``pause`` named not wait)."""
+        self._resumed.set()
+
     @property
     def armed(self) -> bool:
         """Whether a ``fail_after`` fault is still to come."""
@@ -88,10 +108,11 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
 
     def disarm(self) -> None:
         """Let every operation pass again (``fail``, ``fail_after``), and a
-        held COMMIT go on."""
+        held or paused COMMIT go on."""
         self.fail = None
         self._countdown = None
         self.release()
+        self.resume()
 
     def xOpen(self, name: object, flags: list[int]) -> FaultyFile:
         return FaultyFile(self, name, flags)
@@ -101,6 +122,11 @@ class FaultyVFS(apsw.VFS):  # type: ignore[misc]
         (a failure injected ends its COMMIT too)."""
         if operation == "write":
             self._header = header
+            if self._pause_at == self.commits:
+                self._pause_at = None
+                self.paused.set()
+                resumed = self._resumed.wait(_HOLD_SECONDS)
+                assert resumed, f"a COMMIT paused for {_HOLD_SECONDS} s was never resumed"
             if self._hold:
                 self._hold = False
                 released = self._released.wait(_HOLD_SECONDS)

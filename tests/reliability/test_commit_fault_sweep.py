@@ -224,6 +224,7 @@ async def agent(
             max_parallel_tools=2,
         ) as chat:
             yield chat
+        nursery.cancel_scope.cancel()  # a release a cancelled step never reached
 
 
 Step = Callable[[ChatAgent], Awaitable[TurnResult]]
