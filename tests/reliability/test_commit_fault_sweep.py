@@ -116,7 +116,7 @@ ANSWERS: dict[str, list[ModelResponse]] = {
     "idem": [calls("idem-1"), ModelResponse(text="idem done")],
     "pay": [calls("pay-1", "pay-2"), ModelResponse(text="paid")],
     "typed": [ModelResponse(text='{"score": 3}')],
-    "wait": [calls("wait-1")],
+    "wait": [calls("wait-1"), ModelResponse(text="waited")],
 }
 """The model's answers by the turn's user text, one per model call of the
 turn; any other text is answered ``answer to <text>``."""
