@@ -1,15 +1,16 @@
-"""Every COMMIT of the sweep's script, met by a cancel: for k = 1, 2, …, the
-k-th COMMIT waits in the writer's thread (``FaultyVFS.pause``), the
-conversation's turn is cancelled (``ChatAgent.cancel``) while it does, then
-the COMMIT goes on. The script is ``test_commit_fault_sweep``'s: a plain
-turn, a call committed before it runs, two calls at once, an idempotent
-call, two calls waiting for approval and their decisions, a typed answer, a
-keyed turn, a paused turn superseded.
+"""The fault sweep's script, its turn cancelled (``ChatAgent.cancel``) at
+each point where it waits: each COMMIT (held in the writer's thread by
+``FaultyVFS.pause`` while the cancel comes, then let go on), each model call
+and each tool run (the cancel comes as it starts). The script is
+``test_commit_fault_sweep``'s: a plain turn, a call committed before it
+runs, two calls at once, an idempotent call, two calls waiting for approval
+and their decisions, a typed answer, a keyed turn, a paused turn superseded.
 
-What holds, whichever COMMIT the cancel meets:
-1. ``cancel`` stops the step waiting for that COMMIT, which fails with
-   ``cancelled`` and alone (the steps before it answered as scripted), or,
-   when it stops nothing (returns 0), the script runs on to its end;
+What holds, wherever the cancel comes:
+1. ``cancel`` stops the step under way, which fails with ``cancelled`` and
+   alone (the steps before it answered as scripted; at a COMMIT, the step
+   that waits for it), or, when it stops nothing (returns 0), the script
+   runs on to its end;
 2. in the same process the next request asks the model about the new
    message only (a cancelled turn is not resumed) and no tool runs again;
 3. the history is valid and holds every message the steps acknowledged, in
@@ -21,12 +22,14 @@ What holds, whichever COMMIT the cancel meets:
 from __future__ import annotations
 
 import collections
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
-from agentik import TurnError
+from agentik import Message, TurnError
+from agentik.agent import ChatAgent
 from agentik.storage import open_sqlite_storage
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
@@ -38,32 +41,75 @@ from tests.reliability.test_commit_fault_sweep import (
     shapes,
 )
 
+ASKS = 13
+"""The model calls the script makes (``test_every_point_is_met``)."""
 
-@pytest.mark.parametrize("k", range(1, COMMITS + 1))
-async def test_cancel_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
+RUNS = ("one-1", "two-1", "two-2", "idem-1", "pay-1")
+"""The calls the script runs."""
+
+
+class Watched(list[str]):
+    """What the script appends to as each model call (its turn's text) or
+    tool run (the call's id) starts; ``reached`` is set at the ``at``-th
+    append (an int, from 1), or at the append of ``at`` (a str)."""
+
+    def __init__(self, at: int | str | None = None) -> None:
+        super().__init__()
+        self.at = at
+        self.reached = trio.Event()
+
+    def append(self, item: str) -> None:
+        super().append(item)
+        if self.at == len(self) or self.at == item:
+            self.reached.set()
+
+
+Cancelled = tuple[list[Message], str | None, Exception | None, list[int]]
+
+
+async def run_cancelled(
+    chat: ChatAgent, reached: Callable[[], Awaitable[object]], after: Callable[[], None]
+) -> Cancelled:
+    """Run the script; once ``reached`` returns, cancel the conversation's
+    turn, then call ``after``. What ``run_script`` returns, and what
+    ``cancel`` returned (nothing if the point never came)."""
+    stopped: list[int] = []
+
+    async def cancel_when_reached() -> None:
+        await reached()
+        stopped.append(await chat.cancel("c"))
+        after()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_when_reached)
+        acknowledged, failed, error = await run_script(chat)
+        nursery.cancel_scope.cancel()  # a point the script never met
+    return acknowledged, failed, error, stopped
+
+
+async def sweep_case(
+    tmp_path: Path,
+    faulty_vfs: FaultyVFS,
+    asked: Watched,
+    ran: Watched,
+    reached: Callable[[], Awaitable[object]],
+    after: Callable[[], None] = lambda: None,
+    arm: Callable[[], None] = lambda: None,
+) -> str | None:
+    """Cancel the script where ``reached`` says (``arm`` called once the agent
+    is open, before the script runs; ``after`` once the cancel is made),
+    check all four; the step that failed (None if the cancel stopped nothing)."""
     path = tmp_path / "db"
-    asked: list[str] = []
-    ran: list[str] = []
     async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
         async with agent(bundle, faulty_vfs, asked, ran) as chat:
-            faulty_vfs.pause(k - 1)
-            stopped: list[int] = []
-
-            async def cancel_when_paused() -> None:
-                await trio.to_thread.run_sync(faulty_vfs.paused.wait)
-                stopped.append(await chat.cancel("c"))
-                faulty_vfs.resume()
-                faulty_vfs.release()  # a COMMIT the script held itself ("idem")
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cancel_when_paused)
-                acknowledged, failed, error = await run_script(chat)
-            # 1. the step waiting for the COMMIT was cancelled, and it alone.
+            arm()
+            acknowledged, failed, error, stopped = await run_cancelled(chat, reached, after)
+            # 1. the step under way was cancelled, and it alone.
+            assert stopped in ([0], [1]), "the point never came"
             if stopped == [0]:
                 assert failed is None, error
             else:
-                assert stopped == [1]
-                assert failed == FAILING_STEP[k - 1], error
+                assert failed is not None
                 assert isinstance(error, TurnError) and error.code == "cancelled", error
             # 2. the next request is about itself alone; no tool runs again.
             asking, running = len(asked), len(ran)
@@ -87,3 +133,47 @@ async def test_cancel_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_pa
     assert shapes(final[: len(here)]) == shapes(here)
     assert ran[running:] == []
     assert [i for i, n in collections.Counter(ran).items() if n > 1] == []
+    return failed
+
+
+@pytest.mark.parametrize("k", range(1, COMMITS + 1))
+async def test_cancel_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
+    def go_on() -> None:
+        faulty_vfs.resume()
+        faulty_vfs.release()  # a COMMIT the script held itself ("idem")
+
+    reached = lambda: trio.to_thread.run_sync(faulty_vfs.paused.wait)  # noqa: E731
+    failed = await sweep_case(
+        tmp_path, faulty_vfs, Watched(), Watched(), reached, go_on, lambda: faulty_vfs.pause(k - 1)
+    )
+    assert failed in (None, FAILING_STEP[k - 1])
+
+
+@pytest.mark.parametrize("n", range(1, ASKS + 1))
+async def test_cancel_while_the_model_is_asked(
+    n: int, faulty_vfs: FaultyVFS, tmp_path: Path
+) -> None:
+    asked = Watched(n)
+    await sweep_case(tmp_path, faulty_vfs, asked, Watched(), asked.reached.wait)
+
+
+@pytest.mark.parametrize("call_id", RUNS)
+async def test_cancel_while_a_tool_runs(
+    call_id: str, faulty_vfs: FaultyVFS, tmp_path: Path
+) -> None:
+    ran = Watched(call_id)
+
+    def go_on() -> None:
+        faulty_vfs.release()  # "idem-1": its call's COMMIT, held while it runs
+
+    await sweep_case(tmp_path, faulty_vfs, Watched(), ran, ran.reached.wait, go_on)
+
+
+async def test_every_point_is_met(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
+    """Uncancelled, the script asks the model ``ASKS`` times and runs ``RUNS``."""
+    asked, ran = Watched(), Watched()
+    async with open_sqlite_storage(tmp_path / "db", vfs=FaultyVFS.NAME) as bundle:
+        async with agent(bundle, faulty_vfs, asked, ran) as chat:
+            assert (await run_script(chat))[1] is None
+    assert len(asked) == ASKS
+    assert sorted(ran) == sorted(RUNS)
