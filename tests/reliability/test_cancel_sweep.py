@@ -22,15 +22,23 @@ What holds, wherever the cancel comes:
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
 from agentik import Message, TurnError
 from agentik.agent import ChatAgent
-from agentik.storage import open_sqlite_storage
+from agentik.storage import (
+    StorageBundle,
+    in_memory_storage,
+    open_postgres_storage,
+    open_sqlite_storage,
+)
+from tests.postgres import fresh_schema
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
 from tests.reliability.test_commit_fault_sweep import (
@@ -46,6 +54,43 @@ ASKS = 13
 
 RUNS = ("one-1", "two-1", "two-2", "idem-1", "pay-1")
 """The calls the script runs."""
+
+KINDS = ["sqlite", "postgres", "memory"]
+
+
+@attrs.define
+class Store:
+    """The script's storage, opened again after the agent: SQLite on a file
+    (first through ``FaultyVFS``, whose pauses and holds the script uses),
+    PostgreSQL in a schema of its own, or one in-memory bundle kept across
+    opens. The COMMIT points are SQLite's; model calls and tool runs are
+    met on each backend."""
+
+    kind: str
+    path: Path
+    dsn: str | None = None
+    schema: str = attrs.Factory(fresh_schema)
+    memory: StorageBundle | None = None
+
+    @contextlib.asynccontextmanager
+    async def open(self, *, first: bool = False) -> AsyncIterator[StorageBundle]:
+        if self.kind == "memory":
+            if self.memory is None:
+                self.memory = in_memory_storage()
+            yield self.memory
+        elif self.kind == "postgres":
+            assert self.dsn is not None
+            async with open_postgres_storage(self.dsn, schema=self.schema) as bundle:
+                yield bundle
+        else:
+            vfs = FaultyVFS.NAME if first else None
+            async with open_sqlite_storage(self.path / "db", vfs=vfs) as bundle:
+                yield bundle
+
+
+def store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else None
+    return Store(kind, tmp_path, dsn)
 
 
 class Watched(list[str]):
@@ -88,7 +133,7 @@ async def run_cancelled(
 
 
 async def sweep_case(
-    tmp_path: Path,
+    where: Store,
     faulty_vfs: FaultyVFS,
     asked: Watched,
     ran: Watched,
@@ -99,8 +144,7 @@ async def sweep_case(
     """Cancel the script where ``reached`` says (``arm`` called once the agent
     is open, before the script runs; ``after`` once the cancel is made),
     check all four; the step that failed (None if the cancel stopped nothing)."""
-    path = tmp_path / "db"
-    async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
+    async with where.open(first=True) as bundle:
         async with agent(bundle, faulty_vfs, asked, ran) as chat:
             arm()
             acknowledged, failed, error, stopped = await run_cancelled(chat, reached, after)
@@ -121,7 +165,7 @@ async def sweep_case(
     check_history(here, once=("next",))
     kept = set(shapes(here))
     assert [m for m in shapes(acknowledged) if m not in kept] == []
-    async with open_sqlite_storage(path) as bundle:
+    async with where.open() as bundle:
         assert shapes(await history(bundle, "c")) == shapes(here)
         # 4. a fresh agent goes on, resuming nothing.
         async with agent(bundle, faulty_vfs, asked, ran) as chat:
@@ -144,29 +188,41 @@ async def test_cancel_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_pa
 
     reached = lambda: trio.to_thread.run_sync(faulty_vfs.paused.wait)  # noqa: E731
     failed = await sweep_case(
-        tmp_path, faulty_vfs, Watched(), Watched(), reached, go_on, lambda: faulty_vfs.pause(k - 1)
+        Store("sqlite", tmp_path),
+        faulty_vfs,
+        Watched(),
+        Watched(),
+        reached,
+        go_on,
+        lambda: faulty_vfs.pause(k - 1),
     )
     assert failed in (None, FAILING_STEP[k - 1])
 
 
 @pytest.mark.parametrize("n", range(1, ASKS + 1))
+@pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_while_the_model_is_asked(
-    n: int, faulty_vfs: FaultyVFS, tmp_path: Path
+    kind: str, n: int, faulty_vfs: FaultyVFS, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     asked = Watched(n)
-    await sweep_case(tmp_path, faulty_vfs, asked, Watched(), asked.reached.wait)
+    where = store(kind, request, tmp_path)
+    # "idem": the model answers while its call's COMMIT is held; cancelled, it does not.
+    release = faulty_vfs.release
+    await sweep_case(where, faulty_vfs, asked, Watched(), asked.reached.wait, release)
 
 
 @pytest.mark.parametrize("call_id", RUNS)
+@pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_while_a_tool_runs(
-    call_id: str, faulty_vfs: FaultyVFS, tmp_path: Path
+    kind: str, call_id: str, faulty_vfs: FaultyVFS, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     ran = Watched(call_id)
 
     def go_on() -> None:
         faulty_vfs.release()  # "idem-1": its call's COMMIT, held while it runs
 
-    await sweep_case(tmp_path, faulty_vfs, Watched(), ran, ran.reached.wait, go_on)
+    where = store(kind, request, tmp_path)
+    await sweep_case(where, faulty_vfs, Watched(), ran, ran.reached.wait, go_on)
 
 
 async def test_every_point_is_met(faulty_vfs: FaultyVFS, tmp_path: Path) -> None:

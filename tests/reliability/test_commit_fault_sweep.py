@@ -159,6 +159,7 @@ class Script:
         user_at = max(i for i, m in enumerate(messages) if m.role is Role.USER)
         text = messages[user_at].content
         self.asked.append(text)
+        await trio.lowlevel.checkpoint()  # a model call takes time: others may run
         step = sum(1 for m in messages[user_at:] if m.role is Role.ASSISTANT)
         if text == "idem" and step == 1:
             self.answering.set()  # at once: its COMMIT is held
@@ -172,6 +173,7 @@ class Script:
     async def run(self, arguments: dict[str, object]) -> str:
         call_id = str(arguments["id"])
         self.ran.append(call_id)
+        await trio.lowlevel.checkpoint()  # so does a tool
         if call_id.startswith("two-"):
             # The two calls of one answer run at once: each waits for the other.
             self.started += 1
@@ -284,7 +286,7 @@ async def run_script(chat: ChatAgent) -> tuple[list[Message], str | None, Except
     for name, step in STEPS:
         try:
             result = await step(chat)
-        except (TurnError, StoreError) as error:
+        except AgentikError as error:  # TurnError, StoreError, or the agent closed
             return list(acknowledged.values()), name, error
         acknowledged.update((m.seq, m) for m in result.messages)
     return list(acknowledged.values()), None, None

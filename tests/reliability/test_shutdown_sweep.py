@@ -7,7 +7,8 @@ and each tool run. The script is ``test_commit_fault_sweep``'s.
 What holds, whichever COMMIT the shutdown meets:
 1. the step under way fails with ``interrupted`` (its turn cut short) and
    alone: the steps before it answered as scripted (at a COMMIT, the step
-   that waits for it);
+   that waits for it); or, when it finished before the close took effect,
+   the next step is refused (``the agent is closed``);
 2. the history, read from the file reopened, is valid but for the turn the
    shutdown cut short (its calls answered ``interrupted: …``, or waiting for
    a decision), and holds every message the steps acknowledged;
@@ -26,11 +27,10 @@ import pytest
 import trio
 import trio.testing
 
-from agentik import TurnError
-from agentik.storage import open_sqlite_storage
+from agentik import AgentikError, TurnError
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
-from tests.reliability.test_cancel_sweep import ASKS, RUNS, Watched
+from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watched, store
 from tests.reliability.test_commit_fault_sweep import (
     COMMITS,
     FAILING_STEP,
@@ -43,7 +43,7 @@ IDEMPOTENT = "idem-1"
 
 
 async def shutdown_case(
-    tmp_path: Path,
+    where: Store,
     faulty_vfs: FaultyVFS,
     asked: Watched,
     ran: Watched,
@@ -53,8 +53,7 @@ async def shutdown_case(
     """Close the agent with no grace where ``reached`` says (``arm`` called
     once the agent is open, before the script runs), check all four; the
     step that failed."""
-    path = tmp_path / "db"
-    async with open_sqlite_storage(path, vfs=FaultyVFS.NAME) as bundle:
+    async with where.open(first=True) as bundle:
         async with agent(bundle, faulty_vfs, asked, ran) as chat:
             arm()
 
@@ -68,11 +67,16 @@ async def shutdown_case(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(close_when_reached)
                 acknowledged, failed, error = await run_script(chat)
-    # 1. the step under way was cut short, and it alone.
+    # 1. the step under way was cut short, and it alone; or it finished
+    # before the close took effect (no checkpoint left: in memory), and the
+    # next was refused.
     assert failed is not None
-    assert isinstance(error, TurnError) and error.code == "interrupted", error
+    if isinstance(error, TurnError):
+        assert error.code == "interrupted", error
+    else:
+        assert isinstance(error, AgentikError) and str(error) == "the agent is closed", error
     ran_before = len(ran)
-    async with open_sqlite_storage(path) as bundle:
+    async with where.open() as bundle:
         stored = await history(bundle, "c")
         # 2. what was acknowledged is there.
         kept = set(shapes(stored))
@@ -97,22 +101,31 @@ async def shutdown_case(
 async def test_shutdown_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_path: Path) -> None:
     reached = lambda: trio.to_thread.run_sync(faulty_vfs.paused.wait)  # noqa: E731
     failed = await shutdown_case(
-        tmp_path, faulty_vfs, Watched(), Watched(), reached, lambda: faulty_vfs.pause(k - 1)
+        Store("sqlite", tmp_path),
+        faulty_vfs,
+        Watched(),
+        Watched(),
+        reached,
+        lambda: faulty_vfs.pause(k - 1),
     )
     assert failed == FAILING_STEP[k - 1]
 
 
 @pytest.mark.parametrize("n", range(1, ASKS + 1))
+@pytest.mark.parametrize("kind", KINDS)
 async def test_shutdown_while_the_model_is_asked(
-    n: int, faulty_vfs: FaultyVFS, tmp_path: Path
+    kind: str, n: int, faulty_vfs: FaultyVFS, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     asked = Watched(n)
-    await shutdown_case(tmp_path, faulty_vfs, asked, Watched(), asked.reached.wait)
+    where = store(kind, request, tmp_path)
+    await shutdown_case(where, faulty_vfs, asked, Watched(), asked.reached.wait)
 
 
 @pytest.mark.parametrize("call_id", RUNS)
+@pytest.mark.parametrize("kind", KINDS)
 async def test_shutdown_while_a_tool_runs(
-    call_id: str, faulty_vfs: FaultyVFS, tmp_path: Path
+    kind: str, call_id: str, faulty_vfs: FaultyVFS, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     ran = Watched(call_id)
-    await shutdown_case(tmp_path, faulty_vfs, Watched(), ran, ran.reached.wait)
+    where = store(kind, request, tmp_path)
+    await shutdown_case(where, faulty_vfs, Watched(), ran, ran.reached.wait)
