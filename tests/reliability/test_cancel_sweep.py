@@ -2,7 +2,7 @@
 each point where it waits: each COMMIT (held in the writer's thread by
 ``FaultyVFS.pause`` while the cancel comes, then let go on), each model call
 and each tool run (the cancel comes as it starts). The script is
-``test_commit_fault_sweep``'s: a plain turn, a call committed before it
+the fault sweep's (``sweep.py``): a plain turn, a call committed before it
 runs, two calls at once, an idempotent call, two calls waiting for approval
 and their decisions, a typed answer, a keyed turn, a paused turn superseded.
 
@@ -41,7 +41,7 @@ from agentik.storage import (
 from tests.postgres import fresh_schema
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
-from tests.reliability.test_commit_fault_sweep import (
+from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     agent,

@@ -36,7 +36,7 @@ from agentik import StoreError, TurnError
 from agentik.storage import open_sqlite_storage
 from tests.reliability.faulty_vfs import FAULTS, FaultyVFS
 from tests.reliability.helpers import check_history, history
-from tests.reliability.test_commit_fault_sweep import (
+from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     agent,

@@ -2,7 +2,7 @@
 (``ChatAgent.close(grace=0)``: the turn under way is interrupted) at each
 point where it waits, as ``test_cancel_sweep`` cancels it: each COMMIT (held
 in the writer's thread by ``FaultyVFS.pause`` meanwhile), each model call
-and each tool run. The script is ``test_commit_fault_sweep``'s.
+and each tool run. The script is the fault sweep's (``sweep.py``).
 
 What holds, whichever COMMIT the shutdown meets:
 1. the step under way fails with ``interrupted`` (its turn cut short) and
@@ -30,14 +30,14 @@ import trio.testing
 from agentik import AgentikError, TurnError
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
-from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watched, store
-from tests.reliability.test_commit_fault_sweep import (
+from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     agent,
     run_script,
     shapes,
 )
+from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watched, store
 
 IDEMPOTENT = "idem-1"
 
