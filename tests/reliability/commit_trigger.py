@@ -1,0 +1,140 @@
+"""Faults at COMMIT inside PostgreSQL itself: a trigger, no mock.
+
+``install`` puts a schema ``sweep`` into a database and, on every table of
+agentik's schema, a ``DEFERRABLE INITIALLY DEFERRED`` constraint trigger: it
+runs at COMMIT, once per row written, in the committing backend. Its
+function counts each transaction that wrote once (the first row marks the
+transaction with a transaction-local ``set_config``; the count is a
+sequence, which rollback does not undo) and, at the count ``sweep.plan``
+names, either raises (``fail``: the COMMIT fails cleanly, nothing of the
+transaction is written) or terminates its own backend (``lost``: FATAL, the
+transaction is not committed, and the client sees its connection drop at
+COMMIT, in doubt). It can also make one COMMIT wait for an advisory lock the
+test holds (``CommitTrigger.hold``).
+
+``CommitTrigger`` arms it from the test's own connection (autocommit); it
+has ``FaultyVFS``'s interface (``tests.reliability.sweep.Faults``). A
+database with the trigger is the test's alone (``fresh_database``): the
+trigger would fail anyone's k-th COMMIT.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+import psycopg
+from psycopg import sql
+
+FAULTS = ["fail", "lost"]
+
+_HOLD_LOCK = 0x7377656570  # "sweep": the advisory lock a held COMMIT waits for
+
+_SCHEMA = f"""
+CREATE SCHEMA sweep;
+CREATE SEQUENCE sweep.commits;
+CREATE SEQUENCE sweep.injected;
+CREATE TABLE sweep.plan (fault text, fail_at bigint, hold_at bigint);
+INSERT INTO sweep.plan VALUES (NULL, NULL, NULL);
+CREATE FUNCTION sweep.at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+    p sweep.plan;
+BEGIN
+    IF current_setting('sweep.counted', true) = 'yes' THEN
+        RETURN NULL;  -- this transaction is counted already
+    END IF;
+    PERFORM set_config('sweep.counted', 'yes', true);
+    n := nextval('sweep.commits');
+    SELECT * INTO p FROM sweep.plan;
+    IF p.hold_at = n THEN
+        PERFORM pg_advisory_xact_lock({_HOLD_LOCK});
+    END IF;
+    IF p.fail_at = n THEN
+        PERFORM nextval('sweep.injected');
+        IF p.fault = 'lost' THEN
+            PERFORM pg_terminate_backend(pg_backend_pid());
+            PERFORM pg_sleep(1);  -- the FATAL comes at its first interrupt check
+        END IF;
+        RAISE EXCEPTION 'injected COMMIT failure' USING ERRCODE = 'io_error';
+    END IF;
+    RETURN NULL;
+END
+$$;
+"""
+
+
+def install(connection: psycopg.Connection, schema: str) -> None:
+    """The schema ``sweep`` and a trigger on each table of ``schema``
+    (agentik's, migrated); ``connection`` in autocommit mode."""
+    connection.execute(_SCHEMA.encode())
+    tables = connection.execute(
+        "SELECT table_name FROM information_schema.tables"
+        " WHERE table_schema = %s AND table_type = 'BASE TABLE'",
+        (schema,),
+    ).fetchall()
+    assert tables, f"no tables in schema {schema!r}"
+    for (table,) in tables:
+        connection.execute(
+            sql.SQL(
+                "CREATE CONSTRAINT TRIGGER sweep AFTER INSERT OR UPDATE OR DELETE ON {}"
+                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sweep.at_commit()"
+            ).format(sql.Identifier(schema, table))
+        )
+
+
+@final
+class CommitTrigger:
+    """Arms the trigger ``install`` put into the database at ``dsn``."""
+
+    def __init__(self, dsn: str) -> None:
+        self._connection = psycopg.connect(dsn, autocommit=True)
+        self._holding = False
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def _count(self, sequence: str) -> int:
+        row = self._connection.execute(
+            sql.SQL("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {}").format(
+                sql.Identifier("sweep", sequence)
+            )
+        ).fetchone()
+        assert row is not None
+        count: int = row[0]
+        return count
+
+    @property
+    def commits(self) -> int:
+        """Transactions that wrote and reached COMMIT, failed on purpose or not."""
+        return self._count("commits")
+
+    @property
+    def injected(self) -> int:
+        """COMMITs failed on purpose."""
+        return self._count("injected")
+
+    def fail_after(self, commits: int, fault: str) -> None:
+        """Let ``commits`` COMMITs through, then fail the next one (``fail``:
+        cleanly; ``lost``: its backend terminated); once."""
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
+        if commits < 0:
+            raise ValueError(f"commits must be >= 0, got {commits}")
+        self._connection.execute(
+            "UPDATE sweep.plan SET fault = %s, fail_at = %s", (fault, self.commits + commits + 1)
+        )
+
+    def hold(self) -> None:
+        """Make the next COMMIT wait (in its backend, so in the writer's
+        thread) until ``release()``."""
+        if not self._holding:
+            self._connection.execute("SELECT pg_advisory_lock(%s)", (_HOLD_LOCK,))
+            self._holding = True
+        self._connection.execute("UPDATE sweep.plan SET hold_at = %s", (self.commits + 1,))
+
+    def release(self) -> None:
+        """Let the held COMMIT go on (or the next one not wait, if none is held yet)."""
+        self._connection.execute("UPDATE sweep.plan SET hold_at = NULL")
+        if self._holding:
+            self._connection.execute("SELECT pg_advisory_unlock(%s)", (_HOLD_LOCK,))
+            self._holding = False

@@ -1,0 +1,109 @@
+"""Every COMMIT of the sweep's script (``tests/reliability/sweep.py``), failed
+in turn on PostgreSQL: for k = 1, 2, …, the k-th COMMIT the script makes
+fails inside the server (``tests/reliability/commit_trigger.py``: a trigger
+at COMMIT), and ``check_commit_fails`` checks what the caller and the store
+see after.
+
+Two faults: ``fail``, the COMMIT fails cleanly (the writer says nothing of
+the batch was written); ``lost``, the backend dies during COMMIT (the writer
+cannot know whether it committed: ``LOST_IN_COMMIT``, the outcome unknown;
+it did not, and the writer connects again for the next batch). The writer
+batches as SQLite's does (one writer, the same group commit), so the script
+commits the same way (``FAILING_STEP``).
+
+Each test has a database of its own, copied from one migrated with the
+trigger installed (the copy is quicker than migrating), and dropped after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import psycopg
+import pytest
+import trio
+from psycopg.conninfo import conninfo_to_dict
+
+from agentik.storage import StorageBundle, open_postgres_storage
+from tests.postgres import fresh_database
+from tests.reliability.commit_trigger import FAULTS, CommitTrigger, install
+from tests.reliability.sweep import (
+    COMMITS,
+    check_commit_fails,
+    check_the_script_commits_the_same_way,
+)
+
+SCHEMA = "agentik"
+
+
+def _name(url: str) -> str:
+    name: str = conninfo_to_dict(url)["dbname"]
+    return name
+
+
+def _drop(dsn: str, url: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"DROP DATABASE IF EXISTS {_name(url)} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def template(postgres_dsn: str) -> Iterator[str]:
+    """A database migrated, with the trigger installed, that no one uses: each
+    test's database is a copy of it."""
+    url = fresh_database(postgres_dsn)
+
+    async def migrate() -> None:
+        async with open_postgres_storage(url, schema=SCHEMA, readers=1):
+            pass
+
+    trio.run(migrate)
+    with psycopg.connect(url, autocommit=True) as connection:
+        install(connection, SCHEMA)
+    try:
+        yield _name(url)
+    finally:
+        _drop(postgres_dsn, url)
+
+
+@pytest.fixture
+def database(postgres_dsn: str, template: str) -> Iterator[str]:
+    """A database of this test's own, the trigger in it (disarmed)."""
+    url = fresh_database(postgres_dsn, template=template)
+    try:
+        yield url
+    finally:
+        _drop(postgres_dsn, url)
+
+
+@pytest.fixture
+def trigger(database: str) -> Iterator[CommitTrigger]:
+    armed = CommitTrigger(database)
+    try:
+        yield armed
+    finally:
+        armed.close()
+
+
+def opener(url: str) -> AbstractAsyncContextManager[StorageBundle]:
+    @asynccontextmanager
+    async def bundle() -> AsyncIterator[StorageBundle]:
+        async with open_postgres_storage(url, schema=SCHEMA, readers=2) as opened:
+            yield opened
+
+    return bundle()
+
+
+async def test_the_script_commits_the_same_way(database: str, trigger: CommitTrigger) -> None:
+    """Without a fault, every step answers as scripted, each call runs once,
+    and the script makes ``COMMITS`` COMMITs (the same every run)."""
+    await check_the_script_commits_the_same_way(lambda: opener(database), trigger)
+
+
+@pytest.mark.parametrize("k", range(1, COMMITS + 1))
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_commit_fails(fault: str, k: int, database: str, trigger: CommitTrigger) -> None:
+    told = "outcome is unknown" if fault == "lost" else "nothing of the batch was written"
+    await check_commit_fails(
+        k, fault, told, lambda: opener(database), lambda: opener(database), trigger
+    )
