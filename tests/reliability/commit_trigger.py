@@ -6,11 +6,18 @@ runs at COMMIT, once per row written, in the committing backend. Its
 function counts each transaction that wrote once (the first row marks the
 transaction with a transaction-local ``set_config``; the count is a
 sequence, which rollback does not undo) and, at the count ``sweep.plan``
-names, either raises (``fail``: the COMMIT fails cleanly, nothing of the
-transaction is written) or terminates its own backend (``lost``: FATAL, the
-transaction is not committed, and the client sees its connection drop at
-COMMIT, in doubt). It can also make one COMMIT wait for an advisory lock the
-test holds (``CommitTrigger.hold``).
+names, fails that COMMIT:
+- ``fail``: it raises; the COMMIT fails cleanly, nothing of the transaction
+  is written;
+- ``lost``: it terminates its own backend; FATAL, the transaction is not
+  committed, and the client sees its connection drop at COMMIT, in doubt;
+- ``committed``: it sets ``synchronous_commit`` on for the transaction, which
+  commits, then waits for a synchronous standby that never answers
+  (``never_answering_standby``) until a thread of the test terminates the
+  backend: the transaction *is* committed, and the client sees its
+  connection drop at COMMIT, in doubt.
+It can also make one COMMIT wait for an advisory lock the test holds
+(``CommitTrigger.hold``).
 
 ``CommitTrigger`` arms it from the test's own connection (autocommit); it
 has ``FaultyVFS``'s interface (``tests.reliability.sweep.Faults``). A
@@ -20,14 +27,24 @@ trigger would fail anyone's k-th COMMIT.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 from typing import final
 
 import psycopg
 from psycopg import sql
 
-FAULTS = ["fail", "lost"]
+FAULTS = ["fail", "lost", "committed"]
 
 _HOLD_LOCK = 0x7377656570  # "sweep": the advisory lock a held COMMIT waits for
+
+_WAIT_SECONDS = 10.0
+"""A COMMIT armed to be ``committed`` that never comes is a test's bug: stop waiting."""
+
+_STANDBY = "agentik_sweep_nobody"
+"""A synchronous standby's name that no standby has."""
 
 _SCHEMA = f"""
 CREATE SCHEMA sweep;
@@ -51,7 +68,11 @@ BEGIN
     END IF;
     IF p.fail_at = n THEN
         PERFORM nextval('sweep.injected');
-        IF p.fault = 'lost' THEN
+        IF p.fault = 'committed' THEN
+            -- Commit, then wait for a standby that never answers, until terminated.
+            PERFORM set_config('synchronous_commit', 'on', true);
+            RETURN NULL;
+        ELSIF p.fault = 'lost' THEN
             PERFORM pg_terminate_backend(pg_backend_pid());
             PERFORM pg_sleep(1);  -- the FATAL comes at its first interrupt check
         END IF;
@@ -87,10 +108,16 @@ class CommitTrigger:
     """Arms the trigger ``install`` put into the database at ``dsn``."""
 
     def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
         self._connection = psycopg.connect(dsn, autocommit=True)
         self._holding = False
+        self._stop = threading.Event()
+        self._terminator: threading.Thread | None = None
 
     def close(self) -> None:
+        self._stop.set()
+        if self._terminator is not None:
+            self._terminator.join()
         self._connection.close()
 
     def _count(self, sequence: str) -> int:
@@ -115,11 +142,18 @@ class CommitTrigger:
 
     def fail_after(self, commits: int, fault: str) -> None:
         """Let ``commits`` COMMITs through, then fail the next one (``fail``:
-        cleanly; ``lost``: its backend terminated); once."""
+        cleanly; ``lost``: its backend terminated; ``committed``: its backend
+        terminated once it committed, which needs ``never_answering_standby``);
+        once."""
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
         if commits < 0:
             raise ValueError(f"commits must be >= 0, got {commits}")
+        if fault == "committed":
+            self._terminator = threading.Thread(
+                target=_terminate_when_committed, args=(self._dsn, self._stop), daemon=True
+            )
+            self._terminator.start()
         self._connection.execute(
             "UPDATE sweep.plan SET fault = %s, fail_at = %s", (fault, self.commits + commits + 1)
         )
@@ -138,3 +172,41 @@ class CommitTrigger:
         if self._holding:
             self._connection.execute("SELECT pg_advisory_unlock(%s)", (_HOLD_LOCK,))
             self._holding = False
+
+
+@contextlib.contextmanager
+def never_answering_standby(dsn: str) -> Iterator[None]:
+    """Server-wide for the block (``ALTER SYSTEM``, superuser only): a
+    synchronous standby that never answers, and ``synchronous_commit``
+    ``local`` by default, so a COMMIT waits for the standby only where the
+    trigger asks (``committed``); every other session of the server commits
+    as before. Both settings change in one reload, and are reset after."""
+    settings = (("synchronous_commit", "local"), ("synchronous_standby_names", _STANDBY))
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        for name, value in settings:
+            connection.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+        connection.execute("SELECT pg_reload_conf()")
+        try:
+            yield
+        finally:
+            for name, _ in reversed(settings):
+                connection.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+            connection.execute("SELECT pg_reload_conf()")
+
+
+def _terminate_when_committed(dsn: str, stop: threading.Event) -> None:
+    """Terminate the backend of this database that waits for the standby
+    (the ``committed`` COMMIT, written), once it does; polls: it is another
+    process's state."""
+    deadline = time.monotonic() + _WAIT_SECONDS
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        while not stop.is_set() and time.monotonic() < deadline:
+            terminated = connection.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE wait_event = 'SyncRep' AND datname = current_database()"
+            ).fetchall()
+            if terminated:
+                return
+            stop.wait(0.002)

@@ -6,7 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.reliability.faulty_vfs import FaultyVFS
+# The sweep's checks live outside test modules: show their failing values too.
+pytest.register_assert_rewrite("tests.reliability.sweep")
+
+from tests.reliability.faulty_vfs import FaultyVFS  # noqa: E402
 
 
 @pytest.fixture

@@ -17,19 +17,24 @@ trigger installed (the copy is quicker than migrating), and dropped after.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from agentik.storage import StorageBundle, open_postgres_storage
+from agentik.storage import open_postgres_storage
 from tests.postgres import fresh_database
-from tests.reliability.commit_trigger import FAULTS, CommitTrigger, install
+from tests.reliability.commit_trigger import (
+    FAULTS,
+    CommitTrigger,
+    install,
+    never_answering_standby,
+)
 from tests.reliability.sweep import (
     COMMITS,
+    Open,
     check_commit_fails,
     check_the_script_commits_the_same_way,
 )
@@ -61,7 +66,8 @@ def template(postgres_dsn: str) -> Iterator[str]:
     with psycopg.connect(url, autocommit=True) as connection:
         install(connection, SCHEMA)
     try:
-        yield _name(url)
+        with never_answering_standby(postgres_dsn):
+            yield _name(url)
     finally:
         _drop(postgres_dsn, url)
 
@@ -85,25 +91,57 @@ def trigger(database: str) -> Iterator[CommitTrigger]:
         armed.close()
 
 
-def opener(url: str) -> AbstractAsyncContextManager[StorageBundle]:
-    @asynccontextmanager
-    async def bundle() -> AsyncIterator[StorageBundle]:
-        async with open_postgres_storage(url, schema=SCHEMA, readers=2) as opened:
-            yield opened
+def opener(url: str) -> Open:
+    return lambda: open_postgres_storage(url, schema=SCHEMA, readers=2)
 
-    return bundle()
+
+RESUMED_IF_COMMITTED = {
+    1: "hello",
+    3: "one",
+    7: "two",
+    11: "idem",
+    14: "pay",
+    20: "typed",
+    23: "keyed",
+    25: "wait",
+    27: "wait",  # "skip" superseding it: the denial of its call, which ends it
+    28: "skip",
+}
+"""The COMMITs that, committed but in doubt, leave a turn the next request
+resumes (``committed``): each holds a turn's user message (or, 27, the
+denial that answers the paused turn's last call). The turn failed, its caller
+was told so, but the agent remembers no failure for it (``Turn._remember_failure``:
+``TurnWrites.stored`` takes the in-doubt write for lost), so the reload of the
+next request finds a turn with no answer and no failure, takes it for
+interrupted, and resumes it behind its caller's back: the model is asked
+about it again."""
+
+
+def cases() -> list[object]:
+    found: list[object] = []
+    for fault in FAULTS:
+        for k in range(1, COMMITS + 1):
+            resumed = RESUMED_IF_COMMITTED.get(k) if fault == "committed" else None
+            marks = (
+                pytest.mark.xfail(
+                    strict=True,
+                    reason=f"agent: an in-doubt COMMIT that committed: turn {resumed!r},"
+                    " failed, is resumed by the next request (RESUMED_IF_COMMITTED)",
+                )
+                if resumed is not None
+                else ()
+            )
+            found.append(pytest.param(fault, k, marks=marks, id=f"{fault}-{k}"))
+    return found
 
 
 async def test_the_script_commits_the_same_way(database: str, trigger: CommitTrigger) -> None:
     """Without a fault, every step answers as scripted, each call runs once,
     and the script makes ``COMMITS`` COMMITs (the same every run)."""
-    await check_the_script_commits_the_same_way(lambda: opener(database), trigger)
+    await check_the_script_commits_the_same_way(opener(database), trigger)
 
 
-@pytest.mark.parametrize("k", range(1, COMMITS + 1))
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize(("fault", "k"), cases())
 async def test_commit_fails(fault: str, k: int, database: str, trigger: CommitTrigger) -> None:
-    told = "outcome is unknown" if fault == "lost" else "nothing of the batch was written"
-    await check_commit_fails(
-        k, fault, told, lambda: opener(database), lambda: opener(database), trigger
-    )
+    told = "nothing of the batch was written" if fault == "fail" else "outcome is unknown"
+    await check_commit_fails(k, fault, told, opener(database), opener(database), trigger)
