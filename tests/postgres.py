@@ -64,20 +64,15 @@ def bundles(dsn: str) -> MakeBundle:
     return factory
 
 
-def fresh_database(dsn: str, *, template: str | None = None) -> str:
-    """A new, empty database on the tests' server (a copy of ``template``, a
-    database no one is connected to, if given); its URL (a copy of ``dsn``
+def fresh_database(dsn: str) -> str:
+    """A new, empty database on the tests' server; its URL (a copy of ``dsn``
     naming it). For what takes a URL and nothing else: ``agentik serve``."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     name = fresh_schema()
     with psycopg.connect(dsn, autocommit=True) as connection:
-        copied = "" if template is None else f" TEMPLATE {template}"
-        if template is not None and connection.info.server_version >= 150000:
-            # A small database copies in 18 ms so, 137 ms with 15's WAL_LOG default.
-            copied += " STRATEGY FILE_COPY"
-        connection.execute(f"CREATE DATABASE {name}{copied}")
+        connection.execute(f"CREATE DATABASE {name}")
     info = conninfo_to_dict(dsn)
     host, port, user = info.get("host"), info.get("port", "5432"), info.get("user", "")
     url = f"postgresql://{user}@/{name}?host={host}&port={port}"

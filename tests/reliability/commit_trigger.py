@@ -21,7 +21,7 @@ It can also make one COMMIT wait for an advisory lock the test holds
 
 ``CommitTrigger`` arms it from the test's own connection (autocommit); it
 has ``FaultyVFS``'s interface (``tests.reliability.sweep.Faults``). A
-database with the trigger is the test's alone (``fresh_database``): the
+database with the trigger must be the tests' alone (``fresh_database``): the
 trigger would fail anyone's k-th COMMIT.
 """
 
@@ -119,6 +119,25 @@ class CommitTrigger:
         if self._terminator is not None:
             self._terminator.join()
         self._connection.close()
+
+    def reset(self, schema: str) -> None:
+        """Empty the tables of ``schema`` (but its version: it stays migrated),
+        disarm the trigger and zero its counts."""
+        tables = self._connection.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_type = 'BASE TABLE' AND table_name <> 'agentik_schema_version'",
+            (schema,),
+        ).fetchall()
+        self._connection.execute(
+            sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
+                sql.SQL(", ").join(sql.Identifier(schema, table) for (table,) in tables)
+            )
+        )
+        self._connection.execute(
+            "UPDATE sweep.plan SET fault = NULL, fail_at = NULL, hold_at = NULL"
+        )
+        self._connection.execute("ALTER SEQUENCE sweep.commits RESTART")
+        self._connection.execute("ALTER SEQUENCE sweep.injected RESTART")
 
     def _count(self, sequence: str) -> int:
         row = self._connection.execute(
