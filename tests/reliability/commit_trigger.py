@@ -194,21 +194,28 @@ class CommitTrigger:
 
 
 @contextlib.contextmanager
-def never_answering_standby(dsn: str) -> Iterator[None]:
-    """Server-wide for the block (``ALTER SYSTEM``, superuser only): a
-    synchronous standby that never answers, and ``synchronous_commit``
-    ``local`` by default, so a COMMIT waits for the standby only where the
-    trigger asks (``committed``); every other session of the server commits
-    as before. Both settings change in one reload, and are reset after."""
+def never_answering_standby(dsn: str) -> Iterator[str | None]:
+    """Server-wide for the block (``ALTER SYSTEM``): a synchronous standby
+    that never answers, and ``synchronous_commit`` ``local`` by default, so a
+    COMMIT waits for the standby only where the trigger asks (``committed``);
+    every other session of the server commits as before. Both settings change
+    in one reload, and are reset after. Yields None, or why the server cannot
+    be set so (only a superuser may)."""
     settings = (("synchronous_commit", "local"), ("synchronous_standby_names", _STANDBY))
     with psycopg.connect(dsn, autocommit=True) as connection:
-        for name, value in settings:
-            connection.execute(
-                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
-            )
+        try:
+            for name, value in settings:
+                connection.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)
+                    )
+                )
+        except psycopg.errors.InsufficientPrivilege as error:
+            yield f"the server cannot be set to wait for a standby: {error}"
+            return
         connection.execute("SELECT pg_reload_conf()")
         try:
-            yield
+            yield None
         finally:
             for name, _ in reversed(settings):
                 connection.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
