@@ -124,7 +124,11 @@ was told so, but the agent remembers no failure for it (``Turn._remember_failure
 ``TurnWrites.stored`` takes the in-doubt write for lost), so the reload of the
 next request finds a turn with no answer and no failure, takes it for
 interrupted, and resumes it behind its caller's back: the model is asked
-about it again."""
+about it again, and where it calls a tool (3, 7, 11) the tool runs. Making
+``stored`` say None (unknown) for an in-doubt write fixes the user messages
+but not 27, and breaks ``lost``-28 (the failure then kept under a seq the
+next turn takes): the doubt must be settled at the next reload, which comes
+before the conversation writes again."""
 
 
 def cases() -> list[object]:
