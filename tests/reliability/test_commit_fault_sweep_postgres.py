@@ -114,21 +114,20 @@ RESUMED_IF_COMMITTED = {
     20: "typed",
     23: "keyed",
     25: "wait",
-    27: "wait",  # "skip" superseding it: the denial of its call, which ends it
     28: "skip",
 }
 """The COMMITs that, committed but in doubt, leave a turn the next request
-resumes (``committed``): each holds a turn's user message (or, 27, the
-denial that answers the paused turn's last call). The turn failed, its caller
-was told so, but the agent remembers no failure for it (``Turn._remember_failure``:
-``TurnWrites.stored`` takes the in-doubt write for lost), so the reload of the
-next request finds a turn with no answer and no failure, takes it for
-interrupted, and resumes it behind its caller's back: the model is asked
-about it again, and where it calls a tool (3, 7, 11) the tool runs. Making
-``stored`` say None (unknown) for an in-doubt write fixes the user messages
-but not 27, and breaks ``lost``-28 (the failure then kept under a seq the
-next turn takes): the doubt must be settled at the next reload, which comes
-before the conversation writes again."""
+resumes (``committed``): each holds a turn's user message. The turn failed,
+its caller was told so, but the agent remembers no failure for it
+(``Turn._remember_failure``: ``TurnWrites.stored`` takes the in-doubt write
+for lost), so the reload of the next request finds a turn with no answer and
+no failure, takes it for interrupted, and resumes it behind its caller's
+back: the model is asked about it again, and where it calls a tool (3, 7,
+11) the tool runs. Making ``stored`` say None (unknown) for an in-doubt
+write passes these, but where the message was in fact lost (``lost``) it
+keeps a failure under a seq the next turn then takes, which would end that
+turn if it paused and were reloaded: the doubt is to be settled at the next
+reload, which reads the store before the conversation writes again."""
 
 
 def cases() -> list[object]:
