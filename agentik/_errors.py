@@ -6,6 +6,8 @@ branch to catch every error under it.
 
     AgentikError
     ├── StoreError                 a storage operation failed; nothing of it was applied
+    │   ├── CommitInDoubt          [storage] a write's COMMIT failed on the way: it
+    │   │                          may have been applied (unknown until read back)
     │   ├── StoreClosedError       [storage] the bundle is closed or its writer died
     │   ├── DuplicateKeyError      [storage] an idempotency key was already used
     │   ├── LeaseLapsedError       [storage] this node's lease lapsed: it owns no
@@ -58,7 +60,14 @@ class AgentikError(Exception):
 
 
 class StoreError(AgentikError):
-    """A storage operation failed; nothing of it was applied."""
+    """A storage operation failed; nothing of it was applied (but for a
+    ``CommitInDoubt``)."""
+
+
+class CommitInDoubt(StoreError):
+    """A write's COMMIT failed on the way (the connection lost during COMMIT;
+    SQLite: its log written, its sync failed): the write may have been
+    applied, whole, or not at all. Reading it back, or a restart, tells which."""
 
 
 class StoreClosedError(StoreError):

@@ -569,9 +569,8 @@ class ChatAgent:
         opens, or on the conversation's next request) and has not seen this
         one fail (a failure whose record could not be written). Such a turn
         is not over: a transport reports it running."""
-        return (
-            self._runtime.settings.resume_interrupted
-            and (conversation_id, seq) not in self._runtime.failures
+        return self._runtime.settings.resume_interrupted and not self._runtime.failed(
+            conversation_id, seq
         )
 
     def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:

@@ -940,6 +940,7 @@ class Conversation:
             # Noted before the read, so a change while it runs is read next time.
             self.notes_seen = self.handle.notes_version
             await self._load()
+            self.runtime.settle_doubts(self.conversation_id, self._holds)
             recovered = False
             try:
                 await self._recover()

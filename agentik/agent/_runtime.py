@@ -317,11 +317,17 @@ class AgentRuntime:
     failures: collections.OrderedDict[tuple[str, int], str] = attrs.field(
         factory=collections.OrderedDict
     )
+    """(conversation id, user message seq) -> code of recent failed turns."""
+    doubtful: collections.OrderedDict[tuple[str, int], str] = attrs.field(
+        factory=collections.OrderedDict
+    )
+    """As ``failures``, for failed turns whose user message may not be stored
+    (its commit in doubt, or in flight): a failure once that seq is read back
+    as a user message (``settle_doubts``), forgotten if it is not."""
     token_costs: weakref.WeakKeyDictionary[Message, int] = attrs.field(
         factory=weakref.WeakKeyDictionary
     )
     """Costs a custom ``count_tokens`` gave, while their messages live."""
-    """(conversation id, user message seq) -> code of recent failed turns."""
     tracing: Tracing | None = None
     """The agent's spans; None when it does not trace (``_tracing``)."""
     budgets: PromptBudgets = attrs.field(factory=lambda: PromptBudgets.of(ContentLimits(), None))
@@ -394,23 +400,42 @@ class AgentRuntime:
             cached = self.token_costs[message] = message_tokens(message, count)
         return cached
 
-    def remember_failure(self, conversation_id: str, seq: int, code: str) -> None:
+    def remember_failure(
+        self, conversation_id: str, seq: int, code: str, *, in_doubt: bool = False
+    ) -> None:
         """A turn failed: kept in memory too, in case its record cannot be
         written (the storage failing, the cleanup cut short), so a reload in
-        this process does not take it for interrupted and resume it."""
-        failures = self.failures
-        failures[(conversation_id, seq)] = code
-        failures.move_to_end((conversation_id, seq))
-        while len(failures) > _FAILURES_KEPT:
-            failures.popitem(last=False)
+        this process does not take it for interrupted and resume it.
+        ``in_doubt``: its user message may not be stored (``doubtful``)."""
+        kept = self.doubtful if in_doubt else self.failures
+        kept[(conversation_id, seq)] = code
+        kept.move_to_end((conversation_id, seq))
+        while len(kept) > _FAILURES_KEPT:
+            kept.popitem(last=False)
+
+    def settle_doubts(self, conversation_id: str, holds: Callable[[int], bool]) -> None:
+        """The conversation was just read from the store: each failure kept in
+        doubt for it becomes a failure if ``holds`` its seq (a user message
+        there: the turn's, committed after all), else is forgotten (lost: the
+        next turn takes the seq, and a failure kept under it would end it)."""
+        for key in [key for key in self.doubtful if key[0] == conversation_id]:
+            code = self.doubtful.pop(key)
+            if holds(key[1]):
+                self.remember_failure(conversation_id, key[1], code)
+
+    def failed(self, conversation_id: str, seq: int) -> bool:
+        """Whether the turn whose user message is stored at ``seq`` failed in
+        this process (a doubt about a stored message is settled: it failed)."""
+        key = (conversation_id, seq)
+        return key in self.failures or key in self.doubtful
 
     def forget_conversation(self, conversation_id: str) -> None:
         """The conversation was deleted: its failed turns are no longer
         remembered (a new turn at the same seq is another turn), and the cached
         recent reflections, which may hold its own, are read again."""
-        stale = [key for key in self.failures if key[0] == conversation_id]
-        for key in stale:
-            del self.failures[key]
+        for kept in (self.failures, self.doubtful):
+            for key in [key for key in kept if key[0] == conversation_id]:
+                del kept[key]
         self._cache.reflections.invalidate()
 
     def toolsets(self) -> tuple[tuple[ToolsetContribution, ...], ToolsetIndex]:

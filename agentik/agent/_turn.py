@@ -509,11 +509,15 @@ class Turn:
     def _remember_failure(self, code: str) -> None:
         """Remember in this process that the turn failed (``runtime.failures``),
         unless its user message is known lost: then there is no turn, and its
-        seq goes to the next turn, which a failure kept under it would end."""
-        if self.writes.stored(self.start) is False:
+        seq goes to the next turn, which a failure kept under it would end.
+        Not known either way (in flight, its commit in doubt), the failure is
+        remembered in doubt, settled when the conversation is next read."""
+        stored = self.writes.stored(self.start)
+        if stored is False:
             return
         conv = self.conversation
-        conv.runtime.remember_failure(conv.conversation_id, conv.first_seq + self.start, code)
+        seq = conv.first_seq + self.start
+        conv.runtime.remember_failure(conv.conversation_id, seq, code, in_doubt=stored is None)
 
 
 def _no_call(call: ToolCall) -> None:

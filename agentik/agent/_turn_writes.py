@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from agentik._errors import AgentikError, StoreError
+from agentik._errors import AgentikError, CommitInDoubt, StoreError
 from agentik._messages import Message, Role, ToolCall
 from agentik.agent._failures import message_of
 from agentik.agent._recovery import open_calls
@@ -124,7 +124,8 @@ class TurnWrites:
         seq, or its write done without an error (a commit that failed after it
         leaves it as submitted, writes committing in order); False when never
         accepted (the history stops before it) or its write failed; None while
-        it is in flight (it may yet commit)."""
+        it is in flight (it may yet commit) or when its commit is in doubt
+        (``CommitInDoubt``: the next read tells)."""
         history = self.conversation.history
         if index >= len(history):
             return False
@@ -135,6 +136,8 @@ class TurnWrites:
             return None
         try:
             self.pending[at].result()
+        except CommitInDoubt:
+            return None
         except AgentikError:
             return False
         return True

@@ -6,6 +6,7 @@ the bundle with every capability agentik uses (``FullMessageStore``,
 ``full_storage`` makes of a seed-only bundle (docs/storage.md).
 """
 
+from agentik._errors import CommitInDoubt as CommitInDoubt
 from agentik._errors import DuplicateKeyError as DuplicateKeyError
 from agentik._errors import NotOwnedError as NotOwnedError
 from agentik._errors import SchemaVersionError as SchemaVersionError
@@ -79,6 +80,7 @@ __all__ = [
     "ArchivedReflection",
     "ArchivedSummary",
     "Clock",
+    "CommitInDoubt",
     "ConversationOwnership",
     "ConversationSnapshot",
     "DatabaseLock",

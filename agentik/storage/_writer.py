@@ -47,7 +47,7 @@ from typing import Generic, Protocol, TypeVar, cast, final
 import attrs
 import trio
 
-from agentik._errors import StoreClosedError, StoreError
+from agentik._errors import CommitInDoubt, StoreClosedError, StoreError
 from agentik._messages import Message
 from agentik._sync import Pending
 from agentik.storage._common import Clock
@@ -390,12 +390,16 @@ class Writer(Generic[S]):
             # the engine says it is in doubt. Its callers hear which; the
             # writer goes on, so writes work again once the cause clears.
             cause = error.__cause__ or error
-            failure = StoreError(
-                f"the write was not committed: its batch failed ({type(cause).__name__}:"
-                f" {cause}); nothing of the batch was written"
+            failure = (
+                StoreError(
+                    f"the write was not committed: its batch failed ({type(cause).__name__}:"
+                    f" {cause}); nothing of the batch was written"
+                )
                 if error.doubt is None
-                else f"the write's outcome is unknown: {error.doubt}"
-                f" ({type(cause).__name__}: {cause}); the batch may have been written"
+                else CommitInDoubt(
+                    f"the write's outcome is unknown: {error.doubt}"
+                    f" ({type(cause).__name__}: {cause}); the batch may have been written"
+                )
             )
             failure.__cause__ = cause
             for request in batch:

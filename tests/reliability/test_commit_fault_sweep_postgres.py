@@ -29,6 +29,7 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
+from agentik import AgentikError, TurnError
 from agentik.storage import open_postgres_storage
 from tests.postgres import fresh_database
 from tests.reliability.commit_trigger import (
@@ -37,9 +38,11 @@ from tests.reliability.commit_trigger import (
     install,
     never_answering_standby,
 )
+from tests.reliability.helpers import check_history, history
 from tests.reliability.sweep import (
     COMMITS,
     Open,
+    agent,
     check_commit_fails,
     check_the_script_commits_the_same_way,
 )
@@ -105,47 +108,10 @@ def opener(url: str) -> Open:
     return lambda: open_postgres_storage(url, schema=SCHEMA, readers=2)
 
 
-RESUMED_IF_COMMITTED = {
-    1: "hello",
-    3: "one",
-    7: "two",
-    11: "idem",
-    14: "pay",
-    20: "typed",
-    23: "keyed",
-    25: "wait",
-    28: "skip",
-}
-"""The COMMITs that, committed but in doubt, leave a turn the next request
-resumes (``committed``): each holds a turn's user message. The turn failed,
-its caller was told so, but the agent remembers no failure for it
-(``Turn._remember_failure``: ``TurnWrites.stored`` takes the in-doubt write
-for lost), so the reload of the next request finds a turn with no answer and
-no failure, takes it for interrupted, and resumes it behind its caller's
-back: the model is asked about it again, and where it calls a tool (3, 7,
-11) the tool runs. Making ``stored`` say None (unknown) for an in-doubt
-write passes these, but where the message was in fact lost (``lost``) it
-keeps a failure under a seq the next turn then takes, which would end that
-turn if it paused and were reloaded: the doubt is to be settled at the next
-reload, which reads the store before the conversation writes again."""
-
-
 def cases() -> list[object]:
-    found: list[object] = []
-    for fault in FAULTS:
-        for k in range(1, COMMITS + 1):
-            resumed = RESUMED_IF_COMMITTED.get(k) if fault == "committed" else None
-            marks = (
-                pytest.mark.xfail(
-                    strict=True,
-                    reason=f"agent: an in-doubt COMMIT that committed: turn {resumed!r},"
-                    " failed, is resumed by the next request (RESUMED_IF_COMMITTED)",
-                )
-                if resumed is not None
-                else ()
-            )
-            found.append(pytest.param(fault, k, marks=marks, id=f"{fault}-{k}"))
-    return found
+    return [
+        pytest.param(fault, k, id=f"{fault}-{k}") for fault in FAULTS for k in range(1, COMMITS + 1)
+    ]
 
 
 async def test_the_script_commits_the_same_way(database: str, trigger: CommitTrigger) -> None:
@@ -158,3 +124,35 @@ async def test_the_script_commits_the_same_way(database: str, trigger: CommitTri
 async def test_commit_fails(fault: str, k: int, database: str, trigger: CommitTrigger) -> None:
     told = "nothing of the batch was written" if fault == "fail" else "outcome is unknown"
     await check_commit_fails(k, fault, told, opener(database), opener(database), trigger)
+
+
+async def test_a_doubt_settled_lost_does_not_end_the_turn_that_takes_its_seq(
+    database: str, trigger: CommitTrigger
+) -> None:
+    """The first turn's user message commits in doubt and was in fact lost
+    (``lost``): the turn's failure is kept in doubt. The next turn takes the
+    same seq and pauses for approval; a decision whose commit fails makes the
+    agent read the conversation again. The doubt is settled by that read
+    (the seq holds another turn's message: forgotten), so the paused turn
+    still waits and the decision sent again runs it; kept as a failure, it
+    would have ended the paused turn."""
+    asked: list[str] = []
+    ran: list[str] = []
+    async with opener(database)() as bundle:
+        async with agent(bundle, trigger, asked, ran) as chat:
+            trigger.fail_after(0, "lost")
+            with pytest.raises(TurnError, match="outcome is unknown"):
+                await chat.send("c", "hello")
+            paused = await chat.send("c", "pay")
+            assert [a.call.id for a in paused.approvals] == ["pay-1", "pay-2"]
+            assert paused.messages[0].seq == 1  # the lost message's seq
+            trigger.fail_after(0, "fail")
+            with pytest.raises(AgentikError, match="nothing of the batch was written"):
+                await chat.decide("c", "pay-1", approve=True)
+            still = await chat.decide("c", "pay-1", approve=True)
+            assert [a.call.id for a in still.approvals] == ["pay-2"]
+            done = await chat.decide("c", "pay-2", approve=False)
+            assert done.text == "paid"
+        final = await history(bundle, "c")
+    check_history(final, once=("pay",))
+    assert ran == ["pay-1"]

@@ -4,9 +4,10 @@ the sweep's script, failed at its sync (in doubt) or at its first write
 
 SQLite wrote the batch's frames to the write-ahead log and the sync that ends
 the COMMIT failed (``SQLITE_IOERR_FSYNC``): the caller is told the write's
-outcome is unknown. In the same process the next COMMIT makes those frames
-durable with it (``test_commit_fault_sweep``); here the process is killed
-right then instead: the files are copied inside the failing sync, as a crash
+outcome is unknown. In the same process the batch stays invisible and the
+next COMMIT writes its own frames where those were (SQLite moves the log's
+end only once a COMMIT is synced: ``test_commit_fault_sweep``); here the
+process is killed right then instead: the files are copied inside the failing sync, as a crash
 at that moment leaves them (a killed process's writes are in the OS's cache,
 which the next open reads), and the copy is opened by a fresh agent. An open
 that finds the log recovers its frames up to the last COMMIT whole, so the
