@@ -393,6 +393,23 @@ async def check_commit_fails(
             here = await history(bundle, "c")
             # No process stopped: no call is answered as if one had.
             assert [m for m in here if m.content.startswith("interrupted:")] == []
+    await check_kept_and_goes_on(here, acknowledged, reopen, faults, asked, ran)
+
+
+async def check_kept_and_goes_on(
+    here: list[Message],
+    acknowledged: list[Message],
+    reopen: Open,
+    faults: Faults,
+    asked: list[str],
+    ran: list[str],
+) -> None:
+    """Checks 3 and 4 once the next request ("next") answered in the same
+    process and ``here`` is the history then: valid, holding what was
+    acknowledged, the same reopened; a fresh agent goes on (resuming
+    nothing: the model is asked about "after" alone); no tool ran since, and
+    none ever twice."""
+    running = len(ran)
     # 3. valid, and holding what was acknowledged, here and reopened.
     check_history(here, once=("next",))
     kept = set(shapes(here))
@@ -409,3 +426,12 @@ async def check_commit_fails(
     assert shapes(final[: len(here)]) == shapes(here)
     assert ran[running:] == []
     assert [i for i, n in collections.Counter(ran).items() if n > 1] == []
+
+
+def check_ran_once(ran: list[str], before: int, idempotent: str = "idem-1") -> None:
+    """No call ran twice, but ``idempotent`` once more after ``before`` (runs
+    of the first process): a stop cut it short, and it is resumed."""
+    twice = [i for i, n in collections.Counter(ran).items() if n > 1]
+    assert twice in ([], [idempotent]), ran
+    if twice:
+        assert ran[before:].count(idempotent) == 1

@@ -21,7 +21,6 @@ What holds, wherever the cancel comes:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -40,13 +39,13 @@ from agentik.storage import (
 )
 from tests.postgres import fresh_schema
 from tests.reliability.faulty_vfs import FaultyVFS
-from tests.reliability.helpers import check_history, history
+from tests.reliability.helpers import history
 from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     agent,
+    check_kept_and_goes_on,
     run_script,
-    shapes,
 )
 
 ASKS = 13
@@ -161,22 +160,7 @@ async def sweep_case(
             assert asked[asking:] == ["next"]
             assert ran[running:] == []
             here = await history(bundle, "c")
-    # 3. valid, and holding what was acknowledged, here and reopened.
-    check_history(here, once=("next",))
-    kept = set(shapes(here))
-    assert [m for m in shapes(acknowledged) if m not in kept] == []
-    async with where.open() as bundle:
-        assert shapes(await history(bundle, "c")) == shapes(here)
-        # 4. a fresh agent goes on, resuming nothing.
-        async with agent(bundle, faulty_vfs, asked, ran) as chat:
-            asking = len(asked)
-            assert (await chat.send("c", "after")).text == "answer to after"
-            assert asked[asking:] == ["after"]
-        final = await history(bundle, "c")
-    check_history(final, once=("next", "after"))
-    assert shapes(final[: len(here)]) == shapes(here)
-    assert ran[running:] == []
-    assert [i for i, n in collections.Counter(ran).items() if n > 1] == []
+    await check_kept_and_goes_on(here, acknowledged, where.open, faulty_vfs, asked, ran)
     return failed
 
 

@@ -27,7 +27,6 @@ What holds, whichever COMMIT of the sweep's script fails so:
 
 from __future__ import annotations
 
-import collections
 import shutil
 from pathlib import Path
 
@@ -41,11 +40,10 @@ from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     agent,
+    check_ran_once,
     run_script,
     shapes,
 )
-
-IDEMPOTENT = "idem-1"
 
 
 def crash_copy(path: Path, into: Path) -> None:
@@ -89,7 +87,4 @@ async def test_restart_right_after_a_commit_failed(
     check_history(final, once=("after",))
     assert shapes(final[: len(copied)]) == shapes(copied)
     # 3. no call ran twice, but an idempotent one the crash cut short.
-    twice = [i for i, n in collections.Counter(ran).items() if n > 1]
-    assert twice in ([], [IDEMPOTENT]), ran
-    if twice:
-        assert ran[ran_before:].count(IDEMPOTENT) == 1
+    check_ran_once(ran, ran_before)

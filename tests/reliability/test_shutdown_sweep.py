@@ -19,7 +19,6 @@ What holds, whichever COMMIT the shutdown meets:
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -34,12 +33,11 @@ from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     agent,
+    check_ran_once,
     run_script,
     shapes,
 )
 from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watched, store
-
-IDEMPOTENT = "idem-1"
 
 
 async def shutdown_case(
@@ -90,10 +88,7 @@ async def shutdown_case(
     check_history(final, once=("after",))
     assert shapes(final[: len(stored)]) == shapes(stored)
     # 4. no call ran twice, but an idempotent one the shutdown cut short.
-    twice = [i for i, n in collections.Counter(ran).items() if n > 1]
-    assert twice in ([], [IDEMPOTENT]), ran
-    if twice:
-        assert ran[ran_before:].count(IDEMPOTENT) == 1
+    check_ran_once(ran, ran_before)
     return failed
 
 
