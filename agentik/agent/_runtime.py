@@ -318,12 +318,14 @@ class AgentRuntime:
         factory=collections.OrderedDict
     )
     """(conversation id, user message seq) -> code of recent failed turns."""
-    doubtful: collections.OrderedDict[tuple[str, int], str] = attrs.field(
+    doubtful: collections.OrderedDict[str, dict[int, str]] = attrs.field(
         factory=collections.OrderedDict
     )
-    """As ``failures``, for failed turns whose user message may not be stored
-    (its commit in doubt, or in flight): a failure once that seq is read back
-    as a user message (``settle_doubts``), forgotten if it is not."""
+    """conversation id -> {user message seq: code}: as ``failures``, for failed
+    turns whose user message may not be stored (its commit in doubt, or in
+    flight): a failure once that seq is read back as a user message
+    (``settle_doubts``), forgotten if it is not. By conversation, so a load
+    settles its own in one look-up."""
     token_costs: weakref.WeakKeyDictionary[Message, int] = attrs.field(
         factory=weakref.WeakKeyDictionary
     )
@@ -407,35 +409,42 @@ class AgentRuntime:
         written (the storage failing, the cleanup cut short), so a reload in
         this process does not take it for interrupted and resume it.
         ``in_doubt``: its user message may not be stored (``doubtful``)."""
-        kept = self.doubtful if in_doubt else self.failures
-        kept[(conversation_id, seq)] = code
-        kept.move_to_end((conversation_id, seq))
-        while len(kept) > _FAILURES_KEPT:
-            kept.popitem(last=False)
+        if in_doubt:
+            doubtful = self.doubtful
+            doubtful.setdefault(conversation_id, {})[seq] = code
+            doubtful.move_to_end(conversation_id)
+            while len(doubtful) > _FAILURES_KEPT:
+                doubtful.popitem(last=False)
+            return
+        failures = self.failures
+        failures[(conversation_id, seq)] = code
+        failures.move_to_end((conversation_id, seq))
+        while len(failures) > _FAILURES_KEPT:
+            failures.popitem(last=False)
 
     def settle_doubts(self, conversation_id: str, holds: Callable[[int], bool]) -> None:
         """The conversation was just read from the store: each failure kept in
         doubt for it becomes a failure if ``holds`` its seq (a user message
         there: the turn's, committed after all), else is forgotten (lost: the
         next turn takes the seq, and a failure kept under it would end it)."""
-        for key in [key for key in self.doubtful if key[0] == conversation_id]:
-            code = self.doubtful.pop(key)
-            if holds(key[1]):
-                self.remember_failure(conversation_id, key[1], code)
+        for seq, code in self.doubtful.pop(conversation_id, {}).items():
+            if holds(seq):
+                self.remember_failure(conversation_id, seq, code)
 
     def failed(self, conversation_id: str, seq: int) -> bool:
         """Whether the turn whose user message is stored at ``seq`` failed in
         this process (a doubt about a stored message is settled: it failed)."""
-        key = (conversation_id, seq)
-        return key in self.failures or key in self.doubtful
+        return (conversation_id, seq) in self.failures or seq in self.doubtful.get(
+            conversation_id, {}
+        )
 
     def forget_conversation(self, conversation_id: str) -> None:
         """The conversation was deleted: its failed turns are no longer
         remembered (a new turn at the same seq is another turn), and the cached
         recent reflections, which may hold its own, are read again."""
-        for kept in (self.failures, self.doubtful):
-            for key in [key for key in kept if key[0] == conversation_id]:
-                del kept[key]
+        for key in [key for key in self.failures if key[0] == conversation_id]:
+            del self.failures[key]
+        self.doubtful.pop(conversation_id, None)
         self._cache.reflections.invalidate()
 
     def toolsets(self) -> tuple[tuple[ToolsetContribution, ...], ToolsetIndex]:

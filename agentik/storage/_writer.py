@@ -22,7 +22,8 @@ Invariants:
 - if the database cannot commit a transaction (a lock held past the busy
   timeout, an I/O error, a full disk, a connection lost), or an error ends the
   transaction early, the engine raises ``BatchFailed``: every request of that
-  batch fails with a ``StoreError`` saying so, nothing of it is written, and
+  batch fails with a ``StoreError`` saying so, nothing of it is written (but
+  for a COMMIT in doubt: ``CommitInDoubt``, written whole or not at all), and
   the writer goes on with the next batch; the requests of the batch's
   conversations already queued behind it fail too, unrun: a conversation's
   writes depend on the ones before (a turn's answer on its call's result), so
@@ -173,7 +174,8 @@ class AppendRequest(MessageRow):
 class BatchFailed(Exception):
     """Raised by an engine: the batch's transaction failed as a whole (could
     not begin or commit, or an error ended it early); nothing of it was
-    written. The cause is chained (``raise BatchFailed(...) from cause``)."""
+    written, unless ``doubt`` says it may have been. The cause is chained
+    (``raise BatchFailed(...) from cause``)."""
 
     def __init__(self, *, doubt: str | None = None) -> None:
         super().__init__()
