@@ -93,7 +93,7 @@ WITH RECURSIVE next(id) AS (
 WALK_ALL = WALK.format(first="")
 WALK_AFTER = WALK.format(first="WHERE conversation_id > :after")
 
-_NOTE_COLUMNS = "id, conversation_id, text, {created}"
+NOTE_COLUMNS = "id, conversation_id, text, {created}"
 _SKILL_COLUMNS = "name, description, body, {updated}"
 
 
@@ -191,7 +191,7 @@ class MessageQueries(Generic[C]):
         return self._count(connection, "SELECT count(*) FROM blob", {})
 
     def _entry(self, kind: type[E], row: Row) -> E:
-        """A note or a reflection (``_NOTE_COLUMNS``: the same four)."""
+        """A note or a reflection (``NOTE_COLUMNS``: the same four)."""
         entry_id, conversation_id, text, created = row
         d = self.d
         return kind(
@@ -367,7 +367,7 @@ class MessageQueries(Generic[C]):
         rows = d.rows(
             connection,
             d.sql(
-                f"SELECT {_NOTE_COLUMNS} FROM memory_entry"
+                f"SELECT {NOTE_COLUMNS} FROM memory_entry"
                 " WHERE conversation_id = ? AND {active} ORDER BY id"
             ),
             (d.text(conversation_id),),
@@ -381,7 +381,7 @@ class MessageQueries(Generic[C]):
         rows = d.rows(
             connection,
             d.sql(
-                f"SELECT {_NOTE_COLUMNS} FROM memory_entry"
+                f"SELECT {NOTE_COLUMNS} FROM memory_entry"
                 " WHERE conversation_id = ? AND {archived} AND id > ? ORDER BY id LIMIT ?"
             ),
             (d.text(conversation_id), after_id, limit),
@@ -420,7 +420,7 @@ class MessageQueries(Generic[C]):
         rows = d.rows(
             connection,
             d.sql(
-                f"SELECT {_NOTE_COLUMNS} FROM reflection ORDER BY {{created}} DESC, id DESC LIMIT ?"
+                f"SELECT {NOTE_COLUMNS} FROM reflection ORDER BY {{created}} DESC, id DESC LIMIT ?"
             ),
             (limit,),
         )
@@ -434,7 +434,7 @@ class MessageQueries(Generic[C]):
         rows = d.rows(
             connection,
             d.sql(
-                f"SELECT {_NOTE_COLUMNS} FROM reflection WHERE conversation_id = ?"
+                f"SELECT {NOTE_COLUMNS} FROM reflection WHERE conversation_id = ?"
                 " ORDER BY {created}, id"
             ),
             (d.text(conversation_id),),

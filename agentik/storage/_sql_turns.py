@@ -61,7 +61,7 @@ WHERE u.start IS NOT NULL
                   WHERE a.conversation_id = u.id AND a.seq > u.start AND a.approved IS NULL)
 LIMIT :limit
 """
-_SUMMARY_COLUMNS = "through_seq, text, {created}"
+SUMMARY_COLUMNS = "through_seq, text, {created}"
 
 
 class TurnQueries(MessageQueries[C]):
@@ -265,7 +265,7 @@ class TurnQueries(MessageQueries[C]):
         row = d.row(
             connection,
             d.sql(
-                f"SELECT {_SUMMARY_COLUMNS} FROM summary WHERE conversation_id = ?"
+                f"SELECT {SUMMARY_COLUMNS} FROM summary WHERE conversation_id = ?"
                 " ORDER BY through_seq DESC LIMIT 1"
             ),
             (d.text(conversation_id),),
@@ -279,7 +279,7 @@ class TurnQueries(MessageQueries[C]):
         rows = d.rows(
             connection,
             d.sql(
-                f"SELECT {_SUMMARY_COLUMNS} FROM summary"
+                f"SELECT {SUMMARY_COLUMNS} FROM summary"
                 " WHERE conversation_id = ? AND through_seq > ? ORDER BY through_seq LIMIT ?"
             ),
             (d.text(conversation_id), after_seq, limit),

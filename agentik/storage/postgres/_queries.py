@@ -2,9 +2,10 @@
 
 The SQL both backends share lives in ``agentik.storage._sql_*``, run here
 over ``PostgresDialect`` (``QUERIES``). What stays here is PostgreSQL's own:
-the seq cache with its shard fence, and the appends the writer inserts
-in one ``INSERT … SELECT FROM unnest(…)`` (one round trip whatever the
-number of rows).
+the seq cache with its shard fence, the appends the writer inserts in one
+``INSERT … SELECT FROM unnest(…)`` (one round trip whatever the number of
+rows), and the snapshots of a burst of conversation loads read together
+(``PostgresQueries``).
 
 Write operations take a ``Session`` (the writer's connection inside its open
 transaction, the batch's seqs, and the batch's timestamp) and run inside
@@ -29,11 +30,15 @@ import psycopg
 from psycopg import errors
 
 from agentik._errors import DuplicateKeyError, StoreError
+from agentik._memory import MemoryEntry
 from agentik._messages import Message
 from agentik.storage._dialect import Dialect, Params, Row, psycopg_placeholders
 from agentik.storage._rows import MessageRow
 from agentik.storage._shards import shard_of
 from agentik.storage._sql_lifecycle import SqlQueries
+from agentik.storage._sql_messages import MESSAGE_COLUMNS, NOTE_COLUMNS
+from agentik.storage._sql_turns import SUMMARY_COLUMNS
+from agentik.storage._values import ConversationSnapshot, Summary
 
 if TYPE_CHECKING:
     from agentik.storage.postgres._lease_sql import Fence
@@ -398,5 +403,72 @@ def _repeatable_read(connection: psycopg.Connection) -> Iterator[None]:
         yield
 
 
-QUERIES = SqlQueries(PostgresDialect())
+_PAGES = (
+    "SELECT r.i, m.* FROM unnest(?::bytea[], ?::bigint[], ?::bigint[])"
+    " WITH ORDINALITY AS r (c, a, l, i)"
+    f" CROSS JOIN LATERAL (SELECT {MESSAGE_COLUMNS} FROM message"
+    " WHERE conversation_id = r.c AND seq > r.a ORDER BY seq LIMIT r.l) AS m"
+    " ORDER BY r.i, m.seq"
+)
+_NOTES = (
+    f"SELECT {NOTE_COLUMNS} FROM memory_entry"
+    " WHERE conversation_id = ANY(?::bytea[]) AND {active} ORDER BY id"
+)
+_SUMMARIES = (
+    f"SELECT DISTINCT ON (conversation_id) conversation_id, {SUMMARY_COLUMNS} FROM summary"
+    " WHERE conversation_id = ANY(?::bytea[]) ORDER BY conversation_id, through_seq DESC"
+)
+
+
+@final
+class PostgresQueries(SqlQueries[psycopg.Connection]):
+    """The shared queries over ``PostgresDialect``, reading a burst of
+    snapshots together."""
+
+    def conversation_snapshots(
+        self, connection: psycopg.Connection, requests: list[tuple[str, int, int]]
+    ) -> list[ConversationSnapshot]:
+        """A page of history after ``after_seq``, the active notes and the latest
+        summary, of each (conversation id, limit, after seq): three statements
+        for the whole burst, in one read transaction (so one snapshot).
+
+        Read one by one, each load was a transaction of its own, six round
+        trips, each a psycopg call on the reader's thread: a burst of new
+        conversations spent more CPU loading empty histories (in the node and
+        in the server) than running their first turns. ``conversation_snapshot``,
+        the plain reads, is what tests/storage/test_snapshots.py checks this
+        against."""
+        d = self.d
+        ids = [d.text(conversation_id) for conversation_id, _, _ in requests]
+        distinct = list(dict.fromkeys(ids))
+        with d.snapshot(connection):
+            rows = d.rows(
+                connection,
+                d.sql(_PAGES),
+                (ids, [after for _, _, after in requests], [limit for _, limit, _ in requests]),
+            )
+            notes = d.rows(connection, d.sql(_NOTES), (distinct,))
+            summaries = d.rows(connection, d.sql(_SUMMARIES), (distinct,))
+            messages = self.messages_of(connection, [row[1:] for row in rows])
+        by_request: list[list[Message]] = [[] for _ in requests]
+        for row, message in zip(rows, messages, strict=True):
+            by_request[row[0] - 1].append(message)
+        memory: dict[str, list[MemoryEntry]] = {}
+        for row in notes:
+            entry = self._entry(MemoryEntry, row)
+            memory.setdefault(entry.conversation_id, []).append(entry)
+        latest: dict[str, Summary] = {
+            d.text_of(row[0]): self._summary(row[1:]) for row in summaries
+        }
+        return [
+            ConversationSnapshot(
+                tuple(by_request[index]),
+                tuple(memory.get(conversation_id, ())),
+                latest.get(conversation_id),
+            )
+            for index, (conversation_id, _, _) in enumerate(requests)
+        ]
+
+
+QUERIES = PostgresQueries(PostgresDialect())
 """Every query PostgreSQL's stores run (``_sql_stores``)."""
