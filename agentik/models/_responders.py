@@ -39,7 +39,8 @@ def demo_responder(request: ModelRequest) -> ModelResponse:
     if not request.messages:
         return ModelResponse(text="Hello! Say something.", finish_reason="stop")
     last = request.messages[-1]
-    prompt_tokens = sum(_tokens(m.content) for m in request.messages)
+    # ``_tokens`` of each, summed without a call per message (the history grows).
+    prompt_tokens = sum([(len(m.content) + 3) // 4 for m in request.messages])
     if last.role is Role.TOOL:
         text = _summarise_results(request.messages)
         return _text_answer(text, prompt_tokens)
@@ -71,6 +72,8 @@ def _named_call(text: str, request: ModelRequest) -> ToolCall | None:
     """A call of the offered tool that ``text`` names first, if it names one."""
     mentions = []
     for tool in request.tools:
+        if tool.name not in text:
+            continue  # the regex would not match: skip building and looking it up
         pattern = rf"(?<![{_TOOL_NAME_CHARS}]){re.escape(tool.name)}(?![{_TOOL_NAME_CHARS}])"
         found = re.search(pattern, text)
         if found is not None:
