@@ -202,5 +202,11 @@ class PostgresEngine:
                     connection.close()  # the next batch reconnects
         return outcome
 
+    def interrupt(self) -> None:
+        """The writer was cancelled: the watchdog cuts whatever still waits
+        for the server ``CANCEL_GRACE`` from now (``Watchdog.hurry``); a
+        COMMIT cut so fails its batch in doubt, anything before it plainly."""
+        self._watchdog.hurry()
+
     def close(self) -> None:
         self.connection.close()
