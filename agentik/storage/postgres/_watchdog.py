@@ -56,7 +56,7 @@ GRACE = 2.0
 """Seconds past ``statement_timeout`` before agentik stops waiting: room for
 the server's own cancellation to arrive over a slow network."""
 
-CANCEL_GRACE = 0.5
+CANCEL_GRACE = 0.25
 """Seconds a call may still wait once the storage's writer is cancelled
 (``Watchdog.hurry``): a server that answers at all answers a COMMIT in
 milliseconds, so a batch in flight still commits, and a frozen one holds the
