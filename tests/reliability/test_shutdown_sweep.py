@@ -1,7 +1,8 @@
 """The fault sweep's script, met by a shutdown past its grace
 (``ChatAgent.close(grace=0)``: the turn under way is interrupted) at each
 point where it waits, as ``test_cancel_sweep`` cancels it: each COMMIT (held
-in the writer's thread by ``FaultyVFS.pause`` meanwhile), each model call
+in the writer's thread by ``FaultyVFS.pause`` meanwhile; on PostgreSQL, in
+the server by ``CommitTrigger.pause``), each model call
 and each tool run. The script is the fault sweep's (``sweep.py``).
 
 What holds, whichever COMMIT the shutdown meets:
@@ -27,11 +28,13 @@ import trio
 import trio.testing
 
 from agentik import AgentikError, TurnError
+from tests.reliability.commit_trigger import SCHEMA, CommitTrigger
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
 from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
+    Faults,
     agent,
     check_ran_once,
     run_script,
@@ -42,7 +45,7 @@ from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watche
 
 async def shutdown_case(
     where: Store,
-    faulty_vfs: FaultyVFS,
+    faulty_vfs: Faults,
     asked: Watched,
     ran: Watched,
     reached: Callable[[], Awaitable[object]],
@@ -102,6 +105,23 @@ async def test_shutdown_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_
         Watched(),
         reached,
         lambda: faulty_vfs.pause(k - 1),
+    )
+    assert failed == FAILING_STEP[k - 1]
+
+
+@pytest.mark.parametrize("k", range(1, COMMITS + 1))
+async def test_shutdown_while_a_commit_waits_postgres(
+    k: int, database: str, trigger: CommitTrigger, tmp_path: Path
+) -> None:
+    """The same on PostgreSQL: the k-th COMMIT waits in the server (its
+    backend paused by the trigger) when the shutdown comes."""
+    failed = await shutdown_case(
+        Store("postgres", tmp_path, database, SCHEMA),
+        trigger,
+        Watched(),
+        Watched(),
+        lambda: trio.to_thread.run_sync(trigger.wait_paused),
+        lambda: trigger.pause(k - 1),
     )
     assert failed == FAILING_STEP[k - 1]
 
