@@ -18,6 +18,9 @@ the server committed first; the batch's callers are told exactly that
 (``BatchFailed(doubt=LOST_IN_COMMIT)``). Either way the engine connects again before
 the next batch, and a batch that finds its connection dead before it began
 anything reconnects and carries on: nothing was lost, so nobody need hear.
+A cancelled writer has the watchdog cut the connection (``interrupt``) if
+the server has not answered ``CANCEL_GRACE`` later: its batch fails the same
+way, without waiting out the watchdog's bound.
 """
 
 from __future__ import annotations
