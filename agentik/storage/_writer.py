@@ -16,7 +16,10 @@ Invariants:
   its batch-mates still commit), or with ``StoreClosedError`` when the writer
   stopped before running it;
 - the thread hop and the wake-ups run shielded, so cancellation can never
-  separate a commit from its acknowledgement;
+  separate a commit from its acknowledgement; but a cancelled writer tells
+  its engine to stop waiting for the database (``Engine.interrupt``), so a
+  server that never answers cannot hold the cancellation: the batch fails
+  (in doubt if its COMMIT was under way), and its callers are told so;
 - requests run in queue order, so one task's writes apply in the order it
   submitted them;
 - if the database cannot commit a transaction (a lock held past the busy
@@ -222,6 +225,12 @@ class Engine(Protocol[S]):
         as a whole failed: then nothing of it was written."""
         ...
 
+    def interrupt(self) -> None:
+        """From the event loop, once the writer is cancelled: the batch under
+        way, if any, and any after it, must stop waiting for the database
+        soon (a call still waiting then fails its batch)."""
+        ...
+
 
 @final
 class Writer(Generic[S]):
@@ -256,6 +265,8 @@ class Writer(Generic[S]):
         self._doomed_left = 0
         """How many requests were queued behind the last failed batch, still to take."""
         self._read_only = read_only
+        self._stopping = False
+        """The loop ended by itself: its helper's cancellation is not the writer's."""
         if read_only:
             self._record_fault("the database is read-only: every write will fail")
 
@@ -364,21 +375,36 @@ class Writer(Generic[S]):
     async def run(self) -> None:
         """Commit batches until the queue closes and drains (or the writer dies)."""
         try:
-            while batch := await self._queue.take(self._max_batch):
-                if self._doomed_left:
-                    batch = self._drop_doomed(batch)
-                    if not batch:
-                        continue
-                with trio.CancelScope(shield=True):
-                    self._batch_began = trio.current_time()
-                    try:
-                        going = await self._commit(batch)
-                    finally:
-                        self._batch_began = None
-                    if not going:
-                        return
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._interrupt_when_cancelled)
+                while batch := await self._queue.take(self._max_batch):
+                    if self._doomed_left:
+                        batch = self._drop_doomed(batch)
+                        if not batch:
+                            continue
+                    with trio.CancelScope(shield=True):
+                        self._batch_began = trio.current_time()
+                        try:
+                            going = await self._commit(batch)
+                        finally:
+                            self._batch_began = None
+                        if not going:
+                            break
+                self._stopping = True
+                nursery.cancel_scope.cancel()
         finally:
             self._stop()
+
+    async def _interrupt_when_cancelled(self) -> None:
+        """Sleeps beside the loop; its cancellation is the writer's (the loop
+        is shielded while a batch runs), and then the engine must stop
+        waiting for the database: otherwise a server that never answers
+        would hold the cancellation for as long as its own bound allows."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not self._stopping:
+                self._engine.interrupt()
 
     async def _commit(self, batch: list[Work[S]]) -> bool:
         try:

@@ -17,7 +17,8 @@ names, fails that COMMIT:
   backend: the transaction *is* committed, and the client sees its
   connection drop at COMMIT, in doubt.
 It can also make one COMMIT wait for an advisory lock the test holds
-(``CommitTrigger.hold``).
+(``CommitTrigger.hold``; ``pause``, another lock, for the k-th COMMIT: the
+sweeps' COMMIT in flight).
 
 ``CommitTrigger`` arms it from the test's own connection (autocommit); it
 has ``FaultyVFS``'s interface (``tests.reliability.sweep.Faults``). A
@@ -38,7 +39,11 @@ from psycopg import sql
 
 FAULTS = ["fail", "lost", "committed"]
 
+SCHEMA = "agentik"
+"""The schema of agentik's tables in a database with the trigger (``conftest.database``)."""
+
 _HOLD_LOCK = 0x7377656570  # "sweep": the advisory lock a held COMMIT waits for
+_PAUSE_LOCK = 0x7061757365  # "pause": the one a paused COMMIT waits for
 
 _WAIT_SECONDS = 10.0
 """A COMMIT armed to be ``committed`` that never comes is a test's bug: stop waiting."""
@@ -50,8 +55,8 @@ _SCHEMA = f"""
 CREATE SCHEMA sweep;
 CREATE SEQUENCE sweep.commits;
 CREATE SEQUENCE sweep.injected;
-CREATE TABLE sweep.plan (fault text, fail_at bigint, hold_at bigint);
-INSERT INTO sweep.plan VALUES (NULL, NULL, NULL);
+CREATE TABLE sweep.plan (fault text, fail_at bigint, hold_at bigint, pause_at bigint);
+INSERT INTO sweep.plan VALUES (NULL, NULL, NULL, NULL);
 CREATE FUNCTION sweep.at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     n bigint;
@@ -63,6 +68,9 @@ BEGIN
     PERFORM set_config('sweep.counted', 'yes', true);
     n := nextval('sweep.commits');
     SELECT * INTO p FROM sweep.plan;
+    IF p.pause_at = n THEN
+        PERFORM pg_advisory_xact_lock({_PAUSE_LOCK});
+    END IF;
     IF p.hold_at = n THEN
         PERFORM pg_advisory_xact_lock({_HOLD_LOCK});
     END IF;
@@ -111,6 +119,7 @@ class CommitTrigger:
         self._dsn = dsn
         self._connection = psycopg.connect(dsn, autocommit=True)
         self._holding = False
+        self._pausing = False
         self._stop = threading.Event()
         self._terminator: threading.Thread | None = None
 
@@ -134,7 +143,7 @@ class CommitTrigger:
             )
         )
         self._connection.execute(
-            "UPDATE sweep.plan SET fault = NULL, fail_at = NULL, hold_at = NULL"
+            "UPDATE sweep.plan SET fault = NULL, fail_at = NULL, hold_at = NULL, pause_at = NULL"
         )
         self._connection.execute("ALTER SEQUENCE sweep.commits RESTART")
         self._connection.execute("ALTER SEQUENCE sweep.injected RESTART")
@@ -191,6 +200,54 @@ class CommitTrigger:
         if self._holding:
             self._connection.execute("SELECT pg_advisory_unlock(%s)", (_HOLD_LOCK,))
             self._holding = False
+
+    def pause(self, after: int) -> None:
+        """Let ``after`` COMMITs through, then make the next wait (in its
+        backend, so in the writer's thread) until ``resume()``."""
+        if not self._pausing:
+            self._connection.execute("SELECT pg_advisory_lock(%s)", (_PAUSE_LOCK,))
+            self._pausing = True
+        self._connection.execute("UPDATE sweep.plan SET pause_at = %s", (self.commits + after + 1,))
+
+    def resume(self) -> None:
+        """Let the paused COMMIT go on (or the one ``pause`` named not wait)."""
+        self._connection.execute("UPDATE sweep.plan SET pause_at = NULL")
+        if self._pausing:
+            self._connection.execute("SELECT pg_advisory_unlock(%s)", (_PAUSE_LOCK,))
+            self._pausing = False
+
+    def wait_paused(self) -> None:
+        """Return once a COMMIT waits for ``resume()`` (in a thread: it polls
+        another process's state, on a connection of its own)."""
+        deadline = time.monotonic() + _WAIT_SECONDS
+        with psycopg.connect(self._dsn, autocommit=True) as connection:
+            while time.monotonic() < deadline:
+                row = connection.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    " AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database())"
+                    " AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1",
+                    (_PAUSE_LOCK >> 32, _PAUSE_LOCK & 0xFFFFFFFF),
+                ).fetchone()
+                if row is not None and row[0] > 0:
+                    return
+                time.sleep(0.005)
+        raise AssertionError(f"no COMMIT paused within {_WAIT_SECONDS} s")
+
+    def wait_writers_gone(self) -> None:
+        """Return once no agentik writer is connected to the database (a
+        cut connection's backend goes once its COMMIT ends); in a thread."""
+        deadline = time.monotonic() + _WAIT_SECONDS
+        with psycopg.connect(self._dsn, autocommit=True) as connection:
+            while time.monotonic() < deadline:
+                row = connection.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'agentik-writer'"
+                ).fetchone()
+                if row is not None and row[0] == 0:
+                    return
+                time.sleep(0.005)
+        raise AssertionError(f"an agentik writer still connected after {_WAIT_SECONDS} s")
 
 
 @contextlib.contextmanager

@@ -307,10 +307,14 @@ STEPS: list[tuple[str, Step]] = [
 ]
 
 
-async def run_script(chat: ChatAgent) -> tuple[list[Message], str | None, Exception | None]:
+async def run_script(
+    chat: ChatAgent, acknowledged: dict[int | None, Message] | None = None
+) -> tuple[list[Message], str | None, Exception | None]:
     """Run the steps until one fails: the messages the steps before it
-    acknowledged, the failed step's name and its error."""
-    acknowledged: dict[int | None, Message] = {}  # by seq: a paused turn's come again
+    acknowledged, the failed step's name and its error. ``acknowledged``,
+    if given, is filled as they are (for a caller that cancels the script)."""
+    if acknowledged is None:
+        acknowledged = {}  # by seq: a paused turn's come again
     for name, step in STEPS:
         try:
             result = await step(chat)

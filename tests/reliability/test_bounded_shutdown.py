@@ -1,29 +1,48 @@
 """Bounded shutdown (issue 30, item 3): ``agentik serve`` in a subprocess, its
-model a real Chat Completions endpoint on 127.0.0.1 that never answers.
+model a real Chat Completions endpoint on 127.0.0.1 that never answers, or
+its PostgreSQL frozen while a turn's COMMIT is in flight.
 
 On SIGTERM the server takes no new turn, gives the turn under way
 ``graceful_timeout`` seconds, interrupts it (its client gets 503, the turn is
 resumed at the next start) and exits 0 within ``graceful_timeout + 5``
 seconds; a turn queued behind it whose client left is never sent to the
 model; nothing is logged as an error. A second SIGTERM exits at once.
+
+On PostgreSQL frozen whole (SIGSTOP to the postmaster and every backend of
+a throwaway cluster of the test's own) while the turn's COMMIT waits, SIGTERM
+still exits 0 within ``graceful_timeout + 5`` seconds: once the last resort
+cancels the storage, its writer cuts the connection the COMMIT waits on
+rather than wait for the watchdog's 12 s. Thawed, the next start finds the
+turn's message written (the COMMIT went through after all: in doubt, as
+the writer said) and resumes the turn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx2
+import psycopg
+import pytest
 import trio
+from psycopg.conninfo import conninfo_to_dict
 
+from agentik.storage import open_postgres_storage
+from tests import pgcluster
 from tests.models.chat_server import ChatServer, Hang, Json, completion
+from tests.postgres import fresh_database
+from tests.reliability.commit_trigger import CommitTrigger, install
+from tests.reliability.helpers import history as history_of
 from tests.reliability.test_crash import ROOT, START_SECONDS, ServerProcess
+from tests.storage.test_postgres_bounds import cluster_processes
 
 GRACE = 2.0
 TURNS = "/agentik/conversations/c/turns"
@@ -31,10 +50,11 @@ TURNS = "/agentik/conversations/c/turns"
 
 @asynccontextmanager
 async def serve(
-    database: Path, model: ChatServer, *, grace: float = GRACE
+    database: Path | str, model: ChatServer, *, grace: float = GRACE, cwd: Path | None = None
 ) -> AsyncIterator[ServerProcess]:
-    """``agentik serve`` on ``database`` with ``model`` as its backend; on exit
-    the process is gone (killed if the body left it running)."""
+    """``agentik serve`` on ``database`` (a file, or a PostgreSQL URL: then
+    it runs in ``cwd``) with ``model`` as its backend; on exit the process is
+    gone (killed if the body left it running)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["AGENTIK_MODEL_BASE_URL"] = model.base_url
@@ -55,7 +75,7 @@ async def serve(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        cwd=database.parent,
+        cwd=database.parent if isinstance(database, Path) else cwd,
         env=env,
     )
     server = ServerProcess(process)
@@ -177,3 +197,117 @@ async def test_a_second_sigterm_exits_at_once(nursery: trio.Nursery, tmp_path: P
         await until(lambda: again.resumed == 1)
         again.process.send_signal(signal.SIGTERM)
         await stopped_within(again)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A throwaway cluster of this module's own, to freeze; its DSN."""
+    try:
+        with pgcluster.cluster() as dsn:
+            yield dsn
+    except (RuntimeError, subprocess.CalledProcessError) as error:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no throwaway PostgreSQL cluster: {error}")
+
+
+def writers(url: str, *, waiting: bool = False) -> int:
+    """agentik writer backends of ``url``'s database (``waiting``: those that
+    wait for a lock: a COMMIT the trigger holds)."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentik-writer'"
+            " AND datname = current_database() AND (NOT %s OR wait_event_type = 'Lock')",
+            (waiting,),
+        ).fetchone()
+    assert row is not None
+    count: int = row[0]
+    return count
+
+
+LEASE_SECONDS = 20
+"""``agentik serve``'s node lease on PostgreSQL (``[storage] lease_seconds``)."""
+
+
+def signal_all(pids: list[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # a backend that was leaving
+            os.kill(pid, signum)
+
+
+async def test_sigterm_bounds_shutdown_when_postgresql_freezes_in_a_commit(
+    nursery: trio.Nursery, cluster: str, tmp_path: Path
+) -> None:
+    url = fresh_database(cluster)
+    async with open_postgres_storage(url, readers=1):  # migrated, for the trigger
+        pass
+    with psycopg.connect(url, autocommit=True) as connection:
+        install(connection, "agentik")
+    directory = str(conninfo_to_dict(url)["host"])
+    # No lock_timeout: the held COMMIT, thawed and let go, commits (the
+    # connection it would answer on is gone): in doubt, and in fact written.
+    url += "&options=-c%20lock_timeout%3D0"
+    model = ChatServer()
+    await model.start(nursery)
+    model.script(Json(completion("answer")))
+    trigger = CommitTrigger(url)
+    frozen: list[int] = []
+    answers: list[httpx2.Response | httpx2.HTTPError] = []
+    try:
+        async with serve(url, model, cwd=tmp_path) as server:
+            assert server.url is not None
+            async with httpx2.AsyncClient(base_url=server.url, timeout=60) as client:
+
+                async def post() -> None:
+                    try:
+                        answers.append(await client.post(TURNS, json={"text": "hello"}))
+                    except httpx2.HTTPError as error:  # let go without an answer
+                        answers.append(error)
+
+                async with trio.open_nursery() as clients:
+                    trigger.hold()  # the turn's first COMMIT waits in the server...
+                    clients.start_soon(post)
+                    await until(lambda: writers(url, waiting=True) == 1)
+                    frozen = cluster_processes(directory)
+                    signal_all(frozen, signal.SIGSTOP)  # ...which stops answering at all
+                    server.process.send_signal(signal.SIGTERM)
+                    took = await stopped_within(server)
+        assert took <= GRACE + 5, f"stopped {took:.1f} s after SIGTERM\n{server.log_tail()}"
+        assert len(answers) == 1  # the turn's client was let go
+        assert server.errors == [], server.log_tail()
+    finally:
+        signal_all(frozen, signal.SIGCONT)
+        trigger.release()
+        trigger.close()
+    # Thawed, the held COMMIT went through: the next start finds the turn's
+    # message, resumes the turn, and the conversation goes on.
+    await until(lambda: writers(url) == 0)  # the cut connection's backend is gone
+    async with open_postgres_storage(url, readers=1) as bundle:
+        stored = [(m.role.value, m.content) for m in await history_of(bundle, "c")]
+    assert stored == [("user", "hello")]
+    model.script(Json(completion("resumed answer")), Json(completion("answer to again")))
+    async with serve(url, model, cwd=tmp_path) as again:
+        assert again.url is not None
+        async with httpx2.AsyncClient(base_url=again.url, timeout=30) as client:
+
+            async def history() -> list[tuple[str, str]]:
+                reply = await client.get("/agentik/conversations/c/messages")
+                return [(m["role"], m["content"]) for m in reply.json()["messages"]]
+
+            # The stopped node could not leave (the server did not answer):
+            # its shards, and so the turn, come free once its lease expires.
+            with trio.fail_after(LEASE_SECONDS + 30):
+                while len(await history()) < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.2)
+            reply = await client.post(TURNS, json={"text": "again"})
+            assert reply.status_code == 200, reply.text
+            assert await history() == [
+                ("user", "hello"),
+                ("assistant", "resumed answer"),
+                ("user", "again"),
+                ("assistant", "answer to again"),
+            ]
+        assert again.resumed == 1
+        again.process.send_signal(signal.SIGTERM)
+        await stopped_within(again)
+        assert again.errors == [], again.log_tail()

@@ -1,6 +1,7 @@
 """The fault sweep's script, its turn cancelled (``ChatAgent.cancel``) at
 each point where it waits: each COMMIT (held in the writer's thread by
-``FaultyVFS.pause`` while the cancel comes, then let go on), each model call
+``FaultyVFS.pause`` while the cancel comes, then let go on; on PostgreSQL, in
+the server by the trigger's ``CommitTrigger.pause``), each model call
 and each tool run (the cancel comes as it starts). The script is
 the fault sweep's (``sweep.py``): a plain turn, a call committed before it
 runs, two calls at once, an idempotent call, two calls waiting for approval
@@ -38,11 +39,13 @@ from agentik.storage import (
     open_sqlite_storage,
 )
 from tests.postgres import fresh_schema
+from tests.reliability.commit_trigger import SCHEMA, CommitTrigger
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import history
 from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
+    Faults,
     agent,
     check_kept_and_goes_on,
     run_script,
@@ -61,9 +64,10 @@ KINDS = ["sqlite", "postgres", "memory"]
 class Store:
     """The script's storage, opened again after the agent: SQLite on a file
     (first through ``FaultyVFS``, whose pauses and holds the script uses),
-    PostgreSQL in a schema of its own, or one in-memory bundle kept across
-    opens. The COMMIT points are SQLite's; model calls and tool runs are
-    met on each backend."""
+    PostgreSQL in a schema of its own (or the trigger's database, whose
+    pauses and holds the script uses then), or one in-memory bundle kept
+    across opens. The COMMIT points are SQLite's and PostgreSQL's; model
+    calls and tool runs are met on each backend."""
 
     kind: str
     path: Path
@@ -133,7 +137,7 @@ async def run_cancelled(
 
 async def sweep_case(
     where: Store,
-    faulty_vfs: FaultyVFS,
+    faulty_vfs: Faults,
     asked: Watched,
     ran: Watched,
     reached: Callable[[], Awaitable[object]],
@@ -179,6 +183,29 @@ async def test_cancel_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_pa
         reached,
         go_on,
         lambda: faulty_vfs.pause(k - 1),
+    )
+    assert failed in (None, FAILING_STEP[k - 1])
+
+
+@pytest.mark.parametrize("k", range(1, COMMITS + 1))
+async def test_cancel_while_a_commit_waits_postgres(
+    k: int, database: str, trigger: CommitTrigger, tmp_path: Path
+) -> None:
+    """The same on PostgreSQL: the k-th COMMIT waits in the server (its
+    backend paused by the trigger) when the cancel comes."""
+
+    def go_on() -> None:
+        trigger.resume()
+        trigger.release()  # a COMMIT the script held itself ("idem")
+
+    failed = await sweep_case(
+        Store("postgres", tmp_path, database, SCHEMA),
+        trigger,
+        Watched(),
+        Watched(),
+        lambda: trio.to_thread.run_sync(trigger.wait_paused),
+        go_on,
+        lambda: trigger.pause(k - 1),
     )
     assert failed in (None, FAILING_STEP[k - 1])
 

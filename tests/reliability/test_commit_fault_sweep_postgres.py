@@ -16,26 +16,23 @@ again for the next batch:
 The writer batches as SQLite's does (one writer, the same group commit), so
 the script commits the same way (``FAILING_STEP``, the same table).
 
-The module has a database of its own, migrated, with the trigger installed;
-each test empties agentik's tables first.
+The module has a database of its own, migrated, with the trigger installed
+(``conftest.database``); each test empties agentik's tables first
+(``conftest.trigger``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import psycopg
 import pytest
-import trio
-from psycopg.conninfo import conninfo_to_dict
 
 from agentik import AgentikError, TurnError
 from agentik.storage import open_postgres_storage
-from tests.postgres import fresh_database
 from tests.reliability.commit_trigger import (
     FAULTS,
+    SCHEMA,
     CommitTrigger,
-    install,
     never_answering_standby,
 )
 from tests.reliability.helpers import check_history, history
@@ -46,29 +43,6 @@ from tests.reliability.sweep import (
     check_commit_fails,
     check_the_script_commits_the_same_way,
 )
-
-SCHEMA = "agentik"
-
-
-@pytest.fixture(scope="module")
-def database(postgres_dsn: str) -> Iterator[str]:
-    """A database of this module's own, migrated, with the trigger installed
-    (the trigger would fail anyone's k-th COMMIT); dropped after."""
-    url = fresh_database(postgres_dsn)
-
-    async def migrate() -> None:
-        async with open_postgres_storage(url, schema=SCHEMA, readers=1):
-            pass
-
-    trio.run(migrate)
-    with psycopg.connect(url, autocommit=True) as connection:
-        install(connection, SCHEMA)
-    try:
-        yield url
-    finally:
-        name = conninfo_to_dict(url)["dbname"]
-        with psycopg.connect(postgres_dsn, autocommit=True) as connection:
-            connection.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")
@@ -89,19 +63,6 @@ def fault(request: pytest.FixtureRequest) -> str:
         if refused is not None:
             pytest.skip(refused)
     return asked
-
-
-@pytest.fixture
-def trigger(database: str) -> Iterator[CommitTrigger]:
-    """The trigger, disarmed, over agentik's tables emptied: each test starts
-    from a store just opened (emptying them is quicker than copying a
-    database: 10 ms against 20 to 400)."""
-    armed = CommitTrigger(database)
-    try:
-        armed.reset(SCHEMA)
-        yield armed
-    finally:
-        armed.close()
 
 
 def opener(url: str) -> Open:

@@ -1,7 +1,8 @@
 """The fault sweep's script, met by a shutdown past its grace
 (``ChatAgent.close(grace=0)``: the turn under way is interrupted) at each
 point where it waits, as ``test_cancel_sweep`` cancels it: each COMMIT (held
-in the writer's thread by ``FaultyVFS.pause`` meanwhile), each model call
+in the writer's thread by ``FaultyVFS.pause`` meanwhile; on PostgreSQL, in
+the server by ``CommitTrigger.pause``), each model call
 and each tool run. The script is the fault sweep's (``sweep.py``).
 
 What holds, whichever COMMIT the shutdown meets:
@@ -15,10 +16,18 @@ What holds, whichever COMMIT the shutdown meets:
 3. a fresh agent resumes that turn (it is not over: a shutdown is no
    failure) and goes on: the history is then valid, each user message once;
 4. no call runs twice, but an idempotent one the shutdown cut short.
+
+On PostgreSQL, a shutdown's last resort too: the agent and its storage
+cancelled at once while each COMMIT waits in the server. The cancellation
+takes ``CANCEL_GRACE`` (the writer cuts the connection), not as long as the
+server makes the COMMIT wait; the COMMIT, let go on after, commits with
+nobody to tell (in doubt, as the writer said), and 2 to 4 hold.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -26,12 +35,15 @@ import pytest
 import trio
 import trio.testing
 
-from agentik import AgentikError, TurnError
+from agentik import AgentikError, Message, TurnError
+from agentik.storage.postgres._watchdog import CANCEL_GRACE
+from tests.reliability.commit_trigger import SCHEMA, CommitTrigger
 from tests.reliability.faulty_vfs import FaultyVFS
 from tests.reliability.helpers import check_history, history
 from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
+    Faults,
     agent,
     check_ran_once,
     run_script,
@@ -42,7 +54,7 @@ from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watche
 
 async def shutdown_case(
     where: Store,
-    faulty_vfs: FaultyVFS,
+    faulty_vfs: Faults,
     asked: Watched,
     ran: Watched,
     reached: Callable[[], Awaitable[object]],
@@ -104,6 +116,79 @@ async def test_shutdown_while_a_commit_waits(k: int, faulty_vfs: FaultyVFS, tmp_
         lambda: faulty_vfs.pause(k - 1),
     )
     assert failed == FAILING_STEP[k - 1]
+
+
+@pytest.mark.parametrize("k", range(1, COMMITS + 1))
+async def test_shutdown_while_a_commit_waits_postgres(
+    k: int, database: str, trigger: CommitTrigger, tmp_path: Path
+) -> None:
+    """The same on PostgreSQL: the k-th COMMIT waits in the server (its
+    backend paused by the trigger) when the shutdown comes."""
+    failed = await shutdown_case(
+        Store("postgres", tmp_path, database, SCHEMA),
+        trigger,
+        Watched(),
+        Watched(),
+        lambda: trio.to_thread.run_sync(trigger.wait_paused),
+        lambda: trigger.pause(k - 1),
+    )
+    assert failed == FAILING_STEP[k - 1]
+
+
+CUT_SLACK = 1.0
+"""Seconds of scheduling on a busy 2-core machine allowed on top of ``CANCEL_GRACE``."""
+
+
+@pytest.mark.parametrize("k", range(1, COMMITS + 1))
+async def test_storage_cancelled_while_a_commit_waits_postgres(
+    k: int, database: str, trigger: CommitTrigger, tmp_path: Path
+) -> None:
+    """The agent and its storage cancelled at once (a deadline around both,
+    as ``agentik serve``'s last resort) while the k-th COMMIT waits in the
+    server: the cancellation does not wait for the server (the writer cuts
+    the connection ``CANCEL_GRACE`` later). The COMMIT, let go on after,
+    goes through with nobody to tell (the writer said it was in doubt);
+    reopened, checks 2 to 4 hold as after a shutdown."""
+    where = Store("postgres", tmp_path, database, SCHEMA)
+    asked, ran = Watched(), Watched()
+    acknowledged: dict[int | None, Message] = {}
+    began = math.inf
+    with trio.CancelScope() as scope:
+        async with where.open(first=True) as bundle:
+            async with agent(bundle, trigger, asked, ran) as chat:
+                trigger.pause(k - 1)
+
+                async def cut_when_reached() -> None:
+                    nonlocal began
+                    await trio.to_thread.run_sync(trigger.wait_paused)
+                    began = time.monotonic()
+                    scope.cancel()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(cut_when_reached)
+                    await run_script(chat, acknowledged)
+    took = time.monotonic() - began
+    assert scope.cancelled_caught
+    assert took <= CANCEL_GRACE + CUT_SLACK, took
+    trigger.resume()
+    trigger.release()  # a COMMIT the script held itself ("idem")
+    await trio.to_thread.run_sync(trigger.wait_writers_gone)
+    ran_before = len(ran)
+    async with where.open() as bundle:
+        stored = await history(bundle, "c")
+        # 2. what was acknowledged is there.
+        kept = set(shapes(stored))
+        assert [m for m in shapes(list(acknowledged.values())) if m not in kept] == []
+        # 3. a fresh agent resumes the turn cut short and goes on.
+        async with agent(bundle, trigger, asked, ran) as chat:
+            for approval in await chat.pending_approvals("c"):
+                await chat.decide("c", approval.call.id, approve=False, reason="later")
+            assert (await chat.send("c", "after")).text == "answer to after"
+        final = await history(bundle, "c")
+    check_history(final, once=("after",))
+    assert shapes(final[: len(stored)]) == shapes(stored)
+    # 4. no call ran twice, but an idempotent one the cut cut short.
+    check_ran_once(ran, ran_before)
 
 
 @pytest.mark.parametrize("n", range(1, ASKS + 1))

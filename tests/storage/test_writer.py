@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -30,15 +31,19 @@ from hypothesis import strategies as st
 from agentik import Message, Role, StoreError, TokenUsage, ToolCall
 from agentik._serde import converter
 from agentik.storage import (
+    CommitInDoubt,
     DuplicateKeyError,
     Pending,
     StorageBundle,
+    StoreClosedError,
     open_postgres_storage,
     open_sqlite_storage,
     writer_stats,
 )
+from agentik.storage._common import utc_now
 from agentik.storage._queue import RequestQueue
 from agentik.storage._sql_stores import SqlMessageStore
+from agentik.storage._writer import LOST_IN_COMMIT, BatchFailed, Outcome, Writer
 from agentik.storage.sqlite._queries import (
     _INSERT_ROWS,
     LARGEST_CHUNK,
@@ -335,6 +340,54 @@ class TestTransactionLost:
             assert (await store.append("c", varied(3))).seq == 2
             stats = writer_stats(bundle)
             assert stats is not None and stats.failed_batches == 1 and stats.running
+
+
+@attrs.define
+class SilentEngine:
+    """An engine whose batch waits in the writer's thread, as on a server
+    that never answers, until the writer interrupts it; then it fails the
+    batch as a cut COMMIT does."""
+
+    entered: threading.Event = attrs.Factory(threading.Event)
+    interrupted: threading.Event = attrs.Factory(threading.Event)
+
+    def run_batch(self, batch: list[object]) -> Outcome:
+        self.entered.set()
+        if not self.interrupted.wait(10):  # the test's bug, not a hang
+            return Outcome()
+        raise BatchFailed(doubt=LOST_IN_COMMIT) from StoreError("the connection was cut")
+
+    def interrupt(self) -> None:
+        self.interrupted.set()
+
+
+class TestCancelledWriter:
+    async def test_a_cancelled_writer_interrupts_the_batch_its_thread_waits_on(self) -> None:
+        """Cancelled while its batch waits in the thread, the writer tells the
+        engine to stop waiting (instead of waiting as long as the database
+        does), and the batch's caller hears that its write is in doubt."""
+        engine = SilentEngine()
+        writer = Writer(engine, clock=utc_now, max_batch=10, queue_size=10)  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            pending = await writer.submit(lambda session: None)
+            await trio.to_thread.run_sync(engine.entered.wait)
+            nursery.cancel_scope.cancel()
+        assert engine.interrupted.is_set()
+        with pytest.raises(CommitInDoubt, match="outcome is unknown"):
+            await pending.wait()
+        with pytest.raises(StoreClosedError):
+            await writer.submit(lambda session: None)
+
+    async def test_a_writer_that_stops_by_itself_interrupts_nothing(self) -> None:
+        """Closed and drained, the writer ends without interrupting its engine:
+        the bundle's later calls (a lease's leave) keep their own bound."""
+        engine = SilentEngine()
+        writer = Writer(engine, clock=utc_now, max_batch=10, queue_size=10)  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            writer.close()
+        assert not engine.interrupted.is_set()
 
 
 @given(st.lists(tool_calls, min_size=1, max_size=4))

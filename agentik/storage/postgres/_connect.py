@@ -122,8 +122,13 @@ def connect(
 ) -> psycopg.Connection:
     """A connection for ``role`` (``writer``, ``reader`` or ``lease``);
     ``StoreError`` if the DSN is not valid, or the server cannot be reached
-    or refuses us."""
+    or refuses us, or the storage is closing past its grace (``Watchdog.hurry``)."""
     options = parse(dsn)
+    if watchdog.hurried:
+        raise StoreError(
+            f"not connecting to PostgreSQL at {shown(options)}: the storage is closing"
+            " (its writer was cancelled)"
+        )
     reason: str | None = None
     try:
         connection = psycopg.connect(

@@ -13,7 +13,13 @@ once, and the call fails with an error saying the server did not answer.
 cancels a statement that runs too long itself, with a clean error that keeps
 the connection, and the watchdog acts only when that error does not come.
 A session whose ``statement_timeout`` is off (0, chosen by the user) has no
-bound.
+bound, but for a hurry.
+
+Once the storage's writer is cancelled (the bundle closing past its grace: a
+shutdown, a deadline around the block), nobody waits for what a call would
+return: ``hurry`` bounds every call, armed or to come, to ``CANCEL_GRACE``
+more seconds, and nothing connects again (``connect`` refuses), so a frozen
+server holds the cancellation no longer than that.
 
 Invariants:
 - the watchdog shuts down only the socket of a call that is still armed, and
@@ -50,6 +56,12 @@ GRACE = 2.0
 """Seconds past ``statement_timeout`` before agentik stops waiting: room for
 the server's own cancellation to arrive over a slow network."""
 
+CANCEL_GRACE = 0.25
+"""Seconds a call may still wait once the storage's writer is cancelled
+(``Watchdog.hurry``): a server that answers at all answers a COMMIT in
+milliseconds, so a batch in flight still commits, and a frozen one holds the
+shutdown no longer than this."""
+
 
 @final
 class Watchdog:
@@ -62,6 +74,8 @@ class Watchdog:
         self._condition = threading.Condition()
         self._armed: set[Watch] = set()
         self._wakes_at = math.inf
+        self._hurry_until = math.inf
+        """Once ``hurry`` was called: when every call is cut, whatever its bound."""
         self._stopped = False
         self._thread: threading.Thread | None = None
 
@@ -78,6 +92,31 @@ class Watchdog:
         if self._thread is not None:
             self._thread.join()
 
+    def hurry(self, seconds: float = CANCEL_GRACE) -> None:
+        """From any thread: cut every call still waiting ``seconds`` from now,
+        and bound the calls to come to the same moment (the bundle is going
+        away: its writer was cancelled)."""
+        with self._condition:
+            until = time.monotonic() + seconds
+            if until >= self._hurry_until:
+                return
+            self._hurry_until = until
+            for watch in self._armed:
+                watch.deadline = min(watch.deadline, until)
+            if until < self._wakes_at:
+                self._condition.notify()
+
+    @property
+    def hurried(self) -> bool:
+        """``hurry`` was called: the bundle is going away, so nothing connects
+        again (a connection attempt to a frozen server waits ``connect_timeout``)."""
+        return self._hurry_until < math.inf
+
+    def _deadline(self, bound: float | None) -> float:
+        """A call's deadline if it began now (under the lock)."""
+        limit = math.inf if bound is None else time.monotonic() + bound
+        return min(limit, self._hurry_until)
+
     def watch(self, connection: psycopg.Connection) -> Watch:
         """A context manager around one call on ``connection`` (in its thread)."""
         return Watch(self, connection)
@@ -90,7 +129,7 @@ class Watchdog:
                 for watch in list(self._armed):
                     if watch.deadline <= now:
                         self._armed.discard(watch)
-                        watch.cut()
+                        watch.cut(hurried=self._hurry_until <= now)
                     else:
                         wakes_at = min(wakes_at, watch.deadline)
                 self._wakes_at = wakes_at
@@ -103,26 +142,37 @@ class Watch:
     at each request); leaving the block disarms it, and turns the error of a
     call that was cut into one that says so."""
 
-    __slots__ = ("_bound", "_connection", "_descriptor", "_watchdog", "deadline", "was_cut")
+    __slots__ = (
+        "_bound",
+        "_connection",
+        "_descriptor",
+        "_hurried",
+        "_watchdog",
+        "deadline",
+        "was_cut",
+    )
 
     def __init__(self, watchdog: Watchdog, connection: psycopg.Connection) -> None:
         self._watchdog = watchdog
         self._connection = connection
         self._bound = watchdog.bound
         self._descriptor = -1
+        self._hurried = False
         self.deadline = math.inf
         self.was_cut = False
 
     def __enter__(self) -> Watch:
-        if self._bound is None:
+        # Unbounded calls are armed too (for ``hurry``), but not by an
+        # unstarted watchdog: there is nobody to cut them.
+        watchdog = self._watchdog
+        if self._bound is None and watchdog._thread is None:
             return self
         try:
             self._descriptor = os.dup(self._connection.fileno())
         except (psycopg.Error, OSError):
             return self  # no socket: the call fails at once by itself
-        watchdog = self._watchdog
         with watchdog._condition:
-            self.deadline = time.monotonic() + self._bound
+            self.deadline = watchdog._deadline(self._bound)
             watchdog._armed.add(self)
             if self.deadline < watchdog._wakes_at:
                 watchdog._condition.notify()
@@ -132,13 +182,18 @@ class Watch:
         if self._descriptor < 0:
             return
         with self._watchdog._condition:
-            assert self._bound is not None
-            self.deadline = time.monotonic() + self._bound
+            self.deadline = self._watchdog._deadline(self._bound)
 
-    def cut(self) -> None:
+    def cut(self, *, hurried: bool = False) -> None:
         """In the watchdog thread, under its lock: end the call's wait."""
         self.was_cut = True
-        log.warning("PostgreSQL did not answer within %g s: closing its connection", self._bound)
+        self._hurried = hurried
+        if hurried:
+            log.warning("PostgreSQL did not answer as the storage closed: closing its connection")
+        else:
+            log.warning(
+                "PostgreSQL did not answer within %g s: closing its connection", self._bound
+            )
         try:
             sock = socket.socket(fileno=self._descriptor)
         except OSError:
@@ -165,7 +220,11 @@ class Watch:
         if not self.was_cut:
             return
         unanswered = StoreError(
-            f"PostgreSQL did not answer within {self._bound:g} s; agentik closed the connection"
+            "PostgreSQL did not answer before the storage was closing (its writer cancelled);"
+            " agentik closed the connection"
+            if self._hurried
+            else f"PostgreSQL did not answer within {self._bound:g} s;"
+            " agentik closed the connection"
         )
         if isinstance(error, BatchFailed):
             unanswered.__cause__ = error.__cause__

@@ -18,6 +18,9 @@ the server committed first; the batch's callers are told exactly that
 (``BatchFailed(doubt=LOST_IN_COMMIT)``). Either way the engine connects again before
 the next batch, and a batch that finds its connection dead before it began
 anything reconnects and carries on: nothing was lost, so nobody need hear.
+A cancelled writer has the watchdog cut the connection (``interrupt``) if
+the server has not answered ``CANCEL_GRACE`` later: its batch fails the same
+way, without waiting out the watchdog's bound.
 """
 
 from __future__ import annotations
@@ -201,6 +204,12 @@ class PostgresEngine:
                 except (psycopg.Error, BatchFailed):
                     connection.close()  # the next batch reconnects
         return outcome
+
+    def interrupt(self) -> None:
+        """The writer was cancelled: the watchdog cuts whatever still waits
+        for the server ``CANCEL_GRACE`` from now (``Watchdog.hurry``); a
+        COMMIT cut so fails its batch in doubt, anything before it plainly."""
+        self._watchdog.hurry()
 
     def close(self) -> None:
         self.connection.close()

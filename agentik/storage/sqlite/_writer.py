@@ -169,3 +169,7 @@ class SqliteEngine:
             if getattr(error, "extendedresult", None) in _SYNC_FAILED:
                 raise BatchFailed(doubt=_SYNC_DOUBT) from error
             raise BatchFailed from error
+
+    def interrupt(self) -> None:
+        """Nothing to cut: a local file answers (a lock wait is bounded by
+        ``busy_timeout``, and a COMMIT cut short would leave it in doubt)."""
