@@ -28,7 +28,7 @@ from agentik.server import ServerConfig, load_config
 
 log = logging.getLogger("agentik.server")
 
-STOP_MARGIN = 4.0
+STOP_MARGIN = 3.0
 """Seconds past ``graceful_timeout`` (after the first signal), or after a
 second signal, before everything still running is cancelled: a last resort
 for code that ignores cancellation (the orderly path takes milliseconds)."""
