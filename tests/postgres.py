@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+import pytest
+
 from agentik.storage import StorageBundle, open_postgres_storage
 from agentik.testing import MakeBundle
+from tests import pgcluster
 from tests.kits import missing_kit
 
 ENV = "AGENTIK_TEST_POSTGRES_DSN"
@@ -78,3 +82,16 @@ def fresh_database(dsn: str) -> str:
     url = f"postgresql://{user}@/{name}?host={host}&port={port}"
     assert make_conninfo(url)  # a valid URL
     return url
+
+
+def own_cluster() -> Iterator[str]:
+    """For a module's fixture: a throwaway cluster of the module's own (one its
+    tests may freeze), its DSN; skips without PostgreSQL's binaries, unless
+    under CI, where that fails."""
+    try:
+        with pgcluster.cluster() as dsn:
+            yield dsn
+    except (RuntimeError, subprocess.CalledProcessError) as error:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no throwaway PostgreSQL cluster: {error}")

@@ -293,3 +293,17 @@ def _terminate_when_committed(dsn: str, stop: threading.Event) -> None:
             if terminated:
                 return
             stop.wait(0.002)
+
+
+def writers(url: str, *, waiting: bool = False) -> int:
+    """agentik writer backends of ``url``'s database (``waiting``: those that
+    wait for a lock: a COMMIT the trigger holds)."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentik-writer'"
+            " AND datname = current_database() AND (NOT %s OR wait_event_type = 'Lock')",
+            (waiting,),
+        ).fetchone()
+    assert row is not None
+    count: int = row[0]
+    return count

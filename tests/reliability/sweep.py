@@ -432,6 +432,31 @@ async def check_kept_and_goes_on(
     assert [i for i, n in collections.Counter(ran).items() if n > 1] == []
 
 
+async def check_resumes_and_goes_on(
+    reopen: Open, acknowledged: list[Message], faults: Faults, asked: list[str], ran: list[str]
+) -> None:
+    """Checks 2-4 once a stop (a shutdown, a cancel) cut a turn short and the
+    bundle closed: what was acknowledged is stored; a fresh agent resumes the
+    turn (its waiting calls denied) and goes on; no call ran twice, but an
+    idempotent one the stop cut short."""
+    ran_before = len(ran)
+    async with reopen() as bundle:
+        stored = await history(bundle, "c")
+        # 2. what was acknowledged is there.
+        kept = set(shapes(stored))
+        assert [m for m in shapes(acknowledged) if m not in kept] == []
+        # 3. a fresh agent resumes the turn cut short and goes on.
+        async with agent(bundle, faults, asked, ran) as chat:
+            for approval in await chat.pending_approvals("c"):
+                await chat.decide("c", approval.call.id, approve=False, reason="later")
+            assert (await chat.send("c", "after")).text == "answer to after"
+        final = await history(bundle, "c")
+    check_history(final, once=("after",))
+    assert shapes(final[: len(stored)]) == shapes(stored)
+    # 4. no call ran twice, but an idempotent one the stop cut short.
+    check_ran_once(ran, ran_before)
+
+
 def check_ran_once(ran: list[str], before: int, idempotent: str = "idem-1") -> None:
     """No call ran twice, but ``idempotent`` once more after ``before`` (runs
     of the first process): a stop cut it short, and it is resumed."""

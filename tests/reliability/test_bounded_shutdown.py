@@ -36,10 +36,9 @@ import trio
 from psycopg.conninfo import conninfo_to_dict
 
 from agentik.storage import open_postgres_storage
-from tests import pgcluster
 from tests.models.chat_server import ChatServer, Hang, Json, completion
-from tests.postgres import fresh_database
-from tests.reliability.commit_trigger import CommitTrigger, install
+from tests.postgres import fresh_database, own_cluster
+from tests.reliability.commit_trigger import CommitTrigger, install, writers
 from tests.reliability.helpers import history as history_of
 from tests.reliability.test_crash import ROOT, START_SECONDS, ServerProcess
 from tests.storage.test_postgres_bounds import cluster_processes
@@ -202,27 +201,7 @@ async def test_a_second_sigterm_exits_at_once(nursery: trio.Nursery, tmp_path: P
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """A throwaway cluster of this module's own, to freeze; its DSN."""
-    try:
-        with pgcluster.cluster() as dsn:
-            yield dsn
-    except (RuntimeError, subprocess.CalledProcessError) as error:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"no throwaway PostgreSQL cluster: {error}")
-
-
-def writers(url: str, *, waiting: bool = False) -> int:
-    """agentik writer backends of ``url``'s database (``waiting``: those that
-    wait for a lock: a COMMIT the trigger holds)."""
-    with psycopg.connect(url, autocommit=True) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentik-writer'"
-            " AND datname = current_database() AND (NOT %s OR wait_event_type = 'Lock')",
-            (waiting,),
-        ).fetchone()
-    assert row is not None
-    count: int = row[0]
-    return count
+    yield from own_cluster()
 
 
 LEASE_SECONDS = 20

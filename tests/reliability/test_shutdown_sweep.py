@@ -39,15 +39,13 @@ from agentik import AgentikError, Message, TurnError
 from agentik.storage.postgres._watchdog import CANCEL_GRACE
 from tests.reliability.commit_trigger import SCHEMA, CommitTrigger
 from tests.reliability.faulty_vfs import FaultyVFS
-from tests.reliability.helpers import check_history, history
 from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
     Faults,
     agent,
-    check_ran_once,
+    check_resumes_and_goes_on,
     run_script,
-    shapes,
 )
 from tests.reliability.test_cancel_sweep import ASKS, KINDS, RUNS, Store, Watched, store
 
@@ -85,22 +83,7 @@ async def shutdown_case(
         assert error.code == "interrupted", error
     else:
         assert isinstance(error, AgentikError) and str(error) == "the agent is closed", error
-    ran_before = len(ran)
-    async with where.open() as bundle:
-        stored = await history(bundle, "c")
-        # 2. what was acknowledged is there.
-        kept = set(shapes(stored))
-        assert [m for m in shapes(acknowledged) if m not in kept] == []
-        # 3. a fresh agent resumes the turn cut short and goes on.
-        async with agent(bundle, faulty_vfs, asked, ran) as chat:
-            for approval in await chat.pending_approvals("c"):
-                await chat.decide("c", approval.call.id, approve=False, reason="later")
-            assert (await chat.send("c", "after")).text == "answer to after"
-        final = await history(bundle, "c")
-    check_history(final, once=("after",))
-    assert shapes(final[: len(stored)]) == shapes(stored)
-    # 4. no call ran twice, but an idempotent one the shutdown cut short.
-    check_ran_once(ran, ran_before)
+    await check_resumes_and_goes_on(where.open, acknowledged, faulty_vfs, asked, ran)
     return failed
 
 
@@ -173,22 +156,7 @@ async def test_storage_cancelled_while_a_commit_waits_postgres(
     trigger.resume()
     trigger.release()  # a COMMIT the script held itself ("idem")
     await trio.to_thread.run_sync(trigger.wait_writers_gone)
-    ran_before = len(ran)
-    async with where.open() as bundle:
-        stored = await history(bundle, "c")
-        # 2. what was acknowledged is there.
-        kept = set(shapes(stored))
-        assert [m for m in shapes(list(acknowledged.values())) if m not in kept] == []
-        # 3. a fresh agent resumes the turn cut short and goes on.
-        async with agent(bundle, trigger, asked, ran) as chat:
-            for approval in await chat.pending_approvals("c"):
-                await chat.decide("c", approval.call.id, approve=False, reason="later")
-            assert (await chat.send("c", "after")).text == "answer to after"
-        final = await history(bundle, "c")
-    check_history(final, once=("after",))
-    assert shapes(final[: len(stored)]) == shapes(stored)
-    # 4. no call ran twice, but an idempotent one the cut cut short.
-    check_ran_once(ran, ran_before)
+    await check_resumes_and_goes_on(where.open, list(acknowledged.values()), trigger, asked, ran)
 
 
 @pytest.mark.parametrize("n", range(1, ASKS + 1))

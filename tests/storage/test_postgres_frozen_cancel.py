@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -32,9 +31,8 @@ from psycopg.conninfo import conninfo_to_dict
 from agentik import Message, Role, StoreError
 from agentik.storage import CommitInDoubt, open_postgres_storage
 from agentik.storage.postgres._watchdog import CANCEL_GRACE
-from tests import pgcluster
-from tests.postgres import fresh_database
-from tests.reliability.commit_trigger import CommitTrigger, install
+from tests.postgres import fresh_database, own_cluster
+from tests.reliability.commit_trigger import CommitTrigger, install, writers
 from tests.reliability.helpers import history as messages
 from tests.storage.test_postgres_bounds import cluster_processes
 
@@ -46,13 +44,7 @@ SLACK = 1.0
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """A throwaway cluster of this module's own, to freeze; its DSN."""
-    try:
-        with pgcluster.cluster() as dsn:
-            yield dsn
-    except (RuntimeError, subprocess.CalledProcessError) as error:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"no throwaway PostgreSQL cluster: {error}")
+    yield from own_cluster()
 
 
 @pytest.fixture
@@ -68,20 +60,6 @@ def database(cluster: str) -> str:
     with psycopg.connect(url, autocommit=True) as connection:
         install(connection, SCHEMA)
     return url
-
-
-def writers(url: str, *, waiting: bool = False) -> int:
-    """agentik writer backends of ``url``'s database (``waiting``: those
-    waiting for a lock: a COMMIT held by the trigger)."""
-    with psycopg.connect(url, autocommit=True) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'agentik-writer'"
-            " AND datname = current_database() AND (NOT %s OR wait_event_type = 'Lock')",
-            (waiting,),
-        ).fetchone()
-    assert row is not None
-    count: int = row[0]
-    return count
 
 
 async def poll(check: Callable[[], bool], seconds: float = 10.0) -> None:
