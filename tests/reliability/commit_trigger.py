@@ -35,7 +35,11 @@ from collections.abc import Iterator
 from typing import final
 
 import psycopg
+import trio
 from psycopg import sql
+
+from agentik.storage import open_postgres_storage
+from tests.postgres import fresh_database
 
 FAULTS = ["fail", "lost", "committed"]
 
@@ -307,3 +311,18 @@ def writers(url: str, *, waiting: bool = False) -> int:
     assert row is not None
     count: int = row[0]
     return count
+
+
+def triggered_database(server: str, schema: str) -> str:
+    """A fresh database on ``server``, migrated (agentik's tables in
+    ``schema``), with the COMMIT trigger installed; its URL."""
+    url = fresh_database(server)
+
+    async def migrate() -> None:
+        async with open_postgres_storage(url, schema=schema, readers=1):
+            pass
+
+    trio.run(migrate)
+    with psycopg.connect(url, autocommit=True) as connection:
+        install(connection, schema)
+    return url

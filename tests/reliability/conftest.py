@@ -6,16 +6,16 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-import trio
 from psycopg.conninfo import conninfo_to_dict
-
-from agentik.storage import open_postgres_storage
 
 # The sweep's checks live outside test modules: show their failing values too.
 pytest.register_assert_rewrite("tests.reliability.sweep")
 
-from tests.postgres import fresh_database  # noqa: E402
-from tests.reliability.commit_trigger import SCHEMA, CommitTrigger, install  # noqa: E402
+from tests.reliability.commit_trigger import (  # noqa: E402
+    SCHEMA,
+    CommitTrigger,
+    triggered_database,
+)
 from tests.reliability.faulty_vfs import FaultyVFS  # noqa: E402
 
 
@@ -35,15 +35,7 @@ def database(postgres_dsn: str) -> Iterator[str]:
     """A database of the test module's own, migrated, with the COMMIT trigger
     installed (``commit_trigger``: it would fail anyone's k-th COMMIT);
     dropped after."""
-    url = fresh_database(postgres_dsn)
-
-    async def migrate() -> None:
-        async with open_postgres_storage(url, schema=SCHEMA, readers=1):
-            pass
-
-    trio.run(migrate)
-    with psycopg.connect(url, autocommit=True) as connection:
-        install(connection, SCHEMA)
+    url = triggered_database(postgres_dsn, SCHEMA)
     try:
         yield url
     finally:

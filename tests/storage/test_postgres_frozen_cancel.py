@@ -23,7 +23,6 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
-import psycopg
 import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict
@@ -31,8 +30,8 @@ from psycopg.conninfo import conninfo_to_dict
 from agentik import Message, Role, StoreError
 from agentik.storage import CommitInDoubt, open_postgres_storage
 from agentik.storage.postgres._watchdog import CANCEL_GRACE
-from tests.postgres import fresh_database, own_cluster
-from tests.reliability.commit_trigger import CommitTrigger, install, writers
+from tests.postgres import own_cluster
+from tests.reliability.commit_trigger import CommitTrigger, triggered_database, writers
 from tests.reliability.helpers import history as messages
 from tests.storage.test_postgres_bounds import cluster_processes
 
@@ -50,16 +49,7 @@ def cluster() -> Iterator[str]:
 @pytest.fixture
 def database(cluster: str) -> str:
     """A fresh database on the cluster, migrated, with the COMMIT trigger."""
-    url = fresh_database(cluster)
-
-    async def migrate() -> None:
-        async with open_postgres_storage(url, schema=SCHEMA, readers=1):
-            pass
-
-    trio.run(migrate)
-    with psycopg.connect(url, autocommit=True) as connection:
-        install(connection, SCHEMA)
-    return url
+    return triggered_database(cluster, SCHEMA)
 
 
 async def poll(check: Callable[[], bool], seconds: float = 10.0) -> None:
