@@ -7,6 +7,7 @@ test can find a conversation in any node's shards."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -282,6 +283,29 @@ async def test_a_hanging_renewal_still_gives_everything_up_in_time(postgres_dsn:
             assert agent_a.live_conversations == 0
             with pytest.raises(StoreError, match=r"lease has lapsed"):
                 await agent_a.send(x, "two")
+
+
+async def test_a_node_whose_event_loop_stalls_keeps_its_lease(postgres_dsn: str) -> None:
+    """The event loop blocked for more than twice the lease (a thousand
+    requests at once, a long collection, an overloaded machine): no round and
+    no watchdog runs meanwhile, but the node's row is renewed from a thread of
+    its own, so once the loop runs again the node still holds its lease, its
+    node id and its shards, and has lost nothing. (With the rounds alone the
+    lease lapsed, the node dropped every conversation and rejoined.)"""
+    schema = fresh_schema()
+    async with storage(postgres_dsn, schema, "http://a", lease=1) as bundle:
+        lease = lease_of(bundle)
+        node_id, held = lease.node_id, lease.held_shards()
+        assert held
+        lost: list[bool] = []
+        lease.on_lost(lambda: lost.append(True))
+        await trio.sleep(0.1)  # the node's rounds have started
+        time.sleep(2.5)  # noqa: ASYNC251 (the point: the loop is stuck)
+        await trio.sleep(0.5)  # the loop's watchdog and a round run
+        assert lost == []
+        assert lease.node_id == node_id
+        assert lease.held_shards() == held
+        assert lease.lease_state().valid
 
 
 def hold_every_shard(dsn: str, schema: str) -> psycopg.Connection:

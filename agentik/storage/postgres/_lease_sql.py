@@ -176,6 +176,18 @@ def _elsewhere(connection: psycopg.Connection, me: str) -> dict[int, str]:
     return {int(s): str(url) for s, url in row[0]}
 
 
+_RENEW = """
+UPDATE agentik_node SET expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
+WHERE node_id = %(me)s AND expires_at > clock_timestamp()
+"""
+
+
+def _renew(connection: psycopg.Connection, me: str, lease: float) -> bool:
+    """Push the node's row forward (a round's first step alone); False when
+    it had expired (or is gone): then only a round may tell what follows."""
+    return connection.execute(_RENEW, {"me": me, "lease": lease}).rowcount == 1
+
+
 def _register(connection: psycopg.Connection, me: str, url: str, lease: float) -> None:
     with connection.transaction():
         connection.execute(_FORGET_DEAD)

@@ -24,13 +24,21 @@ Invariants:
   those shards (``owns`` is false: ``NotOwnedError`` without a URL; a
   forwarding node waits for the next holder), waits for their running turns
   (at most ``RELEASE_WAIT``), then releases them; a clean stop releases
-  every shard, so other nodes take them at their next round.
+  every shard, so other nodes take them at their next round;
+- the node's row is also renewed from a thread of its own every
+  ``_pause`` at most (``_keep_alive``), apart from the event loop: a loop
+  late under load (a thousand requests, a collection) delays the rounds,
+  not the renewals, so a node lags without losing its lease. That thread only
+  extends a lease still valid when its renewal began (it never revives a
+  lapsed one: only a round, on the loop, rejoins), and a frozen process
+  freezes it too, so the lease of a node that stopped still runs out.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -101,6 +109,11 @@ class NodeLease:
         self._url = url
         self._connection: psycopg.Connection | None = None
         self._limiter = trio.CapacityLimiter(1)
+        self._using = threading.Lock()
+        """Held by the thread that uses the connection: a worker thread of the
+        loop's calls (one at a time: ``_limiter``) or the keep-alive thread."""
+        self._validity = threading.Lock()
+        """Guards ``_valid_until`` and ``_renewed_at`` against the keep-alive thread."""
         self._held: dict[int, int] = {}
         """Shards held, with the generation each was taken at."""
         self._releasing: dict[int, float] = {}
@@ -133,6 +146,10 @@ class NodeLease:
     # --- the database, from a worker thread ---
 
     def _call(self, operation: Callable[..., T], *args: object) -> T:
+        with self._using:
+            return self._call_held(operation, *args)
+
+    def _call_held(self, operation: Callable[..., T], *args: object) -> T:
         connection = self._connection
         if connection is None or connection.closed or connection.broken:
             if connection is not None:
@@ -350,7 +367,8 @@ class NodeLease:
         log.warning("node %s lost its lease: its shards may move to other nodes", self.node_id)
         self._held.clear()
         self._releasing.clear()
-        self._valid_until = -math.inf
+        with self._validity:
+            self._valid_until = -math.inf
         self._publish()
         self._tell(self._lost_subscribers)
 
@@ -400,8 +418,7 @@ class NodeLease:
             self._error = ("renewal: the node's row had expired", trio.current_time())
             self._lose()
             return
-        self._valid_until = began + self.lease - self._margin
-        self._renewed_at = began
+        self._extend(began)
         for shard in result.released:
             self._releasing.pop(shard, None)
         # A shard ``claim`` took after this round's statement ran is not in
@@ -427,8 +444,9 @@ class NodeLease:
         self.node_id = node_id
         self._held.clear()
         self._releasing.clear()
-        self._valid_until = began + self.lease - self._margin
-        self._renewed_at = began
+        with self._validity:
+            self._valid_until = began + self.lease - self._margin
+            self._renewed_at = began
         self._unsettled_until = began + UNSETTLED_SECONDS + self.lease / 3
         self._publish()
         log.info("node %s joined (lease %.0f s, %d shards)", node_id, self.lease, self.shards)
@@ -441,9 +459,50 @@ class NodeLease:
         """Run rounds until cancelled, rejoin after a loss, and (a watchdog
         beside it) give every shard up the moment the lease runs out
         locally, even while a round hangs on a dead network."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watchdog)
-            await self._renew_loop()
+        stop = threading.Event()
+        keeper = threading.Thread(
+            target=self._keep_alive,
+            args=(trio.lowlevel.current_clock(), stop),
+            name="agentik-lease-keep-alive",
+            daemon=True,  # a call it waits on is bounded by the watchdog; nobody joins it
+        )
+        keeper.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watchdog)
+                await self._renew_loop()
+        finally:
+            stop.set()
+
+    def _extend(self, began: float, node_id: str | None = None) -> None:
+        """A renewal that began at ``began`` (loop time) went through: the
+        lease counts until then plus the lease, less the margin (never less
+        than a later renewal made it). With ``node_id`` (the keep-alive's),
+        not if the lease lapsed or the node rejoined meanwhile."""
+        with self._validity:
+            if node_id is not None and (node_id != self.node_id or began >= self._valid_until):
+                return
+            self._valid_until = max(self._valid_until, began + self.lease - self._margin)
+            self._renewed_at = max(began, self._renewed_at or began)
+
+    def _keep_alive(self, clock: trio.abc.Clock, stop: threading.Event) -> None:
+        """In a thread of its own: renew the node's row every ``_pause``
+        (while the lease is valid), whatever the event loop is doing.
+        Failures are left to the rounds, which report them."""
+        while not stop.wait(min(self.lease / 3, ROUND_SECONDS)):
+            node_id = self.node_id
+            began = clock.current_time()
+            if not node_id or began >= self._valid_until:
+                continue  # not joined, or lapsed: the loop's rounds rejoin
+            try:
+                with self._using:
+                    if stop.is_set():  # run ended: ``leave`` may have closed the connection
+                        return
+                    renewed = self._call_held(sql._renew, node_id, self.lease)
+            except (psycopg.Error, StoreError):
+                continue
+            if renewed:
+                self._extend(began, node_id)
 
     def _pause(self) -> float:
         period = min(self.lease / 3, ROUND_SECONDS)
@@ -490,7 +549,8 @@ class NodeLease:
         finally:
             self._held.clear()
             self._releasing.clear()
-            self._valid_until = -math.inf
+            with self._validity:
+                self._valid_until = -math.inf
             self._publish()
             if self._connection is not None:
                 self._connection.close()
