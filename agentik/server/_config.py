@@ -108,6 +108,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("limits", "body_timeout", "float", "AGENTIK_BODY_TIMEOUT"),
     Setting("limits", "body_min_rate", "float", "AGENTIK_BODY_MIN_RATE"),
     Setting("limits", "max_connections", "int", "AGENTIK_MAX_CONNECTIONS"),
+    Setting("limits", "peer_connections", "count", "AGENTIK_PEER_CONNECTIONS"),
     Setting("limits", "keepalive_timeout", "float", "AGENTIK_KEEPALIVE_TIMEOUT"),
     Setting("limits", "max_skill_name", "int", "AGENTIK_MAX_SKILL_NAME"),
     Setting("limits", "max_skill_description", "int", "AGENTIK_MAX_SKILL_DESCRIPTION"),
@@ -336,7 +337,9 @@ def _build(
         return value if isinstance(value, int | float) else default
 
     base = Limits()
+    peers = get("limits", "peer_connections")
     limits = Limits(
+        **({"peer_connections": peers} if isinstance(peers, int) else {}),
         max_body_bytes=int(number("max_body_bytes", base.max_body_bytes)),
         max_part_bytes=int(number("max_part_bytes", base.max_part_bytes)),
         max_queued_turns=int(number("max_queued_turns", base.max_queued_turns)),

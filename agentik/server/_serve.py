@@ -46,11 +46,11 @@ from agentik.server._app import mount
 from agentik.server._config import check_entry_point
 from agentik.server._context import ServerContext
 from agentik.server._demo import demo_toolsets
-from agentik.server._forward import CONNECT_TIMEOUT
+from agentik.server._forward import CONNECT_TIMEOUT, FORWARDED
 from agentik.server._peers import PeerClient
 from agentik.server._retention import run_retention
 from agentik.server._settings import ModelSettings, ServerConfig, ToolEntry, ToolsetEntry
-from agentik.server.http import ConnectionLimits, HttpSettings
+from agentik.server.http import ConnectionLimits, HttpSettings, PeerReserve
 from agentik.server.http import serve as http_serve
 from agentik.storage import (
     DatabaseLock,
@@ -196,6 +196,16 @@ def peer_client(config: ServerConfig) -> PeerClient:
         idle_timeout=config.limits.keepalive_timeout / 2,
         max_idle=config.limits.max_connections,
     )
+
+
+def peer_reserve(config: ServerConfig) -> PeerReserve:
+    """A node that forwards keeps ``[limits] peer_connections`` connections
+    past ``max_connections`` for the requests the other nodes forward to it
+    (they carry ``FORWARDED``): its own connections may all be waiting on
+    requests it forwarded to them, theirs on requests they forwarded here,
+    and without a reserve neither set would ever be accepted. A node that
+    does not forward waits on no one, so needs none."""
+    return PeerReserve(header=FORWARDED.encode(), connections=config.limits.peer_connections)
 
 
 def context_policy(config: ServerConfig) -> ContextPolicy | None:
@@ -362,6 +372,7 @@ async def serve_agentik(
 
             watchers.start_soon(interrupt_when_told)
         bundle = storage
+        forwarding = bundle.ownership is not None and config.forward
         settings = HttpSettings(
             keep_alive_timeout=limits.keepalive_timeout,
             limits=ConnectionLimits(
@@ -370,10 +381,11 @@ async def serve_agentik(
                 body_min_rate=limits.body_min_rate,
                 max_connections=limits.max_connections,
             ),
+            peers=peer_reserve(config) if forwarding else None,
         )
 
         peers = None
-        if bundle.ownership is not None and config.forward:
+        if forwarding:
             peers = await stack.enter_async_context(peer_client(config))
 
         async with trio.open_nursery() as nursery:

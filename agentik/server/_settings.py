@@ -103,6 +103,14 @@ class Limits:
     """Bytes per second: the rate that earns a large body more time."""
     max_connections: int = 1000
     """Open HTTP connections; past it new ones wait in the listen backlog."""
+    peer_connections: int = attrs.field(
+        default=attrs.Factory(lambda self: max(16, self.max_connections // 4), takes_self=True)
+    )
+    """A node that forwards (several nodes, ``[cluster] forward``): connections
+    accepted past ``max_connections`` for requests other nodes forward to it;
+    any other request on one gets 503 with Retry-After. Without it two nodes
+    at their bound wait on each other for ever (docs/scale-out.md). Default:
+    a quarter of ``max_connections``, at least 16; 0: no reserve."""
     keepalive_timeout: float = 5.0
     """Seconds an idle keep-alive connection stays open between requests. Raise
     it above a load balancer's or client pool's own idle timeout, so the client

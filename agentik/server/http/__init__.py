@@ -10,7 +10,8 @@ door and on nothing else of the engine; the engine knows none of them
   socket until its shutdown trigger, with keep-alive, pipelining, request
   deadlines (``ConnectionLimits``) and bounded memory per connection
   (``_connection``, ``_cycle``, ``_framing``, ``_h1``, ``_timer``,
-  ``_accept``). A request the engine refused itself after the app had it
+  ``_accept``), and a reserve of connections past the bound for the
+  cluster's own requests (``PeerReserve``). A request the engine refused itself after the app had it
   leaves its status in the scope under ``REFUSED``.
 - Routing: a protocol hands the app its routes as a list of Starlette
   ``Route`` objects whose endpoints take a ``Request`` and return a
@@ -64,6 +65,7 @@ from agentik.server.http._response import json_response as json_response
 from agentik.server.http._response import send_json as send_json
 from agentik.server.http._serve import serve as serve
 from agentik.server.http._settings import HttpSettings as HttpSettings
+from agentik.server.http._settings import PeerReserve as PeerReserve
 from agentik.server.http._sse import HEARTBEAT as HEARTBEAT
 from agentik.server.http._sse import EventStream as EventStream
 from agentik.server.http._sse import dumps as dumps
@@ -81,6 +83,7 @@ __all__ = [
     "HttpSettings",
     "Message",
     "NotHere",
+    "PeerReserve",
     "Receive",
     "Redirect",
     "Relay",

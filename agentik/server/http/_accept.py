@@ -9,11 +9,15 @@ was even accepted (p99 7.4 s over HTTP against 0.9 s in process, at 1,000
 clients in ``bench/http_load.py``). Here each wake-up accepts up to
 ``ACCEPTS_PER_ROUND`` connections before yielding.
 
-At most ``max_connections`` connections are open at once: at the bound the
-loop accepts nothing more until one closes, so further clients wait in the
-kernel's listen backlog (their connect succeeds, their request waits) while
-the open connections go on undisturbed; when the backlog is full too, the
-kernel drops new connection attempts and clients retry them.
+At most ``max_connections`` connections are open at once, and ``reserve``
+more: a connection accepted while ``max_connections`` are open takes a
+reserve slot, and its handler is told so (it serves only other nodes'
+requests there: ``_settings.PeerReserve``). A slot taken is the same kind
+until its connection closes. With both full the loop accepts nothing more
+until one closes, so further clients wait in the kernel's listen backlog
+(their connect succeeds, their request waits) while the open connections go
+on undisturbed; when the backlog is full too, the kernel drops new
+connection attempts and clients retry them.
 
 Errors are handled as trio's listener and ``serve_listeners`` do: the routine
 ones (a connection reset before it was accepted) are skipped; running out of
@@ -28,7 +32,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import NoReturn, final
 
 import trio
 
@@ -59,8 +63,38 @@ _IGNORABLE_ERRNOS = frozenset(
 )
 """What trio's ``SocketListener`` skips: that connection is gone, not the listener."""
 
-Handler = Callable[[socket.socket], Awaitable[object]]
-"""Serves one accepted connection: a non-blocking socket, closed once it returns."""
+Handler = Callable[[socket.socket, bool], Awaitable[object]]
+"""Serves one accepted connection: a non-blocking socket, closed once it
+returns, and whether it took a reserve slot."""
+
+
+@final
+class Slots:
+    """``regular`` slots and ``reserve`` more: a connection takes a regular
+    one while any is free, else a reserve one."""
+
+    __slots__ = ("_regular", "_total", "regular_taken")
+
+    def __init__(self, regular: int, reserve: int) -> None:
+        self._total = trio.Semaphore(regular + reserve)
+        self._regular = regular
+        self.regular_taken = 0
+
+    async def take(self) -> bool:
+        """Wait for a free slot and take it; whether it is a reserve one."""
+        try:
+            self._total.acquire_nowait()
+        except trio.WouldBlock:
+            await self._total.acquire()  # at the bound: until a connection closes
+        if self.regular_taken < self._regular:
+            self.regular_taken += 1
+            return False
+        return True  # every regular slot is taken, so a free one is of the reserve
+
+    def give_back(self, reserved: bool) -> None:
+        if not reserved:
+            self.regular_taken -= 1
+        self._total.release()
 
 
 async def serve_sockets(
@@ -69,13 +103,17 @@ async def serve_sockets(
     handler_nursery: trio.Nursery,
     *,
     max_connections: int | None = None,
+    reserve: int = 0,
 ) -> NoReturn:
-    """Run ``handler(sock)`` in ``handler_nursery`` for each connection to any of
-    ``sockets`` (listening already), with at most ``max_connections`` (None: no
-    bound) handlers running; closes the sockets when cancelled."""
+    """Run ``handler(sock, reserved)`` in ``handler_nursery`` for each
+    connection to any of ``sockets`` (listening already), with at most
+    ``max_connections`` (None: no bound) handlers running, and ``reserve``
+    more told they are past it; closes the sockets when cancelled."""
     if max_connections is not None and max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
-    slots = trio.Semaphore(max_connections) if max_connections is not None else None
+    if reserve < 0:
+        raise ValueError(f"reserve must be at least 0, got {reserve}")
+    slots = Slots(max_connections, reserve) if max_connections is not None else None
     async with trio.open_nursery() as nursery:
         for sock in sockets:
             nursery.start_soon(_serve_one, handler, sock, handler_nursery, slots)
@@ -86,22 +124,20 @@ async def _serve_one(
     handler: Handler,
     sock: socket.socket,
     handler_nursery: trio.Nursery,
-    slots: trio.Semaphore | None,
+    slots: Slots | None,
 ) -> None:
     with trio.socket.from_stdlib_socket(sock) as listener:  # closed on the way out
         while True:
             await trio.lowlevel.wait_readable(listener)
             for _ in range(ACCEPTS_PER_ROUND):
+                reserved = False
                 if slots is not None:
-                    try:
-                        slots.acquire_nowait()
-                    except trio.WouldBlock:
-                        await slots.acquire()  # at the bound: until a connection closes
+                    reserved = await slots.take()
                 try:
                     connection, _ = sock.accept()
                 except OSError as error:
                     if slots is not None:
-                        slots.release()  # this slot took no connection
+                        slots.give_back(reserved)  # this slot took no connection
                     if isinstance(error, BlockingIOError):
                         break
                     if error.errno in _IGNORABLE_ERRNOS:
@@ -117,14 +153,16 @@ async def _serve_one(
                     await trio.sleep(_RETRY_AFTER)
                     break
                 connection.setblocking(False)
-                handler_nursery.start_soon(_run_handler, handler, connection, slots)
+                handler_nursery.start_soon(_run_handler, handler, connection, slots, reserved)
 
 
-async def _run_handler(handler: Handler, sock: socket.socket, slots: trio.Semaphore | None) -> None:
+async def _run_handler(
+    handler: Handler, sock: socket.socket, slots: Slots | None, reserved: bool
+) -> None:
     try:
-        await handler(sock)
+        await handler(sock, reserved)
     finally:
         if slots is not None:
-            slots.release()
+            slots.give_back(reserved)
         trio.lowlevel.notify_closing(sock)  # a task still waiting on it is woken
         sock.close()

@@ -31,6 +31,10 @@ owns the socket, the tasks and the deadlines:
   client that left, and the status is left in its scope (``REFUSED``) for
   its access log: one line per refused request, never the app's traceback
   of a body that stopped. A refusal no app saw is logged here, one line.
+- A connection accepted into the peers' reserve (past ``max_connections``:
+  ``_settings.PeerReserve``) serves one request, and only one that carries
+  the peer header: any other gets ``503`` with ``Retry-After: 1`` and a JSON
+  error body, and the connection closes; no app sees it.
 - What a connection holds is bounded whatever the client sends: a read
   (``MAX_RECV``), fed to the parser ``FEED_SLICE`` bytes at a time once the
   events before are handled (so a read of tiny pipelined requests is not
@@ -63,7 +67,9 @@ from agentik.server.http._cycle import Cycle, wake
 from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
 from agentik.server.http._relay import Relay, relay_request, replay
+from agentik.server.http._response import error_body
 from agentik.server.http._settings import HttpSettings
+from agentik.server.http._sse import dumps
 from agentik.server.http._timer import ConnectionTimer
 
 log = logging.getLogger("agentik.server")
@@ -86,6 +92,14 @@ REFUSED = "agentik.refused"
 the request (a malformed body, a body too slow); the app was cancelled."""
 LINGER = 2.0
 """Seconds the rest of a refused request body is read and dropped before closing."""
+AT_CAPACITY = dumps(
+    error_body(
+        "at_capacity",
+        "the server is at its connection limit ([limits] max_connections); retry",
+    )
+).encode()
+"""The body of the 503 to a client past the bound (``Retry-After: 1``)."""
+_AT_CAPACITY_HEADERS = b"content-type: application/json\r\nretry-after: 1\r\n"
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
@@ -113,6 +127,8 @@ class Connection:
         "_lock",
         "_nursery",
         "_parser",
+        "_peer_header",
+        "_peers",
         "_reading",
         "_relay",
         "_resume",
@@ -144,6 +160,9 @@ class Connection:
         self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self._parser = RequestParser(settings.max_head_bytes)
+        self._peers = settings.peers
+        self._peer_header: bytes | None = None
+        """Set on a reserve connection: the header its one request must carry."""
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
@@ -168,6 +187,12 @@ class Connection:
         """The rest of a read the parser has not been given yet (``FEED_SLICE``)."""
         self._client: tuple[str, int] | None = None
         self._server: tuple[str, int] | None = None
+
+    def reserve_for_peers(self) -> None:
+        """This connection took a slot of the peers' reserve: serve it one
+        request, and only one from a peer."""
+        assert self._peers is not None, "a reserve connection without a reserve"
+        self._peer_header = self._peers.header
 
     async def run(self) -> None:
         """Serve requests until the client leaves, a deadline passes or the
@@ -204,6 +229,9 @@ class Connection:
                     while self._cycle is not None:  # pipelined: wait for the response before
                         if not await self._paused():
                             return
+                    if self._peer_header is not None and not self._from_peer(value):  # type: ignore[arg-type]
+                        await self._turn_away()
+                        return
                     if not self._start(value):  # type: ignore[arg-type]
                         return
                 elif kind == END:
@@ -284,8 +312,10 @@ class Connection:
             return False
         relay = self._relay
         route = None
+        reserved = self._peer_header is not None  # one request: the answer closes
         if (
             relay is not None
+            and not reserved
             and head.keep_alive
             and not head.expect_continue
             and head.http_version == "1.1"
@@ -302,7 +332,7 @@ class Connection:
             self,
             self._scope(head),
             http_version=head.http_version,
-            keep_alive=head.keep_alive,
+            keep_alive=head.keep_alive and not reserved,
             expect_continue=head.expect_continue,
         )
         self._nursery.start_soon(self._run_app, cycle, cycle.receive)
@@ -329,6 +359,22 @@ class Connection:
         if self._state is not None:
             scope["state"] = self._state.copy()
         return scope
+
+    def _from_peer(self, head: RequestHead) -> bool:
+        return any(name == self._peer_header for name, _ in head.headers)
+
+    async def _turn_away(self) -> None:
+        """A request that is not a peer's on a reserve connection: 503 at once,
+        before any app, then close (after reading the rest of what it sends
+        for up to ``LINGER`` seconds, so the close does not reset the 503)."""
+        self._timer.end()  # no 408 after the 503
+        log.debug("refused status=503 reason=past max_connections, not from a peer")
+        with trio.CancelScope(shield=True):
+            await self._send_refusal(503, _AT_CAPACITY_HEADERS, AT_CAPACITY)
+            with contextlib.suppress(*_GONE):
+                await self._stream.send_eof()
+        self._reading.deadline = trio.current_time() + LINGER
+        await self._drain()
 
     async def _body(self, data: bytes) -> None:
         cycle = self._cycle
@@ -534,13 +580,15 @@ class Connection:
             self._ended = True
             self._stream.socket.close()
 
-    async def _send_refusal(self, status: int) -> None:
-        """A response of ``status`` with no body, that closes the connection."""
+    async def _send_refusal(self, status: int, headers: bytes = b"", body: bytes = b"") -> None:
+        """A response of ``status`` (no body unless given), that closes the connection."""
         data = (
             STATUS_LINES[status]
-            + b"content-length: 0\r\nconnection: close\r\n"
+            + b"content-length: %d\r\nconnection: close\r\n" % len(body)
+            + headers
             + self.response_headers()
             + b"\r\n"
+            + body
         )
         with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
             with contextlib.suppress(*_GONE):

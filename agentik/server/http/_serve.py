@@ -3,7 +3,8 @@
 Lifetimes, outermost first: the app's lifespan (startup before the first
 connection is accepted, shutdown after the last one closed) > the open
 connections > the accept loop (``_accept.serve_sockets``: connections taken
-in bursts, at most ``max_connections`` open). On shutdown the accept loop
+in bursts, at most ``max_connections`` open, and the peers' reserve past it:
+``HttpSettings.peers``). On shutdown the accept loop
 stops and the listening socket closes, idle keep-alive connections close at
 once, busy ones close as soon as their response is done, and whatever is
 still open after ``graceful_timeout`` seconds (or once ``interrupt_trigger``
@@ -79,7 +80,8 @@ async def serve(
     ``interrupt_trigger`` returns). Reports the bound URLs through ``task_status``.
     ``relay`` takes the requests it wants before the app (``_relay``)."""
     max_connections = settings.limits.max_connections
-    warn_if_descriptors_short(max_connections)
+    reserve = 0 if settings.peers is None else settings.peers.connections
+    warn_if_descriptors_short(max_connections + reserve)
     sock = listening_socket(host, port, backlog)
     try:
         async with trio.open_nursery() as lifespan_nursery:
@@ -89,14 +91,17 @@ async def serve(
             terminated = trio.Event()
             headers = ResponseHeaders()
 
-            async def handle(sock: socket.socket) -> None:
-                await Connection(app, sock, settings, terminated, headers, state, relay).run()
+            async def handle(sock: socket.socket, reserved: bool) -> None:
+                connection = Connection(app, sock, settings, terminated, headers, state, relay)
+                if reserved:
+                    connection.reserve_for_peers()
+                await connection.run()
 
             async with trio.open_nursery() as connections:
                 task_status.started([socket_url(sock)])
                 async with trio.open_nursery() as accepting:
                     accepting.start_soon(
-                        partial(serve_sockets, max_connections=max_connections),
+                        partial(serve_sockets, max_connections=max_connections, reserve=reserve),
                         handle,
                         [sock],
                         connections,

@@ -9,6 +9,27 @@ from agentik.server.http._timer import ConnectionLimits
 
 
 @attrs.frozen(kw_only=True)
+class PeerReserve:
+    """Connections accepted past ``max_connections`` for requests from other
+    nodes (``[limits] peer_connections``; docs/scale-out.md).
+
+    Two nodes that forward requests to each other, each at its bound, would
+    otherwise wait for ever: every connection of each holds a request
+    forwarded to the other, and those wait, never accepted, in the other's
+    listen backlog. A request on a reserve connection must carry ``header``
+    (the cluster's hop header); any other is answered 503 with
+    ``Retry-After`` and the connection closed, without reaching the app. A
+    reserve connection serves one request (its answer says ``Connection:
+    close``), so the reserve is held only while a peer's request is answered
+    and the peer requests behind it in the backlog get their turn."""
+
+    header: bytes
+    """The request header that marks a request from a peer (lower case)."""
+    connections: int
+    """How many connections past ``max_connections``; 0: none."""
+
+
+@attrs.frozen(kw_only=True)
 class HttpSettings:
     """How connections are served (``serve``; ``[limits]`` in agentik.toml)."""
 
@@ -18,3 +39,5 @@ class HttpSettings:
     """Request deadlines and the bound on open connections."""
     max_head_bytes: int = 16 * 1024
     """The largest request head; past it, 431."""
+    peers: PeerReserve | None = None
+    """The reserve for other nodes' requests past the bound; None: none."""
