@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from agentik.server.http._accept import serve_sockets
+from agentik.server.http._accept import Slot, serve_sockets
 
 
 class Rounds(trio.abc.Instrument):
@@ -63,7 +63,7 @@ async def serve_until_accepted(
     accepted: list[socket.socket] = []
     all_in = trio.Event()
 
-    async def handler(connection: socket.socket, reserved: bool) -> None:
+    async def handler(connection: socket.socket, slot: Slot) -> None:
         accepted.append(connection)
         if len(accepted) == count:
             all_in.set()
@@ -118,7 +118,7 @@ async def test_another_accept_error_is_raised(
     sock = listening()
     clients.append(socket.create_connection(sock.getsockname()))
 
-    async def handler(connection: socket.socket, reserved: bool) -> None:
+    async def handler(connection: socket.socket, slot: Slot) -> None:
         raise AssertionError("no connection was accepted")
 
     with pytest.raises(ExceptionGroup) as caught:

@@ -227,6 +227,60 @@ async def test_a_plain_request_past_the_bound_gets_503_without_the_app(
         busy[1].close()
 
 
+async def test_a_peer_connection_on_a_regular_slot_moves_to_the_reserve(
+    clock: trio.testing.MockClock,
+) -> None:
+    """A peer's kept-alive connection, opened while slots were free, holds a
+    regular one. Once clients take every other regular slot, its next request
+    moves it to the reserve (answered, then closed), so the next client gets
+    the regular slot it held instead of a 503."""
+    app = HoldingApp()
+    async with serving(app) as port:
+        peer = await Client.connect(port)
+        await peer.send("/now", peer=True)
+        with trio.fail_after(5):
+            _, headers, _ = await peer.answer()
+        assert b"connection" not in headers  # a regular slot: kept alive
+        busy = await held(port, app, 1)  # every regular slot taken now
+        await peer.send("/now", peer=True)
+        with trio.fail_after(5):
+            status, headers, _ = await peer.answer()
+        assert status == b"HTTP/1.1 200 OK"
+        assert headers[b"connection"] == b"close"  # a reserve connection: one request
+        with trio.fail_after(5):
+            assert await peer.closed_by_server()
+        peer.close()
+        client = await Client.connect(port)
+        await client.send("/now")
+        with trio.fail_after(5):
+            status, headers, _ = await client.answer()
+        assert status == b"HTTP/1.1 200 OK"  # the regular slot the peer held
+        assert b"connection" not in headers
+        client.close()
+        for other in busy:
+            other.close()
+
+
+async def test_a_peer_connection_keeps_its_regular_slot_while_others_are_free(
+    clock: trio.testing.MockClock,
+) -> None:
+    """With a regular slot still free nothing moves: the peer's connection is
+    kept alive (a hop costs no new connection while the node has room)."""
+    app = HoldingApp()
+    async with serving(app, max_connections=3) as port:
+        peer = await Client.connect(port)
+        busy = await held(port, app, 1)
+        for _ in range(3):
+            await peer.send("/now", peer=True)
+            with trio.fail_after(5):
+                status, headers, _ = await peer.answer()
+            assert status == b"HTTP/1.1 200 OK"
+            assert b"connection" not in headers
+        peer.close()
+        for other in busy:
+            other.close()
+
+
 async def test_past_the_reserve_connections_wait_in_the_backlog(
     clock: trio.testing.MockClock,
 ) -> None:

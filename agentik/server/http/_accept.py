@@ -63,9 +63,9 @@ _IGNORABLE_ERRNOS = frozenset(
 )
 """What trio's ``SocketListener`` skips: that connection is gone, not the listener."""
 
-Handler = Callable[[socket.socket, bool], Awaitable[object]]
+Handler = Callable[[socket.socket, "Slot"], Awaitable[object]]
 """Serves one accepted connection: a non-blocking socket, closed once it
-returns, and whether it took a reserve slot."""
+returns, and the slot it holds."""
 
 
 @final
@@ -73,11 +73,12 @@ class Slots:
     """``regular`` slots and ``reserve`` more: a connection takes a regular
     one while any is free, else a reserve one."""
 
-    __slots__ = ("_regular", "_total", "regular_taken")
+    __slots__ = ("_regular", "_reserve", "_total", "regular_taken")
 
     def __init__(self, regular: int, reserve: int) -> None:
         self._total = trio.Semaphore(regular + reserve)
         self._regular = regular
+        self._reserve = reserve
         self.regular_taken = 0
 
     async def take(self) -> bool:
@@ -95,6 +96,41 @@ class Slots:
         if not reserved:
             self.regular_taken -= 1
         self._total.release()
+
+    def move_to_reserve(self) -> bool:
+        """Every regular slot is taken and a reserve one is free: a regular
+        slot becomes a reserve one (its connection a peer's), and the next
+        client gets it; whether it moved."""
+        taken = self._regular + self._reserve - self._total.value
+        if self.regular_taken < self._regular or taken - self.regular_taken >= self._reserve:
+            return False
+        self.regular_taken -= 1
+        return True
+
+
+@final
+class Slot:
+    """The slot one connection holds: regular, or of the reserve."""
+
+    __slots__ = ("_slots", "reserved")
+
+    def __init__(self, slots: Slots | None, reserved: bool) -> None:
+        self._slots = slots
+        self.reserved = reserved
+
+    def to_reserve(self) -> bool:
+        """For a peer's connection on a regular slot: move to the reserve when
+        clients need every regular slot (``Slots.move_to_reserve``); whether
+        it holds a reserve slot now. A peer's kept-alive connections, opened
+        while slots were free, would otherwise hold regular slots idle while
+        clients past the bound are turned away."""
+        if not self.reserved and self._slots is not None and self._slots.move_to_reserve():
+            self.reserved = True
+        return self.reserved
+
+    def give_back(self) -> None:
+        if self._slots is not None:
+            self._slots.give_back(self.reserved)
 
 
 async def serve_sockets(
@@ -153,16 +189,13 @@ async def _serve_one(
                     await trio.sleep(_RETRY_AFTER)
                     break
                 connection.setblocking(False)
-                handler_nursery.start_soon(_run_handler, handler, connection, slots, reserved)
+                handler_nursery.start_soon(_run_handler, handler, connection, Slot(slots, reserved))
 
 
-async def _run_handler(
-    handler: Handler, sock: socket.socket, slots: Slots | None, reserved: bool
-) -> None:
+async def _run_handler(handler: Handler, sock: socket.socket, slot: Slot) -> None:
     try:
-        await handler(sock, reserved)
+        await handler(sock, slot)
     finally:
-        if slots is not None:
-            slots.give_back(reserved)
+        slot.give_back()
         trio.lowlevel.notify_closing(sock)  # a task still waiting on it is woken
         sock.close()

@@ -63,6 +63,7 @@ from urllib.parse import unquote
 import trio
 
 from agentik._sync import Pending
+from agentik.server.http._accept import Slot
 from agentik.server.http._cycle import Cycle, wake
 from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
@@ -140,6 +141,7 @@ class Connection:
         "_timer",
         "_unfed",
         "response_headers",
+        "slot",
     )
 
     def __init__(
@@ -163,6 +165,8 @@ class Connection:
         self._peers = settings.peers
         self._peer_header: bytes | None = None
         """Set on a reserve connection: the header its one request must carry."""
+        self.slot = Slot(None, reserved=False)
+        """The accept loop's slot this connection holds (``_accept``)."""
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
@@ -232,6 +236,8 @@ class Connection:
                     if self._peer_header is not None and not self._from_peer(value):  # type: ignore[arg-type]
                         await self._turn_away()
                         return
+                    if self._peer_header is None:
+                        self._peer_header = self._moved_to_reserve(value)  # type: ignore[arg-type]
                     if not self._start(value):  # type: ignore[arg-type]
                         return
                 elif kind == END:
@@ -362,6 +368,16 @@ class Connection:
 
     def _from_peer(self, head: RequestHead) -> bool:
         return any(name == self._peer_header for name, _ in head.headers)
+
+    def _moved_to_reserve(self, head: RequestHead) -> bytes | None:
+        """A peer's request on a regular slot, every regular slot taken: the
+        connection takes a reserve slot instead (``Slot.to_reserve``) and,
+        as a reserve connection, closes once this request is answered; the
+        peer header then, else None."""
+        peers = self._peers
+        if peers is None or not any(name == peers.header for name, _ in head.headers):
+            return None
+        return peers.header if self.slot.to_reserve() else None
 
     async def _turn_away(self) -> None:
         """A request that is not a peer's on a reserve connection: 503 at once,

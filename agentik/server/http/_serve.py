@@ -26,7 +26,7 @@ from typing import final
 
 import trio
 
-from agentik.server.http._accept import serve_sockets
+from agentik.server.http._accept import Slot, serve_sockets
 from agentik.server.http._connection import Connection
 from agentik.server.http._framing import ASGIApp, Message, ResponseHeaders
 from agentik.server.http._relay import Relay
@@ -91,9 +91,10 @@ async def serve(
             terminated = trio.Event()
             headers = ResponseHeaders()
 
-            async def handle(sock: socket.socket, reserved: bool) -> None:
+            async def handle(sock: socket.socket, slot: Slot) -> None:
                 connection = Connection(app, sock, settings, terminated, headers, state, relay)
-                if reserved:
+                connection.slot = slot
+                if slot.reserved:
                     connection.reserve_for_peers()
                 await connection.run()
 
