@@ -320,6 +320,10 @@ async def _scale_once(
         n = args.conversations
         warm = Driver(urls)  # each conversation's first turn: its claim
         await _run_each(n, n, lambda i: _turns(warm, prefix, i, 1))
+        # Its connections closed: kept open, they would hold half of each
+        # node's max_connections idle (the nodes' keep-alive is 300 s here),
+        # and past 500 conversations the measured driver's would wait behind them.
+        await warm.aclose()
         owners = None
         if route != "random":
             names = [f"{prefix}{i}" for i in range(n)]
@@ -346,7 +350,6 @@ async def _scale_once(
             "failed": driver.failures,
             "each_node_us": "/".join(f"{1e6 * c / turns:.0f}" for c in each),
         }
-        await warm.aclose()
         await driver.aclose()
         await stop_nodes(nodes)
         if balancer is not None:
