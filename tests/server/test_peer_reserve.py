@@ -281,6 +281,46 @@ async def test_a_peer_connection_keeps_its_regular_slot_while_others_are_free(
             other.close()
 
 
+async def test_a_client_in_the_reserve_waits_for_a_regular_slot_while_half_is_free(
+    clock: trio.testing.MockClock,
+) -> None:
+    """A client past the bound waits, as it would have in the listen backlog,
+    for a regular slot (then served on a kept-alive connection), while no
+    more than half the reserve waits so; past that it gets the 503, and a
+    peer still finds room."""
+    app = HoldingApp()
+    async with serving(app, reserve=2) as port:
+        busy = await held(port, app, 2)
+        waiting = await Client.connect(port)
+        await waiting.send("/now")
+        assert await waiting.unanswered_for(3)
+        peer = await Client.connect(port)
+        await peer.send("/now", peer=True)
+        with trio.fail_after(5):
+            assert (await peer.answer())[0] == b"HTTP/1.1 200 OK"
+            assert await peer.closed_by_server()
+        peer.close()
+        await trio.sleep(1)  # the peer's reserve slot is back
+        turned = await Client.connect(port)
+        await turned.send("/now")
+        with trio.fail_after(5):
+            status, headers, _ = await turned.answer()
+        assert status == b"HTTP/1.1 503 Service Unavailable"  # half the reserve waits
+        assert headers[b"retry-after"] == b"1"
+        turned.close()
+        assert app.seen == ["/hold", "/hold", "/now"]
+        busy[0].close()  # its regular slot goes to the waiting client
+        with trio.fail_after(5):
+            status, headers, _ = await waiting.answer()
+        assert status == b"HTTP/1.1 200 OK"
+        assert b"connection" not in headers  # a regular connection, kept alive
+        await waiting.send("/now")
+        with trio.fail_after(5):
+            assert (await waiting.answer())[0] == b"HTTP/1.1 200 OK"
+        waiting.close()
+        busy[1].close()
+
+
 async def test_past_the_reserve_connections_wait_in_the_backlog(
     clock: trio.testing.MockClock,
 ) -> None:

@@ -71,15 +71,20 @@ returns, and the slot it holds."""
 @final
 class Slots:
     """``regular`` slots and ``reserve`` more: a connection takes a regular
-    one while any is free, else a reserve one."""
+    one while any is free, else a reserve one. A client's connection on a
+    reserve slot may wait for a regular one (``wait_for_regular``), as it
+    would have waited in the listen backlog, while no more than half the
+    reserve waits so: the rest stays the peers'."""
 
-    __slots__ = ("_regular", "_reserve", "_total", "regular_taken")
+    __slots__ = ("_lot", "_regular", "_reserve", "_total", "regular_taken")
 
     def __init__(self, regular: int, reserve: int) -> None:
         self._total = trio.Semaphore(regular + reserve)
         self._regular = regular
         self._reserve = reserve
         self.regular_taken = 0
+        self._lot = trio.lowlevel.ParkingLot()
+        """Clients' connections on reserve slots waiting for a regular one."""
 
     async def take(self) -> bool:
         """Wait for a free slot and take it; whether it is a reserve one."""
@@ -94,8 +99,25 @@ class Slots:
 
     def give_back(self, reserved: bool) -> None:
         if not reserved:
-            self.regular_taken -= 1
+            self._regular_freed()
         self._total.release()
+
+    def _regular_freed(self) -> None:
+        """A regular slot was given up: to the longest waiting client, if any
+        (its reserve slot becomes the regular one), else free."""
+        if self._lot:
+            self._lot.unpark()
+        else:
+            self.regular_taken -= 1
+
+    async def wait_for_regular(self) -> bool:
+        """For a client's connection on a reserve slot: wait until a regular
+        slot is handed to it (True), unless half the reserve waits already
+        (False: it is turned away, so peers keep room)."""
+        if len(self._lot) >= self._reserve // 2:
+            return False
+        await self._lot.park()
+        return True
 
     def move_to_reserve(self) -> bool:
         """Every regular slot is taken and a reserve one is free: a regular
@@ -104,7 +126,7 @@ class Slots:
         taken = self._regular + self._reserve - self._total.value
         if self.regular_taken < self._regular or taken - self.regular_taken >= self._reserve:
             return False
-        self.regular_taken -= 1
+        self._regular_freed()
         return True
 
 
@@ -127,6 +149,16 @@ class Slot:
         if not self.reserved and self._slots is not None and self._slots.move_to_reserve():
             self.reserved = True
         return self.reserved
+
+    async def to_regular(self) -> bool:
+        """For a client's connection on a reserve slot: wait for a regular
+        slot (``Slots.wait_for_regular``); whether it holds one now."""
+        if not self.reserved:
+            return True
+        if self._slots is None or not await self._slots.wait_for_regular():
+            return False
+        self.reserved = False
+        return True
 
     def give_back(self) -> None:
         if self._slots is not None:

@@ -32,9 +32,13 @@ owns the socket, the tasks and the deadlines:
   its access log: one line per refused request, never the app's traceback
   of a body that stopped. A refusal no app saw is logged here, one line.
 - A connection accepted into the peers' reserve (past ``max_connections``:
-  ``_settings.PeerReserve``) serves one request, and only one that carries
-  the peer header: any other gets ``503`` with ``Retry-After: 1`` and a JSON
-  error body, and the connection closes; no app sees it.
+  ``_settings.PeerReserve``) serves one request that carries the peer
+  header, then closes. A client's request there waits for a regular slot
+  (as it would have in the listen backlog) and is then served as on any
+  connection, unless half the reserve waits so already: then it gets
+  ``503`` with ``Retry-After: 1`` and a JSON error body, and the connection
+  closes; no app sees it. A peer's request on a regular slot while every
+  regular one is taken moves its connection to the reserve.
 - What a connection holds is bounded whatever the client sends: a read
   (``MAX_RECV``), fed to the parser ``FEED_SLICE`` bytes at a time once the
   events before are handled (so a read of tiny pipelined requests is not
@@ -234,8 +238,10 @@ class Connection:
                         if not await self._paused():
                             return
                     if self._peer_header is not None and not self._from_peer(value):  # type: ignore[arg-type]
-                        await self._turn_away()
-                        return
+                        if not await self.slot.to_regular():
+                            await self._turn_away()
+                            return
+                        self._peer_header = None  # a regular connection now
                     if self._peer_header is None:
                         self._peer_header = self._moved_to_reserve(value)  # type: ignore[arg-type]
                     if not self._start(value):  # type: ignore[arg-type]
