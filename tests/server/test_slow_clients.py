@@ -304,9 +304,17 @@ def test_an_open_file_limit_below_the_bound_is_warned_about(
 ) -> None:
     monkeypatch.setattr(resource, "getrlimit", lambda _: (90, 4096))
     warn_if_descriptors_short(1000)
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (2000, 4096))
+    warn_if_descriptors_short(1000, 250)
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1100, 4096))
     warn_if_descriptors_short(1000)
+    warn_if_descriptors_short(1000, 250)  # the peers' reserve counts too
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (2000, 4096))
+    warn_if_descriptors_short(1000, 250)
     assert [r.getMessage() for r in caplog.records] == [
         "the open-file limit (90) is below [limits] max_connections + 64 (1064):"
-        " raise it (ulimit -n) or lower max_connections"
+        " raise it (ulimit -n) or lower max_connections",
+        "the open-file limit (90) is below [limits] max_connections + peer_connections"
+        " + 64 (1314): raise it (ulimit -n) or lower max_connections",
+        "the open-file limit (1100) is below [limits] max_connections + peer_connections"
+        " + 64 (1314): raise it (ulimit -n) or lower max_connections",
     ]

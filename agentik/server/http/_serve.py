@@ -81,7 +81,7 @@ async def serve(
     ``relay`` takes the requests it wants before the app (``_relay``)."""
     max_connections = settings.limits.max_connections
     reserve = 0 if settings.peers is None else settings.peers.connections
-    warn_if_descriptors_short(max_connections + reserve)
+    warn_if_descriptors_short(max_connections, reserve)
     sock = listening_socket(host, port, backlog)
     try:
         async with trio.open_nursery() as lifespan_nursery:
@@ -201,16 +201,19 @@ class Lifespan:
             await self._shutdown.wait()
 
 
-def warn_if_descriptors_short(max_connections: int) -> None:
+def warn_if_descriptors_short(max_connections: int, reserve: int = 0) -> None:
     """Log a warning when the process may run out of file descriptors before
-    it reaches ``max_connections``: accepting then fails with EMFILE."""
+    it reaches ``max_connections`` (and the peers' ``reserve``): accepting
+    then fails with EMFILE."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = max_connections + DESCRIPTORS_RESERVED
+    needed = max_connections + reserve + DESCRIPTORS_RESERVED
     if soft != resource.RLIM_INFINITY and soft < needed:
+        bound = "max_connections + peer_connections" if reserve else "max_connections"
         log.warning(
-            "the open-file limit (%d) is below [limits] max_connections + %d (%d):"
+            "the open-file limit (%d) is below [limits] %s + %d (%d):"
             " raise it (ulimit -n) or lower max_connections",
             soft,
+            bound,
             DESCRIPTORS_RESERVED,
             needed,
         )
