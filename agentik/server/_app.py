@@ -316,6 +316,7 @@ def _health_routes(ctx: ServerContext) -> list[BaseRoute]:
             http_requests=dict(ctx.http_requests),
             writer=ctx.writer_gauges(),
             scheduler=ctx.agent.model_scheduler,
+            reserve=ctx.reserve_counts,
         )
         return Response(text, media_type=CONTENT_TYPE)
 

@@ -19,6 +19,7 @@ import trio
 from agentik.agent import ChatAgent
 from agentik.server._peers import PeerClient
 from agentik.server._settings import ServerConfig
+from agentik.server.http import ReserveCounts
 from agentik.storage import WriterStats
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class ServerContext:
     background: trio.Nursery | None = None
     """Where turns that outlive their request run (A2A ``returnImmediately``):
     the server's own nursery, so shutdown waits for them."""
+    reserve_counts: ReserveCounts | None = None
+    """A node that forwards: what happened at its connection bound (``/metrics``)."""
     peers: PeerClient | None = None
     """Several nodes on one database, ``[cluster] forward`` on: the client
     that forwards requests to the node that owns their conversation

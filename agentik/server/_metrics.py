@@ -15,6 +15,7 @@ from agentik._histogram import Histogram
 from agentik._json import JsonObject
 from agentik.agent import AgentStats
 from agentik.models import ModelScheduler
+from agentik.server.http import ReserveCounts
 from agentik.storage import WriterStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -65,6 +66,7 @@ def render_metrics(
     http_requests: Mapping[str, int],
     writer: WriterStats | None,
     scheduler: ModelScheduler | None = None,
+    reserve: ReserveCounts | None = None,
 ) -> str:
     out = _Out()
     out.metric("agentik_uptime_seconds", "gauge", "Seconds since the server started.", uptime)
@@ -118,6 +120,19 @@ def render_metrics(
         dict(http_requests),
         "status",
     )
+    if reserve is not None:
+        out.metric(
+            "agentik_http_at_bound_total",
+            "counter",
+            "At max_connections: clients turned away (503 at_capacity), clients that"
+            " waited for a slot, peers' connections moved to the peers' reserve.",
+            {
+                "turned_away": reserve.turned_away,
+                "waited": reserve.waited,
+                "moved": reserve.moved,
+            },
+            "event",
+        )
     if writer is not None:
         out.metric(
             "agentik_writer_batches_total", "counter", "Commits the writer made.", writer.batches

@@ -383,6 +383,7 @@ async def serve_agentik(
             ),
             peers=peer_reserve(config) if forwarding else None,
         )
+        reserve = settings.peers
 
         peers = None
         if forwarding:
@@ -400,6 +401,7 @@ async def serve_agentik(
                 writer_gauges=lambda: writer_stats(bundle),
                 background=nursery,
                 peers=peers,
+                reserve_counts=None if reserve is None else reserve.counts,
             )
             app = mount(ctx)
             retention = trio.CancelScope()

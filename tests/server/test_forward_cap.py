@@ -23,6 +23,7 @@ import random
 from pathlib import Path
 
 import attrs
+import httpx2
 import trio
 
 from agentik.benchmark._http import BenchClient
@@ -122,6 +123,17 @@ async def test_two_forwarding_nodes_at_their_cap_answer_every_turn(
                     await client.aclose()
             assert clients.answered == CONVERSATIONS * TURNS
             assert clients.at_capacity > 0, "the caps were never reached: the test shows nothing"
+            turned_away = 0
+            async with httpx2.AsyncClient() as probe:
+                for node in nodes:
+                    metrics = (await probe.get(f"{node.url}/metrics")).text
+                    (line,) = [
+                        line
+                        for line in metrics.splitlines()
+                        if line.startswith('agentik_http_at_bound_total{event="turned_away"} ')
+                    ]
+                    turned_away += int(float(line.split()[-1]))
+            assert turned_away == clients.at_capacity  # /metrics counts each 503 at the bound
         finally:
             await stop_nodes(nodes)
         nursery.cancel_scope.cancel()

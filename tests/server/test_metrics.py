@@ -15,6 +15,7 @@ from agentik.agent import AgentStats
 from agentik.models import ModelScheduler
 from agentik.server import ServerConfig, serve_agentik
 from agentik.server._metrics import render_metrics
+from agentik.server.http import ReserveCounts
 from agentik.storage import WriterStats
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "server.md"
@@ -54,7 +55,8 @@ async def test_token_counters_follow_the_model_usage(tmp_path: Path) -> None:
 
 
 async def test_the_documented_series_are_the_served_ones() -> None:
-    """Every series /metrics serves (with a SQLite writer and model limits) is
+    """Every series /metrics serves (with a SQLite writer, model limits and
+    the peers' reserve of a forwarding node) is
     named in docs/server.md's "Health and metrics", and nothing else is."""
     writer = WriterStats(
         running=True,
@@ -70,7 +72,12 @@ async def test_the_documented_series_are_the_served_ones() -> None:
     scheduler = ModelScheduler(ModelLimits(requests_per_minute=60))
     served = _series(
         render_metrics(
-            AgentStats(), uptime=1.0, http_requests={}, writer=writer, scheduler=scheduler
+            AgentStats(),
+            uptime=1.0,
+            http_requests={},
+            writer=writer,
+            scheduler=scheduler,
+            reserve=ReserveCounts(),
         )
     )
     assert served == _documented(), (

@@ -30,7 +30,13 @@ import trio
 import trio.testing
 
 from agentik.server import ConfigError, Limits, load_config
-from agentik.server.http import ConnectionLimits, HttpSettings, PeerReserve, serve
+from agentik.server.http import (
+    ConnectionLimits,
+    HttpSettings,
+    PeerReserve,
+    ReserveCounts,
+    serve,
+)
 
 PEER = b"agentik-forwarded"
 
@@ -87,12 +93,18 @@ class HoldingApp:
 
 @asynccontextmanager
 async def serving(
-    app: HoldingApp, *, max_connections: int = 2, reserve: int | None = 1
+    app: HoldingApp,
+    *,
+    max_connections: int = 2,
+    reserve: int | None = 1,
+    counts: ReserveCounts | None = None,
 ) -> AsyncIterator[int]:
-    settings = HttpSettings(
-        limits=ConnectionLimits(max_connections=max_connections),
-        peers=None if reserve is None else PeerReserve(header=PEER, connections=reserve),
-    )
+    """A server of ``app`` on 127.0.0.1 (its port); ``counts`` gets what
+    happened at the bound."""
+    peers = None
+    if reserve is not None:
+        peers = PeerReserve(header=PEER, connections=reserve, counts=counts or ReserveCounts())
+    settings = HttpSettings(limits=ConnectionLimits(max_connections=max_connections), peers=peers)
     async with trio.open_nursery() as nursery:
         (url,) = await nursery.start(partial(serve, app, settings=settings))
         yield int(url.rsplit(":", 1)[1])
@@ -235,12 +247,14 @@ async def test_a_peer_connection_on_a_regular_slot_moves_to_the_reserve(
     moves it to the reserve (answered, then closed), so the next client gets
     the regular slot it held instead of a 503."""
     app = HoldingApp()
-    async with serving(app) as port:
+    counts = ReserveCounts()
+    async with serving(app, counts=counts) as port:
         peer = await Client.connect(port)
         await peer.send("/now", peer=True)
         with trio.fail_after(5):
             _, headers, _ = await peer.answer()
         assert b"connection" not in headers  # a regular slot: kept alive
+        assert counts == ReserveCounts()
         busy = await held(port, app, 1)  # every regular slot taken now
         await peer.send("/now", peer=True)
         with trio.fail_after(5):
@@ -257,6 +271,7 @@ async def test_a_peer_connection_on_a_regular_slot_moves_to_the_reserve(
         assert status == b"HTTP/1.1 200 OK"  # the regular slot the peer held
         assert b"connection" not in headers
         client.close()
+        assert counts == ReserveCounts(moved=1)
         for other in busy:
             other.close()
 
@@ -289,7 +304,8 @@ async def test_a_client_in_the_reserve_waits_for_a_regular_slot_while_half_is_fr
     more than half the reserve waits so; past that it gets the 503, and a
     peer still finds room."""
     app = HoldingApp()
-    async with serving(app, reserve=2) as port:
+    counts = ReserveCounts()
+    async with serving(app, reserve=2, counts=counts) as port:
         busy = await held(port, app, 2)
         waiting = await Client.connect(port)
         await waiting.send("/now")
@@ -319,6 +335,7 @@ async def test_a_client_in_the_reserve_waits_for_a_regular_slot_while_half_is_fr
             assert (await waiting.answer())[0] == b"HTTP/1.1 200 OK"
         waiting.close()
         busy[1].close()
+        assert counts == ReserveCounts(turned_away=1, waited=1)
 
 
 async def test_past_the_reserve_connections_wait_in_the_backlog(

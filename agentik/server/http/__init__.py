@@ -66,6 +66,7 @@ from agentik.server.http._response import send_json as send_json
 from agentik.server.http._serve import serve as serve
 from agentik.server.http._settings import HttpSettings as HttpSettings
 from agentik.server.http._settings import PeerReserve as PeerReserve
+from agentik.server.http._settings import ReserveCounts as ReserveCounts
 from agentik.server.http._sse import HEARTBEAT as HEARTBEAT
 from agentik.server.http._sse import EventStream as EventStream
 from agentik.server.http._sse import dumps as dumps
@@ -89,6 +90,7 @@ __all__ = [
     "Relay",
     "RelayedRequest",
     "Reply",
+    "ReserveCounts",
     "Scope",
     "Send",
     "as_list",

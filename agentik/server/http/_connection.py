@@ -238,7 +238,7 @@ class Connection:
                         if not await self._paused():
                             return
                     if self._peer_header is not None and not self._from_peer(value):  # type: ignore[arg-type]
-                        if not await self.slot.to_regular():
+                        if not await self._waited_for_regular():
                             await self._turn_away()
                             return
                         self._peer_header = None  # a regular connection now
@@ -375,6 +375,17 @@ class Connection:
     def _from_peer(self, head: RequestHead) -> bool:
         return any(name == self._peer_header for name, _ in head.headers)
 
+    async def _waited_for_regular(self) -> bool:
+        """A client's request on a reserve connection: whether it got a
+        regular slot (``Slot.to_regular``)."""
+        assert self._peers is not None
+        counts = self._peers.counts
+        if await self.slot.to_regular():
+            counts.waited += 1
+            return True
+        counts.turned_away += 1
+        return False
+
     def _moved_to_reserve(self, head: RequestHead) -> bytes | None:
         """A peer's request on a regular slot, every regular slot taken: the
         connection takes a reserve slot instead (``Slot.to_reserve``) and,
@@ -383,7 +394,10 @@ class Connection:
         peers = self._peers
         if peers is None or not any(name == peers.header for name, _ in head.headers):
             return None
-        return peers.header if self.slot.to_reserve() else None
+        if not self.slot.to_reserve():
+            return None
+        peers.counts.moved += 1
+        return peers.header
 
     async def _turn_away(self) -> None:
         """A request that is not a peer's on a reserve connection: 503 at once,
