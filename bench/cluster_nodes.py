@@ -110,8 +110,9 @@ class Driver:
     acked: dict[str, int] = attrs.Factory(dict)
     failures: int = 0
     """Answers other than 200 (each retried)."""
-    statuses: dict[int, int] = attrs.Factory(dict)
-    """How many answers of each status other than 200."""
+    statuses: dict[str, int] = attrs.Factory(dict)
+    """How many answers of each status other than 200, with their error code
+    ("503 at_capacity"), where the body names one."""
     failed_at: dict[str, int] = attrs.Factory(dict)
     """Answers other than 200 and requests that reached no node, by node URL."""
     slowest: dict[str, float] = attrs.Factory(dict)
@@ -162,7 +163,8 @@ class Driver:
                 self.last_ack[conversation] = now
                 return True
             self.failures += 1
-            self.statuses[reply.status] = self.statuses.get(reply.status, 0) + 1
+            kind = f"{reply.status} {_error_code(reply.body)}".rstrip()
+            self.statuses[kind] = self.statuses.get(kind, 0) + 1
             await trio.sleep(self.pause)
         return False
 
@@ -308,6 +310,16 @@ async def _profiled(nodes: list[Node], folder: str | None, label: str) -> AsyncI
         with trio.move_on_after(10):
             for spy in spies:
                 await spy.wait()
+
+
+def _error_code(body: bytes) -> str:
+    """The ``error.code`` of an agentik error body; "" for anything else (a
+    balancer's own page)."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return code if isinstance(code, str) else ""
 
 
 async def _scale_once(
