@@ -338,6 +338,28 @@ async def test_a_client_in_the_reserve_waits_for_a_regular_slot_while_half_is_fr
         assert counts == ReserveCounts(turned_away=1, waited=1)
 
 
+async def test_a_client_waiting_in_the_reserve_is_not_timed_out(
+    clock: trio.testing.MockClock,
+) -> None:
+    """A head that came in two reads started the header timeout (10 s); its
+    wait for a regular slot is not the client's slowness, so a wait longer
+    than that still ends in an answer."""
+    app = HoldingApp()
+    async with serving(app, reserve=2) as port:
+        busy = await held(port, app, 2)
+        waiting = await Client.connect(port)
+        await waiting.sock.send(b"POST /now HTTP/1.1\r\nHost: test\r\n")
+        await trio.sleep(1)
+        await waiting.sock.send(b"Content-Length: 0\r\n\r\n")
+        assert await waiting.unanswered_for(30)
+        busy[0].close()
+        with trio.fail_after(5):
+            status, _, _ = await waiting.answer()
+        assert status == b"HTTP/1.1 200 OK"
+        waiting.close()
+        busy[1].close()
+
+
 async def test_past_the_reserve_connections_wait_in_the_backlog(
     clock: trio.testing.MockClock,
 ) -> None:

@@ -238,6 +238,8 @@ class Connection:
                         if not await self._paused():
                             return
                     if self._peer_header is not None and not self._from_peer(value):  # type: ignore[arg-type]
+                        if not self._timer.stop():  # the head is in: no deadline while it waits
+                            return  # due to close: the watcher cuts it
                         if not await self._waited_for_regular():
                             await self._turn_away()
                             return
