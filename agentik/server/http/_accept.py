@@ -86,16 +86,21 @@ class Slots:
         self._lot = trio.lowlevel.ParkingLot()
         """Clients' connections on reserve slots waiting for a regular one."""
 
-    async def take(self) -> bool:
-        """Wait for a free slot and take it; whether it is a reserve one."""
+    async def take(self) -> Slot:
+        """Wait for a free slot and take it: a regular one while any is free."""
         try:
             self._total.acquire_nowait()
         except trio.WouldBlock:
             await self._total.acquire()  # at the bound: until a connection closes
         if self.regular_taken < self._regular:
             self.regular_taken += 1
-            return False
-        return True  # every regular slot is taken, so a free one is of the reserve
+            return Slot(self, reserved=False)
+        return Slot(self, reserved=True)  # every regular one is taken: a reserve one
+
+    @property
+    def crowded(self) -> bool:
+        """Every regular slot is taken."""
+        return self.regular_taken >= self._regular
 
     def give_back(self, reserved: bool) -> None:
         if not reserved:
@@ -124,7 +129,7 @@ class Slots:
         slot becomes a reserve one (its connection a peer's), and the next
         client gets it; whether it moved."""
         taken = self._regular + self._reserve - self._total.value
-        if self.regular_taken < self._regular or taken - self.regular_taken >= self._reserve:
+        if not self.crowded or taken - self.regular_taken >= self._reserve:
             return False
         self._regular_freed()
         return True
@@ -139,6 +144,11 @@ class Slot:
     def __init__(self, slots: Slots | None, reserved: bool) -> None:
         self._slots = slots
         self.reserved = reserved
+
+    @property
+    def crowded(self) -> bool:
+        """A regular slot while clients hold every regular one (``to_reserve``)."""
+        return not self.reserved and self._slots is not None and self._slots.crowded
 
     def to_reserve(self) -> bool:
         """For a peer's connection on a regular slot: move to the reserve when
@@ -165,6 +175,10 @@ class Slot:
             self._slots.give_back(self.reserved)
 
 
+_UNBOUNDED = Slot(None, reserved=False)
+"""Every connection's slot when nothing bounds them (it never changes)."""
+
+
 async def serve_sockets(
     handler: Handler,
     sockets: list[socket.socket],
@@ -173,10 +187,10 @@ async def serve_sockets(
     max_connections: int | None = None,
     reserve: int = 0,
 ) -> NoReturn:
-    """Run ``handler(sock, reserved)`` in ``handler_nursery`` for each
+    """Run ``handler(sock, slot)`` in ``handler_nursery`` for each
     connection to any of ``sockets`` (listening already), with at most
     ``max_connections`` (None: no bound) handlers running, and ``reserve``
-    more told they are past it; closes the sockets when cancelled."""
+    more whose slot says they are past it; closes the sockets when cancelled."""
     if max_connections is not None and max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
     if reserve < 0:
@@ -198,14 +212,11 @@ async def _serve_one(
         while True:
             await trio.lowlevel.wait_readable(listener)
             for _ in range(ACCEPTS_PER_ROUND):
-                reserved = False
-                if slots is not None:
-                    reserved = await slots.take()
+                slot = _UNBOUNDED if slots is None else await slots.take()
                 try:
                     connection, _ = sock.accept()
                 except OSError as error:
-                    if slots is not None:
-                        slots.give_back(reserved)  # this slot took no connection
+                    slot.give_back()  # this slot took no connection
                     if isinstance(error, BlockingIOError):
                         break
                     if error.errno in _IGNORABLE_ERRNOS:
@@ -221,7 +232,7 @@ async def _serve_one(
                     await trio.sleep(_RETRY_AFTER)
                     break
                 connection.setblocking(False)
-                handler_nursery.start_soon(_run_handler, handler, connection, Slot(slots, reserved))
+                handler_nursery.start_soon(_run_handler, handler, connection, slot)
 
 
 async def _run_handler(handler: Handler, sock: socket.socket, slot: Slot) -> None:

@@ -132,7 +132,6 @@ class Connection:
         "_lock",
         "_nursery",
         "_parser",
-        "_peer_header",
         "_peers",
         "_reading",
         "_relay",
@@ -157,6 +156,8 @@ class Connection:
         response_headers: ResponseHeaders,
         state: dict[str, object] | None = None,
         relay: Relay | None = None,
+        *,
+        slot: Slot | None = None,
     ) -> None:
         self._app = app
         self._relay = relay
@@ -167,10 +168,9 @@ class Connection:
         """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self._parser = RequestParser(settings.max_head_bytes)
         self._peers = settings.peers
-        self._peer_header: bytes | None = None
-        """Set on a reserve connection: the header its one request must carry."""
-        self.slot = Slot(None, reserved=False)
-        """The accept loop's slot this connection holds (``_accept``)."""
+        self.slot = Slot(None, reserved=False) if slot is None else slot
+        """The accept loop's slot this connection holds (``_accept``): on one
+        of the peers' reserve it serves one request, a peer's (``_admit``)."""
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
@@ -195,12 +195,6 @@ class Connection:
         """The rest of a read the parser has not been given yet (``FEED_SLICE``)."""
         self._client: tuple[str, int] | None = None
         self._server: tuple[str, int] | None = None
-
-    def reserve_for_peers(self) -> None:
-        """This connection took a slot of the peers' reserve: serve it one
-        request, and only one from a peer."""
-        assert self._peers is not None, "a reserve connection without a reserve"
-        self._peer_header = self._peers.header
 
     async def run(self) -> None:
         """Serve requests until the client leaves, a deadline passes or the
@@ -237,15 +231,8 @@ class Connection:
                     while self._cycle is not None:  # pipelined: wait for the response before
                         if not await self._paused():
                             return
-                    if self._peer_header is not None and not self._from_peer(value):  # type: ignore[arg-type]
-                        if not self._timer.stop():  # the head is in: no deadline while it waits
-                            return  # due to close: the watcher cuts it
-                        if not await self._waited_for_regular():
-                            await self._turn_away()
-                            return
-                        self._peer_header = None  # a regular connection now
-                    if self._peer_header is None:
-                        self._peer_header = self._moved_to_reserve(value)  # type: ignore[arg-type]
+                    if self._peers is not None and not await self._admit(value):  # type: ignore[arg-type]
+                        return
                     if not self._start(value):  # type: ignore[arg-type]
                         return
                 elif kind == END:
@@ -326,7 +313,7 @@ class Connection:
             return False
         relay = self._relay
         route = None
-        reserved = self._peer_header is not None  # one request: the answer closes
+        reserved = self.slot.reserved  # one request: the answer closes
         if (
             relay is not None
             and not reserved
@@ -374,32 +361,33 @@ class Connection:
             scope["state"] = self._state.copy()
         return scope
 
-    def _from_peer(self, head: RequestHead) -> bool:
-        return any(name == self._peer_header for name, _ in head.headers)
-
-    async def _waited_for_regular(self) -> bool:
-        """A client's request on a reserve connection: whether it got a
-        regular slot (``Slot.to_regular``)."""
-        assert self._peers is not None
-        counts = self._peers.counts
-        if await self.slot.to_regular():
-            counts.waited += 1
-            return True
-        counts.turned_away += 1
-        return False
-
-    def _moved_to_reserve(self, head: RequestHead) -> bytes | None:
-        """A peer's request on a regular slot, every regular slot taken: the
-        connection takes a reserve slot instead (``Slot.to_reserve``) and,
-        as a reserve connection, closes once this request is answered; the
-        peer header then, else None."""
+    async def _admit(self, head: RequestHead) -> bool:
+        """Past the bound (``PeerReserve``): whether the request goes on. On a
+        reserve connection a peer's request does; a client's waits for a
+        regular slot (no deadline meanwhile: its head is in) or is turned
+        away. A peer's request on a regular slot while clients hold every
+        other moves its connection to the reserve (it closes once answered)."""
         peers = self._peers
-        if peers is None or not any(name == peers.header for name, _ in head.headers):
-            return None
-        if not self.slot.to_reserve():
-            return None
-        peers.counts.moved += 1
-        return peers.header
+        assert peers is not None
+        slot = self.slot
+        if slot.reserved:
+            if any(name == peers.header for name, _ in head.headers):
+                return True
+            if not self._timer.stop():
+                return False  # due to close: the watcher cuts it
+            if await slot.to_regular():
+                peers.counts.waited += 1
+                return True
+            peers.counts.turned_away += 1
+            await self._turn_away()
+            return False
+        if (
+            slot.crowded
+            and any(name == peers.header for name, _ in head.headers)
+            and slot.to_reserve()
+        ):
+            peers.counts.moved += 1
+        return True
 
     async def _turn_away(self) -> None:
         """A request that is not a peer's on a reserve connection: 503 at once,

@@ -92,11 +92,9 @@ async def serve(
             headers = ResponseHeaders()
 
             async def handle(sock: socket.socket, slot: Slot) -> None:
-                connection = Connection(app, sock, settings, terminated, headers, state, relay)
-                connection.slot = slot
-                if slot.reserved:
-                    connection.reserve_for_peers()
-                await connection.run()
+                await Connection(
+                    app, sock, settings, terminated, headers, state, relay, slot=slot
+                ).run()
 
             async with trio.open_nursery() as connections:
                 task_status.started([socket_url(sock)])
