@@ -25,8 +25,8 @@ Invariants:
   forwarding node waits for the next holder), waits for their running turns
   (at most ``RELEASE_WAIT``), then releases them; a clean stop releases
   every shard, so other nodes take them at their next round;
-- the node's row is also renewed from a thread of its own every
-  ``_pause`` at most (``_keep_alive``), apart from the event loop: a loop
+- the node's row is also renewed from a thread of its own every round
+  period (``_keep_alive``), apart from the event loop: a loop
   late under load (a thousand requests, a collection) delays the rounds,
   not the renewals, so a node lags without losing its lease. That thread only
   extends a lease still valid when its renewal began (it never revives a
@@ -486,10 +486,10 @@ class NodeLease:
             self._renewed_at = max(began, self._renewed_at or began)
 
     def _keep_alive(self, clock: trio.abc.Clock, stop: threading.Event) -> None:
-        """In a thread of its own: renew the node's row every ``_pause``
+        """In a thread of its own: renew the node's row every round period
         (while the lease is valid), whatever the event loop is doing.
         Failures are left to the rounds, which report them."""
-        while not stop.wait(min(self.lease / 3, ROUND_SECONDS)):
+        while not stop.wait(self._period):
             node_id = self.node_id
             began = clock.current_time()
             if not node_id or began >= self._valid_until:
@@ -504,8 +504,13 @@ class NodeLease:
             if renewed:
                 self._extend(began, node_id)
 
+    @property
+    def _period(self) -> float:
+        """The longest pause between two rounds (and two renewals)."""
+        return min(self.lease / 3, ROUND_SECONDS)
+
     def _pause(self) -> float:
-        period = min(self.lease / 3, ROUND_SECONDS)
+        period = self._period
         moving = self._releasing or len(self._held) > self._target()
         if moving or trio.current_time() < self._unsettled_until:
             return min(period, BUSY_ROUND_SECONDS)
