@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,15 @@ def assert_clean(where: str, text: str) -> None:
         assert secret not in text, f"a planted secret appears in {where}"
 
 
-def closed_port() -> int:
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for the whole test: bound
+    but not listening, so no other process (another test's server, under
+    xdist) can take it meanwhile, as it could a port merely found free."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
-    return port
+        yield port
 
 
 def write_config(tmp_path: Path, base_url: str) -> Path:
@@ -146,14 +151,18 @@ def database_bytes(tmp_path: Path) -> bytes:
 
 @pytest.mark.parametrize("mode", ["401", "500", "garbage", "stream-error", "echo", "refused"])
 async def test_the_key_never_leaves(
-    mode: str, tmp_path: Path, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+    mode: str,
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+    closed_port: int,
 ) -> None:
     """Whatever the backend answers, the key and tokens are in no response, log
     line, metric or stored byte; the backend's own words do come through, masked."""
     caplog.set_level(logging.DEBUG)
     backend = EchoBackend()
     await backend.start(nursery)
-    base = f"http://127.0.0.1:{closed_port()}/v1" if mode == "refused" else backend.url(mode)
+    base = f"http://127.0.0.1:{closed_port}/v1" if mode == "refused" else backend.url(mode)
     config = load_config(write_config(tmp_path, base), env=ENV)
     assert config.model is not None and config.model.api_key == KEY
     stop = trio.Event()
@@ -313,9 +322,9 @@ class TestModelErrors:
         assert "Illegal header value" in str(err.value)
         assert KEY not in str(err.value)
 
-    async def test_a_password_in_the_url_and_secret_headers(self) -> None:
+    async def test_a_password_in_the_url_and_secret_headers(self, closed_port: int) -> None:
         """A password in base_url and an ``api-key`` header are masked too."""
-        port = closed_port()
+        port = closed_port
         model = OpenAICompatibleModel(
             f"http://user:PLANTED-password@127.0.0.1:{port}/v1",
             "m",
