@@ -29,7 +29,7 @@ from agentik.storage._sql_stores import (
     SqlSkillStore,
     SqlWorkingMemoryStore,
 )
-from agentik.storage._writer import Writer
+from agentik.storage._writer import MAX_BATCH, QUEUE_SIZE, Writer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,8 +54,8 @@ async def open_postgres_storage(
     *,
     schema: str = DEFAULT_SCHEMA,
     readers: int = 4,
-    max_batch: int = 2000,
-    queue_size: int = 4000,
+    max_batch: int = MAX_BATCH,
+    queue_size: int = QUEUE_SIZE,
     connect_timeout: float = 10.0,
     clock: Clock = utc_now,
     lease_seconds: float | None = None,
@@ -70,11 +70,11 @@ async def open_postgres_storage(
             missing; several bundles (or tests) can share one database in
             different schemas.
         readers: read connections, i.e. reads that can run at once.
-        max_batch: the most requests one transaction commits (2,000: a
-            burst of 1,000 turns' first two messages commit together).
+        max_batch: the most requests one transaction commits (10,000: a
+            burst of 5,000 turns' first two messages commit together).
         queue_size: requests the writer's queue holds before callers wait
-            (4,000: a burst of turns, two messages each before they wait for
-            their commit, fits without callers waiting for room).
+            (40,000: 10,000 turns in lockstep, four messages each before
+            they wait for their commit, fit without waiting for room).
         connect_timeout: seconds to wait for the server when connecting (and
             reconnecting after a lost connection).
         clock: where timestamps come from (aware UTC); read once per batch, in

@@ -33,7 +33,7 @@ from agentik.storage._sql_stores import (
     SqlSkillStore,
     SqlWorkingMemoryStore,
 )
-from agentik.storage._writer import Writer, WriterStats
+from agentik.storage._writer import MAX_BATCH, QUEUE_SIZE, Writer, WriterStats
 from agentik.storage.sqlite._connect import (
     Synchronous,
     check_synchronous,
@@ -84,8 +84,8 @@ async def open_sqlite_storage(
     *,
     synchronous: Synchronous = "FULL",
     readers: int = 4,
-    max_batch: int = 2000,
-    queue_size: int = 4000,
+    max_batch: int = MAX_BATCH,
+    queue_size: int = QUEUE_SIZE,
     busy_timeout: float = 5.0,
     clock: Clock = utc_now,
     vfs: str | None = None,
@@ -98,11 +98,11 @@ async def open_sqlite_storage(
             with group commit it costs little. NORMAL may lose the last
             commits on power loss (never on a process crash).
         readers: read-only connections, i.e. reads that can run at once.
-        max_batch: the most requests one transaction commits (2,000: a
-            burst of 1,000 turns' first two messages commit together).
+        max_batch: the most requests one transaction commits (10,000: a
+            burst of 5,000 turns' first two messages commit together).
         queue_size: requests the writer's queue holds before callers wait
-            (4,000: a burst of turns, two messages each before they wait for
-            their commit, fits without callers waiting for room).
+            (40,000: 10,000 turns in lockstep, four messages each before
+            they wait for their commit, fit without waiting for room).
         busy_timeout: seconds a connection waits for a lock another process
             holds. If the writer cannot begin or commit a transaction, that
             batch fails and the writer goes on (see ``docs/storage.md``).
