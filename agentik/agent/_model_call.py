@@ -8,9 +8,8 @@ agent serves thousands of other conversations.
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING
-
-import trio
 
 from agentik._errors import AgentikError, ModelBackendError, TurnError
 from agentik.agent._failures import component_error
@@ -45,7 +44,7 @@ async def ask_model(
     not stream). ``chat`` is the request's span, ended here."""
     stats = runtime.stats
     stats.model_calls += 1
-    started = trio.current_time()
+    started = time.perf_counter()  # wall time, as a latency metric reads (not trio's clock)
     streaming = emit is not None and isinstance(runtime.model, StreamingChatModel)
     response = None
     try:
@@ -58,7 +57,7 @@ async def ask_model(
         stats.model_errors += 1
         raise model_failure(exc) from exc
     finally:
-        stats.model_latency.observe(trio.current_time() - started)
+        stats.model_latency.observe(time.perf_counter() - started)
         if chat is not None:
             answer = response if isinstance(response, ModelResponse) else None
             chat.end(answer, sys.exc_info()[1])
