@@ -223,35 +223,36 @@ class CommitTrigger:
     def wait_paused(self) -> None:
         """Return once a COMMIT waits for ``resume()`` (in a thread: it polls
         another process's state, on a connection of its own)."""
-        deadline = time.monotonic() + _WAIT_SECONDS
-        with psycopg.connect(self._dsn, autocommit=True) as connection:
-            while time.monotonic() < deadline:
-                row = connection.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                    " AND database = (SELECT oid FROM pg_database"
-                    " WHERE datname = current_database())"
-                    " AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1",
-                    (_PAUSE_LOCK >> 32, _PAUSE_LOCK & 0xFFFFFFFF),
-                ).fetchone()
-                if row is not None and row[0] > 0:
-                    return
-                time.sleep(0.005)
-        raise AssertionError(f"no COMMIT paused within {_WAIT_SECONDS} s")
+        self._poll(
+            "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())"
+            " AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1",
+            (_PAUSE_LOCK >> 32, _PAUSE_LOCK & 0xFFFFFFFF),
+            "no COMMIT paused",
+        )
 
     def wait_writers_gone(self) -> None:
         """Return once no agentik writer is connected to the database (a
         cut connection's backend goes once its COMMIT ends); in a thread."""
+        self._poll(
+            "SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'agentik-writer'",
+            (),
+            "an agentik writer still connected",
+        )
+
+    def _poll(self, query: str, params: tuple[int, ...], failure: str) -> None:
+        """Run ``query`` (one boolean) every 5 ms on a connection of its own
+        until it is true; ``failure`` after ``_WAIT_SECONDS``."""
         deadline = time.monotonic() + _WAIT_SECONDS
         with psycopg.connect(self._dsn, autocommit=True) as connection:
             while time.monotonic() < deadline:
-                row = connection.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name = 'agentik-writer'"
-                ).fetchone()
-                if row is not None and row[0] == 0:
+                row = connection.execute(query, params).fetchone()
+                if row is not None and row[0]:
                     return
                 time.sleep(0.005)
-        raise AssertionError(f"an agentik writer still connected after {_WAIT_SECONDS} s")
+        raise AssertionError(f"{failure} after {_WAIT_SECONDS} s")
 
 
 @contextlib.contextmanager
