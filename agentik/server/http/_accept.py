@@ -175,7 +175,7 @@ class Slot:
             self._slots.give_back(self.reserved)
 
 
-_UNBOUNDED = Slot(None, reserved=False)
+UNBOUNDED = Slot(None, reserved=False)
 """Every connection's slot when nothing bounds them (it never changes)."""
 
 
@@ -212,7 +212,7 @@ async def _serve_one(
         while True:
             await trio.lowlevel.wait_readable(listener)
             for _ in range(ACCEPTS_PER_ROUND):
-                slot = _UNBOUNDED if slots is None else await slots.take()
+                slot = UNBOUNDED if slots is None else await slots.take()
                 try:
                     connection, _ = sock.accept()
                 except OSError as error:

@@ -67,7 +67,7 @@ from urllib.parse import unquote
 import trio
 
 from agentik._sync import Pending
-from agentik.server.http._accept import Slot
+from agentik.server.http._accept import UNBOUNDED, Slot
 from agentik.server.http._cycle import Cycle, wake
 from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
@@ -168,7 +168,7 @@ class Connection:
         """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self._parser = RequestParser(settings.max_head_bytes)
         self._peers = settings.peers
-        self.slot = Slot(None, reserved=False) if slot is None else slot
+        self.slot = UNBOUNDED if slot is None else slot
         """The accept loop's slot this connection holds (``_accept``): on one
         of the peers' reserve it serves one request, a peer's (``_admit``)."""
         self._timer = ConnectionTimer(
