@@ -37,10 +37,10 @@ from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role
 from agentik._scope import scope_of
 from agentik._sync import Pending
+from agentik.agent._approvals import Approvals
 from agentik.agent._child_calls import current_children
 from agentik.agent._compaction import fold_point, summary_message
-from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnFinished, TurnResult
-from agentik.agent._failures import message_of
+from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
 from agentik.agent._model_limits import fairness_key
 from agentik.agent._optional_work import (
@@ -73,12 +73,8 @@ from agentik.agent._requests import (
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
 from agentik.agent._turn_events import (
-    CANCELLED_REASON,
     INTERRUPTED,
     UNRECORDED,
-    Decided,
-    TurnState,
-    TurnStateError,
 )
 from agentik.models import current_fairness_key
 from agentik.storage import Storage, Summary, TurnRecord
@@ -151,12 +147,8 @@ class Conversation:
     running_on: Turn | None = None
     """The paused turn a decision runs on now: it counts as its own key's, how
     ever the decision was addressed (the handle's ``running_key``)."""
-    paused: Turn | None = None
-    """The last turn, while calls of it wait for a person's decision."""
     system_prompt: tuple[PromptInputs, Message] | None = None
     """The last system message and what it was built from (``Turn._call_model``)."""
-    approval_deadline: float = math.inf
-    """When the paused turn's waiting calls are denied (``approval_timeout``)."""
     toolsets_seen: frozenset[str] = frozenset()
     """The active toolsets when the agent last looked, when it traces: the
     next look tells which expired (span events, ``_spans``)."""
@@ -174,9 +166,15 @@ class Conversation:
     """This node no longer holds the conversation as the task started
     (``check_tenure``): the task serves nothing more; a new one, started
     under the new tenure, loads the conversation afresh."""
+    approvals: Approvals = attrs.field(init=False)
+    """The paused turn and its approval deadline (``_approvals``)."""
     skill_scope: str = attrs.field(init=False)
     """The owner scope of this conversation's skills (``_scope``): ``""``
     unless its id names an owner."""
+
+    @approvals.default
+    def _approvals(self) -> Approvals:
+        return Approvals(self)
 
     @skill_scope.default
     def _skill_scope(self) -> str:
@@ -261,7 +259,7 @@ class Conversation:
                     cut = self.handle.running
                     if cut is not None:  # cut short from outside (the agent's nursery)
                         _fail_now(cut)
-                        self._ran()
+                        self.ran()
                     # Leave the registry, take what was already queued and close, with
                     # no checkpoint in between: a later send fails and goes to a new
                     # task, and no accepted request is dropped.
@@ -305,7 +303,7 @@ class Conversation:
     async def _receive(self) -> Request | None:
         """The next request from the inbox (``EndOfChannel`` once it is closed),
         or None once a paused turn's approval deadline passed."""
-        if self.approval_deadline == math.inf:
+        if self.approvals.deadline == math.inf:
             return await self.inbox.receive()
         return await self._receive_or_time_out()
 
@@ -331,7 +329,7 @@ class Conversation:
                     await self._serve(request)
         # Only a cancel of this scope lands here: answer the request it cut short.
         request = self.handle.running
-        self._ran()
+        self.ran()
         if request is not None:
             self.runtime.stats.turns_failed += 1
             if self.moved:
@@ -351,15 +349,15 @@ class Conversation:
             if not isinstance(request, Delete):
                 await self._deliver(request.reply, outcome.Error(error))
             _fail_now(request)
-        self._publish()
+        self.publish()
         return False
 
     async def _receive_or_time_out(self) -> Request | None:
         """The next request, or None once the paused turn's approval deadline
         passed (its waiting calls are then denied)."""
-        with trio.move_on_at(self.approval_deadline):
+        with trio.move_on_at(self.approvals.deadline):
             return await self.inbox.receive()
-        await self._approval_timed_out()
+        await self.approvals.timed_out()
         return None
 
     async def _serve(self, request: Request) -> None:
@@ -389,18 +387,18 @@ class Conversation:
                 )
                 refusal = TurnError("the caller left", code="cancelled")
             if refusal is not None:
-                self._publish()
+                self.publish()
                 _fail_now(request, refusal)
             else:
                 match request:  # each answers its caller, ``_publish`` first
                     case NewTurn():
                         await self._run(request, self._new_turn)
                     case Decision():
-                        await self._run(request, self._decision)
+                        await self._run(request, self.approvals.decision)
                     case Abandon():
-                        await self._run(request, self._abandon)
+                        await self._run(request, self.approvals.abandon)
                     case StatusQuery():
-                        await self._run(request, self._status)
+                        await self._run(request, self.approvals.status)
                     case Delete():
                         await self._delete(request)
                     case _:
@@ -409,13 +407,13 @@ class Conversation:
             if self.handle.running is not request or not self.scope.cancel_called:
                 _fail_now(request)  # else the scope's end answers it (``_serve_in_scope``)
 
-    def _ran(self) -> None:
+    def ran(self) -> None:
         """Nothing cancellable runs any more (the handle says so)."""
         handle = self.handle
         handle.scope = handle.running = handle.running_key = None
         self.running_on = None
 
-    def _runs_on(self, turn: Turn | None) -> None:
+    def runs_on(self, turn: Turn | None) -> None:
         """A paused or resumed ``turn`` runs now (None: no longer): it is its
         key's turn, seen running and cancelled by that key."""
         self.running_on = turn
@@ -425,7 +423,7 @@ class Conversation:
             key = turn.key
         self.handle.running_key = key
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
         """Tell the supervisor how things stand (the handle): when this task
         was last active, until when it must live, which toolsets are active.
         Once per request, before its caller hears back."""
@@ -441,7 +439,7 @@ class Conversation:
             handle.toolsets = NO_TOOLSETS
             keep = -math.inf
         # It must live to deny the waiting calls on time.
-        handle.keep_until = math.inf if self.approval_deadline != math.inf else keep
+        handle.keep_until = math.inf if self.approvals.deadline != math.inf else keep
 
     async def _delete(self, request: Delete) -> None:
         """Delete the conversation in the store, then forget it here: whatever
@@ -459,7 +457,7 @@ class Conversation:
             )
         except AgentikError as exc:
             self.stale = True  # the store may or may not have done it
-            self._publish()
+            self.publish()
             reply.set(outcome.Error(exc))
             return
         if deleted or request.idle_before is None:
@@ -470,7 +468,7 @@ class Conversation:
             self.toolsets_seen = frozenset()
             self.activation = ToolsetActivation(self.activation.timeout)
             self.runtime.forget_conversation(self.conversation_id)
-        self._publish()
+        self.publish()
         reply.set(outcome.Value(deleted))
 
     async def _run(
@@ -502,7 +500,7 @@ class Conversation:
             # agent serves thousands of other conversations.
             self.stale = True
             result = outcome.Error(turn_error(exc))
-        self._ran()
+        self.ran()
         if isinstance(result, outcome.Value):
             stats.turns_finished += message
         else:
@@ -528,7 +526,7 @@ class Conversation:
         reflection (``reflection=True``), each in a task of its own unless one
         runs already. No turn waits for either."""
         settings = self.runtime.settings
-        if settings.context is not None and self.paused is None:
+        if settings.context is not None and self.approvals.paused is None:
             self._start_summary(parent)
         if settings.reflection:
             job = self.reflecting
@@ -613,7 +611,7 @@ class Conversation:
         job = self.summarizing
         assert job is not None
         assert job.result.done
-        if self.paused is not None:
+        if self.approvals.paused is not None:
             return
         self.summarizing = None
         stored = job.result.result()
@@ -649,7 +647,7 @@ class Conversation:
             self.reflecting = None
 
     async def _deliver(self, reply: Reply[TurnResult], result: outcome.Outcome[TurnResult]) -> None:
-        self._publish()  # before the caller wakes: ``toolset_status`` is current
+        self.publish()  # before the caller wakes: ``toolset_status`` is current
         reply.pending.set(result)
         events = reply.events
         if events is None:
@@ -675,40 +673,25 @@ class Conversation:
 
     async def _new_turn(self, request: NewTurn) -> TurnResult:
         key = request.idempotency_key
-        emit = self._emitter(request.reply)
+        emit = self.emitter(request.reply)
         if key is not None:
-            seq = await self._find_key(key)
+            seq = await self.find_key(key)
             if seq is not None:
                 again = await self._again(key, seq, emit, request.output)
                 return again if request.output is None else stored_output(again, request.output)
         turn = Turn.new(self, len(self.history), emit, key, output=request.output)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
-        if self.paused is not None:
+        if self.approvals.paused is not None:
             # Its calls denied: over, also if this turn's message is then
             # lost (``StoredState.SUPERSEDED``), after a restart too.
-            await self._supersede()
+            await self.approvals.supersede()
             # Its user message comes after the denials: the turn starts there.
             turn = Turn.new(self, len(self.history), emit, key, output=request.output)
         result = await turn.begin(request.text, request.parts)
-        if result.status == "finished" and self.paused is None:
+        if result.status == "finished" and self.approvals.paused is None:
             return result  # the common case: nothing paused before or now
-        return self._after(turn, result)
-
-    async def _decision(self, request: Decision) -> TurnResult:
-        key = request.idempotency_key
-        if not await self._paused_by(key):
-            return await self._decided_earlier(request.decided, key)
-        paused = self.paused
-        if key is not None and paused is not None and paused.key is None:
-            paused.key = key  # resumed after a restart, it did not know its key
-        return await self._decide(request.decided, self._emitter(request.reply))
-
-    async def _status(self, request: StatusQuery) -> TurnResult:
-        """Run nothing; the paused turn as it stands (its load on the way
-        recovered the last turn: how the agent resumes interrupted turns)."""
-        paused = self.paused
-        return TurnResult("", ()) if paused is None else self._paused_result(paused)
+        return self.approvals.after(turn, result)
 
     async def _again(
         self, key: str, seq: int, emit: EmitFn | None, output: OutputSpec | None = None
@@ -718,13 +701,13 @@ class Conversation:
         start = seq - self.first_seq
         if start < 0:  # older than the cache (summarized): read it back
             return await self._replay_stored(key, seq)
-        replay = self._replay(start)
+        replay = self.replay(start)
         if replay is not None:
             self.runtime.stats.turns_replayed += 1
             return replay
-        paused = self.paused
+        paused = self.approvals.paused
         if paused is not None and paused.start == start:
-            return self._paused_result(paused)
+            return self.approvals.result_of(paused)
         if self._has_later_turn(start):
             raise TurnError(
                 f"the turn with idempotency key {key!r} did not finish and later"
@@ -732,7 +715,7 @@ class Conversation:
                 code="turn_failed",
             )
         # Its user message is stored: resume the turn where it stopped.
-        record = await self._turn_record(start)
+        record = await self.turn_record(start)
         return await self._resume(start, record, emit, key, output)
 
     async def _resume(
@@ -746,159 +729,15 @@ class Conversation:
         turn = Turn.new(self, start, emit, key, usage_of(self.history[start:]), output)
         self.runtime.stats.turns_resumed += 1
         # Running as its key's turn: seen running, cancelled by its key.
-        self._runs_on(turn)
+        self.runs_on(turn)
         try:
             result = await turn.resume(record)
         finally:
-            self._runs_on(None)
+            self.runs_on(None)
         assert result is not None
-        return self._after(turn, result)
+        return self.approvals.after(turn, result)
 
-    def _after(self, turn: Turn, result: TurnResult) -> TurnResult:
-        """Keep a turn that waits for approval (and arm its timeout)."""
-        if result.status == "awaiting_approval":
-            self.paused = turn
-            timeout = self.runtime.settings.approval_timeout
-            if timeout is not None and self.approval_deadline == math.inf:
-                self.approval_deadline = trio.current_time() + timeout
-        else:
-            self.paused = None
-            self.approval_deadline = math.inf
-        return result
-
-    def _paused_result(self, turn: Turn) -> TurnResult:
-        cid = self.conversation_id
-        return TurnResult(
-            "",
-            self.history[turn.start :],
-            turn.usage,
-            status="awaiting_approval",
-            approvals=tuple(ApprovalRequest(cid, c) for c in turn.machine.waiting.values()),
-        )
-
-    async def _supersede(self) -> None:
-        """A new message while calls wait: they are denied, history stays valid."""
-        paused = self.paused
-        assert paused is not None
-        self.paused = None
-        self.approval_deadline = math.inf
-        paused.emit = None
-        await paused.run(paused.machine.supersede())
-
-    async def _decide(self, decision: Decided, emit: EmitFn | None = None) -> TurnResult:
-        paused = self.paused
-        machine = None if paused is None else paused.machine
-        if (
-            paused is None
-            or machine is None
-            or (
-                decision.call_id not in machine.waiting
-                and decision.call_id not in machine.decisions
-            )
-        ):
-            return await self._decided_earlier(decision)
-        try:
-            actions = machine.handle(decision)
-        except TurnStateError as exc:
-            raise ApprovalError(str(exc), code="already_decided") from exc
-        if not actions:  # the same decision again
-            return self._paused_result(paused)
-        self.runtime.stats.approvals_decided += 1
-        paused.emit = emit  # a streamed decision (``stream_decision``) reports what follows
-        self.paused = None  # running again; _after keeps it if it pauses again
-        self.approval_deadline = math.inf
-        self._runs_on(paused)
-        try:
-            result = await paused.run(actions)
-        finally:
-            paused.emit = None  # this caller's stream ends with the result
-            self._runs_on(None)
-        assert result is not None
-        return self._after(paused, result)
-
-    async def _paused_by(self, key: str | None) -> bool:
-        """Whether the paused turn is the one carrying ``key`` (any paused turn
-        when ``key`` is None); False when none is paused."""
-        paused = self.paused
-        if paused is None:
-            return False
-        return key is None or await self._find_key(key) == self.first_seq + paused.start
-
-    async def _abandon(self, request: Abandon) -> TurnResult:
-        """``ChatAgent.cancel_paused``: deny the waiting calls, run nothing more,
-        record the turn as cancelled."""
-        key = request.idempotency_key
-        paused = self.paused
-        if paused is None or not await self._paused_by(key):
-            raise ApprovalError(
-                f"no turn with idempotency key {key!r} waits for approval in conversation"
-                f" {self.conversation_id!r}",
-                code="not_waiting",
-            )
-        self.paused = None
-        self.approval_deadline = math.inf
-        paused.emit = None
-        await paused.run(paused.machine.supersede(CANCELLED_REASON))
-        seq = self.first_seq + paused.start
-        self.runtime.remember_failure(self.conversation_id, seq, "cancelled")
-        await paused.record_failure("cancelled")
-        return TurnResult("", self.history[paused.start :], paused.usage)
-
-    async def _decided_earlier(self, decision: Decided, key: str | None = None) -> TurnResult:
-        """A decision about a call of the last turn that no longer waits: the
-        same decision again answers the turn as it stands; another is refused.
-        With ``key``, only about the turn carrying it."""
-        start = last_turn_start(self.history)
-        named = None if key is None else await self._find_key(key)
-        if key is not None and start is not None and named != self.first_seq + start:
-            start = None  # the key names no turn, or not the last one
-        record = TurnRecord() if start is None else await self._turn_record(start)
-        for approval in record.approvals:
-            if approval.call_id != decision.call_id or approval.approved is None:
-                continue
-            if approval.approved != decision.approve:
-                taken = "approved" if approval.approved else "denied"
-                raise ApprovalError(
-                    f"call {decision.call_id!r} was already {taken}", code="already_decided"
-                )
-            assert start is not None
-            replay = self._replay(start)
-            if replay is not None:
-                return replay
-            paused = self.paused
-            if paused is not None:
-                return self._paused_result(paused)
-        raise ApprovalError(
-            f"call {decision.call_id!r} is not waiting for approval in conversation"
-            f" {self.conversation_id!r}",
-            code="not_waiting",
-        )
-
-    async def _approval_timed_out(self) -> None:
-        """No decision came in time: deny every waiting call, and let the turn go on."""
-        paused = self.paused
-        self.approval_deadline = math.inf
-        if paused is None or self.handle.interrupted:
-            return  # (shutting down: the calls wait on, stored; a restart times them out)
-        timeout = self.runtime.settings.approval_timeout
-        reason = f"no decision within {timeout:g} s"
-        self.handle.scope = self.scope  # ``cancel`` stops the denials (``_serve_in_scope``)
-        try:
-            for call_id in list(paused.machine.waiting):
-                if paused.machine.state is not TurnState.APPROVAL:
-                    break
-                await self._decide(Decided(call_id, False, reason))
-        except (TurnError, ApprovalError) as exc:
-            log_failure(
-                self.conversation_id, TurnError(message_of(exc), code=getattr(exc, "code", ""))
-            )
-        except AgentikError as exc:
-            self.stale = True
-            log.warning("conversation %r: %s", self.conversation_id, message_of(exc))
-        self._ran()
-        self._publish()
-
-    def _emitter(self, reply: Reply[TurnResult]) -> EmitFn | None:
+    def emitter(self, reply: Reply[TurnResult]) -> EmitFn | None:
         events = reply.events
         if events is None:
             return None
@@ -921,7 +760,7 @@ class Conversation:
 
         return emit
 
-    async def _turn_record(self, start: int) -> TurnRecord:
+    async def turn_record(self, start: int) -> TurnRecord:
         store = self.storage.message_store
         seq = self.history[start].seq
         if seq is None:
@@ -956,7 +795,7 @@ class Conversation:
             notes = await self.storage.working_memory_store.list(self.conversation_id)
             self.memory[:] = notes
 
-    async def _find_key(self, key: str) -> int | None:
+    async def find_key(self, key: str) -> int | None:
         """The seq of the user message stored with ``key``."""
         seq = self.keys.get(key)
         if seq is not None or not self.had_history:
@@ -998,8 +837,7 @@ class Conversation:
         self.costs.clear()
         self.first_seq = 1
         self.summary = self.summary_message = None
-        self.paused = None
-        self.approval_deadline = math.inf
+        self.approvals.clear()
         self.loaded = self.stale = False
 
     async def _replay_stored(self, key: str, seq: int) -> TurnResult:
@@ -1030,7 +868,7 @@ class Conversation:
     def _has_later_turn(self, start: int) -> bool:
         return len(self._turn_messages(start)) + start < len(self.history)
 
-    def _replay(self, start: int) -> TurnResult | None:
+    def replay(self, start: int) -> TurnResult | None:
         """The stored result of the turn starting at ``start``, if it finished."""
         return replay_of(self._turn_messages(start))
 
@@ -1103,7 +941,7 @@ class Conversation:
         turn = self.history[start:]
         if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
             return  # finished: the common case, no read
-        record = await self._turn_record(start)
+        record = await self.turn_record(start)
         failed_here = self.runtime.failures.get((self.conversation_id, self.first_seq + start))
         if record.failure is None and failed_here is not None:
             record = attrs.evolve(record, failure=failed_here)

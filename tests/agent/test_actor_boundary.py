@@ -26,6 +26,7 @@ from agentik import (
     in_memory_storage,
     open_chat_agent,
 )
+from agentik.agent._approvals import Approvals
 from agentik.agent._conversation import Conversation
 from agentik.agent._handle import ConversationHandle
 from agentik.agent._requests import Delete, NewTurn, Reply, Request
@@ -87,8 +88,9 @@ def _owns(conversation: Conversation, task: trio.lowlevel.Task) -> bool:
 
 @pytest.fixture
 def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every write of a ``Conversation`` attribute from a task that is not
-    the conversation's own (nor one it started)."""
+    """Every write of a ``Conversation`` attribute (or of the parts it keeps
+    its state in: its ``Approvals``) from a task that is not the
+    conversation's own (nor one it started)."""
     found: list[str] = []
     write = object.__setattr__
     init = Conversation.__init__
@@ -101,17 +103,28 @@ def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         finally:
             building.discard(id(self))
 
-    def watched(self: Conversation, name: str, value: object) -> None:
+    def check(conversation: Conversation, name: str) -> None:
         try:
             task = trio.lowlevel.current_task()
         except RuntimeError:
             task = None
-        if task is not None and id(self) not in building and not _owns(self, task):
-            found.append(f"{name} written by task {task.name}")
+        if task is None or id(conversation) in building or _owns(conversation, task):
+            return
+        found.append(f"{name} written by task {task.name}")
+
+    def watched(self: Conversation, name: str, value: object) -> None:
+        check(self, name)
+        write(self, name, value)
+
+    def watched_part(self: Approvals, name: str, value: object) -> None:
+        conversation = getattr(self, "host", None)  # None: being built
+        if isinstance(conversation, Conversation):
+            check(conversation, f"{type(self).__name__}.{name}")
         write(self, name, value)
 
     monkeypatch.setattr(Conversation, "__init__", construct)
     monkeypatch.setattr(Conversation, "__setattr__", watched)
+    monkeypatch.setattr(Approvals, "__setattr__", watched_part)
     return found
 
 
