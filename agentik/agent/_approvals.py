@@ -33,8 +33,8 @@ from agentik.agent._turn_events import CANCELLED_REASON, Decided, TurnState, Tur
 from agentik.storage import TurnRecord
 
 if TYPE_CHECKING:
-    from agentik._messages import Message
     from agentik.agent._handle import ConversationHandle
+    from agentik.agent._history_cache import HistoryCache
     from agentik.agent._requests import Abandon, Decision, Reply, StatusQuery
     from agentik.agent._runtime import AgentRuntime
     from agentik.agent._turn import EmitFn, Turn
@@ -48,16 +48,8 @@ class ApprovalHost(Protocol):
     conversation_id: str
     runtime: AgentRuntime
     handle: ConversationHandle
-    history: list[Message]
-    first_seq: int
-    stale: bool
+    cache: HistoryCache
     scope: trio.CancelScope
-
-    async def find_key(self, key: str) -> int | None: ...
-
-    async def turn_record(self, start: int) -> TurnRecord: ...
-
-    def replay(self, start: int) -> TurnResult | None: ...
 
     def runs_on(self, turn: Turn | None) -> None: ...
 
@@ -99,7 +91,7 @@ class Approvals:
         cid = self.host.conversation_id
         return TurnResult(
             "",
-            self.host.history[turn.start :],
+            self.host.cache.history[turn.start :],
             turn.usage,
             status="awaiting_approval",
             approvals=tuple(ApprovalRequest(cid, c) for c in turn.machine.waiting.values()),
@@ -143,10 +135,10 @@ class Approvals:
         self.clear()
         paused.emit = None
         await paused.run(paused.machine.supersede(CANCELLED_REASON))
-        seq = host.first_seq + paused.start
+        seq = host.cache.first_seq + paused.start
         host.runtime.remember_failure(host.conversation_id, seq, "cancelled")
         await paused.record_failure("cancelled")
-        return TurnResult("", host.history[paused.start :], paused.usage)
+        return TurnResult("", host.cache.history[paused.start :], paused.usage)
 
     async def timed_out(self) -> None:
         """No decision came in time: deny every waiting call, and let the turn go on."""
@@ -168,7 +160,7 @@ class Approvals:
                 host.conversation_id, TurnError(message_of(exc), code=getattr(exc, "code", ""))
             )
         except AgentikError as exc:
-            host.stale = True
+            host.cache.stale = True
             log.warning("conversation %r: %s", host.conversation_id, message_of(exc))
         host.ran()
         host.publish()
@@ -210,18 +202,21 @@ class Approvals:
         paused = self.paused
         if paused is None:
             return False
-        return key is None or await self.host.find_key(key) == self.host.first_seq + paused.start
+        return (
+            key is None
+            or await self.host.cache.find_key(key) == self.host.cache.first_seq + paused.start
+        )
 
     async def _decided_earlier(self, decision: Decided, key: str | None = None) -> TurnResult:
         """A decision about a call of the last turn that no longer waits: the
         same decision again answers the turn as it stands; another is refused.
         With ``key``, only about the turn carrying it."""
         host = self.host
-        start = last_turn_start(host.history)
-        named = None if key is None else await host.find_key(key)
-        if key is not None and start is not None and named != host.first_seq + start:
+        start = last_turn_start(host.cache.history)
+        named = None if key is None else await host.cache.find_key(key)
+        if key is not None and start is not None and named != host.cache.first_seq + start:
             start = None  # the key names no turn, or not the last one
-        record = TurnRecord() if start is None else await host.turn_record(start)
+        record = TurnRecord() if start is None else await host.cache.turn_record(start)
         for approval in record.approvals:
             if approval.call_id != decision.call_id or approval.approved is None:
                 continue
@@ -231,7 +226,7 @@ class Approvals:
                     f"call {decision.call_id!r} was already {taken}", code="already_decided"
                 )
             assert start is not None
-            replay = host.replay(start)
+            replay = host.cache.replay(start)
             if replay is not None:
                 return replay
             paused = self.paused

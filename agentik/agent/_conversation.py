@@ -1,12 +1,14 @@
 """The conversation actor: one trio task per live conversation.
 
-It owns everything that is this conversation's alone: the cached history
-(loaded once from the store), the working-memory notes, the toolset
-activation, and the idempotency keys it has seen. Requests (``_requests``)
-arrive over its bounded inbox and run one at a time, in order; ``_serve`` is
-the one place their type is matched. When idle, and only once none of its
-toolsets is still active, it retires; the next request respawns it from
-storage, so a user sees no difference.
+It owns everything that is this conversation's alone: the working-memory
+notes, the toolset activation, and two parts with rules of their own, the
+history cached from the store with the idempotency keys it has seen
+(``_history_cache``) and the turn paused for approval (``_approvals``). This
+module is the actor's loop: requests (``_requests``) arrive over its bounded
+inbox and run one at a time, in order; ``_serve`` is the one place their type
+is matched. When idle, and only once none of its toolsets is still active, it
+retires; the next request respawns it from storage, so a user sees no
+difference.
 
 Only this task touches a ``Conversation`` (and the summary and reflection
 tasks it starts in its own nursery, which read snapshots and send results
@@ -30,18 +32,17 @@ import trio
 from agentik._errors import (
     AgentikError,
     ApprovalError,
-    StoreError,
     TurnError,
 )
 from agentik._memory import MemoryEntry
 from agentik._messages import Message, Role
 from agentik._scope import scope_of
-from agentik._sync import Pending
 from agentik.agent._approvals import Approvals
 from agentik.agent._child_calls import current_children
-from agentik.agent._compaction import fold_point, summary_message
+from agentik.agent._compaction import fold_point
 from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
+from agentik.agent._history_cache import HistoryCache
 from agentik.agent._model_limits import fairness_key
 from agentik.agent._optional_work import (
     OPTIONAL_WORK_GRACE,
@@ -56,9 +57,7 @@ from agentik.agent._recovery import (
     StoredState,
     last_turn_start,
     open_calls,
-    replay_of,
     status_of,
-    turn_messages,
     usage_of,
 )
 from agentik.agent._requests import (
@@ -77,7 +76,7 @@ from agentik.agent._turn_events import (
     UNRECORDED,
 )
 from agentik.models import current_fairness_key
-from agentik.storage import Storage, Summary, TurnRecord
+from agentik.storage import Storage, TurnRecord
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -111,36 +110,15 @@ class Conversation:
     """What the supervisor sees and may do (``_handle``): this task writes
     only the fields the table there gives it."""
     activation: ToolsetActivation
-    history: list[Message] = attrs.Factory(list)
     memory: list[MemoryEntry] = attrs.Factory(list)
-    keys: dict[str, int] = attrs.Factory(dict)
-    """Idempotency keys used since load -> seq of their user message. A key
-    enters only once its own user message is in ``history`` (accepted by the
-    store), so it never names a slot another turn takes."""
-    first_seq: int = 1
-    """The seq of ``history[0]``: the cache holds the conversation from there
-    on (all of it, or, with a context policy, what its summary does not cover)."""
-    summary: Summary | None = None
-    """The latest summary (with a context policy); ``history`` starts after it."""
-    summary_message: Message | None = None
-    """The message that carries ``summary`` in a request."""
-    costs: dict[int, int] = attrs.Factory(dict)
-    """Token costs of cached messages, by seq (with a context policy). Every
-    request's window and the check for a summary read the costs of the whole
-    tail: counted once per message, not once per request (they were most of a
-    turn's CPU with a tail of a few hundred messages). Trimmed with the tail."""
-    loaded: bool = False
+    """The working-memory notes (the cache refills them as it loads)."""
+    cache: HistoryCache = attrs.field(init=False)
+    """The history as the store holds it, the idempotency keys seen, the
+    writes in flight (``_history_cache``)."""
     notes_seen: int = 0
     """The handle's ``notes_version`` when the notes were last read: notes
     changed from outside this task (``ChatAgent.archive_memory``) are read
     again before the next turn."""
-    had_history: bool = False
-    """Whether the store held messages at load (older keys must be looked up there)."""
-    stale: bool = False
-    """The cache may disagree with the store: reload before the next turn."""
-    inflight: list[Pending[Message]] = attrs.Factory(list)
-    """Writes accepted by the store that may not be committed yet (a turn was
-    cut short while they waited); a reload waits for them first."""
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     """The task's cancel scope, for many requests (``_serve_in_scope``); the
     handle shows it while something cancellable runs."""
@@ -171,6 +149,10 @@ class Conversation:
     skill_scope: str = attrs.field(init=False)
     """The owner scope of this conversation's skills (``_scope``): ``""``
     unless its id names an owner."""
+
+    @cache.default
+    def _cache(self) -> HistoryCache:
+        return HistoryCache(self.conversation_id, self.runtime, self.memory)
 
     @approvals.default
     def _approvals(self) -> Approvals:
@@ -249,12 +231,12 @@ class Conversation:
                 try:
                     while not await self._serve_in_scope(self._receive):
                         pass
-                    if self.inflight:
+                    if self.cache.inflight:
                         # Writes a cut-short turn left in flight (its clean-up gave
                         # up waiting) are resolved before the task ends, so whoever
                         # reads the store once the agent closed reads them (a next
                         # request would have waited for them the same way).
-                        await self._settle_inflight()
+                        await self.cache.settle_inflight()
                 finally:
                     cut = self.handle.running
                     if cut is not None:  # cut short from outside (the agent's nursery)
@@ -450,20 +432,20 @@ class Conversation:
         store = self.storage.message_store
         try:
             await self._stop_optional_work()
-            if self.inflight:
-                await self._settle_inflight()
+            if self.cache.inflight:
+                await self.cache.settle_inflight()
             deleted = await store.delete_conversation(
                 self.conversation_id, idle_before=request.idle_before
             )
         except AgentikError as exc:
-            self.stale = True  # the store may or may not have done it
+            self.cache.stale = True  # the store may or may not have done it
             self.publish()
             reply.set(outcome.Error(exc))
             return
         if deleted or request.idle_before is None:
             self._forget()
             self.memory.clear()
-            self.had_history = False
+            self.cache.had_history = False
             self.system_prompt = None
             self.toolsets_seen = frozenset()
             self.activation = ToolsetActivation(self.activation.timeout)
@@ -487,7 +469,8 @@ class Conversation:
         result: outcome.Outcome[TurnResult]
         try:
             with self._running():  # a load may resume an interrupted turn: counted too
-                if self.inflight or self.stale or not self.loaded or self.notes_stale:
+                cache = self.cache
+                if cache.inflight or cache.stale or not cache.loaded or self.notes_stale:
                     await self._ready()
                 if self.summarizing is not None and self.summarizing.result.done:
                     self._land()
@@ -498,7 +481,7 @@ class Conversation:
             # A store failure, or a bug (ours, or in code the turn calls that
             # was not wrapped where it was called), fails this turn only: the
             # agent serves thousands of other conversations.
-            self.stale = True
+            self.cache.stale = True
             result = outcome.Error(turn_error(exc))
         self.ran()
         if isinstance(result, outcome.Value):
@@ -541,7 +524,7 @@ class Conversation:
                     self.runtime,
                     self.conversation_id,
                     job.scope,
-                    tuple(self.history),
+                    tuple(self.cache.history),
                     parent,
                 )
 
@@ -554,12 +537,12 @@ class Conversation:
                 return  # one at a time
             self._land()
         policy = self.runtime.settings.context
-        history = self.history
+        history = self.cache.history
         if policy is None or self.storage.degraded or not history:
             return
-        if sum(map(self.cost, history)) < policy.summarize_at * policy.max_tokens:
+        if sum(map(self.cache.cost, history)) < policy.summarize_at * policy.max_tokens:
             return
-        fold = fold_point(history, self.cost, policy.max_tokens // 2)
+        fold = fold_point(history, self.cache.cost, policy.max_tokens // 2)
         if fold == 0:
             return
         through = history[fold - 1].seq
@@ -567,7 +550,7 @@ class Conversation:
             return  # not committed yet: next time
         job = SummaryJob(trio.CancelScope(deadline=self.optional_deadline), through)
         self.summarizing = job
-        previous = None if self.summary is None else self.summary.text
+        previous = None if self.cache.summary is None else self.cache.summary.text
         done = trio.Event()
         self._spawn_optional(
             job.scope,
@@ -617,20 +600,7 @@ class Conversation:
         stored = job.result.result()
         if stored is None:
             return
-        through = stored.through_seq
-        if self.summary is not None and self.summary.through_seq >= through:
-            return  # a load since read it, or a later one
-        history = self.history
-        fold = through - self.first_seq + 1
-        if not self.loaded or not 0 < fold <= len(history) or history[fold - 1].seq != through:
-            return  # the cache was read again meanwhile: it is not what the summary covers
-        self.summary = stored
-        self.summary_message = summary_message(stored)
-        del history[:fold]
-        self.first_seq = through + 1
-        self.keys = {k: seq for k, seq in self.keys.items() if seq > through}
-        self.costs = {seq: c for seq, c in self.costs.items() if seq > through}
-        self.had_history = True  # older keys are now looked up in the store
+        self.cache.fold(stored)
 
     async def _stop_optional_work(self) -> None:
         """Cancel the summary and the reflection under way and wait until they
@@ -675,11 +645,11 @@ class Conversation:
         key = request.idempotency_key
         emit = self.emitter(request.reply)
         if key is not None:
-            seq = await self.find_key(key)
+            seq = await self.cache.find_key(key)
             if seq is not None:
                 again = await self._again(key, seq, emit, request.output)
                 return again if request.output is None else stored_output(again, request.output)
-        turn = Turn.new(self, len(self.history), emit, key, output=request.output)
+        turn = Turn.new(self, len(self.cache.history), emit, key, output=request.output)
         if self.runtime.settings.context is not None:
             await turn.check_room(request.text)  # before anything is stored
         if self.approvals.paused is not None:
@@ -687,7 +657,7 @@ class Conversation:
             # lost (``StoredState.SUPERSEDED``), after a restart too.
             await self.approvals.supersede()
             # Its user message comes after the denials: the turn starts there.
-            turn = Turn.new(self, len(self.history), emit, key, output=request.output)
+            turn = Turn.new(self, len(self.cache.history), emit, key, output=request.output)
         result = await turn.begin(request.text, request.parts)
         if result.status == "finished" and self.approvals.paused is None:
             return result  # the common case: nothing paused before or now
@@ -698,24 +668,24 @@ class Conversation:
     ) -> TurnResult:
         """A turn sent again with its idempotency key: its stored result, its
         pending approvals, or (cut short earlier) the turn resumed."""
-        start = seq - self.first_seq
+        start = seq - self.cache.first_seq
         if start < 0:  # older than the cache (summarized): read it back
-            return await self._replay_stored(key, seq)
-        replay = self.replay(start)
+            return await self.cache.replay_stored(key, seq)
+        replay = self.cache.replay(start)
         if replay is not None:
             self.runtime.stats.turns_replayed += 1
             return replay
         paused = self.approvals.paused
         if paused is not None and paused.start == start:
             return self.approvals.result_of(paused)
-        if self._has_later_turn(start):
+        if self.cache.has_later_turn(start):
             raise TurnError(
                 f"the turn with idempotency key {key!r} did not finish and later"
                 " turns followed it; it cannot be resumed",
                 code="turn_failed",
             )
         # Its user message is stored: resume the turn where it stopped.
-        record = await self.turn_record(start)
+        record = await self.cache.turn_record(start)
         return await self._resume(start, record, emit, key, output)
 
     async def _resume(
@@ -726,7 +696,7 @@ class Conversation:
         key: str | None,
         output: OutputSpec | None = None,
     ) -> TurnResult:
-        turn = Turn.new(self, start, emit, key, usage_of(self.history[start:]), output)
+        turn = Turn.new(self, start, emit, key, usage_of(self.cache.history[start:]), output)
         self.runtime.stats.turns_resumed += 1
         # Running as its key's turn: seen running, cancelled by its key.
         self.runs_on(turn)
@@ -760,26 +730,19 @@ class Conversation:
 
         return emit
 
-    async def turn_record(self, start: int) -> TurnRecord:
-        store = self.storage.message_store
-        seq = self.history[start].seq
-        if seq is None:
-            return TurnRecord()
-        return await store.turn_record(self.conversation_id, seq)
-
     async def _ready(self) -> None:
         """The cache is current: writes a cut-short turn left are settled, a
         stale cache reloaded, and the last turn's state recovered."""
-        if self.inflight:
-            await self._settle_inflight()
-        if self.stale:
+        if self.cache.inflight:
+            await self.cache.settle_inflight()
+        if self.cache.stale:
             # A failed write left the cache unsure: start again from the store.
             self._forget()
-        if not self.loaded:
+        if not self.cache.loaded:
             # Noted before the read, so a change while it runs is read next time.
             self.notes_seen = self.handle.notes_version
-            await self._load()
-            self.runtime.settle_doubts(self.conversation_id, self._holds)
+            await self.cache.load()
+            self.runtime.settle_doubts(self.conversation_id, self.cache.holds)
             recovered = False
             try:
                 await self._recover()
@@ -789,145 +752,11 @@ class Conversation:
                 # cache would pass for recovered with the last turn still open,
                 # and the next turn would follow calls that wait for results.
                 # The next request loads and recovers again.
-                self.stale = self.stale or not recovered
+                self.cache.stale = self.cache.stale or not recovered
         elif self.notes_stale:
             self.notes_seen = self.handle.notes_version
             notes = await self.storage.working_memory_store.list(self.conversation_id)
             self.memory[:] = notes
-
-    async def find_key(self, key: str) -> int | None:
-        """The seq of the user message stored with ``key``."""
-        seq = self.keys.get(key)
-        if seq is not None or not self.had_history:
-            return seq
-        store = self.storage.message_store
-        seq = await store.find_idempotency_key(self.conversation_id, key)
-        if seq is None or seq < self.first_seq:
-            return seq  # unknown, or older than the cache: read from the store
-        if not self._holds(seq):
-            # Someone else wrote to this conversation since it was loaded:
-            # the cache is short of the store. Read it again, then look again.
-            self._forget()
-            await self._load()
-            seq = await store.find_idempotency_key(self.conversation_id, key)
-            if seq is None or seq < self.first_seq:
-                return seq
-            if not self._holds(seq):
-                self.stale = True
-                raise StoreError(
-                    f"idempotency key {key!r} names message seq {seq}, which is not a"
-                    " user message of the history just read; retry"
-                )
-        self.keys[key] = seq
-        return seq
-
-    def _holds(self, seq: int) -> bool:
-        """Whether the cache holds user message ``seq`` where seqs put it: seqs
-        are gapless and the cache holds them all from ``first_seq`` on."""
-        index = seq - self.first_seq
-        if not 0 <= index < len(self.history):
-            return False
-        message = self.history[index]
-        return message.seq == seq and message.role is Role.USER
-
-    def _forget(self) -> None:
-        """Drop the cache; the next turn loads the conversation again."""
-        self.history.clear()
-        self.keys.clear()
-        self.costs.clear()
-        self.first_seq = 1
-        self.summary = self.summary_message = None
-        self.approvals.clear()
-        self.loaded = self.stale = False
-
-    async def _replay_stored(self, key: str, seq: int) -> TurnResult:
-        """A keyed turn older than the cache (a summary covers it): its result
-        read back from the store. It has later turns, so if it did not finish
-        it cannot be resumed."""
-        store = self.storage.message_store
-        messages: list[Message] = []
-        async for message in store.get_messages(self.conversation_id, after_seq=seq - 1):
-            if messages and message.role is Role.USER:
-                break
-            messages.append(message)
-            if len(messages) > _REPLAY_LIMIT:
-                break
-        replay = replay_of(messages) if messages else None
-        if replay is None:
-            raise TurnError(
-                f"the turn with idempotency key {key!r} did not finish and later"
-                " turns followed it; it cannot be resumed",
-                code="turn_failed",
-            )
-        self.runtime.stats.turns_replayed += 1
-        return replay
-
-    def _turn_messages(self, start: int) -> list[Message]:
-        return turn_messages(self.history, start)
-
-    def _has_later_turn(self, start: int) -> bool:
-        return len(self._turn_messages(start)) + start < len(self.history)
-
-    def replay(self, start: int) -> TurnResult | None:
-        """The stored result of the turn starting at ``start``, if it finished."""
-        return replay_of(self._turn_messages(start))
-
-    async def _load(self) -> None:
-        """Read history and notes once: all of the history, or with a context
-        policy only what the latest summary does not cover."""
-        # Read into locals and publish at once: a load cut short (cancelled,
-        # failed) leaves nothing half-filled for the next attempt.
-        store = self.storage.message_store
-        cid = self.conversation_id
-        summary = None
-        if self.runtime.settings.context is not None:
-            summary = await store.latest_summary(cid)
-        after = 0 if summary is None else summary.through_seq
-        loader = self.runtime.loader
-        if loader is not None:
-            snapshot = await loader.load_conversation(cid, page_size=_LOAD_PAGE, after_seq=after)
-            history, memory = list(snapshot.messages), list(snapshot.memory)
-            if len(history) == _LOAD_PAGE and history[-1].seq is not None:
-                last = history[-1].seq
-                history += [m async for m in store.get_messages(cid, after_seq=last)]
-        else:
-            history = [m async for m in store.get_messages(cid, after_seq=after)]
-            memory = await self.storage.working_memory_store.list(cid)
-        self.history[:] = history
-        self.first_seq = after + 1
-        self.summary = summary
-        self.summary_message = None if summary is None else summary_message(summary)
-        self.keys.clear()  # seqs of an earlier cache may be gone from this one
-        self.costs.clear()
-        self.memory[:] = memory
-        self.had_history = bool(history) or summary is not None
-        self.loaded = True
-
-    def cost(self, message: Message) -> int:
-        """Tokens ``message`` takes in a request, under the context policy;
-        a stored message's is counted once (its seq names its content)."""
-        seq = message.seq
-        if seq is not None:
-            known = self.costs.get(seq)
-            if known is not None:
-                return known
-        policy = self.runtime.settings.context
-        assert policy is not None
-        tokens = self.runtime.token_cost(message, policy)
-        if seq is not None:
-            self.costs[seq] = tokens
-        return tokens
-
-    async def _settle_inflight(self) -> None:
-        """Wait for writes a cut-short turn left queued; the store applies
-        them in order, whatever their outcome, so the cache is then reloaded
-        from a store that holds them (or that refused them)."""
-        while self.inflight:
-            pending = self.inflight[0]
-            with contextlib.suppress(AgentikError):
-                await pending.wait()
-            self.inflight.pop(0)
-        self.stale = True
 
     async def _recover(self) -> None:
         """Put the last turn where it stopped: a turn waiting for approval waits
@@ -935,14 +764,15 @@ class Conversation:
         (``resume_interrupted``), or its open calls only answered; a failed or
         superseded one is left as it is, its open calls answered if a stop
         left any."""
-        start = last_turn_start(self.history)
+        start = last_turn_start(self.cache.history)
         if start is None:
             return
-        turn = self.history[start:]
+        turn = self.cache.history[start:]
         if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
             return  # finished: the common case, no read
-        record = await self.turn_record(start)
-        failed_here = self.runtime.failures.get((self.conversation_id, self.first_seq + start))
+        record = await self.cache.turn_record(start)
+        seq = self.cache.first_seq + start
+        failed_here = self.runtime.failures.get((self.conversation_id, seq))
         if record.failure is None and failed_here is not None:
             record = attrs.evolve(record, failure=failed_here)
         state = status_of(turn, record)
@@ -968,11 +798,16 @@ class Conversation:
             turn, INTERRUPTED if state is StoredState.INTERRUPTED else UNRECORDED
         )
 
+    def _forget(self) -> None:
+        """Drop the cache and the paused turn; the next turn loads the conversation again."""
+        self.cache.forget()
+        self.approvals.clear()
+
     async def _key_at(self, start: int) -> str | None:
         """The idempotency key of the user message at ``start``, from storage:
         one indexed read, for a turn recovered after a restart."""
         store = self.storage.message_store
-        seq = self.history[start].seq
+        seq = self.cache.history[start].seq
         if seq is None:
             return None
         found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
@@ -997,10 +832,10 @@ class Conversation:
             pending = await self.storage.message_store.submit(
                 self.conversation_id, Message(Role.TOOL, answer, tool_call_id=call.id)
             )
-            self.inflight.append(pending)
-        repaired = [await p.wait() for p in self.inflight]
-        self.inflight.clear()
-        self.history.extend(repaired)
+            self.cache.inflight.append(pending)
+        repaired = [await p.wait() for p in self.cache.inflight]
+        self.cache.inflight.clear()
+        self.cache.history.extend(repaired)
 
 
 def _fail_now(request: Request, error: AgentikError | None = None) -> None:

@@ -35,7 +35,7 @@ async def build_request(
     again: Sequence[Message] = (),
     answer_tool: NamedTool | None = None,
 ) -> tuple[ModelRequest, ToolsetIndex, frozenset[str]]:
-    """The next request of the turn whose user message is ``conv.history[start]``,
+    """The next request of the turn whose user message is ``conv.cache.history[start]``,
     with the toolsets and the active ones it was built for. A typed turn
     (``output``) asks for its schema; ``again``, its invalid answers and
     their errors, follow the history (they are not stored); ``answer_tool``,
@@ -51,7 +51,7 @@ async def build_request(
     tools = offered_tools(core, index, selection)
     # The active toolsets' schemas take their share of the window.
     schemas = index.costs.total(tools[len(core) :]) if policy is not None else 0
-    window = conv.history if policy is None else _window(conv, system, start, policy, schemas)
+    window = conv.cache.history if policy is None else _window(conv, system, start, policy, schemas)
     descriptions = runtime.settings.descriptions
     if descriptions is not None:  # a text-only model: images as their descriptions
         window = await described(window, descriptions)
@@ -76,12 +76,12 @@ def _window(
     active toolsets' schemas (``schemas`` tokens)."""
     try:
         window = select_window(
-            system=conv.cost(system),
-            summary=conv.summary_message,
-            history=conv.history,
+            system=conv.cache.cost(system),
+            summary=conv.cache.summary_message,
+            history=conv.cache.history,
             turn_start=start,
             budget=policy.max_tokens - schemas,
-            cost=conv.cost,
+            cost=conv.cache.cost,
         )
     except ContextExhausted as exc:
         raise TurnError(str(exc), code="context_exhausted") from exc
@@ -136,7 +136,7 @@ async def check_room(conv: TurnHost, text: str) -> None:
     policy = conv.runtime.settings.context
     assert policy is not None
     system, _, _ = await system_message(conv)
-    needed = conv.cost(system) + conv.cost(Message(Role.USER, text))
+    needed = conv.cache.cost(system) + conv.cache.cost(Message(Role.USER, text))
     if needed > policy.max_tokens:
         raise TurnError(
             f"the message needs {needed} tokens of context with the system message and"

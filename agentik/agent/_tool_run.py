@@ -89,11 +89,11 @@ def _seq_of(conv: TurnHost, call_id: str) -> int:
     """The seq of the assistant message that made call ``call_id``: seqs are
     gapless from ``first_seq`` in the cached history, and the message is one
     of the last few (its results follow it)."""
-    history = conv.history
+    history = conv.cache.history
     for index in range(len(history) - 1, -1, -1):
         for call in history[index].tool_calls:
             if call.id == call_id:
-                return conv.first_seq + index
+                return conv.cache.first_seq + index
     return 0
 
 

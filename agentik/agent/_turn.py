@@ -198,7 +198,7 @@ class Turn:
         def plan(call: ToolCall) -> CallPlan:
             return self._plan(call, index, read_back=True)
 
-        event = resume_event(conv.history[self.start :], record, plan)
+        event = resume_event(conv.cache.history[self.start :], record, plan)
         result = await self.run(self.machine.handle(event))
         assert result is not None
         return result
@@ -217,7 +217,7 @@ class Turn:
         ``awaiting_approval``) or has nothing more to do (None: a superseded
         turn). Raises ``TurnError`` when it fails; what it recorded is then
         committed and valid."""
-        self.writes.first_new = len(self.conversation.history)
+        self.writes.first_new = len(self.conversation.cache.history)
         begins = self.writes.first_new <= self.start  # this run records the user message
         if self.spans is not None:
             self.spans.start_run(self.conversation, self.usage)
@@ -516,7 +516,7 @@ class Turn:
         if stored is False:
             return
         conv = self.conversation
-        seq = conv.first_seq + self.start
+        seq = conv.cache.first_seq + self.start
         conv.runtime.remember_failure(conv.conversation_id, seq, code, in_doubt=stored is None)
 
 

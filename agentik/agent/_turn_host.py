@@ -18,7 +18,7 @@ from agentik.agent._builtin_tools import ConversationState
 from agentik.toolsets import ToolsetActivation, ToolsetIndex
 
 if TYPE_CHECKING:
-    from agentik._sync import Pending
+    from agentik.agent._history_cache import HistoryCache
     from agentik.agent._requests import Request
     from agentik.agent._runtime import AgentRuntime
 
@@ -36,16 +36,9 @@ class TurnHost(ConversationState, Protocol):
 
     runtime: AgentRuntime
     activation: ToolsetActivation
-    history: list[Message]
-    """The stored history, the turn's messages appended as they are submitted."""
-    keys: dict[str, int]
-    """Idempotency keys seen, to the seq of their turn's user message."""
-    first_seq: int
-    summary_message: Message | None
-    stale: bool
-    """The cached history may be behind the store: reload before the next turn."""
-    inflight: list[Pending[Message]]
-    """Writes submitted and not yet acknowledged."""
+    cache: HistoryCache
+    """The stored history (the turn's messages appended as they are
+    submitted), the idempotency keys seen, the writes in flight."""
     system_prompt: tuple[PromptInputs, Message] | None
     """The last system message and what it was built from (reused while equal)."""
     toolsets_seen: frozenset[str]
@@ -55,8 +48,6 @@ class TurnHost(ConversationState, Protocol):
 
     @property
     def interrupted(self) -> bool: ...
-
-    def cost(self, message: Message) -> int: ...
 
     async def check_tenure(self) -> None:
         """Stop the turn (interrupted) if this node no longer holds the conversation."""

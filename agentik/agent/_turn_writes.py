@@ -68,7 +68,7 @@ class TurnWrites:
             store = runtime.storage.message_store
             pending = await store.submit(conv.conversation_id, message)
         self.pending.append(pending)
-        conv.history.append(message)
+        conv.cache.history.append(message)
 
     async def record_with(self, action: Record) -> None:
         """``record``, with the message's idempotency key or waiting calls."""
@@ -81,12 +81,12 @@ class TurnWrites:
             store = conv.runtime.storage.message_store
             pending = await store.submit(conv.conversation_id, message, idempotency_key=key)
         self.pending.append(pending)
-        conv.history.append(message)
+        conv.cache.history.append(message)
         if key is not None:
             # Only now: the store has accepted the message and the cache holds
             # it at ``start``. Remembered earlier, a turn cancelled while the
             # store made room left the key naming the slot another turn took.
-            conv.keys[key] = conv.first_seq + self.start
+            conv.cache.keys[key] = conv.cache.first_seq + self.start
 
     async def record_decision(self, action: RecordDecision) -> None:
         """A person's decision, with a denied call's result in the same write."""
@@ -104,7 +104,7 @@ class TurnWrites:
             self.decisions.append(pending)
         else:  # the denied call's result: a message of the turn like any other
             self.pending.append(pending)  # type: ignore[arg-type]  # resolves to the message
-            conv.history.append(action.result)
+            conv.cache.history.append(action.result)
 
     def check_written(self) -> None:
         """Raise the error of the turn's write that failed, if one did: the
@@ -126,7 +126,7 @@ class TurnWrites:
         accepted (the history stops before it) or its write failed; None while
         it is in flight (it may yet commit) or when its commit is in doubt
         (``CommitInDoubt``: the next read tells)."""
-        history = self.conversation.history
+        history = self.conversation.cache.history
         if index >= len(history):
             return False
         if history[index].seq is not None:
@@ -144,7 +144,7 @@ class TurnWrites:
 
     def call(self, call_id: str) -> ToolCall:
         """The call ``call_id`` of this turn, as the model made it."""
-        for message in reversed(self.conversation.history[self.start :]):
+        for message in reversed(self.conversation.cache.history[self.start :]):
             for call in message.tool_calls:
                 if call.id == call_id:
                     return call
@@ -152,7 +152,7 @@ class TurnWrites:
 
     def _seq_of_call(self, call_id: str) -> int:
         """The seq of the committed assistant message of this turn with ``call_id``."""
-        for message in reversed(self.conversation.history[self.start :]):
+        for message in reversed(self.conversation.cache.history[self.start :]):
             if message.seq is not None and any(c.id == call_id for c in message.tool_calls):
                 return message.seq
         raise StoreError(f"call {call_id!r} is in no committed message of the turn")
@@ -173,13 +173,13 @@ class TurnWrites:
             stored = []
             for p in pending:  # a loop: an await in a comprehension makes it a coroutine
                 stored.append(p.result() if p.done else await p.wait())
-            conv.history[self.first_new : self.first_new + len(stored)] = stored
+            conv.cache.history[self.first_new : self.first_new + len(stored)] = stored
             self.first_new += len(stored)
             pending.clear()
         for decision in self.decisions:
             await decision.wait()
         self.decisions.clear()
-        return conv.history[self.start :]
+        return conv.cache.history[self.start :]
 
     async def commit_output(self) -> list[Message]:
         """Commit what the typed turn recorded (its answer last), then record
@@ -187,7 +187,7 @@ class TurnWrites:
         read of the turn shows it as data; the turn's messages as stored."""
         conv = self.conversation
         stored = await self.commit()
-        user = conv.history[self.start]
+        user = conv.cache.history[self.start]
         if user.seq is not None:
             store = conv.runtime.storage.message_store
             await (await store.submit_turn_output(conv.conversation_id, user.seq)).wait()
@@ -198,9 +198,9 @@ class TurnWrites:
         does not resume it); a cancelled turn too."""
         conv = self.conversation
         await self.commit()
-        if len(conv.history) <= self.start:
+        if len(conv.cache.history) <= self.start:
             return  # stopped before its user message was accepted: no turn to mark
-        user = conv.history[self.start]
+        user = conv.cache.history[self.start]
         store = conv.runtime.storage.message_store
         if user.seq is not None:
             await (await store.submit_turn_failure(conv.conversation_id, user.seq, code)).wait()
@@ -218,7 +218,7 @@ class TurnWrites:
             try:
                 interrupted = code == "interrupted"
                 answer = INTERRUPTED if interrupted else STOPPED
-                for call in open_calls(conv.history[self.start :]):
+                for call in open_calls(conv.cache.history[self.start :]):
                     content = known.get(call.id, answer)
                     await self.record(Message(Role.TOOL, content, tool_call_id=call.id))
                 await (self.commit() if interrupted else self.commit_failure(code))
@@ -229,7 +229,7 @@ class TurnWrites:
         """A stopped turn's clean-up failed (``error``): the cache is unsure,
         the next request reloads it."""
         conv = self.conversation
-        conv.stale = True
+        conv.cache.stale = True
         log.error(
             "conversation %r: could not settle a failed turn: %s",
             conv.conversation_id,
@@ -248,10 +248,10 @@ class TurnWrites:
             try:
                 await self.commit()
             except AgentikError:
-                conv.stale = True  # the store refused some: the cache is unsure
+                conv.cache.stale = True  # the store refused some: the cache is unsure
         if any(not p.done for p in self.pending):
-            conv.stale = True
-            conv.inflight.extend(p for p in self.pending if not p.done)
+            conv.cache.stale = True
+            conv.cache.inflight.extend(p for p in self.pending if not p.done)
         self.pending.clear()
         self.decisions.clear()
 

@@ -29,6 +29,7 @@ from agentik import (
 from agentik.agent._approvals import Approvals
 from agentik.agent._conversation import Conversation
 from agentik.agent._handle import ConversationHandle
+from agentik.agent._history_cache import HistoryCache
 from agentik.agent._requests import Delete, NewTurn, Reply, Request
 from agentik.models import ScriptedModel
 from tests.agent.helpers import assert_valid_history, call, stored
@@ -89,12 +90,13 @@ def _owns(conversation: Conversation, task: trio.lowlevel.Task) -> bool:
 @pytest.fixture
 def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every write of a ``Conversation`` attribute (or of the parts it keeps
-    its state in: its ``Approvals``) from a task that is not the
+    its state in: its ``HistoryCache`` and ``Approvals``) from a task that is not the
     conversation's own (nor one it started)."""
     found: list[str] = []
     write = object.__setattr__
     init = Conversation.__init__
     building: set[int] = set()
+    parts: dict[int, Conversation] = {}
 
     def construct(self: Conversation, *args: object, **kwargs: object) -> None:
         building.add(id(self))  # the supervisor builds it before its task starts
@@ -102,6 +104,7 @@ def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             init(self, *args, **kwargs)
         finally:
             building.discard(id(self))
+        parts[id(self.cache)] = parts[id(self.approvals)] = self
 
     def check(conversation: Conversation, name: str) -> None:
         try:
@@ -116,15 +119,16 @@ def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         check(self, name)
         write(self, name, value)
 
-    def watched_part(self: Approvals, name: str, value: object) -> None:
-        conversation = getattr(self, "host", None)  # None: being built
-        if isinstance(conversation, Conversation):
+    def watched_part(self: object, name: str, value: object) -> None:
+        conversation = parts.get(id(self))  # None: being built
+        if conversation is not None and self in (conversation.cache, conversation.approvals):
             check(conversation, f"{type(self).__name__}.{name}")
         write(self, name, value)
 
     monkeypatch.setattr(Conversation, "__init__", construct)
     monkeypatch.setattr(Conversation, "__setattr__", watched)
     monkeypatch.setattr(Approvals, "__setattr__", watched_part)
+    monkeypatch.setattr(HistoryCache, "__setattr__", watched_part)
     return found
 
 

@@ -184,7 +184,8 @@ async def test_keys_name_their_paused_turn_after_summaries(backend: str, tmp_pat
         ) as agent:
             for i in range(30):
                 await agent.send("conv", f"chat {i} " * 5, idempotency_key=f"chat{i}")
-            assert live_conversation(agent, "conv").first_seq > 1, "a summary covers the start"
+            cache = live_conversation(agent, "conv").cache
+            assert cache.first_seq > 1, "a summary covers the start"
             await agent.send("conv", "pay 5", idempotency_key="k5")
             with pytest.raises(ApprovalError):
                 await agent.decide("conv", "c5", approve=True, idempotency_key="chat3")

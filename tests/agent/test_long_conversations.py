@@ -203,8 +203,8 @@ async def test_older_turns_are_summarized_and_the_cache_stays_small(
                 await agent.send("c", f"question {i} " * 5, idempotency_key=f"k{i}")
             assert agent.stats.summaries >= 3
             conversation = live_conversation(agent, "c")
-            assert len(conversation.history) < 30, "the cache holds only the tail"
-            assert conversation.first_seq > 60
+            assert len(conversation.cache.history) < 30, "the cache holds only the tail"
+            assert conversation.cache.first_seq > 60
             again = await agent.send("c", "first question " * 5, idempotency_key="k0")
             assert again.text == first.text, "a summarized turn replays from the store"
         history = await stored(storage, "c")
@@ -216,7 +216,7 @@ async def test_older_turns_are_summarized_and_the_cache_stays_small(
         ) as agent:
             await agent.send("c", "after the restart")
             conversation = live_conversation(agent, "c")
-            assert len(conversation.history) < 30
+            assert len(conversation.cache.history) < 30
     # A summary runs beside the turns (none waits for it), one at a time: the
     # first has landed by the time the second starts, and from then on every
     # turn's request carries a summary first.
@@ -251,12 +251,12 @@ async def test_a_verbose_summarizer_does_not_stop_compaction() -> None:
         covered = []
         for i in range(60):
             await agent.send("c", f"question {i} " * 5)
-            summary = live_conversation(agent, "c").summary
+            summary = live_conversation(agent, "c").cache.summary
             covered.append(0 if summary is None else summary.through_seq)
         assert agent.stats.summaries_failed == 0
         assert agent.stats.summaries >= 5
         assert covered[-1] > 100, "compaction stopped advancing"
-        summary = live_conversation(agent, "c").summary
+        summary = live_conversation(agent, "c").cache.summary
         assert summary is not None
         assert estimate_tokens(summary.text) <= 2 * (400 // 4)
     for request in requests:
@@ -392,7 +392,7 @@ async def test_a_failed_turn_is_not_resumed_when_its_record_is_lost_after_summar
     ) as agent:
         for i in range(30):
             await agent.send("c", f"question {i} " * 5)
-        assert live_conversation(agent, "c").first_seq > 1, "summaries folded the cache"
+        assert live_conversation(agent, "c").cache.first_seq > 1, "summaries folded the cache"
         store.submit_turn_failure = lost  # type: ignore[method-assign]
         with pytest.raises(TurnError):
             await agent.send("c", "fail now")
@@ -425,9 +425,9 @@ async def test_each_stored_message_is_counted_once(monkeypatch: pytest.MonkeyPat
         assert len(stored) == 200
         assert max(stored.values()) == 1, sorted(stored.items(), key=lambda kv: -kv[1])[:3]
         conversation = live_conversation(agent, "c")
-        costs = dict(conversation.costs)
-        seqs = {m.seq for m in conversation.history}
+        costs = dict(conversation.cache.costs)
+        seqs = {m.seq for m in conversation.cache.history}
     assert set(costs) <= seqs, "costs kept for messages the tail no longer holds"
-    by_seq = {m.seq: m for m in conversation.history}
+    by_seq = {m.seq: m for m in conversation.cache.history}
     for seq, tokens in costs.items():
         assert tokens == message_tokens(by_seq[seq], estimate_tokens)

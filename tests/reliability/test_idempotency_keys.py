@@ -402,8 +402,8 @@ async def run_schedule(
         stored = await history(storage, "c")
         check_store(stored, keys)
         if conversation is not None:
-            for key, index in conversation.keys.items():
-                message = conversation.history[index]
+            for key, index in conversation.cache.keys.items():
+                message = conversation.cache.history[index]
                 assert (message.role, message.content) == (Role.USER, keys[key])
         for key, text in keys.items():
             seq = await storage.message_store.find_idempotency_key("c", key)
