@@ -152,7 +152,7 @@ class Conversation:
 
     @cache.default
     def _cache(self) -> HistoryCache:
-        return HistoryCache(self.conversation_id, self.runtime, self.memory)
+        return HistoryCache(self.conversation_id, self.runtime, self.memory, self._dropped)
 
     @approvals.default
     def _approvals(self) -> Approvals:
@@ -443,7 +443,7 @@ class Conversation:
             reply.set(outcome.Error(exc))
             return
         if deleted or request.idle_before is None:
-            self._forget()
+            self.cache.forget()
             self.memory.clear()
             self.cache.had_history = False
             self.system_prompt = None
@@ -737,7 +737,7 @@ class Conversation:
             await self.cache.settle_inflight()
         if self.cache.stale:
             # A failed write left the cache unsure: start again from the store.
-            self._forget()
+            self.cache.forget()
         if not self.cache.loaded:
             # Noted before the read, so a change while it runs is read next time.
             self.notes_seen = self.handle.notes_version
@@ -798,9 +798,9 @@ class Conversation:
             turn, INTERRUPTED if state is StoredState.INTERRUPTED else UNRECORDED
         )
 
-    def _forget(self) -> None:
-        """Drop the cache and the paused turn; the next turn loads the conversation again."""
-        self.cache.forget()
+    def _dropped(self) -> None:
+        """The cache was dropped (``HistoryCache.forget``): so is the paused
+        turn, whose indexes point into it."""
         self.approvals.clear()
 
     async def _key_at(self, start: int) -> str | None:

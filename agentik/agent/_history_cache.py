@@ -18,6 +18,7 @@ keeps true, so the actor's module does not have to:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -49,6 +50,9 @@ class HistoryCache:
     memory: list[MemoryEntry]
     """The conversation's working-memory notes (its own list): a load refills
     it, as it is read with the history."""
+    dropped: Callable[[], None]
+    """Called when the cache is dropped: what the conversation keeps that
+    points into it (a paused turn's indexes) goes with it."""
     history: list[Message] = attrs.Factory(list)
     keys: dict[str, int] = attrs.Factory(dict)
     """Idempotency keys used since load -> seq of their user message."""
@@ -109,6 +113,7 @@ class HistoryCache:
 
     def forget(self) -> None:
         """Drop the cache; the next turn loads the conversation again."""
+        self.dropped()
         self.history.clear()
         self.keys.clear()
         self.costs.clear()
