@@ -69,7 +69,7 @@ from agentik.agent._turn_actions import (
     RunTool,
     TurnAction,
 )
-from agentik.agent._turn_errors import stop_of
+from agentik.agent._turn_errors import Cleanup, cleanup_of, stop_of
 from agentik.agent._turn_events import (
     CANCELLED_REASON,
     FAILURE_CODES,
@@ -78,7 +78,6 @@ from agentik.agent._turn_events import (
     Failure,
     ModelAnswered,
     ToolDone,
-    TurnState,
 )
 from agentik.agent._turn_machine import TurnMachine
 from agentik.agent._turn_spans import TurnSpans
@@ -111,9 +110,6 @@ def with_parts(actions: list[TurnAction], parts: tuple[Part, ...]) -> list[TurnA
 
 _ENDS = (CallModel, Finish, AwaitApproval, Fail)
 """Actions that end a list (the machine puts them last)."""
-
-_RUNNING = frozenset({TurnState.MODEL, TurnState.TOOLS})
-"""States in which something runs that a failure or a cancel cuts short."""
 
 
 @attrs.define
@@ -228,14 +224,16 @@ class Turn:
         finally:
             try:
                 error = sys.exc_info()[1]
-                state = self.machine.state
-                if state in _RUNNING:
+                interrupted = error is not None and self.conversation.interrupted
+                cleanup = cleanup_of(
+                    self.machine.state, error, begins=begins, interrupted=interrupted
+                )
+                if cleanup is Cleanup.STOP:
                     await self._stop(error)
-                elif state is TurnState.APPROVAL and error is not None and self._cancelled(error):
+                elif cleanup is Cleanup.END_PAUSE:
                     await self._end_pause()
-                elif error is not None and (
-                    state is TurnState.FINISHED or (state is TurnState.APPROVAL and begins)
-                ):
+                elif cleanup is Cleanup.LOST_COMMIT:
+                    assert error is not None
                     self._remember_lost_commit(error)
                 await self.writes.settle()
             finally:
@@ -471,11 +469,6 @@ class Turn:
             self._remember_failure(fail.code)
         known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
         await self.writes.answer_open_calls(known, fail.code)
-
-    def _cancelled(self, error: BaseException) -> bool:
-        """Whether ``error`` is the turn's cancellation (not a shutdown's)."""
-        stop = stop_of(error, interrupted=self.conversation.interrupted)
-        return stop.failure is Failure.CANCELLED
 
     async def _end_pause(self) -> None:
         """Cancelled while its pause, or a decision that left it paused, was
