@@ -33,8 +33,10 @@ import attrs
 
 from agentik._errors import TurnError
 from agentik._json import JsonObject, JsonValue
+from agentik._messages import Message, ToolCall
 from agentik._serde import converter, structure_error
 from agentik.agent._events import TurnResult
+from agentik.agent._turn_events import CallPlan, ModelAnswered
 from agentik.toolsets import NamedTool, compile_schema, schema_for_type
 
 OutputType: TypeAlias = type | Mapping[str, JsonValue]
@@ -157,6 +159,48 @@ def tool_answer(spec: OutputSpec, arguments: str) -> tuple[object, str]:
         raise InvalidOutput(f"the arguments must be an object with the one property {_WRAPPED!r}")
     text = json.dumps(data[_WRAPPED], ensure_ascii=False)
     return spec.load(text), text
+
+
+class _NotRead:
+    """``read_answer``'s value when the answer gave none (its type, for mypy)."""
+
+
+NOT_READ: Final = _NotRead()
+"""The value of an answer that gave none: calls to run, or an invalid one."""
+
+
+def read_answer(
+    message: Message,
+    spec: OutputSpec,
+    answer_tool: NamedTool | None,
+    plan: Callable[[ToolCall], CallPlan],
+) -> tuple[ModelAnswered, object]:
+    """What the machine is told of a typed turn's answer ``message`` (the
+    assistant message to record; ``plan`` plans a call to run), and the value
+    it gives (``NOT_READ`` if none). Without a final-answer tool, a text
+    answer is the value, read (``spec.load``) or refused with why; with one
+    (``structured_output="tool"``), a lone call of it is the answer, read
+    from its arguments, and one beside other calls is planned as it is, for
+    the machine to refuse."""
+    calls = message.tool_calls
+    if answer_tool is None:
+        if calls:
+            return ModelAnswered(message, tuple([plan(call) for call in calls])), NOT_READ
+        try:
+            return ModelAnswered(message), spec.load(message.content)
+        except InvalidOutput as error:
+            return ModelAnswered(message, (), str(error)), NOT_READ
+    if not calls:
+        return ModelAnswered(message), NOT_READ
+    if len(calls) == 1 and calls[0].name == FINAL_ANSWER:
+        lone = CallPlan(calls[0])
+        try:
+            value, text = tool_answer(spec, calls[0].arguments)
+        except InvalidOutput as error:
+            return ModelAnswered(message, (lone,), str(error)), NOT_READ
+        return ModelAnswered(message, (lone,), output_text=text), value
+    plans = [CallPlan(c) if c.name == FINAL_ANSWER else plan(c) for c in calls]
+    return ModelAnswered(message, tuple(plans)), NOT_READ
 
 
 def stored_output(result: TurnResult, spec: OutputSpec) -> TurnResult:

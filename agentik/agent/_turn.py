@@ -46,10 +46,10 @@ from agentik.agent._events import (
 from agentik.agent._model_call import ask_model
 from agentik.agent._output import (
     FINAL_ANSWER,
-    InvalidOutput,
+    NOT_READ,
     OutputSpec,
     final_answer_tool,
-    tool_answer,
+    read_answer,
 )
 from agentik.agent._recovery import resume_event
 from agentik.agent._request import PromptInputs as PromptInputs
@@ -404,32 +404,16 @@ class Turn:
             self.usage += usage
         calls = response.tool_calls
         message = Message(Role.ASSISTANT, response.text or "", calls, None, usage)
-        if not calls:
-            if output is not None and self.answer_tool is None:
-                try:
-                    self.value = output.load(message.content)
-                except InvalidOutput as error:
-                    return ModelAnswered(message, (), str(error))
-            return ModelAnswered(message)
-        if self.answer_tool is None:
+        if output is None:  # the common case: an answer, or calls to plan
+            if not calls:
+                return ModelAnswered(message)
             return ModelAnswered(message, tuple([self._plan(call, index) for call in calls]))
-        return self._with_answer_tool(message, index)
-
-    def _with_answer_tool(self, message: Message, index: ToolsetIndex) -> ModelAnswered:
-        """An answer with calls in ``structured_output="tool"`` mode: a lone
-        final-answer call is read (the machine decides what it means); one
-        beside other calls is planned as is, for the machine to refuse."""
-        assert self.output is not None
-        calls = message.tool_calls
-        if len(calls) == 1 and calls[0].name == FINAL_ANSWER:
-            plan = CallPlan(calls[0])
-            try:
-                self.value, text = tool_answer(self.output, calls[0].arguments)
-            except InvalidOutput as error:
-                return ModelAnswered(message, (plan,), str(error))
-            return ModelAnswered(message, (plan,), output_text=text)
-        plans = [CallPlan(c) if c.name == FINAL_ANSWER else self._plan(c, index) for c in calls]
-        return ModelAnswered(message, tuple(plans))
+        answered, value = read_answer(
+            message, output, self.answer_tool, lambda call: self._plan(call, index)
+        )
+        if value is not NOT_READ:
+            self.value = value
+        return answered
 
     def _plan(self, call: ToolCall, index: ToolsetIndex, *, read_back: bool = False) -> CallPlan:
         conv = self.conversation
