@@ -94,20 +94,6 @@ if TYPE_CHECKING:
 EmitFn = Callable[[TurnEvent], Awaitable[None]]
 
 
-def with_parts(actions: list[TurnAction], parts: tuple[Part, ...]) -> list[TurnAction]:
-    """The machine's first actions of a turn, its user message given the
-    turn's content parts (``send(content=[...])``). The machine decides from
-    the text alone; the parts only travel with the message it records."""
-    out: list[TurnAction] = []
-    for action in actions:
-        if isinstance(action, Message) and action.role is Role.USER:
-            action = attrs.evolve(action, parts=parts)
-        elif isinstance(action, Record) and action.message.role is Role.USER:
-            action = attrs.evolve(action, message=attrs.evolve(action.message, parts=parts))
-        out.append(action)
-    return out
-
-
 _ENDS = (CallModel, Finish, AwaitApproval, Fail)
 """Actions that end a list (the machine puts them last)."""
 
@@ -179,10 +165,7 @@ class Turn:
         )
 
     async def begin(self, text: str, parts: tuple[Part, ...] = ()) -> TurnResult:
-        actions = self.machine.handle(Begin(text, self.key))
-        if parts:
-            actions = with_parts(actions, parts)
-        result = await self.run(actions)
+        result = await self.run(self.machine.handle(Begin(text, self.key, parts)))
         assert result is not None
         return result
 

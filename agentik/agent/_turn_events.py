@@ -14,6 +14,7 @@ from typing import Final, TypeAlias, final
 import attrs
 
 from agentik._messages import Message, ToolCall
+from agentik._parts import Part
 
 STOPPED = "error: the turn was stopped before this tool call finished"
 INTERRUPTED = "interrupted: the process stopped before this call finished"
@@ -171,6 +172,9 @@ class Begin:
 
     text: str
     idempotency_key: str | None = None
+    parts: tuple[Part, ...] = ()
+    """Its images and files (``send(content=[...])``): the machine decides
+    from the text alone; the parts only travel with the message it records."""
 
 
 @final

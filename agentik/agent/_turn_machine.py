@@ -226,7 +226,7 @@ class TurnMachine:
     def _begin(self, event: Begin) -> list[TurnAction]:
         self.steps = 1
         self.state = TurnState.MODEL
-        user = Message(Role.USER, event.text)
+        user = Message(Role.USER, event.text, parts=event.parts)
         key = event.idempotency_key
         return [user if key is None else Record(user, key), _CALL_MODEL]
 
