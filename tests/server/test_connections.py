@@ -77,7 +77,7 @@ async def server(nursery: trio.Nursery) -> AsyncIterator[Server]:
         lambda task_status: serve(
             app,
             settings=settings,
-            graceful_timeout=30,
+            graceful_timeout=GRACE,
             shutdown_trigger=stop.wait,
             task_status=task_status,
         )
@@ -186,6 +186,45 @@ async def test_shutdown_closes_idle_connections_and_finishes_busy_ones(
     assert trio.current_time() - began < 1
     assert await busy.response() == (200, b"ok:")
     assert await busy.closed_by_server()
+
+
+GRACE = 30
+"""The fixture's ``graceful_timeout``."""
+
+
+async def test_a_request_still_unanswered_when_the_drain_ends_gets_503(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    """Past the drain, an app that has not begun its answer is cancelled and
+    its client told so (503 with ``Retry-After``), not left to find its
+    connection dropped (a turn stuck on a frozen database at shutdown)."""
+    client = await connect(server)
+    await client.send(request(f"/slow?{GRACE * 10}"), h11.EndOfMessage())
+    await trio.sleep(0.1)  # the request is in the app
+    began = trio.current_time()
+    server.stop.set()
+    head = await client.next_event()
+    assert GRACE <= trio.current_time() - began < GRACE + 1
+    assert isinstance(head, h11.Response) and head.status_code == 503
+    fields = dict(head.headers)
+    assert fields[b"retry-after"] == b"1" and fields[b"connection"] == b"close"
+    assert isinstance(await client.next_event(), h11.EndOfMessage)
+    assert await client.closed_by_server()
+
+
+async def test_an_answer_under_way_when_the_drain_ends_is_cut_by_the_close(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    """A response that began cannot become a 503: it ends unfinished, which
+    the client tells by the close."""
+    client = await connect(server)
+    await client.send(request("/stream"), h11.EndOfMessage())
+    head = await client.next_event()
+    assert isinstance(head, h11.Response) and head.status_code == 200
+    assert isinstance(await client.next_event(), h11.Data)
+    server.stop.set()  # ``release`` never comes
+    with pytest.raises(h11.RemoteProtocolError):  # closed mid-body, nothing more
+        await client.next_event()
 
 
 async def test_a_streaming_head_goes_out_before_the_body_is_done(

@@ -215,7 +215,25 @@ class Connection:
             pass  # the client was gone before its connection was set up
         finally:
             with trio.CancelScope(shield=True):
+                if self._cut_unanswered():
+                    await self._send_refusal(503, b"retry-after: 1\r\n")
                 await trio.aclose_forcefully(self._stream)
+
+    def _cut_unanswered(self) -> bool:
+        """The server cancelled the connection (its drain is over, or a second
+        signal) while the app, or the relay, had a request and had not begun
+        its answer: its client is told (503, then the close) rather than
+        finding the connection dropped. A connection that ended itself
+        (``_tasks`` cancelled: a refusal, a timeout, the client gone) has
+        said what it could."""
+        cycle = self._cycle
+        return (
+            cycle is not None
+            and not cycle.started
+            and not cycle.disconnected
+            and not self._ended
+            and not self._tasks.cancel_called
+        )
 
     # -- reading ------------------------------------------------------------------------
 
