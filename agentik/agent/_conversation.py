@@ -39,19 +39,11 @@ from agentik._messages import Message, Role
 from agentik._scope import scope_of
 from agentik.agent._approvals import Approvals
 from agentik.agent._child_calls import current_children
-from agentik.agent._compaction import fold_point
 from agentik.agent._events import TurnEvent, TurnFailed, TurnFinished, TurnResult
 from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
 from agentik.agent._history_cache import HistoryCache
 from agentik.agent._model_limits import fairness_key
-from agentik.agent._optional_work import (
-    OPTIONAL_WORK_GRACE,
-    ReflectionJob,
-    SummaryJob,
-    log_failure,
-    reflect,
-    summarize,
-)
+from agentik.agent._optional_work import OptionalWork, log_failure
 from agentik.agent._output import OutputSpec, stored_output
 from agentik.agent._recovery import (
     StoredState,
@@ -80,8 +72,6 @@ from agentik.storage import Storage, TurnRecord
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
-
     from agentik.agent._runtime import AgentRuntime
 
 log = logging.getLogger("agentik.conversation")
@@ -130,22 +120,14 @@ class Conversation:
     toolsets_seen: frozenset[str] = frozenset()
     """The active toolsets when the agent last looked, when it traces: the
     next look tells which expired (span events, ``_spans``)."""
-    summarizing: SummaryJob | None = None
-    """The summary under way beside this task, or landed and not applied yet."""
-    reflecting: ReflectionJob | None = None
-    """The reflection under way beside this task."""
-    background: trio.Nursery | None = None
-    """Where summaries and reflections run (``run`` opens it when the agent
-    has a context policy or reflects)."""
-    optional_deadline: float = math.inf
-    """When optional work must be done: set once serving ends (the agent
-    closing, or this task retiring), ``OPTIONAL_WORK_GRACE`` later."""
     moved: bool = False
     """This node no longer holds the conversation as the task started
     (``check_tenure``): the task serves nothing more; a new one, started
     under the new tenure, loads the conversation afresh."""
     approvals: Approvals = attrs.field(init=False)
     """The paused turn and its approval deadline (``_approvals``)."""
+    optional: OptionalWork = attrs.field(init=False)
+    """The summary and the reflection under way beside this task (``_optional_work``)."""
     skill_scope: str = attrs.field(init=False)
     """The owner scope of this conversation's skills (``_scope``): ``""``
     unless its id names an owner."""
@@ -157,6 +139,10 @@ class Conversation:
     @approvals.default
     def _approvals(self) -> Approvals:
         return Approvals(self)
+
+    @optional.default
+    def _optional(self) -> OptionalWork:
+        return OptionalWork(self)
 
     @skill_scope.default
     def _skill_scope(self) -> str:
@@ -227,7 +213,7 @@ class Conversation:
         inbox = self.inbox
         try:
             async with trio.open_nursery() if optional else contextlib.nullcontext() as beside:
-                self.background = beside
+                self.optional.nursery = beside
                 try:
                     while not await self._serve_in_scope(self._receive):
                         pass
@@ -256,9 +242,7 @@ class Conversation:
                     try:
                         await self._serve_queued(queued)
                     finally:
-                        self.optional_deadline = trio.current_time() + OPTIONAL_WORK_GRACE
-                        for scope in self.handle.optional:
-                            scope.deadline = min(scope.deadline, self.optional_deadline)
+                        self.optional.wind_down()
         finally:
             exited(self.handle)
 
@@ -431,7 +415,7 @@ class Conversation:
         reply = request.reply.pending
         store = self.storage.message_store
         try:
-            await self._stop_optional_work()
+            await self.optional.stop()
             if self.cache.inflight:
                 await self.cache.settle_inflight()
             deleted = await store.delete_conversation(
@@ -472,8 +456,7 @@ class Conversation:
                 cache = self.cache
                 if cache.inflight or cache.stale or not cache.loaded or self.notes_stale:
                     await self._ready()
-                if self.summarizing is not None and self.summarizing.result.done:
-                    self._land()
+                self.optional.land_if_back()
                 result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
             result = outcome.Error(exc)
@@ -494,127 +477,12 @@ class Conversation:
         await self._deliver(request.reply, result)
         # A query or a cancelled pause has no new answer to learn from.
         if isinstance(result, outcome.Value) and isinstance(request, NewTurn | Decision):
-            self._start_optional_work(request.trace_context)
+            self.optional.start(request.trace_context)
 
     @property
     def notes_stale(self) -> bool:
         """Notes were changed from outside this task since they were read."""
         return self.notes_seen != self.handle.notes_version
-
-    # --- summaries and reflections, beside the conversation (``_optional_work``) ------
-
-    def _start_optional_work(self, parent: Context | None) -> None:
-        """After a turn's answer was delivered: start a summary when what the
-        latest one does not cover outgrew ``summarize_at`` of the budget, and a
-        reflection (``reflection=True``), each in a task of its own unless one
-        runs already. No turn waits for either."""
-        settings = self.runtime.settings
-        if settings.context is not None and self.approvals.paused is None:
-            self._start_summary(parent)
-        if settings.reflection:
-            job = self.reflecting
-            if job is None or job.done.is_set():
-                self.reflecting = job = ReflectionJob(
-                    trio.CancelScope(deadline=self.optional_deadline)
-                )
-                self._spawn_optional(
-                    job.scope,
-                    job.done,
-                    reflect,
-                    self.runtime,
-                    self.conversation_id,
-                    job.scope,
-                    tuple(self.cache.history),
-                    parent,
-                )
-
-    def _start_summary(self, parent: Context | None) -> None:
-        """Fold the oldest turns into the summary (``_compaction``) once what it
-        does not cover passes ``summarize_at`` of the budget."""
-        job = self.summarizing
-        if job is not None:
-            if not job.result.done:
-                return  # one at a time
-            self._land()
-        policy = self.runtime.settings.context
-        history = self.cache.history
-        if policy is None or self.storage.degraded or not history:
-            return
-        if sum(map(self.cache.cost, history)) < policy.summarize_at * policy.max_tokens:
-            return
-        fold = fold_point(history, self.cache.cost, policy.max_tokens // 2)
-        if fold == 0:
-            return
-        through = history[fold - 1].seq
-        if through is None:
-            return  # not committed yet: next time
-        job = SummaryJob(trio.CancelScope(deadline=self.optional_deadline), through)
-        self.summarizing = job
-        previous = None if self.cache.summary is None else self.cache.summary.text
-        done = trio.Event()
-        self._spawn_optional(
-            job.scope,
-            done,
-            summarize,
-            self.runtime,
-            self.conversation_id,
-            job,
-            previous,
-            tuple(history[:fold]),
-            parent,
-        )
-
-    def _spawn_optional(
-        self,
-        scope: trio.CancelScope,
-        done: trio.Event,
-        work: Callable[..., Awaitable[None]],
-        *args: object,
-    ) -> None:
-        """Run ``work(*args)`` beside this task, its scope shown on the handle
-        (a shutdown past its grace cancels it) while it runs."""
-        handle = self.handle
-        handle.optional = (*handle.optional, scope)
-
-        async def beside() -> None:
-            try:
-                await work(*args)
-            finally:
-                handle.optional = tuple(s for s in handle.optional if s is not scope)
-                done.set()
-
-        assert self.background is not None
-        self.background.start_soon(beside)
-
-    def _land(self) -> None:
-        """Apply the summary the summary task sent back: drop what it covers
-        from the cache, if the cache still holds that and no paused turn holds
-        indexes into it (else later, or never: the store has it and the next
-        load reads it). A summary that failed changes nothing."""
-        job = self.summarizing
-        assert job is not None
-        assert job.result.done
-        if self.approvals.paused is not None:
-            return
-        self.summarizing = None
-        stored = job.result.result()
-        if stored is None:
-            return
-        self.cache.fold(stored)
-
-    async def _stop_optional_work(self) -> None:
-        """Cancel the summary and the reflection under way and wait until they
-        are over (a deleted conversation must not get either afterwards)."""
-        job = self.summarizing
-        if job is not None:
-            job.scope.cancel()
-            await job.result.wait()
-            self.summarizing = None
-        reflecting = self.reflecting
-        if reflecting is not None:
-            reflecting.scope.cancel()
-            await reflecting.done.wait()
-            self.reflecting = None
 
     async def _deliver(self, reply: Reply[TurnResult], result: outcome.Outcome[TurnResult]) -> None:
         self.publish()  # before the caller wakes: ``toolset_status`` is current

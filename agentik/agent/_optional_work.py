@@ -25,9 +25,10 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import math
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -35,7 +36,7 @@ import trio
 from agentik._errors import AgentikError, ModelBackendError, TurnError
 from agentik._messages import Message, Role
 from agentik._sync import Pending
-from agentik.agent._compaction import fit_summary, summary_request
+from agentik.agent._compaction import fit_summary, fold_point, summary_request
 from agentik.agent._context import ContextPolicy
 from agentik.agent._failures import describe
 from agentik.models import ModelRequest, ModelResponse
@@ -44,6 +45,8 @@ from agentik.storage import Summary
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
+    from agentik.agent._handle import ConversationHandle
+    from agentik.agent._history_cache import HistoryCache
     from agentik.agent._runtime import AgentRuntime
 
 log = logging.getLogger("agentik.conversation")
@@ -78,6 +81,165 @@ class ReflectionJob:
 
     scope: trio.CancelScope
     done: trio.Event = attrs.Factory(trio.Event)
+
+
+class _Paused(Protocol):
+    @property
+    def paused(self) -> object | None: ...
+
+
+class OptionalHost(Protocol):
+    """What ``OptionalWork`` uses of its conversation (``Conversation``)."""
+
+    conversation_id: str
+    runtime: AgentRuntime
+    handle: ConversationHandle
+    cache: HistoryCache
+
+    @property
+    def approvals(self) -> _Paused: ...
+
+
+@attrs.define(eq=False)
+class OptionalWork:
+    """The summary and the reflection one conversation runs beside itself: a
+    part of its state (``Conversation.optional``), touched by its task only."""
+
+    host: OptionalHost
+    summarizing: SummaryJob | None = None
+    """The summary under way, or landed and not applied yet."""
+    reflecting: ReflectionJob | None = None
+    """The reflection under way."""
+    nursery: trio.Nursery | None = None
+    """Where they run (the conversation's task opens it when the agent has a
+    context policy or reflects)."""
+    deadline: float = math.inf
+    """When they must be done: set once serving ends (the agent closing, or
+    the task retiring), ``OPTIONAL_WORK_GRACE`` later."""
+
+    def start(self, parent: Context | None) -> None:
+        """After a turn's answer was delivered: start a summary when what the
+        latest one does not cover outgrew ``summarize_at`` of the budget, and a
+        reflection (``reflection=True``), each in a task of its own unless one
+        runs already. No turn waits for either."""
+        host = self.host
+        settings = host.runtime.settings
+        if settings.context is not None and host.approvals.paused is None:
+            self._start_summary(parent)
+        if settings.reflection:
+            job = self.reflecting
+            if job is None or job.done.is_set():
+                self.reflecting = job = ReflectionJob(trio.CancelScope(deadline=self.deadline))
+                self._spawn(
+                    job.scope,
+                    job.done,
+                    reflect,
+                    host.runtime,
+                    host.conversation_id,
+                    job.scope,
+                    tuple(host.cache.history),
+                    parent,
+                )
+
+    def land_if_back(self) -> None:
+        """Apply the summary the summary task sent back, if it did."""
+        job = self.summarizing
+        if job is not None and job.result.done:
+            self._land()
+
+    def wind_down(self) -> None:
+        """Serving ended: what runs gets ``OPTIONAL_WORK_GRACE`` more seconds."""
+        self.deadline = trio.current_time() + OPTIONAL_WORK_GRACE
+        for scope in self.host.handle.optional:
+            scope.deadline = min(scope.deadline, self.deadline)
+
+    async def stop(self) -> None:
+        """Cancel the summary and the reflection under way and wait until they
+        are over (a deleted conversation must not get either afterwards)."""
+        job = self.summarizing
+        if job is not None:
+            job.scope.cancel()
+            await job.result.wait()
+            self.summarizing = None
+        reflecting = self.reflecting
+        if reflecting is not None:
+            reflecting.scope.cancel()
+            await reflecting.done.wait()
+            self.reflecting = None
+
+    def _start_summary(self, parent: Context | None) -> None:
+        """Fold the oldest turns into the summary (``_compaction``) once what it
+        does not cover passes ``summarize_at`` of the budget."""
+        job = self.summarizing
+        if job is not None:
+            if not job.result.done:
+                return  # one at a time
+            self._land()
+        host = self.host
+        cache = host.cache
+        policy = host.runtime.settings.context
+        history = cache.history
+        if policy is None or host.runtime.storage.degraded or not history:
+            return
+        if sum(map(cache.cost, history)) < policy.summarize_at * policy.max_tokens:
+            return
+        fold = fold_point(history, cache.cost, policy.max_tokens // 2)
+        if fold == 0:
+            return
+        through = history[fold - 1].seq
+        if through is None:
+            return  # not committed yet: next time
+        job = SummaryJob(trio.CancelScope(deadline=self.deadline), through)
+        self.summarizing = job
+        previous = None if cache.summary is None else cache.summary.text
+        self._spawn(
+            job.scope,
+            trio.Event(),
+            summarize,
+            host.runtime,
+            host.conversation_id,
+            job,
+            previous,
+            tuple(history[:fold]),
+            parent,
+        )
+
+    def _spawn(
+        self,
+        scope: trio.CancelScope,
+        done: trio.Event,
+        work: Callable[..., Awaitable[None]],
+        *args: object,
+    ) -> None:
+        """Run ``work(*args)`` beside the conversation, its scope shown on the
+        handle (a shutdown past its grace cancels it) while it runs."""
+        handle = self.host.handle
+        handle.optional = (*handle.optional, scope)
+
+        async def beside() -> None:
+            try:
+                await work(*args)
+            finally:
+                handle.optional = tuple(s for s in handle.optional if s is not scope)
+                done.set()
+
+        assert self.nursery is not None
+        self.nursery.start_soon(beside)
+
+    def _land(self) -> None:
+        """Apply the summary the summary task sent back: drop what it covers
+        from the cache, if the cache still holds that and no paused turn holds
+        indexes into it (else later, or never: the store has it and the next
+        load reads it). A summary that failed changes nothing."""
+        job = self.summarizing
+        assert job is not None
+        assert job.result.done
+        if self.host.approvals.paused is not None:
+            return
+        self.summarizing = None
+        stored = job.result.result()
+        if stored is not None:
+            self.host.cache.fold(stored)
 
 
 def log_failure(conversation_id: str, error: TurnError) -> None:

@@ -30,6 +30,7 @@ from agentik.agent._approvals import Approvals
 from agentik.agent._conversation import Conversation
 from agentik.agent._handle import ConversationHandle
 from agentik.agent._history_cache import HistoryCache
+from agentik.agent._optional_work import OptionalWork
 from agentik.agent._requests import Delete, NewTurn, Reply, Request
 from agentik.models import ScriptedModel
 from tests.agent.helpers import assert_valid_history, call, stored
@@ -90,8 +91,8 @@ def _owns(conversation: Conversation, task: trio.lowlevel.Task) -> bool:
 @pytest.fixture
 def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every write of a ``Conversation`` attribute (or of the parts it keeps
-    its state in: its ``HistoryCache`` and ``Approvals``) from a task that is not the
-    conversation's own (nor one it started)."""
+    its state in: its ``HistoryCache``, ``Approvals`` and ``OptionalWork``)
+    from a task that is not the conversation's own (nor one it started)."""
     found: list[str] = []
     write = object.__setattr__
     init = Conversation.__init__
@@ -104,7 +105,7 @@ def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             init(self, *args, **kwargs)
         finally:
             building.discard(id(self))
-        parts[id(self.cache)] = parts[id(self.approvals)] = self
+        parts[id(self.cache)] = parts[id(self.approvals)] = parts[id(self.optional)] = self
 
     def check(conversation: Conversation, name: str) -> None:
         try:
@@ -121,7 +122,11 @@ def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def watched_part(self: object, name: str, value: object) -> None:
         conversation = parts.get(id(self))  # None: being built
-        if conversation is not None and self in (conversation.cache, conversation.approvals):
+        if conversation is None:
+            write(self, name, value)
+            return
+        owned = (conversation.cache, conversation.approvals, conversation.optional)
+        if any(self is part for part in owned):
             check(conversation, f"{type(self).__name__}.{name}")
         write(self, name, value)
 
@@ -129,6 +134,7 @@ def foreign_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(Conversation, "__setattr__", watched)
     monkeypatch.setattr(Approvals, "__setattr__", watched_part)
     monkeypatch.setattr(HistoryCache, "__setattr__", watched_part)
+    monkeypatch.setattr(OptionalWork, "__setattr__", watched_part)
     return found
 
 
