@@ -5,7 +5,9 @@ A summary (``ContextPolicy``) or a reflection (``reflection=True``) is a
 model request of its own. Each runs in a task of its own in the
 conversation's nursery, started after a turn's answer was delivered, so no
 turn ever waits for one: until a summary lands, the window just carries less
-of the older history.
+of the older history. ``OptionalWork`` is the conversation's side of them
+(starting, applying what comes back, stopping), a part of its state its task
+alone touches; ``summarize`` and ``reflect`` are the tasks.
 
 Invariants:
 - at most one summary and one reflection at a time per conversation;
