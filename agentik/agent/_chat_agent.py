@@ -1,10 +1,12 @@
 """The supervisor: the ``ChatAgent`` that ``open_chat_agent`` (``_open``) yields.
 
-The agent owns the nursery every conversation task runs in. It routes each
-request (``_requests``) to its conversation's bounded inbox, spawning the
-conversation task on first use, and refuses turns past a bound rather than
-queueing without limit. It never touches a ``Conversation``: it holds each
-one's ``ConversationHandle`` (``_handle`` says what it may do through it).
+``ChatAgent`` is the API: each method checks its input and sends a request
+(``_requests``) to its conversation through the agent's ``Registry``
+(``_registry``), which owns the nursery every conversation task runs in,
+spawns a task on first use, refuses turns past a bound rather than queueing
+without limit, retires idle ones, and closes. Neither ever touches a
+``Conversation``: they hold each one's ``ConversationHandle`` (``_handle``
+says what they may do through it).
 
 Closing (``ChatAgent.close``, or leaving ``open_chat_agent``) refuses new
 requests and closes every inbox: queued turns run, then the tasks exit. With
@@ -19,7 +21,6 @@ it could not finish.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -28,13 +29,12 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from agentik._errors import AgentikError, ApprovalError, NotOwnedError, OverloadedError
+from agentik._errors import ApprovalError, NotOwnedError
 from agentik._json import JsonObject
 from agentik._parts import Part
 from agentik.agent._checks import check_deletes, check_turn, check_unicode, decision
 from agentik.agent._child_calls import ChildCall
 from agentik.agent._content import check_supported, turn_input
-from agentik.agent._conversation import Conversation
 from agentik.agent._elicitation import (
     ElicitationAction,
     ElicitationError,
@@ -42,17 +42,15 @@ from agentik.agent._elicitation import (
     ElicitationSource,
 )
 from agentik.agent._events import ApprovalRequest, TurnEvent, TurnFailed, TurnResult
-from agentik.agent._gc import track_conversations
-from agentik.agent._handle import ConversationHandle
 from agentik.agent._model_limits import fairness_key
 from agentik.agent._output import OutputType, output_spec
+from agentik.agent._registry import Registry
 from agentik.agent._requests import (
     Abandon,
     Decision,
     Delete,
     NewTurn,
     Reply,
-    Request,
     StatusQuery,
 )
 from agentik.agent._resume import resume_interrupted_turns
@@ -61,7 +59,6 @@ from agentik.agent._stats import AgentStats
 from agentik.models import ModelScheduler, PartKind, accepts_parts_of
 from agentik.storage import FullMessageStore, Storage
 from agentik.toolsets import (
-    ToolsetActivation,
     ToolsetContribution,
 )
 
@@ -99,33 +96,12 @@ class ChatAgent:
     ) -> None:
         self._runtime = runtime
         self._nursery = nursery
-        self._handles: dict[str, ConversationHandle] = {}
-        """The live conversations, by id (a retired one leaves at once)."""
-        self._tasks: set[ConversationHandle] = set()
-        """Conversations whose task has not exited yet (a retired one still
-        answers what was queued)."""
-        self._closing = False
-        self._interrupt_at = math.inf
-        """When running turns are interrupted (``close``'s grace); inf: never."""
-        self._grace: trio.CancelScope | None = None
-        self._exited = trio.Event()
-        """Set once closing and every conversation task has exited."""
-        self._reaper_scope = trio.CancelScope()
-        self._resume_scope = trio.CancelScope()
-        # Several nodes on one database: a conversation's turns run on the node
-        # that owns it (docs/scale-out.md); one that loses its lease drops them all.
-        self._ownership = runtime.storage.ownership
-        self._unsubscribe = (
-            None if self._ownership is None else self._ownership.on_lost(self._drop_all)
-        )
+        self._registry = Registry(runtime, nursery, tracks_gc=tracks_gc)
+        """The live conversations and their tasks (``_registry``)."""
         self._elicitors = elicitors
         """Toolset sources whose tools may ask a person mid-call (MCP servers)."""
-        self._tracks_gc = tracks_gc
-        """The agent relaxed the collector: its live conversations scale the
-        first threshold (``_gc.track_conversations``)."""
         self._scheduler = scheduler
         """Admits every model call under ``model_limits`` (None: no limits)."""
-        nursery.start_soon(self._reap)
 
     @property
     def storage(self) -> Storage:
@@ -144,7 +120,7 @@ class ChatAgent:
 
     @property
     def live_conversations(self) -> int:
-        return len(self._handles)
+        return len(self._registry.handles)
 
     @property
     def model_scheduler(self) -> ModelScheduler | None:
@@ -215,7 +191,7 @@ class ChatAgent:
             trace_context=self._trace(),
             parts=parts,
         )
-        handle = await self._route(
+        handle = await self._registry.route(
             conversation_id, request, text=None if parts else text, schedule=False
         )
         try:
@@ -255,7 +231,9 @@ class ChatAgent:
             parts=parts,
         )
         try:
-            handle = await self._route(conversation_id, request, text=None if parts else text)
+            handle = await self._registry.route(
+                conversation_id, request, text=None if parts else text
+            )
         except BaseException:
             sender.close()
             receiver.close()
@@ -307,7 +285,7 @@ class ChatAgent:
             reply=Reply(),
             trace_context=self._trace(),
         )
-        handle = await self._route(conversation_id, request)
+        handle = await self._registry.route(conversation_id, request)
         try:
             return await request.reply.wait()
         finally:
@@ -326,7 +304,7 @@ class ChatAgent:
         request = Abandon(
             idempotency_key=idempotency_key, reply=Reply(), trace_context=self._trace()
         )
-        await self._route(conversation_id, request)
+        await self._registry.route(conversation_id, request)
         try:
             await request.reply.wait()
         finally:
@@ -369,7 +347,7 @@ class ChatAgent:
             trace_context=self._trace(),
         )
         try:
-            handle = await self._route(conversation_id, request)
+            handle = await self._registry.route(conversation_id, request)
         except BaseException:
             sender.close()
             receiver.close()
@@ -437,7 +415,7 @@ class ChatAgent:
     async def _delete(self, conversation_id: str, idle_before: datetime | None) -> bool:
         check_deletes(self._runtime.storage)
         request = Delete(idle_before=idle_before, reply=Reply[bool]())
-        await self._route(conversation_id, request)
+        await self._registry.route(conversation_id, request)
         return await request.reply.wait()
 
     async def pending_approvals(self, conversation_id: str) -> tuple[ApprovalRequest, ...]:
@@ -450,7 +428,7 @@ class ChatAgent:
             # own, and a query would wait behind that turn: answer from here.
             return children.waiting(conversation_id)
         request = StatusQuery(reply=Reply())
-        await self._route(conversation_id, request)
+        await self._registry.route(conversation_id, request)
         return await self._approvals(conversation_id, request)
 
     async def _approvals(
@@ -523,7 +501,7 @@ class ChatAgent:
         again). Returns how many were archived; ids that are not active notes
         of this conversation are left alone."""
         count = await self.storage.working_memory_store.archive(conversation_id, entry_ids)
-        handle = self._handles.get(conversation_id)
+        handle = self._registry.handles.get(conversation_id)
         if handle is not None:
             handle.notes_version += 1  # it reads them again before its next turn
         return count
@@ -547,7 +525,7 @@ class ChatAgent:
         key, or its paused turn's that a decision runs on). Bad input raises
         ``ValueError``; an unknown conversation has nothing to cancel (0)."""
         check_turn(conversation_id, None, idempotency_key)
-        handle = self._handles.get(conversation_id)
+        handle = self._registry.handles.get(conversation_id)
         if handle is None:
             await trio.lowlevel.checkpoint()
             return 0
@@ -559,7 +537,7 @@ class ChatAgent:
         """Whether the turn carrying ``idempotency_key`` is running or queued now
         (its caller may have left: a turn goes on without it), also when it runs
         on after a decision that named no key."""
-        handle = self._handles.get(conversation_id)
+        handle = self._registry.handles.get(conversation_id)
         return handle is not None and handle.in_progress(idempotency_key)
 
     def resumes_interrupted(self, conversation_id: str, seq: int) -> bool:
@@ -576,7 +554,7 @@ class ChatAgent:
     def toolset_status(self, conversation_id: str) -> list[ToolsetStatus]:
         """Every toolset, active or not, for this conversation, in catalog order,
         as its task saw them at the end of its last request (``_handle``)."""
-        handle = self._handles.get(conversation_id)
+        handle = self._registry.handles.get(conversation_id)
         now = trio.current_time()
         out = []
         for c in self.contributions:
@@ -604,19 +582,7 @@ class ChatAgent:
         run."""
         if grace is not None and not (isinstance(grace, int | float) and grace >= 0):
             raise ValueError(f"grace must be a number of seconds >= 0 or None, got {grace!r}")
-        if not self._closing:
-            self._begin_close()
-        if grace is None:
-            return
-        deadline = trio.current_time() + grace
-        if deadline >= self._interrupt_at:
-            return
-        self._interrupt_at = deadline
-        if self._grace is not None:
-            self._grace.deadline = deadline
-        elif self._tasks:  # a task of the nursery: it is still open
-            self._grace = trio.CancelScope(deadline=deadline)
-            self._nursery.start_soon(self._interrupt_when_due, self._grace)
+        self._registry.close(grace)
 
     def _content(
         self, text: str | None, content: Sequence[Part] | None
@@ -641,174 +607,15 @@ class ChatAgent:
         tracing = self._runtime.tracing
         return None if tracing is None else tracing.current()
 
-    async def _route(
-        self,
-        conversation_id: str,
-        request: Request,
-        *,
-        text: str | None = None,
-        schedule: bool = True,
-    ) -> ConversationHandle:
-        """Hand ``request`` to its conversation's task (spawned if need be) and
-        return its handle; ``text``: a new turn's message, checked here.
-
-        ``schedule=False`` when the caller's next step is a schedule point of
-        its own (``send`` waits for the reply): the request then goes in
-        without one when the inbox has room, one task switch a turn fewer.
-        A cancelled caller still sends nothing."""
-        check_turn(conversation_id, text, request.idempotency_key)
-        ownership = self._ownership
-        tenure = None
-        if ownership is not None:
-            if not ownership.owns(conversation_id):
-                await ownership.claim(conversation_id)  # or NotOwnedError: the owner runs it
-            tenure = ownership.tenure(conversation_id)
-        settings = self._runtime.settings
-        while True:
-            if self._closing:
-                raise AgentikError("the agent is closed")
-            handle = self._handles.get(conversation_id)
-            if handle is not None and handle.tenure != tenure:
-                # The node lost the conversation (and maybe got it back) since
-                # the task started: its cache may be behind; a new task loads it.
-                handle.interrupt()
-                self._retire(handle)
-                handle = None
-            if handle is None:
-                if len(self._handles) >= settings.max_conversations:
-                    self._runtime.stats.overloaded += 1
-                    raise OverloadedError(
-                        f"{len(self._handles)} conversations are live"
-                        f" (max_conversations={settings.max_conversations}); retry later"
-                    )
-                handle = self._spawn(conversation_id, tenure)
-            if settings.turn_queue_size > settings.max_queued_turns:
-                self._check_backlog(handle)
-            handle.sent(request)  # before it is taken: ``cancel`` reaches it from now
-            sent = False
-            mailbox = handle.mailbox
-            try:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                try:
-                    # Room in the inbox: fewer than ``turn_queue_size`` queued and
-                    # nobody waiting for room, within bounds (checked above else).
-                    mailbox.send_nowait(request)
-                except trio.WouldBlock:
-                    self._check_backlog(handle)
-                    await mailbox.send(request)
-                else:
-                    if schedule:
-                        await trio.lowlevel.cancel_shielded_checkpoint()
-                sent = True
-                return handle
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                continue  # it retired as we sent; the next loop respawns it
-            finally:
-                if not sent:
-                    handle.forget(request)
-
-    def _check_backlog(self, handle: ConversationHandle) -> None:
-        """Refuse a turn past ``max_queued_turns`` waiting (``OverloadedError``)."""
-        limit = self._runtime.settings.max_queued_turns
-        backlog = handle.backlog
-        if backlog >= limit:
-            self._runtime.stats.overloaded += 1
-            raise OverloadedError(
-                f"conversation {handle.conversation_id!r} has {backlog} turns"
-                f" queued (max_queued_turns={limit}); retry later"
-            )
-
     async def _resume_at_start(self, store: FullMessageStore) -> None:
         """Resume the turns a stopped process left interrupted (``_resume``)."""
-        with self._resume_scope:
-            await resume_interrupted_turns(store, self._recover, self._ownership)
+        with self._registry.resume_scope:
+            await resume_interrupted_turns(store, self._recover, self._runtime.storage.ownership)
 
     async def _recover(self, conversation_id: str) -> None:
         """Have the conversation's task load it, which resumes its interrupted
         turn, and wait until it is done, or waits in agent-tool calls for a
         person (it may wait for days: it must not hold a resume slot)."""
         request = StatusQuery(reply=Reply())
-        await self._route(conversation_id, request)
+        await self._registry.route(conversation_id, request)
         await self._approvals(conversation_id, request)
-
-    def _spawn(self, conversation_id: str, tenure: str | None) -> ConversationHandle:
-        settings = self._runtime.settings
-        sender, receiver = trio.open_memory_channel[Request](settings.turn_queue_size)
-        handle = ConversationHandle(conversation_id, sender, tenure=tenure)
-        conversation = Conversation(
-            conversation_id,
-            self._runtime,
-            receiver,
-            handle,
-            ToolsetActivation(settings.activation_timeout),
-        )
-        self._handles[conversation_id] = handle
-        self._tasks.add(handle)
-        self._runtime.stats.live_conversations += 1
-        if self._tracks_gc:
-            track_conversations(1)
-        self._nursery.start_soon(conversation.run, self._retire, self._exit)
-        return handle
-
-    def _exit(self, handle: ConversationHandle) -> None:
-        """The conversation's task is over (its last act)."""
-        self._tasks.discard(handle)
-        if self._closing and not self._tasks:
-            self._exited.set()
-
-    def _retire(self, handle: ConversationHandle) -> None:
-        """Take the conversation out of the registry and close its inbox: its
-        task answers what was queued, then exits."""
-        cid = handle.conversation_id
-        if self._handles.get(cid) is handle:
-            del self._handles[cid]
-            handle.mailbox.close()
-            self._runtime.stats.live_conversations -= 1
-            if self._tracks_gc:
-                track_conversations(-1)
-
-    async def _reap(self) -> None:
-        """Retire conversations idle for ``idle_timeout`` (and with no active
-        toolset). One task scanning now and then is cheaper than a timer around
-        every conversation's inbox."""
-        idle_timeout = self._runtime.settings.idle_timeout
-        period = max(min(idle_timeout / 4, 15.0), 0.01)
-        with self._reaper_scope:
-            while True:
-                await trio.sleep(period)
-                now = trio.current_time()
-                for handle in list(self._handles.values()):
-                    if handle.idle_for(now) >= idle_timeout:
-                        self._retire(handle)
-
-    def _drop_all(self) -> None:
-        """This node lost every conversation (its lease lapsed): stop their
-        turns, as interrupted (not failed: their new owner resumes them), and
-        forget what it cached of them, so nothing stale runs on if it owns
-        them again later."""
-        for handle in list(self._handles.values()):
-            handle.interrupt()
-            self._retire(handle)
-
-    def _begin_close(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-        self._closing = True
-        self._reaper_scope.cancel()
-        self._resume_scope.cancel()  # turns it resumed finish in their conversations
-        for handle in list(self._handles.values()):
-            handle.mailbox.close()  # queued turns still run; then the task exits
-        if not self._tasks:
-            self._exited.set()
-
-    async def _interrupt_when_due(self, grace: trio.CancelScope) -> None:
-        """Interrupt what still runs once ``grace`` is over (``close``)."""
-        with grace:
-            await self._exited.wait()
-        if grace.cancelled_caught and self._tasks:
-            log.info(
-                "closing: the grace is over; interrupting the turns of %d conversation(s)",
-                len(self._tasks),
-            )
-            for handle in list(self._tasks):
-                handle.interrupt()

@@ -53,7 +53,7 @@ def live_conversation(agent: ChatAgent, conversation_id: str) -> Conversation:
     """The live ``Conversation`` of ``conversation_id``, for a test that looks
     inside it. The agent holds only its handle (``_handle``); the state is
     found where its task keeps it, the frame of the task's coroutine."""
-    handle = agent._handles.get(conversation_id)
+    handle = agent._registry.handles.get(conversation_id)
     for task in agent._nursery.child_tasks:
         frame = task.coro.cr_frame
         if frame is None or frame.f_code.co_name != "run":

@@ -274,7 +274,7 @@ async def test_the_agent_keeps_no_answered_turn_alive(
         await a.send("c", "hello")
         async with a.stream("c", "again") as events:
             assert [e async for e in events]
-        assert a._handles["c"].outstanding == ()
+        assert a._registry.handles["c"].outstanding == ()
 
 
 async def test_idle_for_says_busy_for_every_reason_to_live() -> None:

@@ -206,7 +206,7 @@ async def test_the_first_threshold_follows_the_live_conversations() -> None:
         assert YOUNG_PER_CONVERSATION * 4000 == 256_000
         assert gc.get_threshold() == (400_000, *RELAXED_THRESHOLDS[1:])
         for i in range(4000):
-            agent._retire(agent._handles[f"c{i}"])
+            agent._registry.retire(agent._registry.handles[f"c{i}"])
         assert gc.get_threshold() == RELAXED_THRESHOLDS
     assert gc.get_threshold() == DEFAULT_THRESHOLDS
 
