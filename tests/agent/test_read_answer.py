@@ -18,7 +18,8 @@ from agentik.agent._output import (
     output_spec,
     read_answer,
 )
-from agentik.agent._turn_events import CallPlan
+from agentik.agent._turn_events import CallPlan, ModelAnswered
+from agentik.toolsets import NamedTool
 
 
 @attrs.frozen
@@ -42,6 +43,15 @@ def planned(call: ToolCall) -> CallPlan:
     return CallPlan(call, needs_approval=True)  # marked: the shell's plan, not a bare one
 
 
+def read(
+    text: str, made: tuple[ToolCall, ...], tool: NamedTool | None
+) -> tuple[Message, ModelAnswered, object]:
+    """The answer of ``text`` and ``made`` calls, read with ``tool`` (or none)."""
+    message = Message(Role.ASSISTANT, text, made)
+    answered, value = read_answer(message, SPEC, tool, planned)
+    return message, answered, value
+
+
 def _valid(text: str) -> bool:
     try:
         SPEC.load(text)
@@ -54,8 +64,7 @@ def _valid(text: str) -> bool:
 def test_without_the_answer_tool_text_is_the_answer_and_calls_are_planned(
     text: str, made: tuple[ToolCall, ...]
 ) -> None:
-    message = Message(Role.ASSISTANT, text, made)
-    answered, value = read_answer(message, SPEC, None, planned)
+    message, answered, value = read(text, made, None)
     assert answered.message is message
     assert answered.output_text is None
     if made:  # calls to run: every one planned by the shell, nothing read
@@ -72,8 +81,7 @@ def test_without_the_answer_tool_text_is_the_answer_and_calls_are_planned(
 def test_with_the_answer_tool_a_lone_call_of_it_is_the_answer(
     text: str, made: tuple[ToolCall, ...]
 ) -> None:
-    message = Message(Role.ASSISTANT, text, made)
-    answered, value = read_answer(message, SPEC, TOOL, planned)
+    _, answered, value = read(text, made, TOOL)
     assert [p.call for p in answered.plans] == list(made)
     lone = len(made) == 1 and made[0].name == FINAL_ANSWER
     if lone and _valid(made[0].arguments):
