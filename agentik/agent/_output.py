@@ -171,25 +171,28 @@ NOT_READ: Final = _NotRead()
 
 def read_answer(
     message: Message,
-    spec: OutputSpec,
+    spec: OutputSpec | None,
     answer_tool: NamedTool | None,
     plan: Callable[[ToolCall], CallPlan],
 ) -> tuple[ModelAnswered, object]:
-    """What the machine is told of a typed turn's answer ``message`` (the
+    """What the machine is told of the model's answer ``message`` (the
     assistant message to record; ``plan`` plans a call to run), and the value
-    it gives (``NOT_READ`` if none). Without a final-answer tool, a text
-    answer is the value, read (``spec.load``) or refused with why; with one
-    (``structured_output="tool"``), a lone call of it is the answer, read
-    from its arguments, and one beside other calls is planned as it is, for
-    the machine to refuse."""
+    it gives (``NOT_READ`` if none). Calls are planned; a text answer of a
+    typed turn (``spec``) without a final-answer tool is the value, read
+    (``spec.load``) or refused with why; with one (``structured_output="tool"``),
+    a lone call of it is the answer, read from its arguments, and one beside
+    other calls is planned as it is, for the machine to refuse."""
     calls = message.tool_calls
     if answer_tool is None:
         if calls:
             return ModelAnswered(message, tuple([plan(call) for call in calls])), NOT_READ
+        if spec is None:  # an untyped turn's answer
+            return ModelAnswered(message), NOT_READ
         try:
             return ModelAnswered(message), spec.load(message.content)
         except InvalidOutput as error:
             return ModelAnswered(message, (), str(error)), NOT_READ
+    assert spec is not None  # a final-answer tool is a typed turn's
     if not calls:
         return ModelAnswered(message), NOT_READ
     if len(calls) == 1 and calls[0].name == FINAL_ANSWER:

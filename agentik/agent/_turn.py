@@ -387,10 +387,6 @@ class Turn:
             self.usage += usage
         calls = response.tool_calls
         message = Message(Role.ASSISTANT, response.text or "", calls, None, usage)
-        if output is None:  # the common case: an answer, or calls to plan
-            if not calls:
-                return ModelAnswered(message)
-            return ModelAnswered(message, tuple([self._plan(call, index) for call in calls]))
         answered, value = read_answer(
             message, output, self.answer_tool, lambda call: self._plan(call, index)
         )
