@@ -1,9 +1,10 @@
 """The conversation actor: one trio task per live conversation.
 
 It owns everything that is this conversation's alone: the working-memory
-notes, the toolset activation, and two parts with rules of their own, the
+notes, the toolset activation, and three parts with rules of their own, the
 history cached from the store with the idempotency keys it has seen
-(``_history_cache``) and the turn paused for approval (``_approvals``). This
+(``_history_cache``), the turn paused for approval (``_approvals``) and the
+summary and reflection under way beside it (``_optional_work``). This
 module is the actor's loop: requests (``_requests``) arrive over its bounded
 inbox and run one at a time, in order; ``_serve`` is the one place their type
 is matched. When idle, and only once none of its toolsets is still active, it
@@ -135,6 +136,11 @@ class Conversation:
     @cache.default
     def _cache(self) -> HistoryCache:
         return HistoryCache(self.conversation_id, self.runtime, self.memory, self._dropped)
+
+    def _dropped(self) -> None:
+        """The cache was dropped (``HistoryCache.forget``): so is the paused
+        turn, whose indexes point into it."""
+        self.approvals.clear()
 
     @approvals.default
     def _approvals(self) -> Approvals:
@@ -356,7 +362,7 @@ class Conversation:
                 self.publish()
                 _fail_now(request, refusal)
             else:
-                match request:  # each answers its caller, ``_publish`` first
+                match request:  # each answers its caller, ``publish`` first
                     case NewTurn():
                         await self._run(request, self._new_turn)
                     case Decision():
@@ -665,11 +671,6 @@ class Conversation:
         await self._answer_open_calls(
             turn, INTERRUPTED if state is StoredState.INTERRUPTED else UNRECORDED
         )
-
-    def _dropped(self) -> None:
-        """The cache was dropped (``HistoryCache.forget``): so is the paused
-        turn, whose indexes point into it."""
-        self.approvals.clear()
 
     async def _key_at(self, start: int) -> str | None:
         """The idempotency key of the user message at ``start``, from storage:
