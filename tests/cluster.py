@@ -216,13 +216,17 @@ def hops(nodes: list[Node]) -> int:
     return requests - sum("outcome=finished" in ln for ln in lines)
 
 
+OWNER_WAIT = 30.0
+"""Seconds ``owner_url`` waits for a live holder of a conversation's shard."""
+
+
 async def owner_url(database: str, conversation: str) -> str:
     """The advertised URL of the node holding the conversation's shard."""
     import psycopg
 
     from agentik.storage import shard_of
 
-    def query() -> str:
+    def query() -> str | None:
         with psycopg.connect(database) as connection:
             shards = connection.execute(
                 "SELECT value::integer FROM agentik.agentik_setting WHERE name = 'shards'"
@@ -233,10 +237,14 @@ async def owner_url(database: str, conversation: str) -> str:
                 " USING (node_id) WHERE s.shard = %s AND n.expires_at > clock_timestamp()",
                 (shard_of(conversation, shards[0]),),
             ).fetchone()
-        assert row is not None
-        return str(row[0])
+        return None if row is None else str(row[0])
 
-    return await trio.to_thread.run_sync(query)
+    # Right after a node died its shards have no live holder until another
+    # node takes them (within the lease): wait for one, bounded.
+    with trio.fail_after(OWNER_WAIT):
+        while (url := await trio.to_thread.run_sync(query)) is None:  # noqa: ASYNC110
+            await trio.sleep(0.1)
+    return url
 
 
 async def shards_spread(database: str, count: int) -> None:
