@@ -246,7 +246,8 @@ class Conversation:
                             break
                     inbox.close()
                     try:
-                        await self._serve_queued(queued)
+                        if queued:  # most often none: no scope to open for nothing
+                            await self._serve_queued(queued)
                     finally:
                         self.optional.wind_down()
         finally:
