@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import attrs
 
@@ -69,16 +68,12 @@ class TokenStats:
         return self.prompt_tokens + self.completion_tokens
 
 
-# The builtin ``tuple`` as each converter, typed: a Message is built several
-# times a turn, and a C call is cheaper than a Python function around it.
-if TYPE_CHECKING:
+def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
 
-    def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]: ...
 
-    def _parts(value: Iterable[Part]) -> tuple[Part, ...]: ...
-
-else:
-    _tool_calls = _parts = tuple
+def _parts(value: Iterable[Part]) -> tuple[Part, ...]:
+    return tuple(value)
 
 
 @attrs.frozen
