@@ -6,7 +6,8 @@ what happened. What it performs with lives beside it: the writes and their
 commits (``_turn_writes``), the model request (``_request``) and call
 (``_model_call``), running the calls (``_turn_calls``, each call's run in
 ``_tool_run``), the facts the machine decides a call on (``_call_plans``),
-spans (``_turn_spans``), and what a failure is (``_turn_errors``).
+spans (``_turn_spans``), what a failure is (``_turn_errors``), and what a
+turn cut short does as it ends (``_turn_cleanup``).
 
 Invariants, whatever happens (tool failure, timeout, cancellation, model or
 store failure):
@@ -17,10 +18,11 @@ store failure):
   needs no task); leaving the turn, by failure or cancellation, cancels them
   (``_turn_calls``);
 - when the turn stops short, the machine's ``Stop`` gives every open call a
-  result, written in a shielded scope, and the failure is recorded
-  (the store's turn ledger) so a restart does not resume the turn; a turn
-  the agent's shutdown cut short past its grace is interrupted instead (its
-  calls answered ``interrupted: …``, resumed at the next start).
+  result, written in a shielded scope, and the failure is recorded (the
+  store's turn ledger) so a restart does not resume the turn; a turn the
+  agent's shutdown cut short past its grace is interrupted instead (its
+  calls answered ``interrupted: …``, resumed at the next start)
+  (``_turn_cleanup``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
-from agentik._errors import AgentikError, TurnError
+from agentik._errors import TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik._parts import Part
 from agentik.agent._call_plans import Ready, plan_call
@@ -69,16 +70,9 @@ from agentik.agent._turn_actions import (
     TurnAction,
 )
 from agentik.agent._turn_calls import refuse, run_call, run_together, several_calls
-from agentik.agent._turn_errors import Cleanup, cleanup_of, stop_of
-from agentik.agent._turn_events import (
-    CANCELLED_REASON,
-    FAILURE_CODES,
-    Begin,
-    CallPlan,
-    Failure,
-    ModelAnswered,
-    ToolDone,
-)
+from agentik.agent._turn_cleanup import clean_up, remember_failure
+from agentik.agent._turn_errors import Cleanup, cleanup_of
+from agentik.agent._turn_events import Begin, CallPlan, ModelAnswered, ToolDone
 from agentik.agent._turn_machine import TurnMachine
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
@@ -210,13 +204,8 @@ class Turn:
                 cleanup = cleanup_of(
                     self.machine.state, error, begins=begins, interrupted=interrupted
                 )
-                if cleanup is Cleanup.STOP:
-                    await self._stop(error)
-                elif cleanup is Cleanup.END_PAUSE:
-                    await self._end_pause()
-                elif cleanup is Cleanup.LOST_COMMIT:
-                    assert error is not None
-                    self._remember_lost_commit(error)
+                if cleanup is not Cleanup.NONE:  # cut short (a clean end has nothing to do)
+                    await clean_up(self, cleanup, error)
                 await self.writes.settle()
             finally:
                 if self.spans is not None:
@@ -244,7 +233,7 @@ class Turn:
             elif isinstance(last, AwaitApproval):
                 return await self._result("", last.calls)
             elif isinstance(last, Fail):
-                self._remember_failure(last.code)
+                remember_failure(self, last.code)
                 await self.writes.commit_failure(last.code)
                 raise TurnError(last.message, code=last.code)
             else:  # superseded: nothing follows
@@ -346,62 +335,3 @@ class Turn:
             status="awaiting_approval",
             approvals=tuple(ApprovalRequest(cid, call) for call in waiting),
         )
-
-    async def _stop(self, error: BaseException | None) -> None:
-        """The turn cannot go on (``error`` cut it short): the machine answers
-        its open calls (with the results it holds) and names the failure; both
-        are recorded, so what the turn recorded is valid and committed."""
-        stop = stop_of(error, interrupted=self.conversation.interrupted)
-        actions = self.machine.handle(stop)
-        fail = actions[-1]
-        assert isinstance(fail, Fail)
-        if stop.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start
-            self._remember_failure(fail.code)
-        known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
-        await self.writes.answer_open_calls(known, fail.code)
-
-    async def _end_pause(self) -> None:
-        """Cancelled while its pause, or a decision that left it paused, was
-        being committed: its caller hears ``cancelled``, so the turn ends as
-        ``cancel_paused`` ends one (its waiting calls denied, approved ones
-        answered ``not run``, its failure recorded), shielded and bounded. Kept
-        paused instead, it would be a turn nobody was told waits; on a
-        shutdown it is (decided after the restart)."""
-        self._remember_failure("cancelled")
-        self.emit = None  # the caller's stream ended with the cancel
-        writes = self.writes
-        with trio.move_on_at(writes.cleanup_at(), shield=True):
-            try:
-                await self.perform(self.machine.supersede(CANCELLED_REASON), _no_call)
-                await writes.commit_failure("cancelled")
-            except AgentikError as exc:
-                writes.unsettled(exc)
-
-    def _remember_lost_commit(self, error: BaseException) -> None:
-        """The turn had its answer, or (begun in this run) its pause, when
-        committing it failed: its caller is told it failed, while the store may
-        hold its first messages, a call without a result and no failure record
-        (the storage is failing). A reload in this process would take it for
-        interrupted and resume it behind the caller's back, so it is
-        remembered, as ``_stop`` does. (A decision's failed commit leaves the
-        turn paused as stored: nothing to remember, the decision can come again.)"""
-        stop = stop_of(error, interrupted=self.conversation.interrupted)
-        if stop.failure is not Failure.INTERRUPTED:  # else resumed at the next start
-            self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
-
-    def _remember_failure(self, code: str) -> None:
-        """Remember in this process that the turn failed (``runtime.failures``),
-        unless its user message is known lost: then there is no turn, and its
-        seq goes to the next turn, which a failure kept under it would end.
-        Not known either way (in flight, its commit in doubt), the failure is
-        remembered in doubt, settled when the conversation is next read."""
-        stored = self.writes.stored(self.start)
-        if stored is False:
-            return
-        conv = self.conversation
-        seq = conv.cache.first_seq + self.start
-        conv.runtime.remember_failure(conv.conversation_id, seq, code, in_doubt=stored is None)
-
-
-def _no_call(call: ToolCall) -> None:
-    raise AssertionError(f"a superseded turn starts no call, not {call.id!r}")
