@@ -4,9 +4,10 @@ The machine (``_turn_machine``) decides; ``Turn`` performs its actions
 (``_turn_actions``), in order, in its conversation's task, and feeds back
 what happened. What it performs with lives beside it: the writes and their
 commits (``_turn_writes``), the model request (``_request``) and call
-(``_model_call``), a tool call's run (``_tool_run``), the facts the machine
-decides a call on (``_call_plans``), spans (``_turn_spans``), and what a
-failure is (``_turn_errors``).
+(``_model_call``), running the calls (``_turn_calls``, each call's run in
+``_tool_run``), the facts the machine decides a call on (``_call_plans``),
+spans (``_turn_spans``), what a failure is (``_turn_errors``), and what a
+turn cut short does as it ends (``_turn_cleanup``).
 
 Invariants, whatever happens (tool failure, timeout, cancellation, model or
 store failure):
@@ -14,12 +15,14 @@ store failure):
   once everything it recorded is committed;
 - the calls the machine starts in one list run at once, each in its own task
   under the turn (a lone call runs in the turn's own task: the common case
-  needs no task); leaving the turn, by failure or cancellation, cancels them;
+  needs no task); leaving the turn, by failure or cancellation, cancels them
+  (``_turn_calls``);
 - when the turn stops short, the machine's ``Stop`` gives every open call a
-  result, written in a shielded scope, and the failure is recorded
-  (the store's turn ledger) so a restart does not resume the turn; a turn
-  the agent's shutdown cut short past its grace is interrupted instead (its
-  calls answered ``interrupted: …``, resumed at the next start).
+  result, written in a shielded scope, and the failure is recorded (the
+  store's turn ledger) so a restart does not resume the turn; a turn the
+  agent's shutdown cut short past its grace is interrupted instead (its
+  calls answered ``interrupted: …``, resumed at the next start)
+  (``_turn_cleanup``).
 """
 
 from __future__ import annotations
@@ -29,15 +32,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
-from agentik._errors import AgentikError, TurnError
+from agentik._errors import TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik._parts import Part
 from agentik.agent._call_plans import Ready, plan_call
 from agentik.agent._events import (
     ApprovalRequest,
-    ElicitationAsked,
     ToolCallFinished,
     ToolCallStarted,
     TurnEvent,
@@ -54,7 +55,6 @@ from agentik.agent._output import (
 from agentik.agent._recovery import resume_event
 from agentik.agent._request import PromptInputs as PromptInputs
 from agentik.agent._request import build_request, check_room
-from agentik.agent._tool_run import run_tool
 from agentik.agent._turn_actions import (
     Activate,
     AskAgain,
@@ -69,16 +69,10 @@ from agentik.agent._turn_actions import (
     RunTool,
     TurnAction,
 )
-from agentik.agent._turn_errors import Cleanup, cleanup_of, stop_of
-from agentik.agent._turn_events import (
-    CANCELLED_REASON,
-    FAILURE_CODES,
-    Begin,
-    CallPlan,
-    Failure,
-    ModelAnswered,
-    ToolDone,
-)
+from agentik.agent._turn_calls import refuse, run_call, run_together, several_calls
+from agentik.agent._turn_cleanup import clean_up, remember_failure
+from agentik.agent._turn_errors import Cleanup, cleanup_of
+from agentik.agent._turn_events import Begin, CallPlan, ModelAnswered, ToolDone
 from agentik.agent._turn_machine import TurnMachine
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
@@ -86,7 +80,6 @@ from agentik.models import structured_output_of
 from agentik.toolsets import NamedTool, activate_for_call
 
 if TYPE_CHECKING:
-    from agentik.agent._elicitation import ElicitationRequest
     from agentik.agent._turn_host import TurnHost
     from agentik.storage import TurnRecord
     from agentik.toolsets import ToolsetIndex
@@ -211,13 +204,8 @@ class Turn:
                 cleanup = cleanup_of(
                     self.machine.state, error, begins=begins, interrupted=interrupted
                 )
-                if cleanup is Cleanup.STOP:
-                    await self._stop(error)
-                elif cleanup is Cleanup.END_PAUSE:
-                    await self._end_pause()
-                elif cleanup is Cleanup.LOST_COMMIT:
-                    assert error is not None
-                    self._remember_lost_commit(error)
+                if cleanup is not Cleanup.NONE:  # cut short (a clean end has nothing to do)
+                    await clean_up(self, cleanup, error)
                 await self.writes.settle()
             finally:
                 if self.spans is not None:
@@ -226,17 +214,17 @@ class Turn:
     async def _drive(self, actions: list[TurnAction]) -> TurnResult | None:
         machine = self.machine
         while True:
-            if len(actions) > 2 and _several_calls(actions):  # [record, call, call]
-                last = await self._run_together(actions)
+            if len(actions) > 2 and several_calls(actions):  # [record, call, call]
+                last = await run_together(self, actions)
             else:
                 # At most one call to start: it runs in this task, no nursery,
                 # no task to start (one call per answer is the common case; 2
                 # task steps a turn, tests/agent/test_turn_cost.py).
                 runs: list[ToolCall] = []
-                last = await self._perform(actions, runs.append)
+                last = await self.perform(actions, runs.append)
                 if runs:
                     call = runs[0]
-                    actions = machine.handle(ToolDone(call.id, await self._run_tool(call)))
+                    actions = machine.handle(ToolDone(call.id, await run_call(self, call)))
                     continue
             if isinstance(last, CallModel):
                 actions = machine.handle(await self._call_model())
@@ -245,14 +233,14 @@ class Turn:
             elif isinstance(last, AwaitApproval):
                 return await self._result("", last.calls)
             elif isinstance(last, Fail):
-                self._remember_failure(last.code)
+                remember_failure(self, last.code)
                 await self.writes.commit_failure(last.code)
                 raise TurnError(last.message, code=last.code)
             else:  # superseded: nothing follows
                 await self.writes.commit()
                 return None
 
-    async def _perform(
+    async def perform(
         self, actions: list[TurnAction], start: Callable[[ToolCall], object]
     ) -> TurnAction | None:
         """Perform the records and effects of ``actions`` in order, handing each
@@ -287,7 +275,7 @@ class Turn:
                 if self.spans is not None:
                     self.spans.toolsets_changed(self.conversation, action.by)
             elif isinstance(action, Refuse):
-                await self._refuse(action)
+                await refuse(self, action)
             elif isinstance(action, AskAgain):
                 self.again += (action.answer, action.feedback)
             elif isinstance(action, RecordDecision):
@@ -299,78 +287,6 @@ class Turn:
             else:
                 raise AssertionError(f"unknown action {action!r}")
         return None
-
-    async def _run_together(self, actions: list[TurnAction]) -> TurnAction | None:
-        """Perform ``actions``, each call they start in its own task as it is
-        met, and what follows as the calls finish, until none runs; what ends
-        the batch."""
-        machine = self.machine
-        send, receive = trio.open_memory_channel[tuple[str, str]](machine.max_parallel)
-        running = 0
-        try:
-            async with trio.open_nursery() as nursery:
-
-                def start(call: ToolCall) -> None:
-                    nonlocal running
-                    nursery.start_soon(self._tool_task, call, send)
-                    running += 1
-
-                last = await self._perform(actions, start)
-                while running:
-                    call_id, content = await receive.receive()
-                    running -= 1
-                    last = await self._perform(machine.handle(ToolDone(call_id, content)), start)
-                return last
-        except BaseExceptionGroup as group:
-            # The tasks raise nothing but Cancelled: a lone other error is this
-            # body's own (a store failure), raised as itself as if no nursery
-            # were here; a cancellation of the turn stays the group trio handles.
-            rest = group.split(trio.Cancelled)[1]
-            if rest is not None and len(rest.exceptions) == 1:
-                raise rest.exceptions[0] from None
-            raise
-
-    async def _tool_task(
-        self, call: ToolCall, done: trio.MemorySendChannel[tuple[str, str]]
-    ) -> None:
-        await done.send((call.id, await self._run_tool(call)))
-
-    async def _run_tool(self, call: ToolCall) -> str:
-        conv = self.conversation
-        await conv.check_tenure()  # a node that lost the conversation starts no call
-        tool, arguments = self.ready.pop(call.id)  # planned when it was made or read back
-        if self.spans is None:
-            content, is_error = await run_tool(conv, call, tool, arguments, self._announce)
-        else:
-            content, is_error = await self.spans.tool(
-                conv, call, lambda: run_tool(conv, call, tool, arguments, self._announce)
-            )
-        if self.emit is not None:
-            await self.emit(ToolCallFinished(call, content, is_error))
-        return content
-
-    async def _refuse(self, action: Refuse) -> None:
-        """A call that will not run (``CallPlan.invalid``), told to a streaming
-        reader and traced as any failed call is, and counted as one."""
-        call, refused = action.call, (action.content, True)
-        stats = self.conversation.runtime.stats
-        stats.tool_calls += 1
-        stats.tool_errors += 1
-        if self.emit is not None:
-            await self.emit(ToolCallStarted(call))
-        if self.spans is not None:
-
-            async def result() -> tuple[str, bool]:
-                return refused
-
-            await self.spans.tool(self.conversation, call, result)
-        if self.emit is not None:
-            await self.emit(ToolCallFinished(call, *refused))
-
-    async def _announce(self, request: ElicitationRequest) -> None:
-        """Put a tool's question into the turn's stream, if it streams."""
-        if self.emit is not None:
-            await self.emit(ElicitationAsked(request))
 
     async def _call_model(self) -> ModelAnswered:
         """Ask the model; its answer as the message to record, with a plan per call."""
@@ -419,74 +335,3 @@ class Turn:
             status="awaiting_approval",
             approvals=tuple(ApprovalRequest(cid, call) for call in waiting),
         )
-
-    async def _stop(self, error: BaseException | None) -> None:
-        """The turn cannot go on (``error`` cut it short): the machine answers
-        its open calls (with the results it holds) and names the failure; both
-        are recorded, so what the turn recorded is valid and committed."""
-        stop = stop_of(error, interrupted=self.conversation.interrupted)
-        actions = self.machine.handle(stop)
-        fail = actions[-1]
-        assert isinstance(fail, Fail)
-        if stop.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start
-            self._remember_failure(fail.code)
-        known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
-        await self.writes.answer_open_calls(known, fail.code)
-
-    async def _end_pause(self) -> None:
-        """Cancelled while its pause, or a decision that left it paused, was
-        being committed: its caller hears ``cancelled``, so the turn ends as
-        ``cancel_paused`` ends one (its waiting calls denied, approved ones
-        answered ``not run``, its failure recorded), shielded and bounded. Kept
-        paused instead, it would be a turn nobody was told waits; on a
-        shutdown it is (decided after the restart)."""
-        self._remember_failure("cancelled")
-        self.emit = None  # the caller's stream ended with the cancel
-        writes = self.writes
-        with trio.move_on_at(writes.cleanup_at(), shield=True):
-            try:
-                await self._perform(self.machine.supersede(CANCELLED_REASON), _no_call)
-                await writes.commit_failure("cancelled")
-            except AgentikError as exc:
-                writes.unsettled(exc)
-
-    def _remember_lost_commit(self, error: BaseException) -> None:
-        """The turn had its answer, or (begun in this run) its pause, when
-        committing it failed: its caller is told it failed, while the store may
-        hold its first messages, a call without a result and no failure record
-        (the storage is failing). A reload in this process would take it for
-        interrupted and resume it behind the caller's back, so it is
-        remembered, as ``_stop`` does. (A decision's failed commit leaves the
-        turn paused as stored: nothing to remember, the decision can come again.)"""
-        stop = stop_of(error, interrupted=self.conversation.interrupted)
-        if stop.failure is not Failure.INTERRUPTED:  # else resumed at the next start
-            self._remember_failure(stop.code or FAILURE_CODES[stop.failure])
-
-    def _remember_failure(self, code: str) -> None:
-        """Remember in this process that the turn failed (``runtime.failures``),
-        unless its user message is known lost: then there is no turn, and its
-        seq goes to the next turn, which a failure kept under it would end.
-        Not known either way (in flight, its commit in doubt), the failure is
-        remembered in doubt, settled when the conversation is next read."""
-        stored = self.writes.stored(self.start)
-        if stored is False:
-            return
-        conv = self.conversation
-        seq = conv.cache.first_seq + self.start
-        conv.runtime.remember_failure(conv.conversation_id, seq, code, in_doubt=stored is None)
-
-
-def _no_call(call: ToolCall) -> None:
-    raise AssertionError(f"a superseded turn starts no call, not {call.id!r}")
-
-
-def _several_calls(actions: list[TurnAction]) -> bool:
-    """Whether ``actions`` start more than one call (then they run in a
-    nursery; one call runs in the turn's own task). Stops at the second."""
-    seen = False
-    for action in actions:
-        if type(action) is RunTool:
-            if seen:
-                return True
-            seen = True
-    return False

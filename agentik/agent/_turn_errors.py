@@ -6,7 +6,8 @@ failure, another agentik error, a bug, or a failure a component reported
 with its own code); the machine's ``FAILURE_CODES`` gives each its code, the
 one a failed turn is recorded with and its caller is told. How a run of the
 turn that ends (cleanly or not) leaves what it recorded is decided here too
-(``cleanup_of``), from the machine's state: the shell performs it.
+(``cleanup_of``), from the machine's state: the shell performs it
+(``_turn_cleanup``).
 """
 
 from __future__ import annotations

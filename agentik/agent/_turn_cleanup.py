@@ -1,0 +1,119 @@
+"""A turn cut short: what a run of a turn that a failure, a cancel or a
+shutdown stopped does as it ends (``cleanup_of``, ``_turn_errors``, says
+which), and remembering in this process that a turn failed.
+
+Apart from ``_turn`` because none of it is on a turn's way: the interpreter
+runs it only when the run ends with something left open (``Turn.run``'s
+``finally``), or a turn fails; what it records is written shielded and
+bounded, so what the turn recorded is valid and committed whatever stopped
+it, and a restart or a reload does not resume a turn its caller was told
+failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from agentik._errors import AgentikError
+from agentik._messages import Message, ToolCall
+from agentik.agent._turn_actions import Fail, TurnAction
+from agentik.agent._turn_errors import Cleanup, stop_of
+from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure
+
+if TYPE_CHECKING:
+    from agentik.agent._events import TurnEvent
+    from agentik.agent._turn_host import TurnHost
+    from agentik.agent._turn_machine import TurnMachine
+    from agentik.agent._turn_writes import TurnWrites
+
+
+class EndingTurn(Protocol):
+    """What ending a turn cut short uses of it (``Turn`` implements it)."""
+
+    conversation: TurnHost
+    machine: TurnMachine
+    start: int
+    writes: TurnWrites
+    emit: Callable[[TurnEvent], Awaitable[None]] | None
+
+    async def perform(
+        self, actions: list[TurnAction], start: Callable[[ToolCall], object]
+    ) -> TurnAction | None: ...
+
+
+async def clean_up(turn: EndingTurn, cleanup: Cleanup, error: BaseException | None) -> None:
+    """Do what ``cleanup`` says for a run of ``turn`` that ``error`` (None if
+    none) ended; its writes are settled after."""
+    if cleanup is Cleanup.STOP:
+        await stop(turn, error)
+    elif cleanup is Cleanup.END_PAUSE:
+        await end_pause(turn)
+    elif cleanup is Cleanup.LOST_COMMIT:
+        assert error is not None
+        remember_lost_commit(turn, error)
+
+
+async def stop(turn: EndingTurn, error: BaseException | None) -> None:
+    """The turn cannot go on (``error`` cut it short): the machine answers
+    its open calls (with the results it holds) and names the failure; both
+    are recorded, so what the turn recorded is valid and committed."""
+    event = stop_of(error, interrupted=turn.conversation.interrupted)
+    actions = turn.machine.handle(event)
+    fail = actions[-1]
+    assert isinstance(fail, Fail)
+    if event.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start
+        remember_failure(turn, fail.code)
+    known = {a.tool_call_id: a.content for a in actions if isinstance(a, Message)}
+    await turn.writes.answer_open_calls(known, fail.code)
+
+
+async def end_pause(turn: EndingTurn) -> None:
+    """Cancelled while its pause, or a decision that left it paused, was
+    being committed: its caller hears ``cancelled``, so the turn ends as
+    ``cancel_paused`` ends one (its waiting calls denied, approved ones
+    answered ``not run``, its failure recorded), shielded and bounded. Kept
+    paused instead, it would be a turn nobody was told waits; on a
+    shutdown it is (decided after the restart)."""
+    remember_failure(turn, "cancelled")
+    turn.emit = None  # the caller's stream ended with the cancel
+    writes = turn.writes
+    with trio.move_on_at(writes.cleanup_at(), shield=True):
+        try:
+            await turn.perform(turn.machine.supersede(CANCELLED_REASON), _no_call)
+            await writes.commit_failure("cancelled")
+        except AgentikError as exc:
+            writes.unsettled(exc)
+
+
+def remember_lost_commit(turn: EndingTurn, error: BaseException) -> None:
+    """The turn had its answer, or (begun in this run) its pause, when
+    committing it failed: its caller is told it failed, while the store may
+    hold its first messages, a call without a result and no failure record
+    (the storage is failing). A reload in this process would take it for
+    interrupted and resume it behind the caller's back, so it is
+    remembered, as ``stop`` does. (A decision's failed commit leaves the
+    turn paused as stored: nothing to remember, the decision can come again.)"""
+    event = stop_of(error, interrupted=turn.conversation.interrupted)
+    if event.failure is not Failure.INTERRUPTED:  # else resumed at the next start
+        remember_failure(turn, event.code or FAILURE_CODES[event.failure])
+
+
+def remember_failure(turn: EndingTurn, code: str) -> None:
+    """Remember in this process that the turn failed (``runtime.failures``),
+    unless its user message is known lost: then there is no turn, and its
+    seq goes to the next turn, which a failure kept under it would end.
+    Not known either way (in flight, its commit in doubt), the failure is
+    remembered in doubt, settled when the conversation is next read."""
+    stored = turn.writes.stored(turn.start)
+    if stored is False:
+        return
+    conv = turn.conversation
+    seq = conv.cache.first_seq + turn.start
+    conv.runtime.remember_failure(conv.conversation_id, seq, code, in_doubt=stored is None)
+
+
+def _no_call(call: ToolCall) -> None:
+    raise AssertionError(f"a superseded turn starts no call, not {call.id!r}")
