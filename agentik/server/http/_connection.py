@@ -16,14 +16,8 @@ owns the socket, the tasks and the deadlines:
 - One watcher task per connection (``_timer.ConnectionTimer``) enforces the
   keep-alive timeout and the time a client may take to send a request head or
   body (mod_reqtimeout); a client too slow gets ``408`` and is cut off.
-- The app's ``send`` (``_cycle.Cycle``) frames what it sends (``_framing``).
-  The head of a fixed-length response waits for its body, so a small
-  response is one socket write. Header names and values are checked (no
-  line breaks or NULs: no header injection), and a body longer or shorter
-  than its ``Content-Length`` is the app's error.
-- ``100 Continue`` goes out when the app first reads the body (as uvicorn
-  does), so a request the app refuses at once (401, or 413 for a
-  Content-Length past the limit) never gets it.
+- The app's ``send`` and ``receive`` (``_cycle.Cycle``) frame the response
+  and send ``100 Continue`` when the app first reads the body.
 - Bytes the parser refuses get the status it names (400, 431 for a head past
   ``max_head_bytes``, 505 for an HTTP version other than 1.0 and 1.1) and
   the connection is closed. If an app has the request (its body was
@@ -31,14 +25,9 @@ owns the socket, the tasks and the deadlines:
   client that left, and the status is left in its scope (``REFUSED``) for
   its access log: one line per refused request, never the app's traceback
   of a body that stopped. A refusal no app saw is logged here, one line.
-- A connection accepted into the peers' reserve (past ``max_connections``:
-  ``_settings.PeerReserve``) serves one request that carries the peer
-  header, then closes. A client's request there waits for a regular slot
-  (as it would have in the listen backlog) and is then served as on any
-  connection, unless half the reserve waits so already: then it gets
-  ``503`` with ``Retry-After: 1`` and a JSON error body, and the connection
-  closes; no app sees it. A peer's request on a regular slot while every
-  regular one is taken moves its connection to the reserve.
+- A connection accepted into the peers' reserve (past ``max_connections``)
+  serves one request that carries the peer header, then closes; a client's
+  request there waits for a regular slot or gets ``503`` (``_reserve``).
 - What a connection holds is bounded whatever the client sends: a read
   (``MAX_RECV``), fed to the parser ``FEED_SLICE`` bytes at a time once the
   events before are handled (so a read of tiny pipelined requests is not
@@ -58,29 +47,26 @@ waits use agentik's one waiting primitive, ``Pending``.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import socket
 from typing import final
-from urllib.parse import unquote
 
 import trio
 
 from agentik._sync import Pending
 from agentik.server.http._accept import UNBOUNDED, Slot
 from agentik.server.http._cycle import Cycle, wake
-from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
+from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
 from agentik.server.http._relay import Relay, relay_request, replay
-from agentik.server.http._response import error_body
+from agentik.server.http._reserve import AT_CAPACITY, AT_CAPACITY_HEADERS, admit
+from agentik.server.http._scope import REFUSED, request_scope
 from agentik.server.http._settings import HttpSettings
-from agentik.server.http._sse import dumps
+from agentik.server.http._socket_io import GONE, MAX_RECV, receive, stream_error
 from agentik.server.http._timer import ConnectionTimer
 
 log = logging.getLogger("agentik.server")
 
-MAX_RECV = 65536
-"""Bytes asked of the socket per read."""
 FEED_SLICE = 8192
 """Bytes of a read the parser is given at once. A request a few bytes long
 becomes some hundred bytes of objects (its head, its header list), so a
@@ -88,35 +74,8 @@ whole read of pipelined requests parsed at once would hold twenty times its
 size; a slice holds a few hundred. Reads under it, the usual, go whole."""
 BODY_BUFFER = 256 * 1024
 """Bytes of a request body read ahead of the app; past it the reader waits."""
-CANCELS = "agentik.cancels"
-"""Scope key, True in every request of this engine: an app still answering
-when its client leaves is cancelled (after ``http.disconnect``), so it need
-not watch ``receive`` for the leave itself (``_forward`` does not)."""
-REFUSED = "agentik.refused"
-"""Scope key: the status the server answered on its own after the app had
-the request (a malformed body, a body too slow); the app was cancelled."""
 LINGER = 2.0
 """Seconds the rest of a refused request body is read and dropped before closing."""
-AT_CAPACITY = dumps(
-    error_body(
-        "at_capacity",
-        "the server is at its connection limit ([limits] max_connections); retry",
-    )
-).encode()
-"""The body of the 503 to a client past the bound (``Retry-After: 1``)."""
-_AT_CAPACITY_HEADERS = b"content-type: application/json\r\nretry-after: 1\r\n"
-
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
-_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
-"""A socket the client left, or one being written by another task."""
-_CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
-
-
-def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
-    """A socket's error as ``trio.SocketStream`` raises it."""
-    if error.errno in _CLOSED_ERRNOS:
-        return trio.ClosedResourceError("this socket was already closed")
-    return trio.BrokenResourceError(f"socket connection broken: {error}")
 
 
 @final
@@ -170,7 +129,7 @@ class Connection:
         self._peers = settings.peers
         self.slot = UNBOUNDED if slot is None else slot
         """The accept loop's slot this connection holds (``_accept``): on one
-        of the peers' reserve it serves one request, a peer's (``_admit``)."""
+        of the peers' reserve it serves one request, a peer's (``_reserve``)."""
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
@@ -249,7 +208,14 @@ class Connection:
                     while self._cycle is not None:  # pipelined: wait for the response before
                         if not await self._paused():
                             return
-                    if self._peers is not None and not await self._admit(value):  # type: ignore[arg-type]
+                    peers = self._peers
+                    if peers is not None and not await admit(
+                        value,  # type: ignore[arg-type]
+                        peers,
+                        self.slot,
+                        self._timer,
+                        self._turn_away,
+                    ):
                         return
                     if not self._start(value):  # type: ignore[arg-type]
                         return
@@ -276,7 +242,7 @@ class Connection:
                 continue
             timer.handled(parser.in_body)
             try:
-                data = await self._receive()
+                data = await receive(self._sock)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 return
             if not data:  # end of stream; a half-close counts as leaving
@@ -286,31 +252,6 @@ class Connection:
                 parser.feed(data)
             else:
                 self._unfed = memoryview(data)
-
-    async def _receive(self) -> bytes:
-        """The next bytes from the client (b"" at the end of its stream): what
-        ``trio.SocketStream.receive_some`` does, with the same checkpoints and
-        errors, without its layers of wrappers (a few per request add up)."""
-        sock = self._sock
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            data = sock.recv(MAX_RECV)
-        except BlockingIOError:
-            pass  # the usual case: wait for the client
-        except OSError as error:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            raise _stream_error(error) from error
-        else:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return data
-        while True:
-            await trio.lowlevel.wait_readable(sock)  # ClosedResourceError once closed
-            try:
-                return sock.recv(MAX_RECV)
-            except BlockingIOError:
-                pass
-            except OSError as error:
-                raise _stream_error(error) from error
 
     async def _drain(self) -> None:
         """The response said ``Connection: close`` while the request body was
@@ -349,62 +290,12 @@ class Connection:
             return True
         self._cycle = cycle = Cycle(
             self,
-            self._scope(head),
+            request_scope(head, self._client, self._server, self._state),
             http_version=head.http_version,
             keep_alive=head.keep_alive and not reserved,
             expect_continue=head.expect_continue,
         )
         self._nursery.start_soon(self._run_app, cycle, cycle.receive)
-        return True
-
-    def _scope(self, head: RequestHead) -> Scope:
-        """The request's ASGI scope."""
-        path, _, query = head.target.partition(b"?")
-        scope: Scope = {
-            "type": "http",
-            "asgi": _ASGI,
-            "http_version": head.http_version,
-            "method": head.method,
-            "scheme": "http",
-            "path": unquote(path.decode("ascii")),  # llhttp refuses bytes past ASCII
-            "raw_path": path,
-            "query_string": query,
-            "root_path": "",
-            "headers": head.headers,
-            "client": self._client,
-            "server": self._server,
-            CANCELS: True,
-        }
-        if self._state is not None:
-            scope["state"] = self._state.copy()
-        return scope
-
-    async def _admit(self, head: RequestHead) -> bool:
-        """Past the bound (``PeerReserve``): whether the request goes on. On a
-        reserve connection a peer's request does; a client's waits for a
-        regular slot (no deadline meanwhile: its head is in) or is turned
-        away. A peer's request on a regular slot while clients hold every
-        other moves its connection to the reserve (it closes once answered)."""
-        peers = self._peers
-        assert peers is not None
-        slot = self.slot
-        if slot.reserved:
-            if any(name == peers.header for name, _ in head.headers):
-                return True
-            if not self._timer.stop():
-                return False  # due to close: the watcher cuts it
-            if await slot.to_regular():
-                peers.counts.waited += 1
-                return True
-            peers.counts.turned_away += 1
-            await self._turn_away()
-            return False
-        if (
-            slot.crowded
-            and any(name == peers.header for name, _ in head.headers)
-            and slot.to_reserve()
-        ):
-            peers.counts.moved += 1
         return True
 
     async def _turn_away(self) -> None:
@@ -414,8 +305,8 @@ class Connection:
         self._timer.end()  # no 408 after the 503
         log.debug("refused status=503 reason=past max_connections, not from a peer")
         with trio.CancelScope(shield=True):
-            await self._send_refusal(503, _AT_CAPACITY_HEADERS, AT_CAPACITY)
-            with contextlib.suppress(*_GONE):
+            await self._send_refusal(503, AT_CAPACITY_HEADERS, AT_CAPACITY)
+            with contextlib.suppress(*GONE):
                 await self._stream.send_eof()
         self._reading.deadline = trio.current_time() + LINGER
         await self._drain()
@@ -506,7 +397,7 @@ class Connection:
             await self._finish(cycle)
             return
         extra, body = given
-        scope = self._scope(head)
+        scope = request_scope(head, self._client, self._server, self._state)
         scope.update(extra)
         cycle.scope = scope
         await self._run_app(cycle, replay(body, cycle.receive))
@@ -548,7 +439,7 @@ class Connection:
             sent = 0
         except OSError as error:
             await trio.lowlevel.cancel_shielded_checkpoint()
-            raise _stream_error(error) from error
+            raise stream_error(error) from error
         if sent == len(data):
             if last is not None:
                 self._settle(last)
@@ -580,7 +471,7 @@ class Connection:
         if not cycle.settled:
             self._settle(cycle)
         if cycle.must_close:  # Connection: close, HTTP/1.0...
-            with contextlib.suppress(*_GONE):
+            with contextlib.suppress(*GONE):
                 await self._stream.send_eof()
             if cycle.request_done or cycle.expect_continue or self._parser.finished:
                 self._end()  # nothing more comes from the client
@@ -635,6 +526,6 @@ class Connection:
             + body
         )
         with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
-            with contextlib.suppress(*_GONE):
+            with contextlib.suppress(*GONE):
                 async with self._lock:  # after a 100 Continue being written, not inside it
                     await self._stream.send_all(data)
