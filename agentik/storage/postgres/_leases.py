@@ -51,6 +51,7 @@ from agentik._errors import NotOwnedError, StoreError
 from agentik.storage._lease_state import LeaseLapsedError, LeaseState
 from agentik.storage._shards import DEFAULT_SHARDS, check_shards, shard_of
 from agentik.storage.postgres import _lease_sql as sql
+from agentik.storage.postgres._lease_link import LeaseLink
 from agentik.storage.postgres._lease_sql import Fence, _elsewhere, _round
 from agentik.storage.postgres._watchdog import Watchdog
 
@@ -84,8 +85,8 @@ class NodeLease:
     """This node's lease and shards: the bundle's ``ConversationOwnership``.
 
     Runs in the bundle's nursery (``run``); talks to the database on a
-    connection of its own (``agentik-lease``), from one worker thread at a
-    time, so a busy writer never delays a renewal."""
+    connection of its own (``agentik-lease``: ``_lease_link``), from one
+    worker thread at a time, so a busy writer never delays a renewal."""
 
     def __init__(
         self,
@@ -98,20 +99,14 @@ class NodeLease:
     ) -> None:
         if not (isinstance(lease, int | float) and math.isfinite(lease) and lease >= 1):
             raise ValueError(f"lease_seconds must be a number >= 1, got {lease!r}")
-        self._connect = connect
-        self._calls = watchdog
-        """Bounds each call on the lease's connection (``_watchdog``)."""
         self.lease = float(lease)
+        self._link = LeaseLink(connect, self.lease, watchdog)
+        """The lease's own connection (``_lease_link``)."""
         self.shards = check_shards(shards)
         self._margin = min(1.0, self.lease / 4)
         self.node_id = ""
         """This generation's id; read by the writer's thread (one attribute read)."""
         self._url = url
-        self._connection: psycopg.Connection | None = None
-        self._limiter = trio.CapacityLimiter(1)
-        self._using = threading.Lock()
-        """Held by the thread that uses the connection: a worker thread of the
-        loop's calls (one at a time: ``_limiter``) or the keep-alive thread."""
         self._validity = threading.Lock()
         """Guards ``_valid_until`` and ``_renewed_at`` against the keep-alive thread."""
         self._held: dict[int, int] = {}
@@ -143,33 +138,9 @@ class NodeLease:
         """Rounds come fast until then: the live nodes or this node's shards
         changed lately, so shards may be about to be freed for it."""
 
-    # --- the database, from a worker thread ---
-
-    def _call(self, operation: Callable[..., T], *args: object) -> T:
-        with self._using:
-            return self._call_held(operation, *args)
-
-    def _call_held(self, operation: Callable[..., T], *args: object) -> T:
-        connection = self._connection
-        if connection is None or connection.closed or connection.broken:
-            if connection is not None:
-                connection.close()
-            connection = self._connection = self._connect()
-            try:
-                sql.lease_session(connection, self.lease)
-            except psycopg.Error:
-                connection.close()
-                raise
-        with self._calls.watch(connection):
-            return operation(connection, *args)
-
     async def _db(self, operation: Callable[..., T], *args: object) -> T:
-        try:
-            return await trio.to_thread.run_sync(
-                self._call, operation, *args, limiter=self._limiter
-            )
-        except psycopg.Error as error:
-            raise StoreError(f"the node lease's database call failed: {error}") from error
+        """Every call of the loop on the lease's connection (``LeaseLink.db``)."""
+        return await self._link.db(operation, *args)
 
     # --- ConversationOwnership ---
 
@@ -495,10 +466,10 @@ class NodeLease:
             if not node_id or began >= self._valid_until:
                 continue  # not joined, or lapsed: the loop's rounds rejoin
             try:
-                with self._using:
+                with self._link.using:
                     if stop.is_set():  # run ended: ``leave`` may have closed the connection
                         return
-                    renewed = self._call_held(sql._renew, node_id, self.lease)
+                    renewed = self._link.call_held(sql._renew, node_id, self.lease)
             except (psycopg.Error, StoreError):
                 continue
             if renewed:
@@ -557,5 +528,4 @@ class NodeLease:
             with self._validity:
                 self._valid_until = -math.inf
             self._publish()
-            if self._connection is not None:
-                self._connection.close()
+            self._link.close()
