@@ -4,7 +4,8 @@
 (a request head, body data, its end); this module frames the responses
 (fixed-length, chunked, or delimited by the close on HTTP/1.0), keeps the
 state of both sides (keep-alive, pipelining, ``Expect: 100-continue``), and
-owns the socket, the tasks and the deadlines:
+owns the socket (read and written directly by its base, ``_socket_io``), the
+tasks and the deadlines:
 
 - One reader task per connection (``Connection.run``) reads the socket, feeds
   the parser and dispatches its events; for each request it starts the app in a task
@@ -62,7 +63,7 @@ from agentik.server.http._relay import Relay, relay_request, replay
 from agentik.server.http._reserve import AT_CAPACITY, AT_CAPACITY_HEADERS, admit
 from agentik.server.http._scope import REFUSED, request_scope
 from agentik.server.http._settings import HttpSettings
-from agentik.server.http._socket_io import GONE, MAX_RECV, receive, stream_error
+from agentik.server.http._socket_io import GONE, MAX_RECV, SocketIO
 from agentik.server.http._timer import ConnectionTimer
 
 log = logging.getLogger("agentik.server")
@@ -79,7 +80,7 @@ LINGER = 2.0
 
 
 @final
-class Connection:
+class Connection(SocketIO):
     """An HTTP/1.1 connection: the read loop, the app per request, the end."""
 
     __slots__ = (
@@ -88,7 +89,6 @@ class Connection:
         "_cycle",
         "_ended",
         "_lingering",
-        "_lock",
         "_nursery",
         "_parser",
         "_peers",
@@ -96,9 +96,7 @@ class Connection:
         "_relay",
         "_resume",
         "_server",
-        "_sock",
         "_state",
-        "_stream",
         "_tasks",
         "_timer",
         "_unfed",
@@ -118,13 +116,10 @@ class Connection:
         *,
         slot: Slot | None = None,
     ) -> None:
+        super().__init__(sock)
         self._app = app
         self._relay = relay
         """Takes requests before the app, from their head (``_relay``)."""
-        self._sock = sock
-        """The client's socket (non-blocking), read and written directly on the hot path."""
-        self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-        """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self._parser = RequestParser(settings.max_head_bytes)
         self._peers = settings.peers
         self.slot = UNBOUNDED if slot is None else slot
@@ -140,8 +135,6 @@ class Connection:
         """Around all of the connection's tasks: cancelled to end them."""
         self._reading = trio.CancelScope()
         """Around the read loop: its deadline bounds a lingering close."""
-        self._lock = trio.Lock()
-        """Held while writing: an app's response and a 408 never interleave."""
         self._cycle: Cycle | None = None
         """The request being served, until both it and its response are done."""
         self._resume: Pending[None] | None = None
@@ -242,7 +235,7 @@ class Connection:
                 continue
             timer.handled(parser.in_body)
             try:
-                data = await receive(self._sock)
+                data = await self._receive()
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 return
             if not data:  # end of stream; a half-close counts as leaving
@@ -405,49 +398,6 @@ class Connection:
     async def send_continue(self, cycle: Cycle) -> None:
         cycle.expect_continue = False
         await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers() + b"\r\n")
-
-    async def write(self, data: bytes, last: Cycle | None = None) -> None:
-        """Write to the client; a client that is gone ends the connection.
-        ``last``: the cycle whose response ``data`` ends, settled as soon as
-        it is written, before the checkpoint, so that the next request,
-        which a client sends the moment it has the answer, finds the
-        connection ready instead of waiting for this task's next step."""
-        lock = self._lock
-        try:
-            lock.acquire_nowait()
-        except trio.WouldBlock:
-            await lock.acquire()
-        written = False
-        try:
-            await self._send_all(data, last)
-            written = True
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            lock.release()
-            if not written:  # gone, or cancelled part-way: the framing is lost
-                self._end()
-
-    async def _send_all(self, data: bytes, last: Cycle | None) -> None:
-        """``trio.SocketStream.send_all``, with the same checkpoints and errors:
-        the socket's buffer takes a response whole, so the first try is direct,
-        and only the rest of a large one goes through trio's waiting."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            sent = self._sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as error:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            raise stream_error(error) from error
-        if sent == len(data):
-            if last is not None:
-                self._settle(last)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        else:
-            await self._stream.send_all(memoryview(data)[sent:])
-            if last is not None:
-                self._settle(last)
 
     def _settle(self, cycle: Cycle) -> None:
         """``cycle``'s response is written whole: wake what waits for that,

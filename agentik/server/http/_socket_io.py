@@ -1,10 +1,14 @@
-"""The client's socket read directly: what ``trio.SocketStream`` does, with
-the same checkpoints and errors, without its layers of wrappers (a few per
-request add up: docs/performance.md, "the socket read and written directly").
+"""The client's socket, read and written directly: what ``trio.SocketStream``
+does, with the same checkpoints and errors, without its layers of wrappers
+(a few per request add up: docs/performance.md, "the socket read and
+written directly").
 
-Apart from the connection (``_connection``) so that the one path past trio's
-stream, and the errors it raises as trio's, are in one place; the connection
-writes the same way (``Connection._send_all``), with ``stream_error``.
+``SocketIO`` is the base of ``_connection.Connection``: the socket, the
+lock that writes hold, and the one path past trio's stream for each way,
+kept apart from the connection's state machine. What a write means stays
+the connection's: a response written whole settles its cycle (``_settle``,
+before the write's checkpoint), a failed write ends the connection
+(``_end``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import errno
 import socket
 
 import trio
+
+from agentik.server.http._cycle import Cycle
 
 MAX_RECV = 65536
 """Bytes asked of the socket per read."""
@@ -28,26 +34,91 @@ def stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResour
     return trio.BrokenResourceError(f"socket connection broken: {error}")
 
 
-async def receive(sock: socket.socket) -> bytes:
-    """The next bytes from the client (b"" at the end of its stream): what
-    ``trio.SocketStream.receive_some`` does, with the same checkpoints and
-    errors, without its layers of wrappers (a few per request add up)."""
-    await trio.lowlevel.checkpoint_if_cancelled()
-    try:
-        data = sock.recv(MAX_RECV)
-    except BlockingIOError:
-        pass  # the usual case: wait for the client
-    except OSError as error:
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        raise stream_error(error) from error
-    else:
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return data
-    while True:
-        await trio.lowlevel.wait_readable(sock)  # ClosedResourceError once closed
+class SocketIO:
+    """The client's socket, read and written directly (``Connection``'s base)."""
+
+    __slots__ = ("_lock", "_sock", "_stream")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        """The client's socket (non-blocking), read and written directly on the hot path."""
+        self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
+        self._lock = trio.Lock()
+        """Held while writing: an app's response and a 408 never interleave."""
+
+    def _settle(self, cycle: Cycle) -> None:
+        """``cycle``'s response is written whole (the connection's)."""
+        raise NotImplementedError
+
+    def _end(self) -> None:
+        """End the connection whole (the connection's)."""
+        raise NotImplementedError
+
+    async def _receive(self) -> bytes:
+        """The next bytes from the client (b"" at the end of its stream): what
+        ``trio.SocketStream.receive_some`` does, with the same checkpoints and
+        errors, without its layers of wrappers (a few per request add up)."""
+        sock = self._sock
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            return sock.recv(MAX_RECV)
+            data = sock.recv(MAX_RECV)
         except BlockingIOError:
-            pass
+            pass  # the usual case: wait for the client
         except OSError as error:
+            await trio.lowlevel.cancel_shielded_checkpoint()
             raise stream_error(error) from error
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(sock)  # ClosedResourceError once closed
+            try:
+                return sock.recv(MAX_RECV)
+            except BlockingIOError:
+                pass
+            except OSError as error:
+                raise stream_error(error) from error
+
+    async def write(self, data: bytes, last: Cycle | None = None) -> None:
+        """Write to the client; a client that is gone ends the connection.
+        ``last``: the cycle whose response ``data`` ends, settled as soon as
+        it is written, before the checkpoint, so that the next request,
+        which a client sends the moment it has the answer, finds the
+        connection ready instead of waiting for this task's next step."""
+        lock = self._lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        written = False
+        try:
+            await self._send_all(data, last)
+            written = True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            lock.release()
+            if not written:  # gone, or cancelled part-way: the framing is lost
+                self._end()
+
+    async def _send_all(self, data: bytes, last: Cycle | None) -> None:
+        """``trio.SocketStream.send_all``, with the same checkpoints and errors:
+        the socket's buffer takes a response whole, so the first try is direct,
+        and only the rest of a large one goes through trio's waiting."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = self._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as error:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise stream_error(error) from error
+        if sent == len(data):
+            if last is not None:
+                self._settle(last)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            await self._stream.send_all(memoryview(data)[sent:])
+            if last is not None:
+                self._settle(last)
