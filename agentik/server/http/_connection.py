@@ -57,7 +57,7 @@ import trio
 from agentik._sync import Pending
 from agentik.server.http._accept import UNBOUNDED, Slot
 from agentik.server.http._cycle import Cycle, wake
-from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders
+from agentik.server.http._framing import ASGIApp, Receive, ResponseHeaders
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
 from agentik.server.http._relay import Relay, relay_request, replay
 from agentik.server.http._reserve import AT_CAPACITY, AT_CAPACITY_HEADERS, admit
@@ -100,7 +100,6 @@ class Connection(SocketIO):
         "_tasks",
         "_timer",
         "_unfed",
-        "response_headers",
         "slot",
     )
 
@@ -116,7 +115,7 @@ class Connection(SocketIO):
         *,
         slot: Slot | None = None,
     ) -> None:
-        super().__init__(sock)
+        super().__init__(sock, response_headers)
         self._app = app
         self._relay = relay
         """Takes requests before the app, from their head (``_relay``)."""
@@ -128,7 +127,6 @@ class Connection(SocketIO):
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
-        self.response_headers = response_headers
         self._state = state
         """The lifespan state, copied into each request's scope."""
         self._tasks = trio.CancelScope()
@@ -395,10 +393,6 @@ class Connection(SocketIO):
         cycle.scope = scope
         await self._run_app(cycle, replay(body, cycle.receive))
 
-    async def send_continue(self, cycle: Cycle) -> None:
-        cycle.expect_continue = False
-        await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers() + b"\r\n")
-
     def _settle(self, cycle: Cycle) -> None:
         """``cycle``'s response is written whole: wake what waits for that,
         and, if the connection stays open, be ready for the next request."""
@@ -464,18 +458,3 @@ class Connection(SocketIO):
                 await self._send_refusal(408)
             self._ended = True
             self._stream.socket.close()
-
-    async def _send_refusal(self, status: int, headers: bytes = b"", body: bytes = b"") -> None:
-        """A response of ``status`` (no body unless given), that closes the connection."""
-        data = (
-            STATUS_LINES[status]
-            + b"content-length: %d\r\nconnection: close\r\n" % len(body)
-            + headers
-            + self.response_headers()
-            + b"\r\n"
-            + body
-        )
-        with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
-            with contextlib.suppress(*GONE):
-                async with self._lock:  # after a 100 Continue being written, not inside it
-                    await self._stream.send_all(data)

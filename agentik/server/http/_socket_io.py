@@ -3,22 +3,24 @@ does, with the same checkpoints and errors, without its layers of wrappers
 (a few per request add up: docs/performance.md, "the socket read and
 written directly").
 
-``SocketIO`` is the base of ``_connection.Connection``: the socket, the
-lock that writes hold, and the one path past trio's stream for each way,
-kept apart from the connection's state machine. What a write means stays
-the connection's: a response written whole settles its cycle (``_settle``,
-before the write's checkpoint), a failed write ends the connection
-(``_end``).
+``SocketIO`` is the base of ``_connection.Connection``: the socket, and
+every write to it under one lock (the app's response, ``100 Continue``, a
+refusal the connection sends on its own), kept apart from the connection's
+state machine. What a write means stays the connection's: a response
+written whole settles its cycle (``_settle``, before the write's
+checkpoint), a failed write ends the connection (``_end``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 
 import trio
 
 from agentik.server.http._cycle import Cycle
+from agentik.server.http._framing import STATUS_LINES, ResponseHeaders
 
 MAX_RECV = 65536
 """Bytes asked of the socket per read."""
@@ -35,17 +37,20 @@ def stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResour
 
 
 class SocketIO:
-    """The client's socket, read and written directly (``Connection``'s base)."""
+    """The client's socket, read directly and written under one lock
+    (``Connection``'s base)."""
 
-    __slots__ = ("_lock", "_sock", "_stream")
+    __slots__ = ("_lock", "_sock", "_stream", "response_headers")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, response_headers: ResponseHeaders) -> None:
         self._sock = sock
         """The client's socket (non-blocking), read and written directly on the hot path."""
         self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self._lock = trio.Lock()
         """Held while writing: an app's response and a 408 never interleave."""
+        self.response_headers = response_headers
+        """The headers every response ends its head with (``ResponseHeaders``)."""
 
     def _settle(self, cycle: Cycle) -> None:
         """``cycle``'s response is written whole (the connection's)."""
@@ -122,3 +127,22 @@ class SocketIO:
             await self._stream.send_all(memoryview(data)[sent:])
             if last is not None:
                 self._settle(last)
+
+    async def send_continue(self, cycle: Cycle) -> None:
+        cycle.expect_continue = False
+        await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers() + b"\r\n")
+
+    async def _send_refusal(self, status: int, headers: bytes = b"", body: bytes = b"") -> None:
+        """A response of ``status`` (no body unless given), that closes the connection."""
+        data = (
+            STATUS_LINES[status]
+            + b"content-length: %d\r\nconnection: close\r\n" % len(body)
+            + headers
+            + self.response_headers()
+            + b"\r\n"
+            + body
+        )
+        with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
+            with contextlib.suppress(*GONE):
+                async with self._lock:  # after a 100 Continue being written, not inside it
+                    await self._stream.send_all(data)
