@@ -1,9 +1,9 @@
 """One HTTP/1.1 connection serving an ASGI app: trio for the I/O, llhttp to parse.
 
 ``_h1.RequestParser`` (sans-I/O, on llhttp) turns received bytes into events
-(a request head, body data, its end); this module frames the responses
-(fixed-length, chunked, or delimited by the close on HTTP/1.0), keeps the
-state of both sides (keep-alive, pipelining, ``Expect: 100-continue``), and
+(a request head, body data, its end); this module writes the responses
+(framed by ``_cycle``: fixed-length, chunked, or delimited by the close on
+HTTP/1.0), keeps the state of both sides (keep-alive, pipelining, ``Expect: 100-continue``), and
 owns the socket (read and written directly by its base, ``_socket_io``), the
 tasks and the deadlines:
 
