@@ -41,7 +41,7 @@ from agentik.storage._lease_state import LeaseState as LeaseState
 from agentik.storage._location import describe_location as describe_location
 from agentik.storage._location import is_postgres_url as is_postgres_url
 from agentik.storage._location import open_storage as open_storage
-from agentik.storage._protocols import ConversationOwnership as ConversationOwnership
+from agentik.storage._ownership import ConversationOwnership as ConversationOwnership
 from agentik.storage._protocols import FullMessageStore as FullMessageStore
 from agentik.storage._protocols import FullWorkingMemoryStore as FullWorkingMemoryStore
 from agentik.storage._protocols import MessageStore as MessageStore

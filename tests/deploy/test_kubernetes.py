@@ -29,7 +29,7 @@ import yaml
 from kubernetes_validate.utils import all_versions
 
 from agentik.server import load_config
-from agentik.server._config import SETTINGS
+from agentik.server._config_sources import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes"

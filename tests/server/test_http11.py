@@ -29,8 +29,8 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentik.server.http import HttpSettings
-from agentik.server.http._connection import BODY_BUFFER, REFUSED
+from agentik.server.http import REFUSED, HttpSettings
+from agentik.server.http._connection import BODY_BUFFER
 from agentik.server.http._framing import ResponseHeaders
 from agentik.server.http._serve import serve
 

@@ -33,8 +33,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentik.server.http import HttpSettings
-from agentik.server.http._connection import BODY_BUFFER, MAX_RECV, Connection
+from agentik.server.http._connection import BODY_BUFFER, Connection
 from agentik.server.http._framing import ResponseHeaders
+from agentik.server.http._socket_io import MAX_RECV
 
 HEAD_LIMIT = 4096
 HELD_BOUND = HEAD_LIMIT + BODY_BUFFER + 3 * MAX_RECV

@@ -26,7 +26,7 @@ from agentik.storage import (
     open_postgres_storage,
     shard_of,
 )
-from agentik.storage.postgres import _leases
+from agentik.storage.postgres import _lease_sql, _lease_upkeep
 from agentik.storage.postgres._leases import NodeLease
 from agentik.storage.postgres._migrate import migrations
 from agentik.toolsets import tool
@@ -380,7 +380,7 @@ async def test_a_node_that_lost_the_shard_starts_no_model_call(
     takes it. When the tools return, A asks the model again only for the
     turn whose shard it kept (the check before each call); the other turn
     ends interrupted, not failed, so B may resume it."""
-    monkeypatch.setattr(_leases, "RELEASE_WAIT", 0.3)
+    monkeypatch.setattr(_lease_upkeep, "RELEASE_WAIT", 0.3)
     schema = fresh_schema()
     calls: list[str] = []
     finish = trio.Event()
@@ -663,7 +663,7 @@ async def test_requests_for_another_nodes_shards_never_queue_before_renewals(
             real = lease_of(b)._db
 
             async def counted(operation: Callable[..., object], *args: object) -> object:
-                if operation is not _leases._round:
+                if operation is not _lease_sql._round:
                     asked.append(operation)
                 return await real(operation, *args)
 
@@ -698,7 +698,7 @@ async def test_a_shard_that_moved_since_the_last_round_is_looked_up_once(
             real = lease_of(b)._db
 
             async def counted(operation: Callable[..., object], *args: object) -> object:
-                if operation is not _leases._round:
+                if operation is not _lease_sql._round:
                     asked.append(operation)
                 return await real(operation, *args)
 
@@ -721,4 +721,4 @@ async def test_a_shard_that_moved_since_the_last_round_is_looked_up_once(
                 for conversation in foreign:
                     nursery.start_soon(send, conversation)
             assert refused == ["http://a"] * len(foreign)
-            assert asked == [_leases._elsewhere]
+            assert asked == [_lease_sql._elsewhere]

@@ -69,7 +69,7 @@ def connections(bundle: StorageBundle) -> dict[str, psycopg.Connection]:
     for i, reader in enumerate(store._readers.connections):  # type: ignore[attr-defined]
         found[f"reader {i}"] = reader
     if bundle.ownership is not None:
-        found["lease"] = bundle.ownership._connection  # type: ignore[attr-defined]
+        found["lease"] = bundle.ownership._link.connection  # type: ignore[attr-defined]
     return found
 
 

@@ -10,7 +10,7 @@ door and on nothing else of the engine; the engine knows none of them
   socket until its shutdown trigger, with keep-alive, pipelining, request
   deadlines (``ConnectionLimits``) and bounded memory per connection
   (``_connection``, ``_cycle``, ``_framing``, ``_h1``, ``_timer``,
-  ``_accept``), and a reserve of connections past the bound for the
+  ``_accept``, ``_socket_io``), and a reserve of connections past the bound for the
   cluster's own requests (``PeerReserve``). A request the engine refused itself after the app had it
   leaves its status in the scope under ``REFUSED``.
 - Routing: a protocol hands the app its routes as a list of Starlette
@@ -33,8 +33,6 @@ door and on nothing else of the engine; the engine knows none of them
 """
 
 from agentik._public import publish as _publish
-from agentik.server.http._connection import CANCELS as CANCELS
-from agentik.server.http._connection import REFUSED as REFUSED
 from agentik.server.http._errors import HttpError as HttpError
 from agentik.server.http._errors import NotHere as NotHere
 from agentik.server.http._errors import Redirect as Redirect
@@ -63,6 +61,8 @@ from agentik.server.http._request import url_text as url_text
 from agentik.server.http._response import error_body as error_body
 from agentik.server.http._response import json_response as json_response
 from agentik.server.http._response import send_json as send_json
+from agentik.server.http._scope import CANCELS as CANCELS
+from agentik.server.http._scope import REFUSED as REFUSED
 from agentik.server.http._serve import serve as serve
 from agentik.server.http._settings import HttpSettings as HttpSettings
 from agentik.server.http._settings import PeerReserve as PeerReserve

@@ -1,10 +1,11 @@
 """One HTTP/1.1 connection serving an ASGI app: trio for the I/O, llhttp to parse.
 
 ``_h1.RequestParser`` (sans-I/O, on llhttp) turns received bytes into events
-(a request head, body data, its end); this module frames the responses
-(fixed-length, chunked, or delimited by the close on HTTP/1.0), keeps the
-state of both sides (keep-alive, pipelining, ``Expect: 100-continue``), and
-owns the socket, the tasks and the deadlines:
+(a request head, body data, its end); this module writes the responses
+(framed by ``_cycle``: fixed-length, chunked, or delimited by the close on
+HTTP/1.0), keeps the state of both sides (keep-alive, pipelining, ``Expect: 100-continue``), and
+owns the socket (read and written directly by its base, ``_socket_io``), the
+tasks and the deadlines:
 
 - One reader task per connection (``Connection.run``) reads the socket, feeds
   the parser and dispatches its events; for each request it starts the app in a task
@@ -16,14 +17,8 @@ owns the socket, the tasks and the deadlines:
 - One watcher task per connection (``_timer.ConnectionTimer``) enforces the
   keep-alive timeout and the time a client may take to send a request head or
   body (mod_reqtimeout); a client too slow gets ``408`` and is cut off.
-- The app's ``send`` (``_cycle.Cycle``) frames what it sends (``_framing``).
-  The head of a fixed-length response waits for its body, so a small
-  response is one socket write. Header names and values are checked (no
-  line breaks or NULs: no header injection), and a body longer or shorter
-  than its ``Content-Length`` is the app's error.
-- ``100 Continue`` goes out when the app first reads the body (as uvicorn
-  does), so a request the app refuses at once (401, or 413 for a
-  Content-Length past the limit) never gets it.
+- The app's ``send`` and ``receive`` (``_cycle.Cycle``) frame the response
+  and send ``100 Continue`` when the app first reads the body.
 - Bytes the parser refuses get the status it names (400, 431 for a head past
   ``max_head_bytes``, 505 for an HTTP version other than 1.0 and 1.1) and
   the connection is closed. If an app has the request (its body was
@@ -31,14 +26,9 @@ owns the socket, the tasks and the deadlines:
   client that left, and the status is left in its scope (``REFUSED``) for
   its access log: one line per refused request, never the app's traceback
   of a body that stopped. A refusal no app saw is logged here, one line.
-- A connection accepted into the peers' reserve (past ``max_connections``:
-  ``_settings.PeerReserve``) serves one request that carries the peer
-  header, then closes. A client's request there waits for a regular slot
-  (as it would have in the listen backlog) and is then served as on any
-  connection, unless half the reserve waits so already: then it gets
-  ``503`` with ``Retry-After: 1`` and a JSON error body, and the connection
-  closes; no app sees it. A peer's request on a regular slot while every
-  regular one is taken moves its connection to the reserve.
+- A connection accepted into the peers' reserve (past ``max_connections``)
+  serves one request that carries the peer header, then closes; a client's
+  request there waits for a regular slot or gets ``503`` (``_reserve``).
 - What a connection holds is bounded whatever the client sends: a read
   (``MAX_RECV``), fed to the parser ``FEED_SLICE`` bytes at a time once the
   events before are handled (so a read of tiny pipelined requests is not
@@ -58,29 +48,26 @@ waits use agentik's one waiting primitive, ``Pending``.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import socket
 from typing import final
-from urllib.parse import unquote
 
 import trio
 
 from agentik._sync import Pending
 from agentik.server.http._accept import UNBOUNDED, Slot
 from agentik.server.http._cycle import Cycle, wake
-from agentik.server.http._framing import STATUS_LINES, ASGIApp, Receive, ResponseHeaders, Scope
+from agentik.server.http._framing import ASGIApp, Receive, ResponseHeaders
 from agentik.server.http._h1 import BODY, END, HEAD, RequestHead, RequestParser
 from agentik.server.http._relay import Relay, relay_request, replay
-from agentik.server.http._response import error_body
+from agentik.server.http._reserve import AT_CAPACITY, AT_CAPACITY_HEADERS, admit
+from agentik.server.http._scope import REFUSED, request_scope
 from agentik.server.http._settings import HttpSettings
-from agentik.server.http._sse import dumps
+from agentik.server.http._socket_io import GONE, MAX_RECV, SocketIO
 from agentik.server.http._timer import ConnectionTimer
 
 log = logging.getLogger("agentik.server")
 
-MAX_RECV = 65536
-"""Bytes asked of the socket per read."""
 FEED_SLICE = 8192
 """Bytes of a read the parser is given at once. A request a few bytes long
 becomes some hundred bytes of objects (its head, its header list), so a
@@ -88,39 +75,12 @@ whole read of pipelined requests parsed at once would hold twenty times its
 size; a slice holds a few hundred. Reads under it, the usual, go whole."""
 BODY_BUFFER = 256 * 1024
 """Bytes of a request body read ahead of the app; past it the reader waits."""
-CANCELS = "agentik.cancels"
-"""Scope key, True in every request of this engine: an app still answering
-when its client leaves is cancelled (after ``http.disconnect``), so it need
-not watch ``receive`` for the leave itself (``_forward`` does not)."""
-REFUSED = "agentik.refused"
-"""Scope key: the status the server answered on its own after the app had
-the request (a malformed body, a body too slow); the app was cancelled."""
 LINGER = 2.0
 """Seconds the rest of a refused request body is read and dropped before closing."""
-AT_CAPACITY = dumps(
-    error_body(
-        "at_capacity",
-        "the server is at its connection limit ([limits] max_connections); retry",
-    )
-).encode()
-"""The body of the 503 to a client past the bound (``Retry-After: 1``)."""
-_AT_CAPACITY_HEADERS = b"content-type: application/json\r\nretry-after: 1\r\n"
-
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
-_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError)
-"""A socket the client left, or one being written by another task."""
-_CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
-
-
-def _stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
-    """A socket's error as ``trio.SocketStream`` raises it."""
-    if error.errno in _CLOSED_ERRNOS:
-        return trio.ClosedResourceError("this socket was already closed")
-    return trio.BrokenResourceError(f"socket connection broken: {error}")
 
 
 @final
-class Connection:
+class Connection(SocketIO):
     """An HTTP/1.1 connection: the read loop, the app per request, the end."""
 
     __slots__ = (
@@ -129,7 +89,6 @@ class Connection:
         "_cycle",
         "_ended",
         "_lingering",
-        "_lock",
         "_nursery",
         "_parser",
         "_peers",
@@ -137,13 +96,10 @@ class Connection:
         "_relay",
         "_resume",
         "_server",
-        "_sock",
         "_state",
-        "_stream",
         "_tasks",
         "_timer",
         "_unfed",
-        "response_headers",
         "slot",
     )
 
@@ -159,30 +115,24 @@ class Connection:
         *,
         slot: Slot | None = None,
     ) -> None:
+        super().__init__(sock, response_headers)
         self._app = app
         self._relay = relay
         """Takes requests before the app, from their head (``_relay``)."""
-        self._sock = sock
-        """The client's socket (non-blocking), read and written directly on the hot path."""
-        self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-        """The same socket through trio, for the rest (waiting to write, EOF, closing)."""
         self._parser = RequestParser(settings.max_head_bytes)
         self._peers = settings.peers
         self.slot = UNBOUNDED if slot is None else slot
         """The accept loop's slot this connection holds (``_accept``): on one
-        of the peers' reserve it serves one request, a peer's (``_admit``)."""
+        of the peers' reserve it serves one request, a peer's (``_reserve``)."""
         self._timer = ConnectionTimer(
             settings.keep_alive_timeout, settings.limits, terminated, self._expire
         )
-        self.response_headers = response_headers
         self._state = state
         """The lifespan state, copied into each request's scope."""
         self._tasks = trio.CancelScope()
         """Around all of the connection's tasks: cancelled to end them."""
         self._reading = trio.CancelScope()
         """Around the read loop: its deadline bounds a lingering close."""
-        self._lock = trio.Lock()
-        """Held while writing: an app's response and a 408 never interleave."""
         self._cycle: Cycle | None = None
         """The request being served, until both it and its response are done."""
         self._resume: Pending[None] | None = None
@@ -249,7 +199,14 @@ class Connection:
                     while self._cycle is not None:  # pipelined: wait for the response before
                         if not await self._paused():
                             return
-                    if self._peers is not None and not await self._admit(value):  # type: ignore[arg-type]
+                    peers = self._peers
+                    if peers is not None and not await admit(
+                        value,  # type: ignore[arg-type]
+                        peers,
+                        self.slot,
+                        self._timer,
+                        self._turn_away,
+                    ):
                         return
                     if not self._start(value):  # type: ignore[arg-type]
                         return
@@ -286,31 +243,6 @@ class Connection:
                 parser.feed(data)
             else:
                 self._unfed = memoryview(data)
-
-    async def _receive(self) -> bytes:
-        """The next bytes from the client (b"" at the end of its stream): what
-        ``trio.SocketStream.receive_some`` does, with the same checkpoints and
-        errors, without its layers of wrappers (a few per request add up)."""
-        sock = self._sock
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            data = sock.recv(MAX_RECV)
-        except BlockingIOError:
-            pass  # the usual case: wait for the client
-        except OSError as error:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            raise _stream_error(error) from error
-        else:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return data
-        while True:
-            await trio.lowlevel.wait_readable(sock)  # ClosedResourceError once closed
-            try:
-                return sock.recv(MAX_RECV)
-            except BlockingIOError:
-                pass
-            except OSError as error:
-                raise _stream_error(error) from error
 
     async def _drain(self) -> None:
         """The response said ``Connection: close`` while the request body was
@@ -349,62 +281,12 @@ class Connection:
             return True
         self._cycle = cycle = Cycle(
             self,
-            self._scope(head),
+            request_scope(head, self._client, self._server, self._state),
             http_version=head.http_version,
             keep_alive=head.keep_alive and not reserved,
             expect_continue=head.expect_continue,
         )
         self._nursery.start_soon(self._run_app, cycle, cycle.receive)
-        return True
-
-    def _scope(self, head: RequestHead) -> Scope:
-        """The request's ASGI scope."""
-        path, _, query = head.target.partition(b"?")
-        scope: Scope = {
-            "type": "http",
-            "asgi": _ASGI,
-            "http_version": head.http_version,
-            "method": head.method,
-            "scheme": "http",
-            "path": unquote(path.decode("ascii")),  # llhttp refuses bytes past ASCII
-            "raw_path": path,
-            "query_string": query,
-            "root_path": "",
-            "headers": head.headers,
-            "client": self._client,
-            "server": self._server,
-            CANCELS: True,
-        }
-        if self._state is not None:
-            scope["state"] = self._state.copy()
-        return scope
-
-    async def _admit(self, head: RequestHead) -> bool:
-        """Past the bound (``PeerReserve``): whether the request goes on. On a
-        reserve connection a peer's request does; a client's waits for a
-        regular slot (no deadline meanwhile: its head is in) or is turned
-        away. A peer's request on a regular slot while clients hold every
-        other moves its connection to the reserve (it closes once answered)."""
-        peers = self._peers
-        assert peers is not None
-        slot = self.slot
-        if slot.reserved:
-            if any(name == peers.header for name, _ in head.headers):
-                return True
-            if not self._timer.stop():
-                return False  # due to close: the watcher cuts it
-            if await slot.to_regular():
-                peers.counts.waited += 1
-                return True
-            peers.counts.turned_away += 1
-            await self._turn_away()
-            return False
-        if (
-            slot.crowded
-            and any(name == peers.header for name, _ in head.headers)
-            and slot.to_reserve()
-        ):
-            peers.counts.moved += 1
         return True
 
     async def _turn_away(self) -> None:
@@ -414,8 +296,8 @@ class Connection:
         self._timer.end()  # no 408 after the 503
         log.debug("refused status=503 reason=past max_connections, not from a peer")
         with trio.CancelScope(shield=True):
-            await self._send_refusal(503, _AT_CAPACITY_HEADERS, AT_CAPACITY)
-            with contextlib.suppress(*_GONE):
+            await self._send_refusal(503, AT_CAPACITY_HEADERS, AT_CAPACITY)
+            with contextlib.suppress(*GONE):
                 await self._stream.send_eof()
         self._reading.deadline = trio.current_time() + LINGER
         await self._drain()
@@ -506,57 +388,10 @@ class Connection:
             await self._finish(cycle)
             return
         extra, body = given
-        scope = self._scope(head)
+        scope = request_scope(head, self._client, self._server, self._state)
         scope.update(extra)
         cycle.scope = scope
         await self._run_app(cycle, replay(body, cycle.receive))
-
-    async def send_continue(self, cycle: Cycle) -> None:
-        cycle.expect_continue = False
-        await self.write(b"HTTP/1.1 100 Continue\r\n" + self.response_headers() + b"\r\n")
-
-    async def write(self, data: bytes, last: Cycle | None = None) -> None:
-        """Write to the client; a client that is gone ends the connection.
-        ``last``: the cycle whose response ``data`` ends, settled as soon as
-        it is written, before the checkpoint, so that the next request,
-        which a client sends the moment it has the answer, finds the
-        connection ready instead of waiting for this task's next step."""
-        lock = self._lock
-        try:
-            lock.acquire_nowait()
-        except trio.WouldBlock:
-            await lock.acquire()
-        written = False
-        try:
-            await self._send_all(data, last)
-            written = True
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            lock.release()
-            if not written:  # gone, or cancelled part-way: the framing is lost
-                self._end()
-
-    async def _send_all(self, data: bytes, last: Cycle | None) -> None:
-        """``trio.SocketStream.send_all``, with the same checkpoints and errors:
-        the socket's buffer takes a response whole, so the first try is direct,
-        and only the rest of a large one goes through trio's waiting."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            sent = self._sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as error:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            raise _stream_error(error) from error
-        if sent == len(data):
-            if last is not None:
-                self._settle(last)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        else:
-            await self._stream.send_all(memoryview(data)[sent:])
-            if last is not None:
-                self._settle(last)
 
     def _settle(self, cycle: Cycle) -> None:
         """``cycle``'s response is written whole: wake what waits for that,
@@ -580,7 +415,7 @@ class Connection:
         if not cycle.settled:
             self._settle(cycle)
         if cycle.must_close:  # Connection: close, HTTP/1.0...
-            with contextlib.suppress(*_GONE):
+            with contextlib.suppress(*GONE):
                 await self._stream.send_eof()
             if cycle.request_done or cycle.expect_continue or self._parser.finished:
                 self._end()  # nothing more comes from the client
@@ -623,18 +458,3 @@ class Connection:
                 await self._send_refusal(408)
             self._ended = True
             self._stream.socket.close()
-
-    async def _send_refusal(self, status: int, headers: bytes = b"", body: bytes = b"") -> None:
-        """A response of ``status`` (no body unless given), that closes the connection."""
-        data = (
-            STATUS_LINES[status]
-            + b"content-length: %d\r\nconnection: close\r\n" % len(body)
-            + headers
-            + self.response_headers()
-            + b"\r\n"
-            + body
-        )
-        with trio.move_on_after(1):  # it fits in the socket's buffer, unless the client is stuck
-            with contextlib.suppress(*_GONE):
-                async with self._lock:  # after a 100 Continue being written, not inside it
-                    await self._stream.send_all(data)

@@ -2,6 +2,14 @@
 the app's ASGI ``receive``, fed by the connection's reader, and its ``send``,
 framed here (``_framing``) and written by the connection.
 
+- The head of a fixed-length response waits for its body, so a small
+  response is one socket write. Header names and values are checked (no
+  line breaks or NULs: no header injection), and a body longer or shorter
+  than its ``Content-Length`` is the app's error.
+- ``100 Continue`` goes out when the app first reads the body (as uvicorn
+  does), so a request the app refuses at once (401, or 413 for a
+  Content-Length past the limit) never gets it.
+
 Every ``receive`` is a trio checkpoint, even when the body is already there;
 waits use agentik's one waiting primitive, ``Pending``.
 """
