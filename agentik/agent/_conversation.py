@@ -31,11 +31,7 @@ import attrs
 import outcome
 import trio
 
-from agentik._errors import (
-    AgentikError,
-    ApprovalError,
-    TurnError,
-)
+from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._memory import MemoryEntry
 from agentik._messages import Message
 from agentik._scope import scope_of
@@ -48,15 +44,7 @@ from agentik.agent._model_limits import fairness_key
 from agentik.agent._optional_work import OptionalWork, log_failure
 from agentik.agent._output import stored_output
 from agentik.agent._recovery_actor import ready, sent_again
-from agentik.agent._requests import (
-    Abandon,
-    Decision,
-    Delete,
-    NewTurn,
-    Reply,
-    Request,
-    StatusQuery,
-)
+from agentik.agent._requests import Abandon, Decision, Delete, NewTurn, Reply, Request, StatusQuery
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
 from agentik.models import current_fairness_key
@@ -71,9 +59,6 @@ _NOT_COUNTED = contextlib.nullcontext()
 """``_running`` off a cluster: a nullcontext may be entered again and again."""
 
 _FINAL_EVENT_SECONDS = 5.0
-_LOAD_PAGE = 500
-_REPLAY_LIMIT = 1000
-"""Messages of one turn read back at most to replay it from the store."""
 STALLED_READER_SECONDS = 30.0
 """A stream reader that takes no event for this long is dropped (its stream
 ends); the turn goes on and commits as if nobody were watching."""
