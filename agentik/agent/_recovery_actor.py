@@ -6,11 +6,12 @@ its pause, or resumed (``sent_again``).
 
 Apart from ``_conversation`` because none of it is on a turn's way: the
 actor's loop calls ``ready`` only when its cache is not current (its first
-request, or after a failure) and ``sent_again`` only for a key it has seen. Apart
-from ``_recovery`` because that module is pure (it reads a turn's state from
-its messages, and ``_turn`` imports it); this one acts on that state: it
-reads the store, answers open calls and resumes turns (``Turn``). Everything
-here runs in the conversation's own task, over what ``RecoveryHost`` names.
+request, or after a failure) and ``sent_again`` only for a key it has seen.
+Apart from ``_recovery`` because that module is pure (it reads a turn's
+state from its messages, and ``_turn`` imports it); this one acts on that
+state: it reads the store, answers open calls and resumes turns (``Turn``,
+so here it would make an import circle). Everything here runs in the
+conversation's own task, over what ``RecoveryHost`` names.
 """
 
 from __future__ import annotations
