@@ -4,12 +4,13 @@ It owns everything that is this conversation's alone: the working-memory
 notes, the toolset activation, and three parts with rules of their own, the
 history cached from the store with the idempotency keys it has seen
 (``_history_cache``), the turn paused for approval (``_approvals``) and the
-summary and reflection under way beside it (``_optional_work``). This
-module is the actor's loop: requests (``_requests``) arrive over its bounded
-inbox and run one at a time, in order; ``_serve`` is the one place their type
-is matched. When idle, and only once none of its toolsets is still active, it
-retires; the next request respawns it from storage, so a user sees no
-difference.
+summary and reflection under way beside it (``_optional_work``). How it
+comes back to where it stood (after a restart, a failed write, or a turn sent
+again with its key) is ``_recovery_actor``'s. This module is the actor's loop:
+requests (``_requests``) arrive over its bounded inbox and run one at a time,
+in order; ``_serve`` is the one place their type is matched. When idle, and
+only once none of its toolsets is still active, it retires; the next request
+respawns it from storage, so a user sees no difference.
 
 Only this task touches a ``Conversation`` (and the summary and reflection
 tasks it starts in its own nursery, which read snapshots and send results
@@ -30,13 +31,9 @@ import attrs
 import outcome
 import trio
 
-from agentik._errors import (
-    AgentikError,
-    ApprovalError,
-    TurnError,
-)
+from agentik._errors import AgentikError, ApprovalError, TurnError
 from agentik._memory import MemoryEntry
-from agentik._messages import Message, Role
+from agentik._messages import Message
 from agentik._scope import scope_of
 from agentik.agent._approvals import Approvals
 from agentik.agent._child_calls import current_children
@@ -45,31 +42,13 @@ from agentik.agent._handle import NO_TOOLSETS, ConversationHandle
 from agentik.agent._history_cache import HistoryCache
 from agentik.agent._model_limits import fairness_key
 from agentik.agent._optional_work import OptionalWork, log_failure
-from agentik.agent._output import OutputSpec, stored_output
-from agentik.agent._recovery import (
-    StoredState,
-    last_turn_start,
-    open_calls,
-    status_of,
-    usage_of,
-)
-from agentik.agent._requests import (
-    Abandon,
-    Decision,
-    Delete,
-    NewTurn,
-    Reply,
-    Request,
-    StatusQuery,
-)
+from agentik.agent._output import stored_output
+from agentik.agent._recovery_actor import ready, sent_again
+from agentik.agent._requests import Abandon, Decision, Delete, NewTurn, Reply, Request, StatusQuery
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
-from agentik.agent._turn_events import (
-    INTERRUPTED,
-    UNRECORDED,
-)
 from agentik.models import current_fairness_key
-from agentik.storage import Storage, TurnRecord
+from agentik.storage import Storage
 from agentik.toolsets import ToolsetActivation
 
 if TYPE_CHECKING:
@@ -80,9 +59,6 @@ _NOT_COUNTED = contextlib.nullcontext()
 """``_running`` off a cluster: a nullcontext may be entered again and again."""
 
 _FINAL_EVENT_SECONDS = 5.0
-_LOAD_PAGE = 500
-_REPLAY_LIMIT = 1000
-"""Messages of one turn read back at most to replay it from the store."""
 STALLED_READER_SECONDS = 30.0
 """A stream reader that takes no event for this long is dropped (its stream
 ends); the turn goes on and commits as if nobody were watching."""
@@ -462,7 +438,7 @@ class Conversation:
             with self._running():  # a load may resume an interrupted turn: counted too
                 cache = self.cache
                 if cache.inflight or cache.stale or not cache.loaded or self.notes_stale:
-                    await self._ready()
+                    await ready(self)
                 self.optional.land_if_back()
                 result = outcome.Value(await body(request))
         except (TurnError, ApprovalError) as exc:
@@ -522,7 +498,7 @@ class Conversation:
         if key is not None:
             seq = await self.cache.find_key(key)
             if seq is not None:
-                again = await self._again(key, seq, emit, request.output)
+                again = await sent_again(self, key, seq, emit, request.output)
                 return again if request.output is None else stored_output(again, request.output)
         turn = Turn.new(self, len(self.cache.history), emit, key, output=request.output)
         if self.runtime.settings.context is not None:
@@ -536,50 +512,6 @@ class Conversation:
         result = await turn.begin(request.text, request.parts)
         if result.status == "finished" and self.approvals.paused is None:
             return result  # the common case: nothing paused before or now
-        return self.approvals.after(turn, result)
-
-    async def _again(
-        self, key: str, seq: int, emit: EmitFn | None, output: OutputSpec | None = None
-    ) -> TurnResult:
-        """A turn sent again with its idempotency key: its stored result, its
-        pending approvals, or (cut short earlier) the turn resumed."""
-        start = seq - self.cache.first_seq
-        if start < 0:  # older than the cache (summarized): read it back
-            return await self.cache.replay_stored(key, seq)
-        replay = self.cache.replay(start)
-        if replay is not None:
-            self.runtime.stats.turns_replayed += 1
-            return replay
-        paused = self.approvals.paused
-        if paused is not None and paused.start == start:
-            return self.approvals.result_of(paused)
-        if self.cache.has_later_turn(start):
-            raise TurnError(
-                f"the turn with idempotency key {key!r} did not finish and later"
-                " turns followed it; it cannot be resumed",
-                code="turn_failed",
-            )
-        # Its user message is stored: resume the turn where it stopped.
-        record = await self.cache.turn_record(start)
-        return await self._resume(start, record, emit, key, output)
-
-    async def _resume(
-        self,
-        start: int,
-        record: TurnRecord,
-        emit: EmitFn | None,
-        key: str | None,
-        output: OutputSpec | None = None,
-    ) -> TurnResult:
-        turn = Turn.new(self, start, emit, key, usage_of(self.cache.history[start:]), output)
-        self.runtime.stats.turns_resumed += 1
-        # Running as its key's turn: seen running, cancelled by its key.
-        self.runs_on(turn)
-        try:
-            result = await turn.resume(record)
-        finally:
-            self.runs_on(None)
-        assert result is not None
         return self.approvals.after(turn, result)
 
     def emitter(self, reply: Reply[TurnResult]) -> EmitFn | None:
@@ -604,108 +536,6 @@ class Conversation:
                         events.close()
 
         return emit
-
-    async def _ready(self) -> None:
-        """The cache is current: writes a cut-short turn left are settled, a
-        stale cache reloaded, and the last turn's state recovered."""
-        if self.cache.inflight:
-            await self.cache.settle_inflight()
-        if self.cache.stale:
-            # A failed write left the cache unsure: start again from the store.
-            self.cache.forget()
-        if not self.cache.loaded:
-            # Noted before the read, so a change while it runs is read next time.
-            self.notes_seen = self.handle.notes_version
-            await self.cache.load()
-            self.runtime.settle_doubts(self.conversation_id, self.cache.holds)
-            recovered = False
-            try:
-                await self._recover()
-                recovered = True
-            finally:
-                # Cut short (cancelled while it read the turn's record, say): the
-                # cache would pass for recovered with the last turn still open,
-                # and the next turn would follow calls that wait for results.
-                # The next request loads and recovers again.
-                self.cache.stale = self.cache.stale or not recovered
-        elif self.notes_stale:
-            self.notes_seen = self.handle.notes_version
-            notes = await self.storage.working_memory_store.list(self.conversation_id)
-            self.memory[:] = notes
-
-    async def _recover(self) -> None:
-        """Put the last turn where it stopped: a turn waiting for approval waits
-        again; an interrupted one (the process stopped mid-turn) is resumed
-        (``resume_interrupted``), or its open calls only answered; a failed or
-        superseded one is left as it is, its open calls answered if a stop
-        left any."""
-        start = last_turn_start(self.cache.history)
-        if start is None:
-            return
-        turn = self.cache.history[start:]
-        if len(turn) > 1 and turn[-1].role is Role.ASSISTANT and not turn[-1].tool_calls:
-            return  # finished: the common case, no read
-        record = await self.cache.turn_record(start)
-        seq = self.cache.first_seq + start
-        failed_here = self.runtime.failures.get((self.conversation_id, seq))
-        if record.failure is None and failed_here is not None:
-            record = attrs.evolve(record, failure=failed_here)
-        state = status_of(turn, record)
-        if state is StoredState.FINISHED:
-            return
-        if state is StoredState.WAITING or (
-            state is StoredState.INTERRUPTED and self.runtime.settings.resume_interrupted
-        ):
-            if state is StoredState.INTERRUPTED:
-                log.warning(
-                    "conversation %r: resuming a turn the process stopped in", self.conversation_id
-                )
-            # The turn learns its key: a decision that names none (another
-            # transport) then still runs a waiting one on as that key's turn,
-            # and a resumed one is seen running as that key's (``runs_key``).
-            key = await self._key_at(start)
-            try:
-                await self._resume(start, record, None, key)
-            except TurnError as exc:
-                log_failure(self.conversation_id, exc)  # recorded as failed: not resumed again
-            return
-        await self._answer_open_calls(
-            turn, INTERRUPTED if state is StoredState.INTERRUPTED else UNRECORDED
-        )
-
-    async def _key_at(self, start: int) -> str | None:
-        """The idempotency key of the user message at ``start``, from storage:
-        one indexed read, for a turn recovered after a restart."""
-        store = self.storage.message_store
-        seq = self.cache.history[start].seq
-        if seq is None:
-            return None
-        found = await store.list_idempotency_keys(self.conversation_id, before_seq=seq + 1, limit=1)
-        return next((key for at, key in found if at == seq), None)
-
-    async def _answer_open_calls(self, turn: list[Message], answer: str) -> None:
-        """Answer the calls a stop left open with ``answer``, without resuming
-        the turn: ``UNRECORDED`` for a failed turn (its own answers could not be
-        stored), ``INTERRUPTED`` for one the process stopped in."""
-        calls = open_calls(turn)
-        if not calls:
-            return
-        log.warning(
-            "conversation %r: answering %d tool call(s) left open by %s turn",
-            self.conversation_id,
-            len(calls),
-            "an interrupted" if answer is INTERRUPTED else "a failed",
-        )
-        # Submit all, then wait: if this is cut short, the accepted writes are
-        # remembered and the next load waits for them instead of answering twice.
-        for call in calls:
-            pending = await self.storage.message_store.submit(
-                self.conversation_id, Message(Role.TOOL, answer, tool_call_id=call.id)
-            )
-            self.cache.inflight.append(pending)
-        repaired = [await p.wait() for p in self.cache.inflight]
-        self.cache.inflight.clear()
-        self.cache.history.extend(repaired)
 
 
 def _fail_now(request: Request, error: AgentikError | None = None) -> None:
