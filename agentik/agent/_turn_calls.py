@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from agentik._groups import raise_lone_error
 from agentik._messages import ToolCall
 from agentik.agent._events import ElicitationAsked, ToolCallFinished, ToolCallStarted
 from agentik.agent._tool_run import run_tool
@@ -64,7 +65,10 @@ async def run_together(turn: CallingTurn, actions: list[TurnAction]) -> TurnActi
     machine = turn.machine
     send, receive = trio.open_memory_channel[tuple[str, str]](machine.max_parallel)
     running = 0
-    try:
+    # The tasks raise nothing but Cancelled: a lone other error is this body's
+    # own (a store failure), raised as itself as if no nursery were here; a
+    # cancellation of the turn stays the group trio handles.
+    with raise_lone_error(beside=trio.Cancelled):
         async with trio.open_nursery() as nursery:
 
             def start(call: ToolCall) -> None:
@@ -78,14 +82,6 @@ async def run_together(turn: CallingTurn, actions: list[TurnAction]) -> TurnActi
                 running -= 1
                 last = await turn.perform(machine.handle(ToolDone(call_id, content)), start)
             return last
-    except BaseExceptionGroup as group:
-        # The tasks raise nothing but Cancelled: a lone other error is this
-        # body's own (a store failure), raised as itself as if no nursery
-        # were here; a cancellation of the turn stays the group trio handles.
-        rest = group.split(trio.Cancelled)[1]
-        if rest is not None and len(rest.exceptions) == 1:
-            raise rest.exceptions[0] from None
-        raise
 
 
 async def _tool_task(

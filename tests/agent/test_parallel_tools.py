@@ -21,6 +21,7 @@ from agentik import (
     ModelResponse,
     NamedTool,
     Role,
+    StoreError,
     ToolCall,
     TurnError,
     open_chat_agent,
@@ -29,7 +30,7 @@ from agentik import (
 from agentik.agent import ToolCallFinished, ToolCallStarted, TurnFinished
 from agentik.agent._turn_events import STOPPED
 from agentik.models import ScriptedModel
-from agentik.storage import in_memory_storage
+from agentik.storage import Pending, in_memory_storage
 from agentik.toolsets import ToolsetContribution
 from tests.agent.helpers import assert_valid_history, stored
 from tests.agent.test_resume import RUNS, lookup, send_mail, summarize
@@ -418,3 +419,43 @@ class TestOptions:
             return ""
 
         assert (alone.sequential, together.sequential) == (True, False)
+
+
+class RefusingMessageStore(GatedMessageStore):
+    """A real message store that refuses (``StoreError``) the submit of a tool
+    result whose content is ``refuse_content``."""
+
+    refuse_content: str = ""
+
+    async def submit(
+        self, conversation_id: str, message: Message, *, idempotency_key: str | None = None
+    ) -> Pending[Message]:
+        if message.role is Role.TOOL and message.content == self.refuse_content:
+            raise StoreError("disk full")
+        return await super().submit(conversation_id, message, idempotency_key=idempotency_key)
+
+
+async def test_a_store_failure_while_calls_run_fails_the_turn_as_itself(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The store refuses the first call's result while the second still runs:
+    the turn fails as a store failure (not a group of it and the cancelled
+    call), the running call is cancelled, and the conversation goes on."""
+    log: Log = []
+    bundle = in_memory_storage()
+    async with trio.open_nursery() as nursery:
+        store = RefusingMessageStore(bundle.message_store, Gate(), nursery)
+        store.refuse_content = "nap slept 1"
+        async with open_chat_agent(
+            model=then_summarize(calls(("nap", 1), ("nap", 100))),
+            storage=gated(bundle, store),
+            tools=[sleeper("nap", log)],
+            tool_timeout=5000,
+        ) as agent:
+            with pytest.raises(TurnError) as failed:
+                await agent.send("c", "go")
+            assert failed.value.code == "store_error"
+            assert isinstance(failed.value.__cause__, StoreError)
+            assert ("cancelled", "nap", 1.0) in log
+            store.refuse_content = ""
+            assert (await agent.send("c", "again")).status == "finished"
