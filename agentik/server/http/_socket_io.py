@@ -13,6 +13,7 @@ checkpoint), a failed write ends the connection (``_end``).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import socket
@@ -36,7 +37,7 @@ def stream_error(error: OSError) -> trio.BrokenResourceError | trio.ClosedResour
     return trio.BrokenResourceError(f"socket connection broken: {error}")
 
 
-class SocketIO:
+class SocketIO(abc.ABC):
     """The client's socket, read directly and written under one lock
     (``Connection``'s base)."""
 
@@ -52,13 +53,13 @@ class SocketIO:
         self.response_headers = response_headers
         """The headers every response ends its head with (``ResponseHeaders``)."""
 
+    @abc.abstractmethod
     def _settle(self, cycle: Cycle) -> None:
         """``cycle``'s response is written whole (the connection's)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _end(self) -> None:
         """End the connection whole (the connection's)."""
-        raise NotImplementedError
 
     async def _receive(self) -> bytes:
         """The next bytes from the client (b"" at the end of its stream): what
