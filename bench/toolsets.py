@@ -36,6 +36,15 @@ before the system prompt and the history, so any change of the array, an
 append included, leaves only the array's unchanged part cached), the
 largest the active toolsets' schemas got (against the budget), and for the
 search strategies how often the needed tool was among ``find_tools``' five answers.
+What a prompt cache saves is counted too: per request, the tokens of the
+tools array past its longest common prefix (tool by tool) with the previous
+request's, which a provider computes afresh ("uncached/req"; the first
+request's whole array); the tool tokens a request is billed for, the
+cached ones at ``--cache-price`` of the full price (0.1: Anthropic's cache
+reads, OpenAI's on its recent models; the premium some providers charge for
+writing the cache is left out) ("billed/req"); and how many requests' tools
+alone exceed the window of the budget strategy's model (``MAX_TOKENS``: such
+a request cannot be sent to that model at all).
 ``--breaks`` lists, per strategy, each request whose tools array does not
 start with the previous one's, with what was switched off and why (the tool
 result just before it).
@@ -189,6 +198,15 @@ class Figures:
     largest_toolsets: int
     search_hits: float | None
     breaks: tuple[Break, ...]
+    uncached_tokens: float
+    """Mean tokens a request's tools array has past its common prefix with the
+    previous request's: what a prompt cache cannot serve."""
+    over_window: int
+    """Requests whose tools alone exceed ``MAX_TOKENS``."""
+
+    def billed(self, cache_price: float) -> float:
+        """Mean tool tokens a request is billed for, a cached one at ``cache_price``."""
+        return self.uncached_tokens + cache_price * (self.mean_tokens - self.uncached_tokens)
 
 
 async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Task]) -> Figures:
@@ -230,6 +248,10 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
         if b[: len(a)] != a
     )
     same = sum(1 for a, b in itertools.pairwise(arrays) if b == a)
+    uncached = sizes[0] + sum(
+        costs.total(r.tools[_common(a, b) :])
+        for r, (a, b) in zip(requests[1:], itertools.pairwise(arrays), strict=True)
+    )
     return Figures(
         strategy=strategy,
         requests=len(requests),
@@ -241,7 +263,19 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
         largest_toolsets=0 if strategy == "flat" else max(toolsets),
         search_hits=sum(hits) / len(hits) if hits else None,
         breaks=breaks,
+        uncached_tokens=uncached / len(sizes),
+        over_window=sum(1 for size in sizes if size > MAX_TOKENS),
     )
+
+
+def _common(before: tuple[str, ...], now: tuple[str, ...]) -> int:
+    """How many tools ``now`` starts with that ``before`` starts with too."""
+    n = 0
+    for a, b in zip(before, now, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def _break(i: int, request: ModelRequest, before: tuple[str, ...], now: tuple[str, ...]) -> Break:
@@ -257,6 +291,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--breaks", action="store_true", help="list the prefix breaks")
+    parser.add_argument(
+        "--cache-price",
+        type=float,
+        default=0.1,
+        help="a cached token's price, a share of an uncached one's (billed/req)",
+    )
     args = parser.parse_args()
     catalog = load_catalog()
     tasks = make_tasks(catalog, args.tasks, args.seed)
@@ -269,6 +309,7 @@ def main() -> None:
     print(
         f"{'strategy':<14} {'requests':>8} {'tokens/req':>10} {'total':>10} {'% flat':>7}"
         f" {'largest':>8} {'prefix kept':>11} {'same tools':>10} {'max active':>10} {'found':>6}"
+        f" {'uncached/req':>12} {'billed/req':>10} {'> window':>8}"
     )
     flat_total = None
     for strategy in STRATEGIES:
@@ -279,6 +320,8 @@ def main() -> None:
             f"{f.strategy:<14} {f.requests:>8} {f.mean_tokens:>10,.0f} {f.total_tokens:>10,}"
             f" {f.total_tokens / flat_total:>7.1%} {f.largest:>8,} {f.prefix_share:>11.0%}"
             f" {f.same_share:>10.0%} {f.largest_toolsets:>10,} {found:>6}"
+            f" {f.uncached_tokens:>12,.0f} {f.billed(args.cache_price):>10,.0f}"
+            f" {f.over_window:>8}"
         )
         if args.breaks:
             for b in f.breaks:

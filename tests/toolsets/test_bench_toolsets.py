@@ -6,6 +6,8 @@ budget (enabling only adds; nothing else breaks the prefix)."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.toolsets import MAX_TOKENS, Figures, load_catalog, make_tasks, run
 
 
@@ -31,3 +33,22 @@ async def test_budget_and_search_meet_the_issues_targets_but_the_unavoidable_bre
         assert "switched off to make room." in b.why, b
         assert all(f"'{name}'" in b.why for name in b.switched_off), b
     assert ours.prefix_share == 1 - len(ours.breaks) / (ours.requests - 1)
+
+
+async def test_what_a_prompt_cache_bills_and_what_fits_the_window() -> None:
+    figures = await _figures()
+    flat, ours, vendor = figures["flat"], figures["budget+search"], figures["vendor search"]
+    # Flat's array never changes: only its first request is computed afresh.
+    assert flat.uncached_tokens * flat.requests == flat.largest
+    # Every array is at least partly new for the cache: at most all of it.
+    for f in figures.values():
+        assert 0 < f.uncached_tokens <= f.mean_tokens
+        assert f.billed(1.0) == pytest.approx(f.mean_tokens)
+        assert f.billed(0.0) == f.uncached_tokens
+    # Ours recomputes more after its evictions, yet is billed far less: its
+    # array is a fifth of the emulation's, whose requests outgrow the window.
+    assert ours.uncached_tokens > vendor.uncached_tokens
+    assert ours.billed(0.1) * 3 < vendor.billed(0.1)
+    assert ours.over_window == 0
+    assert vendor.over_window > 0
+    assert flat.over_window == flat.requests
