@@ -1,5 +1,6 @@
-"""Python calls per turn, counted by cProfile: the same count run after run
-for the same code, in seconds (``bench.turn_instructions`` needs valgrind and
+"""Python calls per turn, counted by cProfile: agentik's own the same run
+after run for the same code (trio's move by a few: its scheduler shuffles),
+in seconds (``bench.turn_instructions`` needs valgrind and
 minutes), so it can walk a range of commits and say which one added work to
 a turn.
 
