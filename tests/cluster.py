@@ -276,8 +276,9 @@ CONFIG = ROOT / "deploy" / "haproxy.cfg"
 
 def haproxy_config(port: int, node_urls: list[str], *, balance: str | None = None) -> str:
     """deploy/haproxy.cfg with its ``bind`` on ``port`` and one ``server``
-    line per node, nothing else changed (``balance``: that algorithm instead
-    of the hash, to route requests wrongly on purpose)."""
+    line and one ``use-server`` line per node, nothing else changed
+    (``balance``: that algorithm instead of the hash, to route requests
+    wrongly on purpose). It reads ``holders.map`` beside it (``write_holders``)."""
     lines = []
     for line in CONFIG.read_text().splitlines():
         stripped = line.strip()
@@ -292,8 +293,20 @@ def haproxy_config(port: int, node_urls: list[str], *, balance: str | None = Non
                     for i, url in enumerate(node_urls, 1)
                 ]
             continue
+        elif stripped.startswith("use-server "):
+            if stripped.startswith("use-server node1 "):
+                lines += [
+                    f"    use-server node{i} if {{ var(txn.holder) -m str {url} }}"
+                    for i, url in enumerate(node_urls, 1)
+                ]
+            continue
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def write_holders(folder: Path) -> None:
+    """The empty shard map deploy/haproxy.cfg reads beside it (as shipped)."""
+    (folder / "holders.map").write_bytes((CONFIG.parent / "holders.map").read_bytes())
 
 
 def free_port() -> int:
@@ -318,6 +331,7 @@ async def start_haproxy(
     port = free_port()
     config = folder / "haproxy.cfg"
     config.write_text(haproxy_config(port, node_urls, balance=balance))
+    write_holders(folder)
     log = (folder / "haproxy.log").open("wb")
     process = await trio.lowlevel.open_process(
         [binary, "-db", "-f", str(config)], stdout=log, stderr=log

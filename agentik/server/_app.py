@@ -365,6 +365,7 @@ def mount(ctx: ServerContext) -> Guard:
         takeover_wait=ctx.config.takeover_seconds,
         body_limit=body_limit,
         ownership=ownership,
+        own_url=lambda: ctx.config.advertise_url or ctx.base_url,
     )
     guard = Guard(forwarder, ctx, drain=a2a_endpoint.stop_idle_watchers)
     guard.relay = EarlyForward(forwarder, guard.auth, ctx.http_requests, body_limit=body_limit)

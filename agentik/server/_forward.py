@@ -72,6 +72,13 @@ ORDER_KEY = "agentik.forward"
 EARLY_FAILED = "agentik.early_failed"
 """Scope key: the early forward (``_early``) tried the route's known owner
 for this request and it did not answer for it: not tried again here."""
+HOLDER = "agentik-holder"
+"""On an answer to a request whose path names a conversation this node holds
+(the native routes): this node's URL, so a balancer in front learns where to
+send the conversation's next requests instead of a node that would forward
+them (deploy/haproxy.cfg, docs/scale-out.md "Routing to the holder"). A
+forwarded request's answer carries the owner's, passed on as it came."""
+_HOLDER = HOLDER.encode()
 NOT_HERE = "agentik-not-here"
 """On a 503 to a forwarded request: the node does not hold the conversation
 now and ran nothing (``NotHere``); the forwarding node waits and asks again."""
@@ -237,8 +244,11 @@ class Forwarder:
         takeover_wait: float,
         body_limit: int,
         ownership: ConversationOwnership | None = None,
+        own_url: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.app = app
+        self.own_url = own_url
+        """This node's advertised URL (None until it serves): ``HOLDER``'s value."""
         self.client = client
         self.node = node.encode()
         self.takeover_wait = takeover_wait
@@ -314,8 +324,38 @@ class Forwarder:
             for scope in self._waiting[url]:
                 scope.cancel()  # its lease expired: it will not answer for it
 
+    def _telling_holder(self, scope: Scope, send: Send) -> Send:
+        """``send``, adding ``HOLDER`` to the answer's head when the request's
+        path names a conversation whose shard this node holds as it answers
+        (not a 5xx: a node that lost its lease says nothing)."""
+        if self.ownership is None or not (scope.get("raw_path") or b"").startswith(NATIVE_ROUTES):
+            return send
+        caller = scope.get(CALLER_KEY)
+        parts = scope["path"].split("/", 4)  # "", agentik, conversations, id, ...
+        if not isinstance(caller, Caller) or len(parts) < 4 or not parts[3]:
+            return send
+        try:
+            stored = caller.internal(parts[3])
+        except ValueError:
+            return send  # the handler refuses it
+        ownership = self.ownership
+
+        async def telling(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 500:
+                url = self.own_url()
+                if url is not None and ownership.owns(stored):
+                    headers = [*message.get("headers", ()), (_HOLDER, url.encode())]
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        return telling
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or came_forwarded(scope):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = self._telling_holder(scope, send)
+        if came_forwarded(scope):
             await self.app(scope, receive, send)  # not forwarded twice: the 307
             return
         original = dict(scope)  # as it came, before the router adds to it

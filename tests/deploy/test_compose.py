@@ -144,11 +144,19 @@ def haproxy_config(
             host, _, node_port = words[2].partition(":")
             assert node_port == "8080", line
             line = line.replace(words[2], node_urls[host].removeprefix("http://"))
+        elif words[:1] == ["use-server"]:
+            # The advertised URL of words[1]'s node (compose's AGENTIK_ADVERTISE_URL).
+            assert words[-2] == f"http://{words[1]}:8080", line
+            line = line.replace(words[-2], node_urls[words[1]])
         lines.append(line)
         if words[:1] == ["global"]:
             lines.append(f"    stats socket {folder / 'haproxy.sock'} mode 600")
     rendered = folder / "haproxy.cfg"
     rendered.write_text("\n".join(lines) + "\n")
+    # The shard map, mounted beside the configuration, which reads it from there.
+    (holders,) = [v for v in service["volumes"] if v.split(":")[1].endswith("/holders.map")]
+    assert Path(holders.split(":")[1]).parent == Path(mounted).parent, holders
+    (folder / "holders.map").write_bytes((COMPOSE.parent / holders.split(":")[0]).read_bytes())
     return rendered
 
 
