@@ -47,7 +47,7 @@ from agentik.agent._recovery_actor import ready, sent_again
 from agentik.agent._requests import Abandon, Decision, Delete, NewTurn, Reply, Request, StatusQuery
 from agentik.agent._turn import EmitFn, PromptInputs, Turn
 from agentik.agent._turn_errors import turn_error
-from agentik.models import current_fairness_key
+from agentik.models import current_call_fence, current_fairness_key
 from agentik.storage import Storage
 from agentik.toolsets import ToolsetActivation
 
@@ -150,7 +150,19 @@ class Conversation:
         """Before a model or tool call: stop the turn, as interrupted, if this
         node no longer holds the conversation as it did when the task started
         (its lease lapsed, its shard moved), so two nodes never run a turn's
-        calls at the same time; the conversation's owner resumes it."""
+        calls at the same time; the conversation's owner resumes it. A model
+        call checks again once it leaves its queues (``fence``)."""
+        if self.runtime.storage.ownership is None:
+            return
+        self.fence()
+        if self.moved:
+            await trio.lowlevel.checkpoint()
+
+    def fence(self) -> None:
+        """``check_tenure`` without its checkpoint: cancels the running turn
+        if this node no longer holds the conversation. The conversation's
+        model calls run it right before they send (``current_call_fence``),
+        however long they waited for a slot."""
         ownership = self.runtime.storage.ownership
         if ownership is None:
             return
@@ -163,7 +175,6 @@ class Conversation:
                 )
             self.moved = True
             self.scope.cancel()
-            await trio.lowlevel.checkpoint()
 
     def _running(self) -> contextlib.AbstractContextManager[object]:
         """Counts the turn as running in its shard, so a shard handed off to
@@ -190,6 +201,8 @@ class Conversation:
         # Every model call made in this task (and its children) takes this
         # conversation's share under the model's limits (``_model_limits``).
         current_fairness_key.set(fairness_key(self.conversation_id))
+        if self.runtime.storage.ownership is not None:  # a cluster: see ``fence``
+            current_call_fence.set(self.fence)
         # Its agent-tool calls register with this agent (``_child_calls``).
         current_children.set(self.runtime.children)
         inbox = self.inbox

@@ -1,6 +1,8 @@
 """Model backends: the protocol, a scripted model, an OpenAI-compatible client."""
 
 from agentik._public import publish as _publish
+from agentik.models._fence import current_call_fence as current_call_fence
+from agentik.models._fence import pass_fence as pass_fence
 from agentik.models._gate import FifoGate as FifoGate
 from agentik.models._gate import Gate as Gate
 from agentik.models._limits import ModelLimits as ModelLimits
@@ -59,8 +61,10 @@ __all__ = [
     "ToolCallDelta",
     "accepts_parts_of",
     "bench_responder",
+    "current_call_fence",
     "current_fairness_key",
     "demo_responder",
+    "pass_fence",
     "read_rate_limit",
     "replay",
     "schedule",

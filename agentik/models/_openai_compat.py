@@ -45,6 +45,7 @@ import trio
 from agentik._errors import ModelBackendError
 from agentik._json import JsonValue
 from agentik.models._failures import RetryableFailure, describe, refusal
+from agentik.models._fence import pass_fence
 from agentik.models._gate import Gate
 from agentik.models._pools import free_connections, own_clients, pool_gate
 from agentik.models._protocol import (
@@ -430,6 +431,9 @@ class OpenAICompatibleModel:
                 f"model call to {self._url} timed out after {self._timeout:g} s waiting for"
                 f" a connection (all {self._gate.capacity} in use; see max_connections)"
             ) from None
+        # Held now, perhaps long after the turn last checked: a node that lost
+        # the conversation meanwhile sends nothing (``_fence``).
+        await pass_fence()
         free = self._free
         if free is None:
             return self._clients[0]

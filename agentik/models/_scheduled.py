@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Protocol, final, runtime_checkable
 
+from agentik.models._fence import pass_fence
 from agentik.models._gate import Gate
 from agentik.models._protocol import (
     ChatModel,
@@ -89,6 +90,7 @@ class ScheduledModel:
             response = await model.complete(request)
         else:
             async with scheduler.attempt(call):
+                await pass_fence()  # admitted now, perhaps long after the turn checked
                 response = await self._model.complete(request)
         scheduler.settle(call, response.usage if isinstance(response, ModelResponse) else None)
         return response
@@ -113,12 +115,11 @@ class ScheduledStreamingModel(ScheduledModel):
             return
         streaming = self._model
         assert isinstance(streaming, StreamingChatModel)
-        async with (
-            scheduler.attempt(call),
-            aclosing(_settled(scheduler, call, streaming.stream(request))) as events,
-        ):
-            async for event in events:
-                yield event
+        async with scheduler.attempt(call):
+            await pass_fence()
+            async with aclosing(_settled(scheduler, call, streaming.stream(request))) as events:
+                async for event in events:
+                    yield event
 
 
 async def _settled(
