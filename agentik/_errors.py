@@ -118,7 +118,8 @@ class TurnError(AgentikError):
     ``model_unavailable`` (the backend answered 429 or 503 past its retries:
     rate limited or overloaded; ``retry_after`` is the seconds it asked to
     wait, or None), ``store_error``, ``cancelled``, ``internal_error``,
-    ``turn_failed``.
+    ``not_resumable`` (a retried key's turn that did not finish, with later
+    turns after it), ``turn_failed``.
     """
 
     def __init__(

@@ -98,7 +98,7 @@ class TurnFailed:
     message: str
     code: str = "turn_failed"
     """Short machine-readable reason: ``turn_failed``, ``step_limit``, ``model_error``,
-    ``model_unavailable``, ``cancelled``; for ``ChatAgent.stream_decision``, also
+    ``model_unavailable``, ``cancelled``, ``not_resumable``; for ``ChatAgent.stream_decision``, also
     the ``ApprovalError`` codes ``not_waiting`` and ``already_decided``."""
     retry_after: float | None = None
     """``model_unavailable``: the seconds the model backend asked to wait, if it did."""

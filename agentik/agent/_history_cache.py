@@ -231,7 +231,7 @@ class HistoryCache:
             raise TurnError(
                 f"the turn with idempotency key {key!r} did not finish and later"
                 " turns followed it; it cannot be resumed",
-                code="turn_failed",
+                code="not_resumable",
             )
         self.runtime.stats.turns_replayed += 1
         return replay

@@ -113,7 +113,7 @@ async def sent_again(
         raise TurnError(
             f"the turn with idempotency key {key!r} did not finish and later"
             " turns followed it; it cannot be resumed",
-            code="turn_failed",
+            code="not_resumable",
         )
     # Its user message is stored: resume the turn where it stopped.
     record = await host.cache.turn_record(start)

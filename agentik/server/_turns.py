@@ -58,6 +58,9 @@ _TURN_STATUS = {
     # retries): retry after what it asked for.
     "model_unavailable": 503,
     "cancelled": 409,
+    # A turn sent again with its idempotency key that did not finish and has
+    # later turns after it: the request conflicts with the conversation.
+    "not_resumable": 409,
     "step_limit": 500,
     # The model's answer did not match the turn's output schema, also when
     # asked again (output_retries): the upstream model's failure.

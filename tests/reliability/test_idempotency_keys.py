@@ -142,7 +142,7 @@ def assert_own_turn(result: outcome.Outcome[object], text: str) -> None:
     if isinstance(result, outcome.Error):
         error = result.error
         assert isinstance(error, TurnError), error
-        assert error.code == "turn_failed", error
+        assert error.code == "not_resumable", error
         assert "cannot be resumed" in str(error), error
         return
     value = result.unwrap()
