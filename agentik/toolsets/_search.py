@@ -64,15 +64,21 @@ class BM25:
         }
 
     def scores(self, query: Sequence[str]) -> list[float]:
-        """Each document's score for ``query`` (a repeated term counts again)."""
+        """Each document's score for ``query`` (a repeated term counts again).
+
+        Term by term in sorted order, each once with its count: the same
+        words in any order give the same floats, so two tools that tie stay
+        in document order whatever the query's word order; and a query of one
+        word repeated 50,000 times costs what one does (the search runs on
+        the conversation's task, beside every other conversation)."""
         out = [0.0] * self._count
-        for term in query:
+        for term, times in sorted(Counter(query).items()):
             docs = self._postings.get(term)
             if docs is None:
                 continue
-            idf = self._idf[term]
+            gain = self._idf[term] * times
             for i, weight in docs:
-                out[i] += idf * weight
+                out[i] += gain * weight
         return out
 
     def top(self, query: Sequence[str], limit: int) -> list[int]:
