@@ -395,23 +395,25 @@ def _expected_enable(ref: _Reference, name: str, tools: frozenset[str] | None, n
 
 
 class _Model:
-    """Issues one scripted call per turn, then answers; keeps every request."""
+    """Makes the scripted calls (one response, run as a batch) on a turn's
+    first request, then answers; keeps every request and the results."""
 
     def __init__(self) -> None:
-        self.call: ToolCall | None = None
+        self.calls: tuple[ToolCall, ...] = ()
         self.requests: list[ModelRequest] = []
         self.results: list[str] = []
+        """The latest batch's results, in the order of its calls."""
 
     def __call__(self, request: ModelRequest) -> ModelResponse:
         assert request.purpose == "turn"
         self.requests.append(request)
-        last = request.messages[-1]
-        if last.role is Role.TOOL:
-            self.results.append(last.content)
+        if request.messages[-1].role is Role.TOOL:
+            by_id = {m.tool_call_id: m.content for m in request.messages if m.role is Role.TOOL}
+            self.results = [by_id[c.id] for c in self.calls]
             return ModelResponse(text="done")
-        if self.call is None:
+        if not self.calls:
             return ModelResponse(text="nothing to do")
-        return ModelResponse(tool_calls=(self.call,))
+        return ModelResponse(tool_calls=self.calls)
 
 
 def _run_agent(index: ToolsetIndex, budget: int, body: Callable[..., object]) -> None:
@@ -433,13 +435,14 @@ def _run_agent(index: ToolsetIndex, budget: int, body: Callable[..., object]) ->
     trio.run(main, clock=clock)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), budget=st.integers(1, 200))
 def test_random_switches_through_an_agent_keep_the_budget_lru_order_and_texts(
     data: st.DataObject, budget: int
 ) -> None:
     """enable_toolset (whole or some tools), disable_toolset, calls by name
-    and expiry in random order, each in its own turn: every request's tools
+    and expiry in random order, one or several calls per model response
+    (in one instant: ties in recency go to the earlier switched on): every request's tools
     array is the core tools, then exactly the reference's toolset tools
     (least recently used out first, in activation order); their schemas
     never pass the budget; and every answer is the docs' text."""
@@ -447,35 +450,48 @@ def test_random_switches_through_an_agent_keep_the_budget_lru_order_and_texts(
     if not len(index):
         return
     ops = data.draw(_ops(index))
+    batched = data.draw(st.lists(st.booleans(), min_size=len(ops), max_size=len(ops)))
+    batches: list[list[tuple[str, str, frozenset[str] | None]]] = []
+    for op, joins in zip(ops, batched, strict=True):
+        if batches and joins and op[0] != "wait" and batches[-1][-1][0] != "wait":
+            batches[-1].append(op)  # one more call of the same response
+        else:
+            batches.append([op])
 
     async def body(agent: object, model: _Model, clock: trio.testing.MockClock) -> None:
         ref = _Reference(index, budget, 600.0)
         core: list[str] | None = None
-        for i, (op, name, tools) in enumerate(ops):
+        for i, batch in enumerate(batches):
             clock.jump(1.0)
-            if op == "wait":
-                clock.jump(float(name))
+            if batch[0][0] == "wait":
+                clock.jump(float(batch[0][1]))
                 continue
             now = trio.current_time()
             ref.expire(now)
-            if op == "disable":
-                model.call = ToolCall(f"c{i}", "disable_toolset", json.dumps({"name": name}))
-                if name in ref.on:
-                    ref.switch_off(name)
-                expected = f"Toolset {name!r} deactivated."
-            elif op == "call":
-                model.call = ToolCall(f"c{i}", name, "{}")
-                ref.call(name, now)
-                expected = "ok"
-            else:
-                arguments: JsonObject = {"name": name}
-                if tools is not None:
-                    arguments["tools"] = list[JsonValue](sorted(tools))
-                model.call = ToolCall(f"c{i}", "enable_toolset", json.dumps(arguments))
-                expected = _expected_enable(ref, name, tools, now)
+            calls: list[ToolCall] = []
+            expected: list[str] = []
+            for j, (op, name, tools) in enumerate(batch):
+                if op == "disable":
+                    calls.append(
+                        ToolCall(f"c{i}_{j}", "disable_toolset", json.dumps({"name": name}))
+                    )
+                    if name in ref.on:
+                        ref.switch_off(name)
+                    expected.append(f"Toolset {name!r} deactivated.")
+                elif op == "call":
+                    calls.append(ToolCall(f"c{i}_{j}", name, "{}"))
+                    ref.call(name, now)
+                    expected.append("ok")
+                else:
+                    arguments: JsonObject = {"name": name}
+                    if tools is not None:
+                        arguments["tools"] = list[JsonValue](sorted(tools))
+                    calls.append(ToolCall(f"c{i}_{j}", "enable_toolset", json.dumps(arguments)))
+                    expected.append(_expected_enable(ref, name, tools, now))
+            model.calls = tuple(calls)
             seen = len(model.requests)
             await agent.send("c", f"step {i}")  # type: ignore[attr-defined]
-            assert model.results[-1] == expected, (op, name, tools)
+            assert model.results == expected, batch
             for request in model.requests[seen:]:
                 offered = [t.name for t in request.tools]
                 ours = [t for t in offered if index.toolset_of(t) is None]
@@ -484,7 +500,7 @@ def test_random_switches_through_an_agent_keep_the_budget_lru_order_and_texts(
                 assert offered[: len(core)] == core  # and first
                 toolset_part = offered[len(core) :]
                 assert sum(_count(t.description) for t in request.tools[len(core) :]) <= budget
-            assert toolset_part == ref.array  # after the call: the reference's array
+            assert toolset_part == ref.array  # after the calls: the reference's array
 
     _run_agent(index, budget, body)
 
@@ -506,11 +522,13 @@ def test_find_tools_through_an_agent_always_answers(asked: list[JsonObject]) -> 
 
     async def body(agent: object, model: _Model, clock: trio.testing.MockClock) -> None:
         for i, arguments in enumerate(asked):
-            model.call = ToolCall(f"f{i}", "find_tools", json.dumps(arguments))
+            model.calls = (ToolCall(f"f{i}", "find_tools", json.dumps(arguments)),)
+            answers = []
             for _ in range(2):
                 result = await agent.send("c", f"find {i}")  # type: ignore[attr-defined]
                 assert result.messages[-1].content == "done"
-            first, second = model.results[-2:]
+                answers += model.results
+            first, second = answers
             assert first == second
             if first.startswith("error: "):
                 assert first.startswith(
@@ -537,7 +555,7 @@ def test_enable_with_odd_tools_through_an_agent_is_an_answer(tools: JsonValue, n
     known = [t.name for t in WORDY.get(name).tools]  # type: ignore[union-attr]
 
     async def body(agent: object, model: _Model, clock: trio.testing.MockClock) -> None:
-        model.call = ToolCall("e", "enable_toolset", json.dumps({"name": name, "tools": tools}))
+        model.calls = (ToolCall("e", "enable_toolset", json.dumps({"name": name, "tools": tools})),)
         await agent.send("c", "enable")  # type: ignore[attr-defined]
         result = model.results[-1]
         first, after = model.requests[-2], model.requests[-1]
