@@ -78,6 +78,15 @@ def short_json(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def quoted(text: str, limit: int = 64) -> str:
+    """``text`` in quotes (``repr``), cut to ``limit`` characters with ``…``:
+    what a model sent, quoted in an answer, never repeated whole. 64, the
+    longest valid toolset or tool name, leaves every valid name whole."""
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return repr(text)
+
+
 def type_message(names: list[str], value: JsonValue) -> str:
     """``must be an integer or null, got a string "2"``."""
     expected = " or ".join(TYPE_LABELS.get(name, name) for name in names)

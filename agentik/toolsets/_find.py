@@ -13,6 +13,7 @@ from agentik._errors import ToolError
 from agentik._json import JsonObject, JsonValue
 from agentik.toolsets._cost import rounded_tokens
 from agentik.toolsets._dispatch import ToolsetIndex
+from agentik.toolsets._failure import quoted
 from agentik.toolsets._validate import describe
 
 FIND_TOOLS = "find_tools"
@@ -59,13 +60,6 @@ def _short(description: str) -> str:
     return line
 
 
-def _quoted(query: str) -> str:
-    text = query.strip()
-    if len(text) > _QUERY_SHOWN:
-        text = text[: _QUERY_SHOWN - 1].rstrip() + "…"
-    return repr(text)
-
-
 def find_answer(index: ToolsetIndex, arguments: JsonObject) -> str:
     """The tools matching ``arguments["query"]``, one row each, best first."""
     query: JsonValue = arguments.get("query")
@@ -82,9 +76,10 @@ def find_answer(index: ToolsetIndex, arguments: JsonObject) -> str:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_MATCHES:
         raise ToolError(f"limit must be an integer from 1 to {MAX_MATCHES}, got {describe(limit)}")
     matches = index.find_tools(query, limit)
+    said = quoted(query.strip(), _QUERY_SHOWN)
     if not matches:
         return (
-            f"No tool matches {_quoted(query)}; try other words. The toolsets are:"
+            f"No tool matches {said}; try other words. The toolsets are:"
             f" {', '.join(index.names) or '(none)'}."
         )
     rows = [
@@ -94,7 +89,7 @@ def find_answer(index: ToolsetIndex, arguments: JsonObject) -> str:
     ]
     return "\n".join(
         (
-            f"Tools matching {_quoted(query)}, best first. Enable the ones you need:"
+            f"Tools matching {said}, best first. Enable the ones you need:"
             ' enable_toolset({"name": X, "tools": [...]}).',
             *rows,
         )

@@ -30,11 +30,13 @@ from agentik.models import ScriptedModel
 from agentik.storage import in_memory_storage
 from agentik.toolsets import (
     FIND_TOOLS_PARAMETERS,
+    Error,
     NamedTool,
     ToolCosts,
     ToolsetActivation,
     ToolsetContribution,
     ToolsetIndex,
+    disable_answer,
     enable_answer,
     find_answer,
     parse_arguments,
@@ -351,6 +353,43 @@ def test_enable_with_a_tools_list_is_exactly_those_tools_or_changes_nothing(
         assert answer == f"Toolset {name!r} activated."
     else:
         assert answer == f"Toolset {name!r} activated ({len(expected)} of its {len(known)} tools)."
+
+
+_HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("call", "start"),
+    [
+        (("enable", {"name": _HUGE}), "unknown toolset 'xxx"),
+        (("disable", {"name": _HUGE}), "unknown toolset 'xxx"),
+        (("enable", {"name": "github", "tools": [_HUGE]}), "toolset 'github' has no tool 'xxx"),
+        (("enable", {"name": "github", "tools": ["github_create_issue", _HUGE]}), "toolset"),
+    ],
+)
+def test_a_huge_name_is_quoted_short_in_the_error(call: tuple[str, JsonObject], start: str) -> None:
+    """What the model sent is quoted, never repeated whole: a 100 KB name is
+    an error of a few lines, not 100 KB more of context."""
+    switch = enable_answer if call[0] == "enable" else disable_answer
+    with pytest.raises(ToolError) as caught:
+        switch(WORDY, ToolsetActivation(clock=lambda: 0.0), call[1])
+    assert str(caught.value).startswith(start)
+    assert len(str(caught.value)) < 400
+
+
+def test_a_huge_tool_name_is_quoted_short_when_not_found() -> None:
+    decision = WORDY.dispatch(frozenset(), ToolCall("c", "github_" + _HUGE, "{}"), {})
+    assert isinstance(decision, Error)
+    assert decision.message == f"tool 'github_{'x' * 56}…' not found"
+
+
+def test_a_name_of_up_to_64_characters_is_quoted_whole() -> None:
+    """Valid names are at most 64 characters: their errors are unchanged."""
+    name = "n" * 64
+    with pytest.raises(ToolError, match=rf"^unknown toolset '{name}'; available toolsets: "):
+        enable_answer(WORDY, ToolsetActivation(clock=lambda: 0.0), {"name": name})
+    decision = WORDY.dispatch(frozenset(), ToolCall("c", name, "{}"), {})
+    assert decision == Error(f"tool '{name}' not found")
 
 
 # ------------------------------------------- random switches through an agent
