@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentik import ContextPolicy, ModelRequest, ModelResponse, Role, ToolCall
@@ -27,9 +28,12 @@ from agentik._errors import ToolError
 from agentik._json import JsonObject, JsonValue
 from agentik.agent import open_chat_agent
 from agentik.models import ScriptedModel
-from agentik.storage import in_memory_storage
+from agentik.storage import in_memory_storage, open_sqlite_storage
+from agentik.testing import history
 from agentik.toolsets import (
+    ENABLE_TOOLSET_PARAMETERS,
     FIND_TOOLS_PARAMETERS,
+    TOOLSET_NAME_PARAMETERS,
     Error,
     NamedTool,
     ToolCosts,
@@ -390,6 +394,78 @@ def test_a_name_of_up_to_64_characters_is_quoted_whole() -> None:
         enable_answer(WORDY, ToolsetActivation(clock=lambda: 0.0), {"name": name})
     decision = WORDY.dispatch(frozenset(), ToolCall("c", name, "{}"), {})
     assert decision == Error(f"tool '{name}' not found")
+
+
+_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=6)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+_SWITCHES: dict[str, tuple[JsonObject, Callable[[ToolsetActivation, JsonObject], str]]] = {
+    "enable_toolset": (ENABLE_TOOLSET_PARAMETERS, lambda on, a: enable_answer(WORDY, on, a, 50)),
+    "disable_toolset": (TOOLSET_NAME_PARAMETERS, lambda on, a: disable_answer(WORDY, on, a)),
+    "find_tools": (FIND_TOOLS_PARAMETERS, lambda on, a: find_answer(WORDY, a)),
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    tool=st.sampled_from(sorted(_SWITCHES)),
+    arguments=st.dictionaries(
+        st.sampled_from(["name", "tools", "query", "limit"]) | _ANY_TEXT, _JSON, max_size=3
+    ),
+)
+@example(tool="find_tools", arguments={"query": "x", "limit": "\ud800"})
+@example(tool="enable_toolset", arguments={"name": ["\ud83d"]})
+def test_every_answer_of_the_switches_can_be_stored(tool: str, arguments: JsonObject) -> None:
+    """The model's JSON may escape a lone surrogate ("\\ud800": a split
+    emoji); an answer or error that repeats it must escape it again, or no
+    UTF-8 store (SQLite, PostgreSQL) can keep the result and the turn fails."""
+    parameters, answer = _SWITCHES[tool]
+    named = NamedTool(tool, "switch", parameters, _ok)
+    raw = json.dumps(arguments)  # ASCII: what a provider sends
+    try:
+        checked = parse_arguments(named, raw)
+        text = answer(ToolsetActivation(clock=lambda: 0.0), checked)
+    except ToolError as error:
+        text = str(error)
+    text.encode("utf-8")
+
+
+def test_a_lone_surrogate_in_the_arguments_does_not_fail_a_turn_on_sqlite(tmp_path: Path) -> None:
+    """Through an agent on a real SQLite file: the calls' error results are
+    stored and the turn ends; before, the store refused the raw surrogate the
+    error repeated and the turn failed (storage write failed)."""
+    calls = (
+        ToolCall("a", "find_tools", '{"query": "x", "limit": "\\ud800"}'),
+        ToolCall("b", "enable_toolset", '{"name": ["\\ud83d"]}'),
+        ToolCall("c", "enable_toolset", '{"name": "github", "tools": ["\\udc00"]}'),
+        ToolCall("d", "find_tools", '{"query": "\\ud800 issue"}'),
+    )
+    model = _Model()
+    model.calls = calls
+
+    async def main() -> None:
+        async with (
+            open_sqlite_storage(str(tmp_path / "agent.db")) as storage,
+            open_chat_agent(
+                model=ScriptedModel(model),
+                storage=storage,
+                toolsets=list(WORDY),
+                builtin_tools=False,
+            ) as agent,
+        ):
+            result = await agent.send("c", "go")
+            assert result.messages[-1].content == "done"
+            stored = await history(storage, "c")
+        assert [m.content for m in stored if m.role is Role.TOOL] == model.results
+
+    trio.run(main)
+    assert model.results[0].startswith("error: invalid arguments for tool 'find_tools'")
+    assert model.results[1].endswith('got an array ["\\ud83d"]')
+    assert model.results[2].startswith("error: toolset 'github' has no tool '\\udc00'")
+    assert model.results[3].startswith("Tools matching '\\ud800 issue', best first.")
 
 
 # ------------------------------------------- random switches through an agent
