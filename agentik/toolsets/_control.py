@@ -123,8 +123,8 @@ def enable_answer(
     try:
         evicted = switch_on(index, activation, name, tools, budget)
     except OverBudget as exc:
-        if tools is not None:
-            raise
+        if tools is not None or not _one_tool_fits(index, name, exc.budget):
+            raise  # no advice: naming its tools could only fail the same way
         raise ToolError(
             f'{exc}; enable only the tools you need: enable_toolset({{"name": "{name}",'
             ' "tools": [...]})'
@@ -137,6 +137,11 @@ def enable_answer(
     if evicted:
         return f"{text}; {switched_off_text(evicted, name)}"
     return f"{text}."
+
+
+def _one_tool_fits(index: ToolsetIndex, name: str, budget: int) -> bool:
+    contribution = index.get(name)
+    return contribution is not None and any(index.costs.of(t) <= budget for t in contribution.tools)
 
 
 def _requested_tools(

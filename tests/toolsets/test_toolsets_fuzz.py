@@ -468,6 +468,33 @@ def test_a_lone_surrogate_in_the_arguments_does_not_fail_a_turn_on_sqlite(tmp_pa
     assert model.results[3].startswith("Tools matching '\\ud800 issue', best first.")
 
 
+def test_over_the_budget_it_suggests_some_tools_only_when_one_would_fit() -> None:
+    """'enable only the tools you need' is advice the model follows with
+    another call: given for a toolset with one tool, or none that fits
+    alone, that call could only fail the same way."""
+    index = ToolsetIndex(
+        [
+            ToolsetContribution("one", "one", [_tool("one", "cost=30")]),
+            ToolsetContribution(
+                "two", "two", [_tool("two_a", "cost=30"), _tool("two_b", "cost=21")]
+            ),
+        ],
+        ToolCosts(_count),
+    )
+    activation = ToolsetActivation(clock=lambda: 0.0)
+    needs = "needs {} tokens of tool schemas, more than the tools budget of 20 tokens"
+    for name, cost in (("one", 30), ("two", 51)):
+        with pytest.raises(ToolError) as caught:
+            enable_answer(index, activation, {"name": name}, 20)
+        assert str(caught.value) == f"toolset {name!r} {needs.format(cost)}"
+    with pytest.raises(ToolError) as caught:
+        enable_answer(index, activation, {"name": "two"}, 25)
+    assert str(caught.value).endswith(
+        'enable only the tools you need: enable_toolset({"name": "two", "tools": [...]})'
+    )
+    assert activation.active_names() == frozenset()
+
+
 # ------------------------------------------- random switches through an agent
 
 
@@ -496,7 +523,8 @@ def _expected_enable(ref: _Reference, name: str, tools: frozenset[str] | None, n
             f"error: toolset {name!r} needs {outcome.needed:,} tokens of tool schemas, more"
             f" than the tools budget of {outcome.budget:,} tokens"
         )
-        if ref.whole(name, tools) is None:  # naming all its tools is the whole toolset
+        cheapest = min(_count(t.description) for t in ref.index.get(name).tools)  # type: ignore[union-attr]
+        if ref.whole(name, tools) is None and cheapest <= ref.budget:  # some tools would fit
             text += (
                 f'; enable only the tools you need: enable_toolset({{"name": "{name}",'
                 ' "tools": [...]})'
