@@ -171,7 +171,7 @@ def test_find_answers_any_text_and_ranks_it_the_same_way_every_time(query: str, 
     assert find_answer(WORDY, arguments) == answer
     fresh = ToolsetIndex(list(WORDY), ToolCosts(lambda text: len(text) // 3))
     assert find_answer(fresh, arguments) == answer
-    noisy = f"\u202e!!{query}\u0301 ?;\u200f"
+    noisy = f"\u202e!! {query} \u0301?;\u200f"
     assert _rows(find_answer(WORDY, {"query": noisy, "limit": limit})) == rows
 
 
@@ -192,6 +192,41 @@ def test_the_order_of_the_words_does_not_change_the_ranking(
     first = find_answer(WORDY, {"query": " ".join(terms), "limit": 20})
     second = find_answer(WORDY, {"query": " ".join(shuffled), "limit": 20})
     assert _rows(first) == _rows(second)
+
+
+FOREIGN = ToolsetIndex(
+    [
+        ToolsetContribution(
+            "tracker",
+            "Задачи и тикеты",
+            [
+                _tool("tracker_create", "Создать задачу в репозитории."),
+                _tool("tracker_close", "Créer un rapport, fermer un ticket résolu."),
+                _tool("tracker_files", "Αρχεία του έργου."),
+            ],
+        ),
+        ToolsetContribution("mail", "Send mail", [_tool("mail_send", "Send an email.")]),
+    ],
+    ToolCosts(lambda text: 1),
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "first"),
+    [
+        ("создать задачу", "tracker_create"),
+        ("РЕПОЗИТОРИИ", "tracker_create"),
+        ("ticket résolu", "tracker_close"),
+        ("ticket re\u0301solu", "tracker_close"),  # the accent as a combining mark
+        ("ΑΡΧΕΊΑ", "tracker_files"),
+        ("ｅｍａｉｌ", "mail_send"),  # fullwidth letters
+    ],
+)
+def test_words_are_letters_and_digits_of_any_script(query: str, first: str) -> None:
+    """A catalog written in Russian, French or Greek is searchable in its own
+    words (letters and digits of any script, compared in NFKC form), not
+    only in the ASCII letters among them."""
+    assert _rows(find_answer(FOREIGN, {"query": query}))[0] == first
 
 
 def test_a_tie_stays_in_catalog_order_whatever_the_word_order() -> None:
