@@ -15,6 +15,7 @@ from agentik._json import JsonObject, JsonValue
 from agentik.toolsets._activation import ToolsetActivation
 from agentik.toolsets._budget import OverBudget, switch_on, switched_off_text
 from agentik.toolsets._dispatch import ToolsetIndex
+from agentik.toolsets._failure import quoted
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._validate import describe
 
@@ -88,7 +89,7 @@ def _requested_name(tool_name: str, index: ToolsetIndex, arguments: JsonObject) 
             f"{_available(index)}"
         )
     if index.get(name) is None:
-        raise ToolError(f"unknown toolset {name!r}; available toolsets: {_available(index)}")
+        raise ToolError(f"unknown toolset {quoted(name)}; available toolsets: {_available(index)}")
     return name
 
 
@@ -122,8 +123,8 @@ def enable_answer(
     try:
         evicted = switch_on(index, activation, name, tools, budget)
     except OverBudget as exc:
-        if tools is not None:
-            raise
+        if tools is not None or not _one_tool_fits(index, name, exc.budget):
+            raise  # no advice: naming its tools could only fail the same way
         raise ToolError(
             f'{exc}; enable only the tools you need: enable_toolset({{"name": "{name}",'
             ' "tools": [...]})'
@@ -136,6 +137,11 @@ def enable_answer(
     if evicted:
         return f"{text}; {switched_off_text(evicted, name)}"
     return f"{text}."
+
+
+def _one_tool_fits(index: ToolsetIndex, name: str, budget: int) -> bool:
+    contribution = index.get(name)
+    return contribution is not None and any(index.costs.of(t) <= budget for t in contribution.tools)
 
 
 def _requested_tools(
@@ -152,10 +158,10 @@ def _requested_tools(
         raise ToolError(
             f"tools must be a non-empty list of tool names of toolset {name!r}, got {describe(raw)}"
         )
-    unknown = [t for t in raw if t not in known]
+    unknown = [t for t in raw if isinstance(t, str) and t not in known]
     if unknown:
         raise ToolError(
-            f"toolset {name!r} has no tool {unknown[0]!r}; its tools are: {', '.join(known)}"
+            f"toolset {name!r} has no tool {quoted(unknown[0])}; its tools are: {', '.join(known)}"
         )
     chosen = frozenset(t for t in raw if isinstance(t, str))
     return None if len(chosen) == len(known) else chosen

@@ -22,6 +22,7 @@ import attrs
 from agentik._messages import ToolCall
 from agentik.toolsets._contribution import ToolsetContribution
 from agentik.toolsets._cost import ToolCosts
+from agentik.toolsets._failure import quoted
 from agentik.toolsets._named_tool import NamedTool
 from agentik.toolsets._prompt import render_toolset_section
 from agentik.toolsets._search import BM25, words
@@ -60,7 +61,7 @@ Selection = tuple[tuple[str, frozenset[str] | None], ...]
 
 
 def _not_found(name: str) -> Error:
-    return Error(f"tool {name!r} not found")
+    return Error(f"tool {quoted(name)} not found")
 
 
 class ToolsetIndex(Sequence[ToolsetContribution]):

@@ -72,10 +72,26 @@ def describe(value: JsonValue) -> str:
     return f"{kind} {text}"
 
 
+def _json(value: object) -> str:
+    """``value`` as JSON, readable (not ASCII-escaped) but for lone surrogates,
+    escaped as JSON writes them: a split emoji the model sent escaped
+    ("\\ud83d") must not come back raw, which no UTF-8 store can keep."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
+
+
 def short_json(value: object, limit: int = 40) -> str:
     """``value`` as JSON, cut to ``limit`` characters (an error message quotes, never dumps)."""
-    text = json.dumps(value, ensure_ascii=False)
+    text = _json(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def quoted(text: str, limit: int = 64) -> str:
+    """``text`` in quotes (``repr``), cut to ``limit`` characters with ``…``:
+    what a model sent, quoted in an answer, never repeated whole. 64, the
+    longest valid toolset or tool name, leaves every valid name whole."""
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return repr(text)
 
 
 def type_message(names: list[str], value: JsonValue) -> str:
@@ -86,7 +102,7 @@ def type_message(names: list[str], value: JsonValue) -> str:
 
 def enum_message(options: list[JsonValue], value: JsonValue) -> str:
     """``must be one of "red", "green", got a string "blue"`` (``must be "x"`` for one)."""
-    listed = ", ".join(json.dumps(o, ensure_ascii=False) for o in options)
+    listed = ", ".join(_json(o) for o in options)
     expected = f"must be {listed}" if len(options) == 1 else f"must be one of {listed}"
     return f"{expected}, got {describe(value)}"
 

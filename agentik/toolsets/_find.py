@@ -13,6 +13,7 @@ from agentik._errors import ToolError
 from agentik._json import JsonObject, JsonValue
 from agentik.toolsets._cost import rounded_tokens
 from agentik.toolsets._dispatch import ToolsetIndex
+from agentik.toolsets._failure import quoted
 from agentik.toolsets._validate import describe
 
 FIND_TOOLS = "find_tools"
@@ -23,6 +24,9 @@ FIND_TOOLS_DESCRIPTION = (
 DEFAULT_MATCHES = 5
 MAX_MATCHES = 20
 _DESCRIPTION_SHOWN = 160
+_QUERY_SHOWN = 80
+"""The answer quotes the query to this many characters: a model that sends a
+page of text as its query does not get the page back in its context."""
 
 
 def find_tools_parameters() -> JsonObject:
@@ -67,12 +71,15 @@ def find_answer(index: ToolsetIndex, arguments: JsonObject) -> str:
             f'query {problem}; call {FIND_TOOLS}({{"query": "words describing the task"}})'
         )
     limit: JsonValue = arguments.get("limit", DEFAULT_MATCHES)
+    if isinstance(limit, float) and limit.is_integer():
+        limit = int(limit)  # JSON Schema's integer: the arguments check let 5.0 through
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_MATCHES:
         raise ToolError(f"limit must be an integer from 1 to {MAX_MATCHES}, got {describe(limit)}")
     matches = index.find_tools(query, limit)
+    said = quoted(query.strip(), _QUERY_SHOWN)
     if not matches:
         return (
-            f"No tool matches {query.strip()!r}; try other words. The toolsets are:"
+            f"No tool matches {said}; try other words. The toolsets are:"
             f" {', '.join(index.names) or '(none)'}."
         )
     rows = [
@@ -82,7 +89,7 @@ def find_answer(index: ToolsetIndex, arguments: JsonObject) -> str:
     ]
     return "\n".join(
         (
-            f"Tools matching {query.strip()!r}, best first. Enable the ones you need:"
+            f"Tools matching {said}, best first. Enable the ones you need:"
             ' enable_toolset({"name": X, "tools": [...]}).',
             *rows,
         )

@@ -5,8 +5,9 @@ thousand tools is indexed in milliseconds, once per ``ToolsetIndex``.
 
 A tool's document is its name, its description and its toolset's name and
 description (a query for "git" finds ``git_log``). Words are lowercase runs
-of letters and digits, camelCase and ``snake_case`` split, and a plural ``s``
-dropped (``issues`` finds ``create_issue``). Scores are BM25 with k1 = 1.5,
+of letters and digits of any script (in NFKC form: a fullwidth or decomposed
+letter is the plain one), camelCase and ``snake_case`` split, and a plural
+``s`` dropped (``issues`` finds ``create_issue``). Scores are BM25 with k1 = 1.5,
 b = 0.75 and Lucene's idf, ``log(1 + (N - n + 0.5) / (n + 0.5))``, which is
 never negative, so a word in most tools still counts a little. Written here,
 not taken from rank_bm25 (the tests' oracle for these scores): that package
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
@@ -24,12 +26,15 @@ K1 = 1.5
 B = 0.75
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")
+"""Letters and digits of any script: an MCP server's catalog in Russian is
+searched in Russian words, not in the ASCII letters among them."""
 
 
 def words(text: str) -> list[str]:
     """The terms of ``text``, in order (repeats kept)."""
     out = []
+    text = unicodedata.normalize("NFKC", text)
     for word in _WORD.findall(_CAMEL.sub(" ", text).lower()):
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
             word = word[:-1]
@@ -64,15 +69,21 @@ class BM25:
         }
 
     def scores(self, query: Sequence[str]) -> list[float]:
-        """Each document's score for ``query`` (a repeated term counts again)."""
+        """Each document's score for ``query`` (a repeated term counts again).
+
+        Term by term in sorted order, each once with its count: the same
+        words in any order give the same floats, so two tools that tie stay
+        in document order whatever the query's word order; and a query of one
+        word repeated 50,000 times costs what one does (the search runs on
+        the conversation's task, beside every other conversation)."""
         out = [0.0] * self._count
-        for term in query:
+        for term, times in sorted(Counter(query).items()):
             docs = self._postings.get(term)
             if docs is None:
                 continue
-            idf = self._idf[term]
+            gain = self._idf[term] * times
             for i, weight in docs:
-                out[i] += idf * weight
+                out[i] += gain * weight
         return out
 
     def top(self, query: Sequence[str], limit: int) -> list[int]:
