@@ -4,8 +4,9 @@ Hypothesis draws one model answer of 1-5 calls (each tool's delay, whether it
 raises, whether it is sequential, idempotent, needs approval and is then
 approved), ``max_parallel_tools``, ``tool_timeout``, how long the model
 takes, the moment of the cut on trio's MockClock, and its kind: ``cancel``
-(``agent.cancel``) or ``close`` (``agent.close(grace=0)``: the turn is
-interrupted, as leaving ``open_chat_agent``'s block past its grace does).
+(``agent.cancel``), ``close`` (``agent.close(grace=0)``: the turn is
+interrupted, as leaving ``open_chat_agent``'s block past its grace does) or
+``outer`` (the block left by a cancellation: the agent's nursery cancelled).
 The agent is then reopened on the same storage (a SQLite file, or one
 in-memory bundle) and the conversation goes on. What must hold whatever the
 moment:
@@ -33,6 +34,7 @@ stored told its caller the turn would resume (``test_close``).
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from contextlib import AbstractAsyncContextManager
@@ -87,7 +89,7 @@ class Case:
     model_delay: int
     cut_at: float
     cut: str
-    """``cancel`` or ``close``."""
+    """``cancel``, ``close``, or ``outer`` (the agent's block cancelled)."""
     backend: str
     retry: bool
     """After the reopen, retry the cut turn with its idempotency key first."""
@@ -117,7 +119,7 @@ def cases(draw: st.DrawFn) -> Case:
         model_delay=draw(st.integers(0, 2)),
         # Halves too: a cut may land exactly when a call or the model ends.
         cut_at=draw(st.integers(0, 36)) / 2,
-        cut=draw(st.sampled_from(["cancel", "close"])),
+        cut=draw(st.sampled_from(["cancel", "close", "outer"])),
         backend=draw(st.sampled_from(["memory", "sqlite"])),
         retry=draw(st.booleans()),
     )
@@ -314,19 +316,22 @@ async def play(case: Case, place: Backend) -> None:
 
     async with place.open() as storage:
         world.storage = storage
-        async with world.agent(storage) as agent:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(caller.run, agent)
-                await trio.sleep_until(case.cut_at)
-                if case.cut == "cancel":
-                    heard_before = caller.error is not None or (
-                        caller.given and caller.given[-1].status == "finished"
-                    )
-                    count = await agent.cancel("c")
-                    if heard_before:
-                        assert count == 0, "cancel counted a turn that had ended"
-                else:
-                    agent.close(grace=0)
+        async with trio.open_nursery() as outside:  # the caller of an ``outer`` cut
+            with trio.CancelScope() as block:
+                async with world.agent(storage) as agent, trio.open_nursery() as inside:
+                    (outside if case.cut == "outer" else inside).start_soon(caller.run, agent)
+                    await trio.sleep_until(case.cut_at)
+                    if case.cut == "cancel":
+                        heard_before = caller.error is not None or (
+                            caller.given and caller.given[-1].status == "finished"
+                        )
+                        count = await agent.cancel("c")
+                        if heard_before:
+                            assert count == 0, "cancel counted a turn that had ended"
+                    elif case.cut == "close":
+                        agent.close(grace=0)
+                    else:  # the agent's block left by a cancellation (its nursery's)
+                        block.cancel()
         # No request after the cut: a restart finds what the store holds.
         after_cut = await history(storage, "c")
     if count is not None:
@@ -338,6 +343,8 @@ async def play(case: Case, place: Backend) -> None:
         )
         if told_again:  # told to send it again: it must not be stored
             assert ANSWER not in [m.content for m in after_cut if m.role is Role.USER]
+    elif case.cut == "outer":
+        assert caller.error in (None, "cancelled", "closed"), caller.error
     else:
         assert caller.error in (None, "cancelled"), caller.error
     check_history(after_cut, case.calls, paused=True)
@@ -393,9 +400,10 @@ def _same_prefix(final: list[Message], before: list[Message]) -> bool:
 def test_a_turn_cut_short_keeps_history_valid_and_goes_on(case: Case) -> None:
     folder = Path(tempfile.mkdtemp(prefix="cut-short-"))
     # While SQLite's writer thread works, every task waits and the MockClock
-    # jumps to the next deadline: the clean-up bound (10 real seconds) would
-    # pass in no real time, and a cancelled turn's failure record go unwritten.
-    unbounded = mock.patch.object(_turn_writes, "CLEANUP_SECONDS", 1e9)
+    # jumps to the next deadline: the clean-up bound (10 real seconds), any
+    # finite one, would pass in no real time, and a cancelled turn's clean-up
+    # give up before its writes commit.
+    unbounded = mock.patch.object(_turn_writes, "CLEANUP_SECONDS", math.inf)
     try:
         place = Backend(case.backend, folder / "db")
         with unbounded:
