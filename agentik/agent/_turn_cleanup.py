@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import trio
 
 from agentik._errors import AgentikError
@@ -22,7 +23,7 @@ from agentik._messages import Message, ToolCall
 from agentik.agent._recovery import open_calls
 from agentik.agent._turn_actions import Fail, RecordDecision, TurnAction
 from agentik.agent._turn_errors import Cleanup, stop_of
-from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure
+from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure, ToolDone
 
 if TYPE_CHECKING:
     from agentik.agent._events import TurnEvent
@@ -38,6 +39,7 @@ class EndingTurn(Protocol):
     machine: TurnMachine
     start: int
     writes: TurnWrites
+    returned: dict[str, str]
     emit: Callable[[TurnEvent], Awaitable[None]] | None
 
     async def perform(
@@ -62,7 +64,11 @@ async def stop(turn: EndingTurn, error: BaseException | None) -> None:
     its open calls (with the results it holds) and names the failure; both
     are recorded, so what the turn recorded is valid and committed."""
     event = stop_of(error, interrupted=turn.conversation.interrupted)
-    actions = turn.machine.handle(event)
+    # Calls that returned before the machine heard of them ran to their end:
+    # their results, not "stopped before this tool call finished".
+    returned = tuple(ToolDone(i, content) for i, content in turn.returned.items())
+    turn.returned.clear()
+    actions = turn.machine.handle(attrs.evolve(event, returned=returned))
     fail = actions[-1]
     assert isinstance(fail, Fail)
     if event.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start

@@ -286,6 +286,8 @@ def check_results(messages: list[Message], world: World) -> None:
             assert world.ended[i] >= 1, f"call c{i} claims success without a run"
         if m.content.startswith("error: tool"):
             assert world.runs[i] >= 1, f"call c{i} claims a failed run without a run"
+        if m.content in (STOPPED, INTERRUPTED):
+            assert not world.ended[i], f"call c{i} finished, its result says it did not"
 
 
 def check_given(messages: list[Message], caller: Caller) -> None:
