@@ -4,10 +4,10 @@ Hypothesis draws one model answer of 1-5 calls (each tool's delay, whether it
 raises, whether it is sequential, idempotent, needs approval and is then
 approved), ``max_parallel_tools``, ``tool_timeout``, how long the model
 takes, the moment of the cut on trio's MockClock, and its kind: ``cancel``
-(``agent.cancel``), ``close`` (``agent.close(grace=0)``: the turn is
-interrupted, as leaving ``open_chat_agent``'s block past its grace does) or
-``outer`` (the block left by a cancellation: the agent's nursery cancelled).
-The agent is then reopened on the same storage (a SQLite file, or one
+(``agent.cancel``), ``close`` (``agent.close(grace=...)``, a grace of 0-2 s:
+a turn still running then is interrupted, as leaving ``open_chat_agent``'s
+block past its grace does) or ``outer`` (the block left by a cancellation:
+the agent's nursery cancelled). The agent is then reopened on the same storage (a SQLite file, or one
 in-memory bundle) and the conversation goes on. What must hold whatever the
 moment:
 
@@ -28,8 +28,9 @@ moment:
 
 Time is a MockClock with autojump; nothing sleeps for real. Found this way:
 a cancel while a pause committed left a turn that came back paused after a
-restart (``test_cancel_turns``), and a close before a turn's message was
-stored told its caller the turn would resume (``test_close``).
+restart (``test_cancel_turns``), a close before a turn's message was stored
+told its caller the turn would resume (``test_close``), and a call that
+returned as the turn was cut was answered as stopped (``test_parallel_tools``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ class Case:
     backend: str
     retry: bool
     """After the reopen, retry the cut turn with its idempotency key first."""
+    grace: float = 0
+    """A ``close``'s grace: the turn still running then is interrupted."""
 
 
 @st.composite
@@ -122,6 +125,7 @@ def cases(draw: st.DrawFn) -> Case:
         cut=draw(st.sampled_from(["cancel", "close", "outer"])),
         backend=draw(st.sampled_from(["memory", "sqlite"])),
         retry=draw(st.booleans()),
+        grace=draw(st.sampled_from([0, 0, 0.5, 2])),
     )
 
 
@@ -331,7 +335,7 @@ async def play(case: Case, place: Backend) -> None:
                         if heard_before:
                             assert count == 0, "cancel counted a turn that had ended"
                     elif case.cut == "close":
-                        agent.close(grace=0)
+                        agent.close(grace=case.grace)
                     else:  # the agent's block left by a cancellation (its nursery's)
                         block.cancel()
         # No request after the cut: a restart finds what the store holds.
