@@ -573,7 +573,8 @@ class ChatAgent:
         running ``grace`` seconds from now are interrupted: each records
         ``interrupted: …`` for its open calls, stays resumable (the agent
         resumes it at its next start, as after a crash) and its caller gets
-        ``TurnError(code="interrupted")``; requests still queued are answered
+        ``TurnError(code="interrupted")`` (``unavailable`` if its user message
+        was not stored: nothing resumes it); requests still queued are answered
         ``TurnError(code="unavailable")`` without running. None: no deadline.
 
         Leaving ``open_chat_agent``'s block calls it (with ``close_grace``) and

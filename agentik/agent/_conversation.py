@@ -92,6 +92,13 @@ class Conversation:
     running_on: Turn | None = None
     """The paused turn a decision runs on now: it counts as its own key's, how
     ever the decision was addressed (the handle's ``running_key``)."""
+    new_turn: Turn | bool = False
+    """The turn the running ``NewTurn`` starts: True until it begins (none of
+    it stored yet), then the ``Turn``; False for any other request, or a turn
+    sent again with its key (already stored). Cut short by the agent's
+    shutdown, a turn whose user message may be stored is told ``interrupted``
+    (the next start resumes it); one whose message is not, ``unavailable``
+    (send it again): nothing would resume it (``_resumable``)."""
     system_prompt: tuple[PromptInputs, Message] | None = None
     """The last system message and what it was built from (``Turn._call_model``)."""
     toolsets_seen: frozenset[str] = frozenset()
@@ -291,6 +298,7 @@ class Conversation:
                     await self._serve(request)
         # Only a cancel of this scope lands here: answer the request it cut short.
         request = self.handle.running
+        resumable = self._resumable()
         self.ran()
         if request is not None:
             self.runtime.stats.turns_failed += 1
@@ -299,6 +307,11 @@ class Conversation:
                     "this node lost the conversation before the turn finished; the node"
                     " that owns it now resumes it",
                     code="interrupted",
+                )
+            elif self.interrupted and not resumable:
+                error = TurnError(
+                    "the agent shut down before the turn's message was stored; send it again",
+                    code="unavailable",
                 )
             elif self.interrupted:
                 error = TurnError(
@@ -374,6 +387,16 @@ class Conversation:
         handle = self.handle
         handle.scope = handle.running = handle.running_key = None
         self.running_on = None
+        self.new_turn = False
+
+    def _resumable(self) -> bool:
+        """Whether the request cut short may have left a turn the next start
+        resumes: anything but a new turn whose user message is known not
+        stored (``new_turn``; in flight or in doubt, it may be)."""
+        turn = self.new_turn
+        if isinstance(turn, bool):
+            return not turn
+        return turn.writes.stored(turn.start) is not False
 
     def runs_on(self, turn: Turn | None) -> None:
         """A paused or resumed ``turn`` runs now (None: no longer): it is its
@@ -446,6 +469,7 @@ class Conversation:
         handle.scope = self.scope
         handle.running = request
         handle.running_key = request.idempotency_key
+        self.new_turn = message  # nothing of a new turn is stored yet
         result: outcome.Outcome[TurnResult]
         try:
             with self._running():  # a load may resume an interrupted turn: counted too
@@ -511,6 +535,7 @@ class Conversation:
         if key is not None:
             seq = await self.cache.find_key(key)
             if seq is not None:
+                self.new_turn = False  # its turn is stored: it resumes
                 again = await sent_again(self, key, seq, emit, request.output)
                 return again if request.output is None else stored_output(again, request.output)
         turn = Turn.new(self, len(self.cache.history), emit, key, output=request.output)
@@ -522,6 +547,7 @@ class Conversation:
             await self.approvals.supersede()
             # Its user message comes after the denials: the turn starts there.
             turn = Turn.new(self, len(self.cache.history), emit, key, output=request.output)
+        self.new_turn = turn
         result = await turn.begin(request.text, request.parts)
         if result.status == "finished" and self.approvals.paused is None:
             return result  # the common case: nothing paused before or now

@@ -69,10 +69,10 @@ from agentik.agent._turn_actions import (
     RunTool,
     TurnAction,
 )
-from agentik.agent._turn_calls import refuse, run_call, run_together, several_calls
+from agentik.agent._turn_calls import refuse, run_call, run_together, several_calls, tell_done
 from agentik.agent._turn_cleanup import clean_up, remember_failure
 from agentik.agent._turn_errors import Cleanup, cleanup_of
-from agentik.agent._turn_events import Begin, CallPlan, ModelAnswered, ToolDone
+from agentik.agent._turn_events import Begin, CallPlan, ModelAnswered
 from agentik.agent._turn_machine import TurnMachine
 from agentik.agent._turn_spans import TurnSpans
 from agentik.agent._turn_writes import TurnWrites
@@ -107,6 +107,9 @@ class Turn:
     usage: TokenUsage = TokenUsage()
     ready: dict[str, Ready] = attrs.Factory(dict)
     """What each valid planned call runs, until it starts."""
+    returned: dict[str, str] = attrs.Factory(dict)
+    """Results of calls that returned, until the machine hears of them
+    (``ToolDone``): a turn cut in between still has them (``Stop.returned``)."""
     spans: TurnSpans | None = None
     output: OutputSpec | None = None
     """A typed turn's output (``send(..., output=T)``)."""
@@ -224,7 +227,7 @@ class Turn:
                 last = await self.perform(actions, runs.append)
                 if runs:
                     call = runs[0]
-                    actions = machine.handle(ToolDone(call.id, await run_call(self, call)))
+                    actions = tell_done(self, call.id, await run_call(self, call))
                     continue
             if isinstance(last, CallModel):
                 actions = machine.handle(await self._call_model())

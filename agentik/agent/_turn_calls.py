@@ -38,6 +38,7 @@ class CallingTurn(Protocol):
     conversation: TurnHost
     machine: TurnMachine
     ready: dict[str, Ready]
+    returned: dict[str, str]
     spans: TurnSpans | None
     emit: Callable[[TurnEvent], Awaitable[None]] | None
 
@@ -80,7 +81,7 @@ async def run_together(turn: CallingTurn, actions: list[TurnAction]) -> TurnActi
             while running:
                 call_id, content = await receive.receive()
                 running -= 1
-                last = await turn.perform(machine.handle(ToolDone(call_id, content)), start)
+                last = await turn.perform(tell_done(turn, call_id, content), start)
             return last
 
 
@@ -90,8 +91,16 @@ async def _tool_task(
     await done.send((call.id, await run_call(turn, call)))
 
 
+def tell_done(turn: CallingTurn, call_id: str, content: str) -> list[TurnAction]:
+    """Tell the machine that call ``call_id`` returned ``content``; what it says to do."""
+    turn.returned.pop(call_id, None)
+    return turn.machine.handle(ToolDone(call_id, content))
+
+
 async def run_call(turn: CallingTurn, call: ToolCall) -> str:
-    """Run ``call`` (planned when it was made or read back); its result."""
+    """Run ``call`` (planned when it was made or read back); its result, kept
+    in ``turn.returned`` from its return (no checkpoint between) until the
+    machine hears of it (``tell_done``): the turn may be cut in between."""
     conv = turn.conversation
     await conv.check_tenure()  # a node that lost the conversation starts no call
     tool, arguments = turn.ready.pop(call.id)
@@ -102,6 +111,7 @@ async def run_call(turn: CallingTurn, call: ToolCall) -> str:
         content, is_error = await turn.spans.tool(
             conv, call, lambda: run_tool(conv, call, tool, arguments, announce)
         )
+    turn.returned[call.id] = content
     if turn.emit is not None:
         await turn.emit(ToolCallFinished(call, content, is_error))
     return content

@@ -15,13 +15,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import trio
 
 from agentik._errors import AgentikError
 from agentik._messages import Message, ToolCall
-from agentik.agent._turn_actions import Fail, TurnAction
+from agentik.agent._recovery import open_calls
+from agentik.agent._turn_actions import Fail, RecordDecision, TurnAction
 from agentik.agent._turn_errors import Cleanup, stop_of
-from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure
+from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure, ToolDone
 
 if TYPE_CHECKING:
     from agentik.agent._events import TurnEvent
@@ -37,6 +39,7 @@ class EndingTurn(Protocol):
     machine: TurnMachine
     start: int
     writes: TurnWrites
+    returned: dict[str, str]
     emit: Callable[[TurnEvent], Awaitable[None]] | None
 
     async def perform(
@@ -61,7 +64,11 @@ async def stop(turn: EndingTurn, error: BaseException | None) -> None:
     its open calls (with the results it holds) and names the failure; both
     are recorded, so what the turn recorded is valid and committed."""
     event = stop_of(error, interrupted=turn.conversation.interrupted)
-    actions = turn.machine.handle(event)
+    # Calls that returned before the machine heard of them ran to their end:
+    # their results, not "stopped before this tool call finished".
+    returned = tuple(ToolDone(i, content) for i, content in turn.returned.items())
+    turn.returned.clear()
+    actions = turn.machine.handle(attrs.evolve(event, returned=returned))
     fail = actions[-1]
     assert isinstance(fail, Fail)
     if event.failure is not Failure.INTERRUPTED:  # else no failure: resumed at start
@@ -82,7 +89,15 @@ async def end_pause(turn: EndingTurn) -> None:
     writes = turn.writes
     with trio.move_on_at(writes.cleanup_at(), shield=True):
         try:
-            await turn.perform(turn.machine.supersede(CANCELLED_REASON), _no_call)
+            # The pause first: cut short while it committed, its call message
+            # has no seq in the cache yet, and a decision names the call by it.
+            await writes.commit()
+            # Only the calls the store took: cut short before it accepted the
+            # pause's message, the turn has no call to decide (the history's
+            # calls, not the machine's, as ``answer_open_calls`` answers them).
+            taken = {c.id for c in open_calls(turn.conversation.cache.history[turn.start :])}
+            actions = turn.machine.supersede(CANCELLED_REASON)
+            await turn.perform([a for a in actions if _call_of(a) in taken], _no_call)
             await writes.commit_failure("cancelled")
         except AgentikError as exc:
             writes.unsettled(exc)
@@ -113,6 +128,13 @@ def remember_failure(turn: EndingTurn, code: str) -> None:
     conv = turn.conversation
     seq = conv.cache.first_seq + turn.start
     conv.runtime.remember_failure(conv.conversation_id, seq, code, in_doubt=stored is None)
+
+
+def _call_of(action: TurnAction) -> str | None:
+    """The call a superseded turn's action decides or answers."""
+    if isinstance(action, RecordDecision):
+        return action.call_id
+    return action.tool_call_id if isinstance(action, Message) else None
 
 
 def _no_call(call: ToolCall) -> None:

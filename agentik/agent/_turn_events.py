@@ -245,6 +245,10 @@ class Stop:
     failure: Failure
     message: str
     code: str | None = None
+    returned: tuple[ToolDone, ...] = attrs.field(default=(), kw_only=True)
+    """Results of calls that returned before the machine heard of them (the
+    turn was cut between a call's end and its ``ToolDone``): the calls ran to
+    their end, so these are their results, not ``STOPPED``."""
 
 
 MachineEvent: TypeAlias = Begin | Resume | ModelAnswered | ToolDone | Decided | Superseded | Stop

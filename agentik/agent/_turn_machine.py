@@ -32,7 +32,8 @@ FINISHED, FAILED or SUPERSEDED. In words::
                              ids that wait for a person), then (run)      TOOLS..
     MODEL     Stop           Fail(code)                                   FAILED
     TOOLS     ToolDone       the results now in call order, (run)         TOOLS..
-    TOOLS     Stop           a result per open call, Fail(code)           FAILED
+    TOOLS     Stop           a result per open call (its own, if it       FAILED
+                             returned), Fail(code)
     APPROVAL  Decided        RecordDecision; the last decision: (run)     APPROVAL..
                              the approved calls, denied ones answered
                              ``denied: ..`` with their decision
@@ -347,6 +348,9 @@ class TurnMachine:
 
     def _stop(self, event: Stop) -> list[TurnAction]:
         code = _code(event)
+        for returned in event.returned:
+            if self.running.pop(returned.call_id, None) is not None:
+                self.done[returned.call_id] = returned.content
         # Results known but not recorded yet (a call before them still ran)
         # are recorded as they are; every other open call is stopped (or, the
         # agent having shut down, interrupted: resumed at the next start).

@@ -6,8 +6,11 @@ Timing runs on trio's MockClock; tools hold a turn by sleeping."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
+import outcome
 import pytest
 import trio
 import trio.testing
@@ -16,17 +19,20 @@ from hypothesis import strategies as st
 
 from agentik import (
     ChatAgent,
+    Message,
     ModelRequest,
     ModelResponse,
     NamedTool,
+    Role,
     TurnError,
     in_memory_storage,
     open_chat_agent,
+    tool,
 )
 from agentik.agent import TurnFailed
 from agentik.agent._turn_events import STOPPED
 from agentik.models import ScriptedModel
-from agentik.storage import StorageBundle
+from agentik.storage import Pending, StorageBundle
 from tests.agent.helpers import assert_valid_history, call, stored
 from tests.reliability.helpers import BACKENDS, Backend
 
@@ -262,3 +268,97 @@ def test_cancels_at_random_moments_count_what_they_stop(
                 assert f"wait {seconds} #{i}" in users
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+class HeldPause:
+    """A real message store whose pause (``submit_awaiting``) is accepted at
+    once but committed only once ``release`` is set: a slow commit."""
+
+    def __init__(self, inner: object, nursery: trio.Nursery, *, accept: bool = True) -> None:
+        self.inner = inner
+        self.nursery = nursery
+        self.accept = accept
+        """False: held before the store accepts it (a full writer channel)."""
+        self.reached = trio.Event()
+        self.release = trio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def submit_awaiting(
+        self, conversation_id: str, message: Message, call_ids: Sequence[str]
+    ) -> Pending[Message]:
+        if not self.accept:
+            self.reached.set()
+            await self.release.wait()
+        inner: Pending[Message] = await self.inner.submit_awaiting(  # type: ignore[attr-defined]
+            conversation_id, message, call_ids
+        )
+        outer: Pending[Message] = Pending()
+
+        async def forward() -> None:
+            self.reached.set()
+            await self.release.wait()
+            outer.set(await outcome.acapture(inner.wait))
+
+        self.nursery.start_soon(forward)
+        return outer
+
+
+@pytest.mark.parametrize(
+    ("accept", "kept"),
+    [(True, ["pay", "", "denied: the turn was cancelled"]), (False, ["pay"])],
+)
+async def test_a_cancel_while_the_pause_commits_ends_the_pause_for_good(
+    nursery: trio.Nursery, accept: bool, kept: list[str]
+) -> None:
+    """Cancelled while the pause's commit is under way, the turn ends as
+    ``cancel_paused`` ends one: its call denied and the turn recorded
+    cancelled, so a restart neither finds it waiting nor resumes it; cut
+    before the store took the pause's message, there is no call to deny.
+    Found by tests/agent/test_cut_short_fuzz.py: the denial named the call's
+    message by a seq the cache did not have yet (not committed, or not even
+    accepted), so the clean-up failed before it recorded the failure, and a
+    restart found the turn paused again (or resumed it, and the model paused
+    it anew), though its caller was told it was cancelled."""
+
+    @tool(requires_approval=True)
+    async def pay() -> str:
+        """Pay."""
+        return "paid"
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.role is Role.USER and last.content == "pay":
+            return call("pay", {}, id="p1")
+        return ModelResponse(text="done")
+
+    bundle = in_memory_storage()
+    held = HeldPause(bundle.message_store, nursery, accept=accept)
+    storage = attrs.evolve(bundle, message_store=held)
+    outcomes: list[str] = []
+    async with open_chat_agent(
+        model=ScriptedModel(respond), storage=storage, tools=[pay], builtin_tools=False
+    ) as a:
+
+        async def send() -> None:
+            try:
+                await a.send("c", "pay")
+            except TurnError as error:
+                outcomes.append(error.code)
+
+        async with trio.open_nursery() as turns:
+            turns.start_soon(send)
+            await held.reached.wait()
+            assert await a.cancel("c") == 1
+            held.release.set()
+    assert outcomes == ["cancelled"]
+    history = await stored(bundle, "c")
+    assert [m.content for m in history] == kept
+    async with open_chat_agent(
+        model=ScriptedModel(respond), storage=bundle, tools=[pay], builtin_tools=False
+    ) as a:
+        assert await a.pending_approvals("c") == ()
+        assert a.stats.turns_resumed == 0
+        assert (await a.send("c", "next")).text == "done"
+    assert_valid_history(await stored(bundle, "c"))

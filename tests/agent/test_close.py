@@ -18,9 +18,11 @@ import trio.testing
 from agentik import (
     AgentikError,
     ContextPolicy,
+    Message,
     ModelRequest,
     ModelResponse,
     NamedTool,
+    Role,
     TurnError,
     in_memory_storage,
     open_chat_agent,
@@ -30,6 +32,7 @@ from agentik.agent._turn_events import INTERRUPTED
 from agentik.models import ScriptedModel
 from agentik.storage import StorageBundle
 from tests.agent.helpers import assert_valid_history, call, stored
+from tests.reliability.helpers import Gate, GatedMessageStore, gated
 
 SEEN: list[str] = []
 
@@ -96,6 +99,28 @@ async def test_a_turn_past_the_grace_is_interrupted_and_resumed_at_the_next_star
     history = await stored(storage, "c")
     assert [m.content for m in history] == ["wait 1000", "", INTERRUPTED, "done"]
     assert_valid_history(history)
+
+
+async def test_a_turn_cut_before_its_message_is_stored_is_told_to_send_it_again(
+    nursery: trio.Nursery,
+) -> None:
+    """Past the grace while the conversation still loads, the turn has stored
+    nothing: nothing resumes it, so its caller hears ``unavailable`` (send it
+    again), not ``interrupted`` (it resumes), which would lose the message.
+    Found by tests/agent/test_cut_short_fuzz.py (a close at time 0, SQLite)."""
+    bundle = in_memory_storage()
+    await bundle.message_store.append("c", Message(Role.USER, "hello"))
+    await bundle.message_store.append("c", Message(Role.ASSISTANT, "hi"))
+    gate = Gate()
+    gate.arm("load")
+    held = GatedMessageStore(bundle.message_store, gate, nursery)
+    outcomes: list[str] = []
+    async with agent(gated(bundle, held), resume_interrupted=False) as a:
+        a._nursery.start_soon(outcome_of, a.send("c", "wait 1"), outcomes)
+        await gate.reached.wait()
+        a.close(grace=0)
+    assert outcomes == ["unavailable"]
+    assert [m.content for m in await stored(bundle, "c")] == ["hello", "hi"]
 
 
 async def test_queued_turns_run_within_the_grace_and_not_after(

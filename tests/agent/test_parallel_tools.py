@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from agentik import (
+    ChatAgent,
     Message,
     ModelRequest,
     ModelResponse,
@@ -253,6 +254,38 @@ async def test_a_cancelled_turn_cancels_every_call_and_answers_each(
         running = sum(1 for s in seconds if s > 10)
         assert [kind for kind, _, _ in log].count("cancelled") == running
         assert (await agent.send("c", "next")).status == "finished"
+
+
+async def test_a_call_that_returned_as_the_turn_was_cancelled_keeps_its_result(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The cancel comes as a call returns, before the turn heard of its result
+    (the call's task reports it at its next checkpoint): the call ran to its
+    end (a mail was sent), so its result is recorded as it is, not ``stopped
+    before this tool call finished``, which would have the model send it
+    again. Found by tests/agent/test_cut_short_fuzz.py (a cancel at the
+    instant a call ends)."""
+    log: Log = []
+    storage = in_memory_storage()
+    agents: list[ChatAgent] = []
+
+    async def send(arguments: dict[str, object]) -> str:
+        await trio.sleep(1)
+        agents[0]._registry.handles["c"].cancel()  # comes now: no checkpoint till the return
+        return "sent"
+
+    mail = NamedTool("mail", "Send a mail.", {"type": "object"}, send)
+    async with open_chat_agent(
+        model=then_summarize(calls(("mail", 1), ("nap", 100))),
+        storage=storage,
+        tools=[mail, sleeper("nap", log)],
+    ) as agent:
+        agents.append(agent)
+        with pytest.raises(TurnError, match="cancelled"):
+            await agent.send("c", "go")
+    history = await stored(storage, "c")
+    assert_valid_history(history)
+    assert results(history) == [("c0", "sent"), ("c1", STOPPED)]
 
 
 async def test_calls_that_need_approval_pause_together_while_the_others_run(

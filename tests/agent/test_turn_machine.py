@@ -350,6 +350,19 @@ class TestTable:
             Fail("store_error", "disk"),
         ]
 
+    def test_stop_records_the_results_of_calls_that_returned_unheard(self) -> None:
+        # Cut between a call's return and its ToolDone: the call ran to its end,
+        # so its result; a result for a call not running is ignored.
+        m = started(TurnMachine(max_steps=3, max_parallel=8))
+        m.handle(answer(CallPlan(call(1)), CallPlan(call(2)), CallPlan(call(3))))
+        returned = (ToolDone("c2", "two"), ToolDone("c9", "nine"))
+        assert m.handle(Stop(Failure.CANCELLED, "gone", returned=returned)) == [
+            result("c1", STOPPED),
+            result("c2", "two"),
+            result("c3", STOPPED),
+            Fail("cancelled", "gone"),
+        ]
+
     def test_stop_while_the_model_is_asked_fails_at_once_with_the_reported_code(self) -> None:
         m = started(TurnMachine(max_steps=3))
         stop = Stop(Failure.REPORTED, "down", "model_error")
