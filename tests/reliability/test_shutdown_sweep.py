@@ -35,10 +35,11 @@ import pytest
 import trio
 import trio.testing
 
-from agentik import AgentikError, Message, TurnError
+from agentik import AgentikError, Message, Role, TurnError
 from agentik.storage.postgres._watchdog import CANCEL_GRACE
 from tests.reliability.commit_trigger import SCHEMA, CommitTrigger
 from tests.reliability.faulty_vfs import FaultyVFS
+from tests.reliability.helpers import history
 from tests.reliability.sweep import (
     COMMITS,
     FAILING_STEP,
@@ -77,13 +78,20 @@ async def shutdown_case(
                 acknowledged, failed, error = await run_script(chat)
     # 1. the step under way was cut short, and it alone; or it finished
     # before the close took effect (no checkpoint left: in memory), and the
-    # next was refused.
+    # next was refused. Cut short, it resumes at the next start
+    # (``interrupted``), unless its user message was not stored: then
+    # nothing resumes it, and its caller is told to send it again
+    # (``unavailable``; "skip" cut while it supersedes the paused turn).
     assert failed is not None
     if isinstance(error, TurnError):
-        assert error.code == "interrupted", error
+        assert error.code in ("interrupted", "unavailable"), error
     else:
         assert isinstance(error, AgentikError) and str(error) == "the agent is closed", error
     await check_resumes_and_goes_on(where.open, acknowledged, faulty_vfs, asked, ran)
+    if isinstance(error, TurnError) and error.code == "unavailable":
+        async with where.open() as bundle:
+            texts = [m.content for m in await history(bundle, "c") if m.role is Role.USER]
+        assert failed not in texts, f"{failed!r} was stored, yet its caller was told to resend"
     return failed
 
 
