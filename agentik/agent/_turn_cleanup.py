@@ -19,11 +19,17 @@ import attrs
 import trio
 
 from agentik._errors import AgentikError
-from agentik._messages import Message, ToolCall
+from agentik._messages import Message, Role, ToolCall
 from agentik.agent._recovery import open_calls
 from agentik.agent._turn_actions import Fail, RecordDecision, TurnAction
 from agentik.agent._turn_errors import Cleanup, stop_of
-from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure, ToolDone
+from agentik.agent._turn_events import (
+    CANCELLED_REASON,
+    FAILURE_CODES,
+    Failure,
+    ToolDone,
+    denied,
+)
 
 if TYPE_CHECKING:
     from agentik.agent._events import TurnEvent
@@ -95,9 +101,16 @@ async def end_pause(turn: EndingTurn) -> None:
             # Only the calls the store took: cut short before it accepted the
             # pause's message, the turn has no call to decide (the history's
             # calls, not the machine's, as ``answer_open_calls`` answers them).
-            taken = {c.id for c in open_calls(turn.conversation.cache.history[turn.start :])}
-            actions = turn.machine.supersede(CANCELLED_REASON)
-            await turn.perform([a for a in actions if _call_of(a) in taken], _no_call)
+            taken = [c.id for c in open_calls(turn.conversation.cache.history[turn.start :])]
+            machine = turn.machine
+            actions = [a for a in machine.supersede(CANCELLED_REASON) if _call_of(a) in taken]
+            # A denial cut short before the store accepted it: the machine took
+            # the call for decided, the store has it waiting, so it is denied
+            # as the waiting ones are (left open, the next load would answer
+            # it as a failed turn's call that may or may not have run).
+            answered = {_call_of(a) for a in actions}
+            lost = [i for i in taken if i not in answered and machine.decisions.get(i) is False]
+            await turn.perform([*actions, *map(_cancelled_denial, lost)], _no_call)
             await writes.commit_failure("cancelled")
         except AgentikError as exc:
             writes.unsettled(exc)
@@ -135,6 +148,11 @@ def _call_of(action: TurnAction) -> str | None:
     if isinstance(action, RecordDecision):
         return action.call_id
     return action.tool_call_id if isinstance(action, Message) else None
+
+
+def _cancelled_denial(call_id: str) -> RecordDecision:
+    reason = CANCELLED_REASON
+    return RecordDecision(call_id, False, reason, Message(Role.TOOL, denied(reason), (), call_id))
 
 
 def _no_call(call: ToolCall) -> None:

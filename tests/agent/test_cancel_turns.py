@@ -24,6 +24,7 @@ from agentik import (
     ModelResponse,
     NamedTool,
     Role,
+    ToolCall,
     TurnError,
     in_memory_storage,
     open_chat_agent,
@@ -361,4 +362,92 @@ async def test_a_cancel_while_the_pause_commits_ends_the_pause_for_good(
         assert await a.pending_approvals("c") == ()
         assert a.stats.turns_resumed == 0
         assert (await a.send("c", "next")).text == "done"
+    assert_valid_history(await stored(bundle, "c"))
+
+
+class HeldDecision:
+    """A real message store whose first decision (``submit_decision``) waits
+    before the store accepts it, until cancelled: ``reached`` is set then (a
+    full writer channel, or the in-memory store's checkpoint: nothing stored)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.reached = trio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def submit_decision(self, *args: object, **kwargs: object) -> Pending[Message | None]:
+        if not self.reached.is_set():
+            self.reached.set()
+            await trio.sleep_forever()
+        inner = self.inner.submit_decision  # type: ignore[attr-defined]
+        return await inner(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("cut", ["cancel", "outer"])
+async def test_a_cancel_before_the_store_takes_a_denial_denies_that_call_too(
+    autojump_clock: trio.testing.MockClock, cut: str
+) -> None:
+    """Two calls wait; the first is denied, and a cancel (``agent.cancel``, or
+    the agent's block cancelled) cuts the decision before the store accepts
+    it. The store still has that call waiting, so the turn ends as
+    ``cancel_paused`` ends one: both calls ``denied: the turn was cancelled``,
+    the turn recorded cancelled. Found by tests/agent/test_cut_short_fuzz.py:
+    the machine had taken the call for denied and the clean-up denied only
+    the other one, so the next load answered it as a failed turn's call
+    whose result was lost ("it may or may not have run")."""
+
+    @tool(requires_approval=True)
+    async def pay() -> str:
+        """Pay."""
+        return "paid"
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.role is Role.USER and last.content == "pay":
+            calls = (ToolCall("p1", "pay", "{}"), ToolCall("p2", "pay", "{}"))
+            return ModelResponse(tool_calls=calls)
+        return ModelResponse(text="done")
+
+    def opened(storage: StorageBundle):  # type: ignore[no-untyped-def]
+        return open_chat_agent(
+            model=ScriptedModel(respond), storage=storage, tools=[pay], builtin_tools=False
+        )
+
+    bundle = in_memory_storage()
+    held = HeldDecision(bundle.message_store)
+    outcomes: list[str] = []
+    async with trio.open_nursery() as outside:  # the decision's caller, past the block
+        with trio.CancelScope() as block:
+            async with opened(attrs.evolve(bundle, message_store=held)) as a:
+                paused = await a.send("c", "pay")
+                assert [r.call.id for r in paused.approvals] == ["p1", "p2"]
+
+                async def decide() -> None:
+                    try:
+                        await a.decide("c", "p1", approve=False, reason="no")
+                    except TurnError as error:
+                        outcomes.append(error.code)
+
+                outside.start_soon(decide)
+                await held.reached.wait()
+                if cut == "cancel":
+                    assert await a.cancel("c") == 1
+                    await trio.testing.wait_all_tasks_blocked()
+                else:
+                    block.cancel()
+    assert outcomes == ["cancelled"]
+    history = await stored(bundle, "c")
+    assert [(m.content, m.tool_call_id) for m in history] == [
+        ("pay", None),
+        ("", None),
+        ("denied: the turn was cancelled", "p2"),
+        ("denied: the turn was cancelled", "p1"),
+    ]
+    async with opened(bundle) as a:
+        assert await a.pending_approvals("c") == ()
+        assert a.stats.turns_resumed == 0
+        assert (await a.send("c", "next")).text == "done"
+    assert await stored(bundle, "c") == [*history, *(await stored(bundle, "c"))[4:]]
     assert_valid_history(await stored(bundle, "c"))

@@ -31,8 +31,10 @@ bundle) and the conversation goes on. What must hold whatever the moment:
 Time is a MockClock with autojump; nothing sleeps for real. Found this way:
 a cancel while a pause committed left a turn that came back paused after a
 restart (``test_cancel_turns``), a close before a turn's message was stored
-told its caller the turn would resume (``test_close``), and a call that
-returned as the turn was cut was answered as stopped (``test_parallel_tools``).
+told its caller the turn would resume (``test_close``), a call that
+returned as the turn was cut was answered as stopped (``test_parallel_tools``),
+and a denial cut before the store took it left its call without a result,
+answered on the next load as lost (``test_cancel_turns``).
 """
 
 from __future__ import annotations
