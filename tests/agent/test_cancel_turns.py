@@ -37,6 +37,13 @@ from agentik.storage import Pending, StorageBundle
 from tests.agent.helpers import assert_valid_history, call, stored
 from tests.reliability.helpers import BACKENDS, Backend
 
+
+@tool(requires_approval=True)
+async def pay() -> str:
+    """Pay."""  # its calls wait for a person's decision
+    return "paid"
+
+
 MODEL_CALLS: list[str] = []
 
 
@@ -323,11 +330,6 @@ async def test_a_cancel_while_the_pause_commits_ends_the_pause_for_good(
     restart found the turn paused again (or resumed it, and the model paused
     it anew), though its caller was told it was cancelled."""
 
-    @tool(requires_approval=True)
-    async def pay() -> str:
-        """Pay."""
-        return "paid"
-
     def respond(request: ModelRequest) -> ModelResponse:
         last = request.messages[-1]
         if last.role is Role.USER and last.content == "pay":
@@ -397,11 +399,6 @@ async def test_a_cancel_before_the_store_takes_a_denial_denies_that_call_too(
     the machine had taken the call for denied and the clean-up denied only
     the other one, so the next load answered it as a failed turn's call
     whose result was lost ("it may or may not have run")."""
-
-    @tool(requires_approval=True)
-    async def pay() -> str:
-        """Pay."""
-        return "paid"
 
     def respond(request: ModelRequest) -> ModelResponse:
         last = request.messages[-1]
