@@ -19,22 +19,16 @@ import attrs
 import trio
 
 from agentik._errors import AgentikError
-from agentik._messages import Message, Role, ToolCall
+from agentik._messages import Message, ToolCall
 from agentik.agent._recovery import open_calls
 from agentik.agent._turn_actions import Fail, RecordDecision, TurnAction
 from agentik.agent._turn_errors import Cleanup, stop_of
-from agentik.agent._turn_events import (
-    CANCELLED_REASON,
-    FAILURE_CODES,
-    Failure,
-    ToolDone,
-    denied,
-)
+from agentik.agent._turn_events import CANCELLED_REASON, FAILURE_CODES, Failure, ToolDone
+from agentik.agent._turn_machine import TurnMachine, denial
 
 if TYPE_CHECKING:
     from agentik.agent._events import TurnEvent
     from agentik.agent._turn_host import TurnHost
-    from agentik.agent._turn_machine import TurnMachine
     from agentik.agent._turn_writes import TurnWrites
 
 
@@ -110,7 +104,8 @@ async def end_pause(turn: EndingTurn) -> None:
             # it as a failed turn's call that may or may not have run).
             answered = {_call_of(a) for a in actions}
             lost = [i for i in taken if i not in answered and machine.decisions.get(i) is False]
-            await turn.perform([*actions, *map(_cancelled_denial, lost)], _no_call)
+            denials = [denial(i, CANCELLED_REASON) for i in lost]
+            await turn.perform([*actions, *denials], _no_call)
             await writes.commit_failure("cancelled")
         except AgentikError as exc:
             writes.unsettled(exc)
@@ -148,11 +143,6 @@ def _call_of(action: TurnAction) -> str | None:
     if isinstance(action, RecordDecision):
         return action.call_id
     return action.tool_call_id if isinstance(action, Message) else None
-
-
-def _cancelled_denial(call_id: str) -> RecordDecision:
-    reason = CANCELLED_REASON
-    return RecordDecision(call_id, False, reason, Message(Role.TOOL, denied(reason), (), call_id))
 
 
 def _no_call(call: ToolCall) -> None:

@@ -323,7 +323,7 @@ class TurnMachine:
             out = [RecordDecision(call_id, True, reason)]
             self.approved.add(call_id)  # runs once every waiting call is decided
         else:
-            out = [_denial(call_id, reason)]
+            out = [denial(call_id, reason)]
         # Either decision, just recorded: an approved call may start only once
         # it is durable. Lost in a crash, a restart would see a call still
         # waiting and take the approved ones for not started, and run them again.
@@ -337,7 +337,7 @@ class TurnMachine:
 
     def _superseded(self, event: Superseded) -> list[TurnAction]:
         reason = event.reason
-        out: list[TurnAction] = [_denial(call_id, reason) for call_id in self.waiting]
+        out: list[TurnAction] = [denial(call_id, reason) for call_id in self.waiting]
         # Approved, but waiting for the others to be decided: never ran.
         out += [_result(i, f"error: not run: {reason}") for i in self.plans if i in self.approved]
         self.waiting.clear()
@@ -513,7 +513,8 @@ def _code(stop: Stop) -> str:
     return stop.code
 
 
-def _denial(call_id: str, reason: str) -> RecordDecision:
+def denial(call_id: str, reason: str) -> RecordDecision:
+    """Call ``call_id`` denied for ``reason``, with its ``denied: ..`` result."""
     return RecordDecision(call_id, False, reason, _result(call_id, denied(reason)))
 
 
