@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from agentik._errors import AgentikError, StoreError, TurnError
+from agentik._errors import AgentikError, StoreError
 from agentik._messages import Message, Role
 from agentik.agent._compaction import summary_message
 from agentik.agent._events import TurnResult
-from agentik.agent._recovery import replay_of, turn_messages
+from agentik.agent._recovery import not_resumable, replay_of, turn_messages
 from agentik.storage import Storage, Summary, TurnRecord
 
 if TYPE_CHECKING:
@@ -228,10 +228,6 @@ class HistoryCache:
                 break
         replay = replay_of(messages) if messages else None
         if replay is None:
-            raise TurnError(
-                f"the turn with idempotency key {key!r} did not finish and later"
-                " turns followed it; it cannot be resumed",
-                code="not_resumable",
-            )
+            raise not_resumable(key)
         self.runtime.stats.turns_replayed += 1
         return replay

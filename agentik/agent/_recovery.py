@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 
+from agentik._errors import TurnError
 from agentik._messages import Message, Role, TokenUsage, ToolCall
 from agentik.agent._events import TurnResult
 from agentik.agent._turn_events import SUPERSEDED_REASON, CallPlan, Resume
@@ -119,3 +120,13 @@ def usage_of(messages: Sequence[Message]) -> TokenUsage:
         if m.usage is not None:
             usage += m.usage
     return usage
+
+
+def not_resumable(key: str) -> TurnError:
+    """A turn sent again with its idempotency ``key`` that did not finish and
+    has later turns after it: nothing resumes it (409 over HTTP)."""
+    return TurnError(
+        f"the turn with idempotency key {key!r} did not finish and later"
+        " turns followed it; it cannot be resumed",
+        code="not_resumable",
+    )

@@ -27,6 +27,7 @@ from agentik.agent._optional_work import log_failure
 from agentik.agent._recovery import (
     StoredState,
     last_turn_start,
+    not_resumable,
     open_calls,
     status_of,
     usage_of,
@@ -110,11 +111,7 @@ async def sent_again(
     if paused is not None and paused.start == start:
         return host.approvals.result_of(paused)
     if host.cache.has_later_turn(start):
-        raise TurnError(
-            f"the turn with idempotency key {key!r} did not finish and later"
-            " turns followed it; it cannot be resumed",
-            code="not_resumable",
-        )
+        raise not_resumable(key)
     # Its user message is stored: resume the turn where it stopped.
     record = await host.cache.turn_record(start)
     return await _resume(host, start, record, emit, key, output)
