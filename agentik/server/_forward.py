@@ -120,6 +120,19 @@ NATIVE_ROUTES = b"/agentik/conversations/"
 """The routes whose path names their conversation (A2A's and AG-UI's bodies do)."""
 
 
+def _named_conversation(caller: Caller, path: str) -> tuple[str, list[str]] | None:
+    """The stored id of the conversation a native route's ``path``
+    (percent-decoded) names, and the path's segments after it; None for
+    another path, or an id the handler refuses."""
+    parts = path.split("/")  # "", agentik, conversations, id, ...
+    if len(parts) < 4 or parts[1] != "agentik" or parts[2] != "conversations" or not parts[3]:
+        return None
+    try:
+        return caller.internal(parts[3]), parts[4:]
+    except ValueError:
+        return None
+
+
 def _route_key(scope: Scope) -> tuple[object, bytes, bytes] | None:
     """What names a native conversation route's request's conversation: the
     caller (ids are owner-scoped), the method and the path; None elsewhere."""
@@ -284,14 +297,10 @@ class Forwarder:
         """``_holder`` for a request of ``caller`` (``path`` percent-decoded)."""
         if self.ownership is None or method != "POST":
             return None
-        parts = path.split("/")  # "", agentik, conversations, id, turns
-        if len(parts) != 5 or parts[4] != "turns" or not parts[3]:
+        named = _named_conversation(caller, path)
+        if named is None or named[1] != ["turns"]:
             return None
-        try:
-            stored = caller.internal(parts[3])
-        except ValueError:
-            return None  # the handler refuses it
-        return self.ownership.holder_url(stored)
+        return self.ownership.holder_url(named[0])
 
     def departed(self, base_url: str) -> bool:
         """The rounds no longer count that node live: nothing goes there."""
@@ -331,14 +340,12 @@ class Forwarder:
         if self.ownership is None or not (scope.get("raw_path") or b"").startswith(NATIVE_ROUTES):
             return send
         caller = scope.get(CALLER_KEY)
-        parts = scope["path"].split("/", 4)  # "", agentik, conversations, id, ...
-        if not isinstance(caller, Caller) or len(parts) < 4 or not parts[3]:
+        if not isinstance(caller, Caller):
             return send
-        try:
-            stored = caller.internal(parts[3])
-        except ValueError:
-            return send  # the handler refuses it
-        ownership = self.ownership
+        named = _named_conversation(caller, scope["path"])
+        if named is None:
+            return send
+        stored, ownership = named[0], self.ownership
 
         async def telling(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] < 500:
