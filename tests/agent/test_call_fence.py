@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import trio
+import trio.testing
 
 from agentik import Message, ModelRequest, ModelResponse, Role, TurnError
 from agentik.agent import open_chat_agent
@@ -187,7 +188,7 @@ async def test_an_openai_compatible_call_runs_the_fence_once_it_has_a_connection
                 calls.start_soon(model.complete, request("a"))
                 await a_arrived.wait()
                 await calls.start(call_b)
-                await trio.sleep(0.1)  # b waits for the one connection
+                await trio.testing.wait_all_tasks_blocked()  # b waits for the one connection
                 assert asked == ["a"]
                 moved = True
                 release.set()
