@@ -15,7 +15,10 @@ Phases:
 
 - ``scale``: N conversations x T turns, each turn sent to a random node, for
   1, 2 and 3 nodes: turns/s, p50/p99, node CPU a turn (the nodes' user+system
-  time over the turns), and its ratio to one node's.
+  time over the turns), and its ratio to one node's. ``--per-node``: N
+  conversations per node (each node as loaded as the one node was), so the
+  ratio is what being one of several costs a node, not a lighter load's
+  smaller batches.
 - ``burst``: a burst of new conversations (one turn each, ``--burst``,
   at most ``--in-flight`` at once) on 2 nodes: new conversations a second,
   first-turn p50/p99, turns failed, leases lost (the nodes' logs).
@@ -241,14 +244,34 @@ async def _run_each(count: int, limit: int, body: Callable[[int], Awaitable[None
 
 async def scale(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     """For each route, the nodes counts in turn; each row's CPU is compared
-    with the first row of its route (one node: no route differs)."""
+    with one node's (``cpu_vs_one``, ``against_one``)."""
     rows = []
     for route in args.route:
         mine = [await _scale_once(args, folder, count, route) for count in args.nodes]
-        for row in mine:
-            row["cpu_vs_first"] = row["node_cpu_us"] / mine[0]["node_cpu_us"]
+        cpu = [row["node_cpu_us"] for row in mine]
+        for row, (ratio, against) in zip(mine, against_one(args.nodes, cpu), strict=True):
+            row["cpu_vs_one"], row["against_one"] = ratio, against
         rows += mine
     return rows
+
+
+def against_one(counts: list[int], cpu: list[float]) -> list[tuple[float, str]]:
+    """Each run's CPU a turn over one node's measured nearest it, and which
+    runs that was (1-based): the mean of the closest other one-node run
+    before it and the closest after it (either, if one is missing). So
+    ``--nodes 1 3 1 3 1`` brackets every 3-node run with one-node runs and
+    the machine's drift (here often more than the 1.2x target over a few
+    minutes) falls out; a one-node run's own ratio is that drift. With no
+    other one-node run, the first run is the base."""
+    ones = [i for i, count in enumerate(counts) if count == 1]
+    out = []
+    for i, value in enumerate(cpu):
+        before = [j for j in ones if j < i]
+        after = [j for j in ones if j > i]
+        near = before[-1:] + after[:1] or [0]
+        base = sum(cpu[j] for j in near) / len(near)
+        out.append((value / base, "+".join(str(j + 1) for j in near)))
+    return out
 
 
 def shard_owners(database: str, conversations: list[str]) -> dict[str, str]:
@@ -329,7 +352,7 @@ async def _scale_once(
         database, nodes = await _nodes(nursery, args.dsn, count, args.lease, folder)
         urls, balancer = await _front(nursery, nodes, folder, args.haproxy)
         prefix = f"s{count}{route[0]}-{os.getpid()}-"
-        n = args.conversations
+        n = args.conversations * (count if args.per_node else 1)
         warm = Driver(urls)  # each conversation's first turn: its claim
         await _run_each(n, n, lambda i: _turns(warm, prefix, i, 1))
         # Its connections closed: kept open, they would hold half of each
@@ -592,6 +615,12 @@ def main() -> None:
         help="scale: each turn to a random node (forwarded when another holds"
         " its shard), to its conversation's owner (a cluster-aware client), or"
         " to a node that is not its owner (every turn forwarded)",
+    )
+    parser.add_argument(
+        "--per-node",
+        action="store_true",
+        help="scale: --conversations per node (the same load on each node, however"
+        " many), not in all",
     )
     parser.add_argument("--profile", help="scale: py-spy each node into this folder")
     parser.add_argument("--json", help="also write the figures to this file")
