@@ -43,8 +43,12 @@ request's whole array); the tool tokens a request is billed for, the
 cached ones at ``--cache-price`` of the full price (0.1: Anthropic's cache
 reads, OpenAI's on its recent models; the premium some providers charge for
 writing the cache is left out) ("billed/req"); and how many requests' tools
-alone exceed the window of the budget strategy's model (``MAX_TOKENS``: such
-a request cannot be sent to that model at all).
+alone exceed the window of the budget strategy's model (``--max-tokens``,
+32,000 by default: such a request cannot be sent to that model at all).
+``--max-tokens`` moves the budget (a quarter of the window): a larger one
+evicts less (more of the prefix kept) and sends more tokens; no budget both
+keeps every prefix and stays under 10 % of flat's tokens on this workload
+(docs/performance.md, "Toolsets").
 ``--breaks`` lists, per strategy, each request whose tools array does not
 start with the previous one's, with what was switched off and why (the tool
 result just before it).
@@ -202,14 +206,20 @@ class Figures:
     """Mean tokens a request's tools array has past its common prefix with the
     previous request's: what a prompt cache cannot serve."""
     over_window: int
-    """Requests whose tools alone exceed ``MAX_TOKENS``."""
+    """Requests whose tools alone exceed the budget strategy's window
+    (``max_tokens``, ``MAX_TOKENS`` unless told)."""
 
     def billed(self, cache_price: float) -> float:
         """Mean tool tokens a request is billed for, a cached one at ``cache_price``."""
         return self.uncached_tokens + cache_price * (self.mean_tokens - self.uncached_tokens)
 
 
-async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Task]) -> Figures:
+async def run(
+    strategy: str,
+    catalog: list[ToolsetContribution],
+    tasks: list[Task],
+    max_tokens: int = MAX_TOKENS,
+) -> Figures:
     by_name = {t.name: t for c in catalog for t in c.tools}
     requests: list[ModelRequest] = []
     hits: list[bool] = []
@@ -225,7 +235,7 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
     if strategy == "flat":
         options = {"tools": [t for c in catalog for t in c.tools]}
     elif strategy == "budget+search":
-        options["context"] = ContextPolicy(max_tokens=MAX_TOKENS)
+        options["context"] = ContextPolicy(max_tokens=max_tokens)
     elif strategy == "vendor search":
         options["context"] = ContextPolicy(max_tokens=10**9, find_tools=True)
     async with open_chat_agent(
@@ -264,7 +274,7 @@ async def run(strategy: str, catalog: list[ToolsetContribution], tasks: list[Tas
         search_hits=sum(hits) / len(hits) if hits else None,
         breaks=breaks,
         uncached_tokens=uncached / len(sizes),
-        over_window=sum(1 for size in sizes if size > MAX_TOKENS),
+        over_window=sum(1 for size in sizes if size > max_tokens),
     )
 
 
@@ -292,6 +302,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--breaks", action="store_true", help="list the prefix breaks")
     parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_TOKENS,
+        help="the budget strategy's window (its tools budget: a quarter); the trade"
+        " between tokens and prefix kept moves with it",
+    )
+    parser.add_argument(
         "--cache-price",
         type=float,
         default=0.1,
@@ -304,7 +321,7 @@ def main() -> None:
     print(
         f"catalog: {len(catalog)} toolsets, {sum(len(c.tools) for c in catalog)} tools,"
         f" {total:,} tokens of schemas; {len(tasks)} tasks;"
-        f" budget+search: max_tokens {MAX_TOKENS:,}, tools budget {MAX_TOKENS // 4:,}"
+        f" budget+search: max_tokens {args.max_tokens:,}, tools budget {args.max_tokens // 4:,}"
     )
     print(
         f"{'strategy':<14} {'requests':>8} {'tokens/req':>10} {'total':>10} {'% flat':>7}"
@@ -313,7 +330,7 @@ def main() -> None:
     )
     flat_total = None
     for strategy in STRATEGIES:
-        f = trio.run(run, strategy, catalog, tasks)
+        f = trio.run(run, strategy, catalog, tasks, args.max_tokens)
         flat_total = flat_total or f.total_tokens
         found = "-" if f.search_hits is None else f"{f.search_hits:.0%}"
         print(

@@ -146,6 +146,7 @@ async def start_node(
     bound = trio.Event()
     assert process.stderr is not None
     nursery.start_soon(read_lines, process.stderr, lines, bound)
+    nursery.start_soon(_reap, process)
     try:
         with trio.fail_after(60):
             await bound.wait()
@@ -154,6 +155,17 @@ async def start_node(
         raise AssertionError("node did not start:\n" + "\n".join(lines)) from None
     url = next(line for line in lines if "serving url=" in line).split("url=")[1].split()[0]
     return Node(process, url, lines)
+
+
+async def _reap(process: trio.Process) -> None:
+    """Kill the node if the nursery that started it is cancelled first (a test
+    or benchmark that failed): a node left behind holds its port and its
+    database connections, and kept a benchmark's shell waiting on its pipe."""
+    try:
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
 
 
 async def stop_nodes(nodes: list[Node]) -> None:

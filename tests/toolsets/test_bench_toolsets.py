@@ -52,3 +52,19 @@ async def test_what_a_prompt_cache_bills_and_what_fits_the_window() -> None:
     assert ours.over_window == 0
     assert vendor.over_window > 0
     assert flat.over_window == flat.requests
+
+
+async def test_a_larger_budget_evicts_less_and_sends_more() -> None:
+    # The trade --max-tokens shows: no budget gives both every prefix kept
+    # and 10 % of flat's tokens on this workload, so the figure is a choice.
+    catalog = load_catalog()
+    tasks = make_tasks(catalog, 60, 1)
+    windows = (MAX_TOKENS, 2 * MAX_TOKENS, 4 * MAX_TOKENS)
+    runs = [await run("budget+search", catalog, tasks, window) for window in windows]
+    for window, figures in zip(windows, runs, strict=True):
+        assert figures.largest_toolsets <= window // 4
+        assert figures.over_window == 0
+    breaks = [len(f.breaks) for f in runs]
+    tokens = [f.total_tokens for f in runs]
+    assert breaks == sorted(breaks, reverse=True) and breaks[0] > breaks[-1]
+    assert tokens == sorted(tokens) and tokens[0] < tokens[-1]
