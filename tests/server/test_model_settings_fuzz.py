@@ -96,7 +96,7 @@ ENV_TEXT = st.one_of(
 
 
 @given(ENV_TEXT)
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_a_seconds_variable_reads_as_an_ascii_positive_decimal_or_names_itself(
     text: str,
 ) -> None:
@@ -114,7 +114,7 @@ def test_a_seconds_variable_reads_as_an_ascii_positive_decimal_or_names_itself(
 
 
 @given(ENV_TEXT)
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @example("0")
 @example("00012")
 def test_a_count_variable_reads_as_ascii_digits_or_names_itself(text: str) -> None:
@@ -163,7 +163,7 @@ def from_file(tmp: Path, section: str, key: str, literal: str) -> object:
 
 
 @given(TOML_VALUES)
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @example(True)
 @example(-0.0)
 @example(99999999999999999999)
@@ -193,7 +193,7 @@ def test_a_seconds_setting_in_the_file_is_a_positive_finite_number(
 
 
 @given(TOML_VALUES)
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @example(True)
 @example(False)
 def test_a_count_in_the_file_is_an_integer_not_a_boolean(
