@@ -10,7 +10,10 @@ raise, even for an exception whose ``str()`` does.
 
 from __future__ import annotations
 
+import math
+
 from agentik._errors import AgentikError, ModelBackendError, TurnError
+from agentik.models import DEFAULT_RETRY
 
 _GROUP_MEMBERS_SHOWN = 3
 
@@ -55,6 +58,22 @@ def model_failure(exc: AgentikError) -> TurnError:
         return TurnError(
             f"the model is unavailable: {message_of(exc)}",
             code="model_unavailable",
-            retry_after=exc.retry_after,
+            retry_after=passed_on(exc.retry_after),
         )
     return TurnError(f"the model failed: {message_of(exc)}", code="model_error")
+
+
+MAX_RETRY_AFTER = DEFAULT_RETRY.max_retry_after
+"""Seconds: the longest wait a failed turn passes on. The model ignores a longer
+``Retry-After`` (it backs off and tries again within seconds), so a client
+told ``Retry-After: 86400`` by a proxy, or a date years ahead, would wait for
+nothing; some HTTP clients (urllib3's ``Retry``) sleep for whatever they get."""
+
+
+def passed_on(seconds: float | None) -> float | None:
+    """The backend's ``retry_after`` as a turn passes it on: within
+    0..``MAX_RETRY_AFTER`` (a model of the caller's own may give any float);
+    None if it asked nothing readable."""
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

@@ -38,7 +38,7 @@ MAX_PAUSE = 120.0
 ignores longer ones too): a proxy answering ``Retry-After: 86400`` must not
 stop an agent for a day. New turns are refused meanwhile (``max_queue_wait``)."""
 
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|us|µs|ns|m|s)")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|us|µs|ns|m|s)")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 

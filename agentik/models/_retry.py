@@ -6,11 +6,18 @@ server's ``x-should-retry`` header overrides the status), at most
 ``max_retries`` times; wait what ``retry-after-ms`` or ``retry-after``
 (seconds or an HTTP date) asks when that is in (0, ``max_retry_after``],
 otherwise ``initial_delay``·2ⁿ capped at ``max_delay``, minus 0–25 % jitter.
+
+Both headers are read as RFC 9110 §10.2.3 writes them: ASCII digits (and, as
+the openai SDK and OpenAI's ``retry-after-ms`` do, a fraction), with no sign,
+exponent, ``_`` or other script's digits (``float()`` reads ``'١٢'`` as 12
+and ``'1_0'`` as 10); a repeated header (``5, 5``) is unreadable; an HTTP
+date in the past asks for no wait (0).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -89,14 +96,21 @@ def _requested_delay(headers: Mapping[str, str], now: datetime | None) -> float 
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return (when - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+_DELAY = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+"""delay-seconds (``1*DIGIT``, ASCII only), with an optional fraction."""
+_MAX_DELAY_CHARS = 32
 
 
 def _number(text: str | None) -> float | None:
+    """A non-negative finite number of ``_DELAY``'s form, around optional
+    spaces and tabs (a field value's OWS); None for anything else."""
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
+    text = text.strip(" \t")
+    if len(text) > _MAX_DELAY_CHARS or not _DELAY.fullmatch(text):
         return None
+    value = float(text)
     return value if math.isfinite(value) else None

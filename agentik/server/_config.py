@@ -195,7 +195,7 @@ def _build(
         mcp_servers=mcp_servers,
         context_tokens=context_tokens if isinstance(context_tokens, int) else None,
         gc_freeze=get("server", "gc_freeze") is True,
-        retention_days=retention if isinstance(retention, float) else None,
+        retention_days=_retention_days(retention),
         advertise_url=_advertise_url(get("server", "advertise_url")),
         lease_seconds=_lease_seconds(get("storage", "lease_seconds")),
         forward=get("cluster", "forward") is not False,
@@ -205,6 +205,23 @@ def _build(
         sse_heartbeat=_sse_heartbeat(get("server", "sse_heartbeat")),
         model_limits=_model_limits(merged),
     )
+
+
+MAX_RETENTION_DAYS = 36_500.0
+"""A century. Far longer overflowed when the retention task first ran (a
+cutoff before the year 1: ``OverflowError``, the server stopped); to keep
+conversations for ever, leave ``retention_days`` unset."""
+
+
+def _retention_days(value: Raw | None) -> float | None:
+    if not isinstance(value, float):
+        return None
+    if value > MAX_RETENTION_DAYS:
+        raise ConfigError(
+            f"[storage] retention_days must be at most {MAX_RETENTION_DAYS:g} (a century;"
+            f" unset keeps conversations for ever), got {value!r}"
+        )
+    return value
 
 
 def _advertise_url(value: Raw | None) -> str | None:

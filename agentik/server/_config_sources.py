@@ -11,6 +11,7 @@ come from and what shape each has, not what they mean together.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tomllib
 from collections.abc import Mapping
@@ -198,8 +199,11 @@ def check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
             raise ConfigError(f"{where} must be {expected}, got {_shown(value)}")
         return value
     if setting.kind in ("float", "interval"):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_INT:
-            value = float(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            # any size, as the environment's '99999999999999999999' is read;
+            # past 1.8e308 it stays an int, refused below
+            with contextlib.suppress(OverflowError):
+                value = float(value)
         if isinstance(value, float) and 0 < value < math.inf:  # also false for nan
             return value
         if setting.kind == "float":
