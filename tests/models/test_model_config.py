@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,8 +167,9 @@ def test_any_typed_value_is_taken_or_refused_by_name(key: str, value: object) ->
     if key == "max_retries":
         taken = isinstance(value, int) and number and 0 <= value <= 2**63 - 1
     else:
-        # an integer is read as seconds up to 2**63 - 1 (beyond, a float is clearer)
-        bound = 2**63 - 1 if isinstance(value, int) else math.inf
+        # an integer of any size is read as seconds, as the environment's
+        # digits are, while it is a finite float (up to about 1.8e308)
+        bound = sys.float_info.max if isinstance(value, int) else math.inf
         taken = number and 0 < value < math.inf and value <= bound  # type: ignore[operator]
     if not taken:
         with pytest.raises(ConfigError, match=rf"^command line: \[model\] {key} must be "):
