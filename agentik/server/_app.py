@@ -2,7 +2,8 @@
 
 The guard (plain ASGI, so streaming responses pass through untouched) checks
 the bearer token on every path but ``/health``, refuses (400) a path or query
-that is not UTF-8 once percent-decoded, puts the request's ``Caller``
+that is not UTF-8 once percent-decoded or a conversation id in the path
+holding an encoded ``/`` (``_forward.slashed_id``), puts the request's ``Caller``
 (its owner, ``_owners``) in the scope for the handlers, makes an incoming
 ``traceparent`` the current trace context when the agent traces
 (``_tracecontext``), counts responses by status
@@ -40,7 +41,14 @@ from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
 from agentik.server._context import ServerContext
 from agentik.server._early import EarlyForward
-from agentik.server._forward import NOT_HERE, Forwarder, came_forwarded, order_forward, order_wait
+from agentik.server._forward import (
+    NOT_HERE,
+    Forwarder,
+    came_forwarded,
+    order_forward,
+    order_wait,
+    slashed_id,
+)
 from agentik.server._health import StorageProbe
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
@@ -110,6 +118,12 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
+SLASHED_ID = (
+    "a conversation id in the path cannot hold '/' (sent as %2F): the routes read it"
+    " as a path separator"
+)
+
+
 class Guard:
     """Auth, counting and the access log around the whole app.
 
@@ -170,6 +184,8 @@ class Guard:
         try:
             caller = self._caller(scope)
             problem = undecodable_url(scope)
+            if problem is None and slashed_id(scope.get("raw_path") or b""):
+                problem = SLASHED_ID
             if caller is not None and problem is None:
                 scope[CALLER_KEY] = caller
                 await self.app(scope, receive_tracked, send_counted)
