@@ -5,7 +5,9 @@ servers, as raw request bytes (an HTTP client would normalise them):
   conversation HAProxy hashes (the id percent-decoded once), or refused with
   a clear 4xx that changes nothing; never a 5xx, never a dropped connection.
   An id with an encoded ``/`` is refused (the router would serve its first
-  part);
+  part); a trailing ``/`` is redirected to the path as sent, less the ``/``
+  (Starlette's own redirect decoded the id once: ``a%2541`` went to ``a%41``,
+  which is ``aA``, another conversation);
 - the real HAProxy computes the shard as ``odd_ids.haproxy_shard`` does;
 - two ``agentik serve`` nodes on PostgreSQL: a request sent to the node that
   does not hold the conversation's shard reaches the holder with its path as
@@ -121,6 +123,32 @@ async def _check(test: Callable[..., None], examples: int) -> None:
 
 def _turn_body(text: str) -> bytes:
     return json.dumps({"text": text}).encode()
+
+
+async def test_a_trailing_slash_is_redirected_to_the_path_as_sent(server: Running) -> None:
+    """A path with a trailing ``/`` that a route takes without it is
+    redirected (307) to the client's own bytes less the ``/``: the same
+    conversation, whatever its id's escapes."""
+
+    @given(segments, st.sampled_from(["/messages/", "/turns/", "/messages//"]))
+    @example("a%2541", "/messages/")  # "a%41", not "aA"
+    @example("%2F%2Fevil.example", "/messages/")
+    def check(segment: str, suffix: str) -> None:
+        raw = NATIVE + segment.encode() + suffix.encode()
+        method = "POST" if "turns" in suffix else "GET"
+        reply = trio.from_thread.run(exchange, server.url, method, raw)
+        assert reply.status < 500, (raw, reply)
+        if reply.status == 307:
+            location = urlsplit(reply.headers[b"location"].decode("ascii"))
+            assert not location.netloc or location.netloc == "node", (raw, location)
+            assert location.path.encode() == raw.rstrip(b"/"), (raw, location)
+            assert not location.query
+
+    await _check(check, 60)
+    reply = await exchange(server.url, "POST", b"/a2a/?x=%2F", b"{}")  # any route, its query kept
+    assert (reply.status, reply.headers[b"location"]) == (307, b"/a2a?x=%2F"), reply
+    reply = await exchange(server.url, "GET", b"/nothing/")
+    assert reply.status == 404, reply
 
 
 async def test_an_id_with_an_encoded_slash_is_refused_and_changes_nothing(
