@@ -12,7 +12,9 @@ servers, as raw request bytes (an HTTP client would normalise them):
 - two ``agentik serve`` nodes on PostgreSQL: a request sent to the node that
   does not hold the conversation's shard reaches the holder with its path as
   sent (the same conversation) and comes back with the holder's answer as
-  the holder gives it.
+  the holder gives it; behind the shipped HAProxy configuration, an odd id's
+  turns after its first take no hop, and an id HAProxy cannot decode
+  (``50%off``) is still answered right.
 
 Hypothesis drives the examples from a worker thread (``_check``), each one
 a trio call back into the test's run, so the servers start once a test.
@@ -448,3 +450,72 @@ def _where_ran(nodes: list[Node], ran: list[tuple[str, str]]) -> list[str | None
         logged = [n.url for n in nodes if any(line in entry for entry in n.log)]
         where.append(logged[0] if len(logged) == 1 else None)
     return where
+
+
+THROUGH_HAPROXY = ["a%2541", "%C3%A9", "e%CC%81", "%EF%BC%91", "turns", "a+b", "%2B", "A", "a"]
+"""Ids HAProxy hashes as the node does (two differ only by case, two by NFC/NFD)."""
+UNHASHED = ["50%off", "%G1"]
+"""Ids the node takes as sent, whose '%' HAProxy's url_dec refuses: no shard there."""
+
+
+async def test_through_haproxy_odd_ids_reach_their_holder_after_one_hop(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """The shipped HAProxy configuration (round robin instead of the hash, so
+    that first turns land on the wrong node) in front of two nodes: every turn
+    of an odd id is answered right; HAProxy learns the holder from the first
+    answer, so the turns after it take no hop; an id HAProxy cannot decode
+    gets no shard there, and its turns are still answered right (a hop at
+    worst)."""
+    from tests.cluster import start_haproxy
+
+    if HAPROXY is None:
+        missing_kit("haproxy", "haproxy is not installed (apt-get install haproxy; .ci/run does)")
+    database = await trio.to_thread.run_sync(fresh_database, postgres_dsn)
+    model = RecordingModel(delay=0)
+    async with trio.open_nursery() as nursery:
+        model_url = await model.start(nursery)
+        nodes = [
+            await start_node(nursery, database, model_url, lease=2.0, cwd=tmp_path)
+            for _ in range(2)
+        ]
+        balancer = None
+        try:
+            await shards_spread(database, 2)
+            balancer, url = await start_haproxy(
+                nursery, [n.url for n in nodes], tmp_path, balance="roundrobin"
+            )
+            for segment in THROUGH_HAPROXY + UNHASHED:
+                raw = NATIVE + segment.encode()
+                texts = [f"h{n} {segment}" for n in range(3)]
+                for text in texts:
+                    reply = await exchange(url, "POST", raw + b"/turns", _turn_body(text))
+                    assert reply.status == 200, (raw, reply)
+                    assert reply.json()["text"] == f"answer to {text}", raw
+                    assert b"agentik-holder" not in reply.headers  # HAProxy's, taken off
+                read = await exchange(url, "GET", raw + b"/messages")
+                stored = [m["content"] for m in read.json()["messages"] if m["role"] == "user"]
+                assert stored == texts, (raw, stored)
+            ids = [url_text(NATIVE + s.encode()).split("/")[3] for s in THROUGH_HAPROXY]
+            with trio.fail_after(5):  # the nodes' logs catch up: each turn ran once
+                while any(_turn_lines(nodes, i)[1] != 3 for i in ids):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            await trio.sleep(0.2)  # a forwarding node logs its request as the answer ends
+            hops = {i: _turn_lines(nodes, i)[0] - 3 for i in ids}
+            assert all(0 <= n <= 1 for n in hops.values()), hops
+            assert any(hops.values()), "round robin sent every first turn right: proved nothing"
+        finally:
+            if balancer is not None:
+                balancer.kill()
+                await balancer.wait()
+            await stop_nodes(nodes)
+        nursery.cancel_scope.cancel()
+
+
+def _turn_lines(nodes: list[Node], conversation: str) -> tuple[int, int]:
+    """The turn requests for ``conversation`` the nodes logged (a forwarded
+    one on both), and the turns of it they ran."""
+    request = f" request method=POST path=/agentik/conversations/{conversation}/turns "
+    ran = f" conversation={conversation} outcome=finished "
+    lines = [line for node in nodes for line in node.log]
+    return sum(request in line for line in lines), sum(ran in line for line in lines)
