@@ -2,7 +2,8 @@
 
 The guard (plain ASGI, so streaming responses pass through untouched) checks
 the bearer token on every path but ``/health``, refuses (400) a path or query
-that is not UTF-8 once percent-decoded, puts the request's ``Caller``
+that is not UTF-8 once percent-decoded or a conversation id in the path
+holding an encoded ``/`` (``_forward.slashed_id``), puts the request's ``Caller``
 (its owner, ``_owners``) in the scope for the handlers, makes an incoming
 ``traceparent`` the current trace context when the agent traces
 (``_tracecontext``), counts responses by status
@@ -28,19 +29,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentik._json import JsonObject, JsonValue
 from agentik._version import __version__
 from agentik.server._context import ServerContext
 from agentik.server._early import EarlyForward
-from agentik.server._forward import NOT_HERE, Forwarder, came_forwarded, order_forward, order_wait
+from agentik.server._forward import (
+    NOT_HERE,
+    Forwarder,
+    came_forwarded,
+    order_forward,
+    order_wait,
+    slashed_id,
+)
 from agentik.server._health import StorageProbe
 from agentik.server._metrics import CONTENT_TYPE, limits_health, render_metrics
 from agentik.server._owners import CALLER_KEY, DEFAULT_CALLER, Authenticator, Caller
@@ -56,6 +64,7 @@ from agentik.server.http import (
     error_body,
     json_response,
     undecodable_url,
+    url_text,
 )
 from agentik.server.native import routes as native_routes
 from agentik.storage import LeaseState, StoreError
@@ -108,6 +117,12 @@ def _has_body(scope: Scope) -> bool:
         if name == b"transfer-encoding":
             return True
     return False
+
+
+SLASHED_ID = (
+    "a conversation id in the path cannot hold '/' (sent as %2F): the routes read it"
+    " as a path separator"
+)
 
 
 class Guard:
@@ -170,6 +185,8 @@ class Guard:
         try:
             caller = self._caller(scope)
             problem = undecodable_url(scope)
+            if problem is None and slashed_id(scope.get("raw_path") or b""):
+                problem = SLASHED_ID
             if caller is not None and problem is None:
                 scope[CALLER_KEY] = caller
                 await self.app(scope, receive_tracked, send_counted)
@@ -328,10 +345,30 @@ def build_app(ctx: ServerContext) -> ASGIApp:
     return mount(ctx)
 
 
+def slash_redirect(scope: Scope, routes: Sequence[BaseRoute]) -> str | None:
+    """For a path no route takes that ends in ``/``: the path as the client
+    sent it (its raw bytes, its query), less the trailing ``/``, when a route
+    takes that; else None. Starlette's own redirect wrote the decoded path
+    back, decoding the id once more: ``a%2541/`` (the id ``a%41``) went to
+    ``a%41``, the id ``aA``, another conversation."""
+    raw: bytes = scope.get("raw_path") or b""
+    stripped = raw.rstrip(b"/")
+    if not stripped or stripped == raw:
+        return None
+    trimmed = {**scope, "path": url_text(stripped)}  # the guard let only UTF-8 through
+    if all(route.matches(trimmed)[0] is Match.NONE for route in routes):
+        return None
+    query: bytes = scope.get("query_string", b"")
+    return (stripped + b"?" + query if query else stripped).decode("ascii")
+
+
 def mount(ctx: ServerContext) -> Guard:
     """``build_app``, with the app's ``drain`` for the server's shutdown."""
 
-    async def not_found(_: Request, __: Exception) -> Response:
+    async def not_found(request: Request, __: Exception) -> Response:
+        moved = slash_redirect(request.scope, routes.router.routes)
+        if moved is not None:
+            return Response(status_code=307, headers={"location": moved})
         return json_response(error_body("not_found", "no such endpoint"), 404)
 
     async def not_allowed(request: Request, __: Exception) -> Response:
@@ -354,6 +391,7 @@ def mount(ctx: ServerContext) -> Guard:
             405: not_allowed,
         },
     )
+    routes.router.redirect_slashes = False  # it decodes the id once: ``slash_redirect``
     ownership = None if ctx.peers is None else ctx.agent.storage.ownership
     if ctx.peers is None or not ctx.config.forward or ownership is None:
         return Guard(routes, ctx, drain=a2a_endpoint.stop_idle_watchers)

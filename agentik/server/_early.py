@@ -118,7 +118,7 @@ class EarlyForward:
             return None  # the guard's 400 (``http.undecodable_url``)
         forwarder = self._forwarder
         key = (caller, method.encode(), raw)
-        owner = forwarder.owners.get(key) or forwarder.holder_of(caller, method, path)
+        owner = forwarder.owners.get(key) or forwarder.holder_of(caller, method, path, raw)
         if owner is None or forwarder.departed(owner):
             return None
         return owner, key, path

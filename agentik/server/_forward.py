@@ -120,10 +120,24 @@ NATIVE_ROUTES = b"/agentik/conversations/"
 """The routes whose path names their conversation (A2A's and AG-UI's bodies do)."""
 
 
-def _named_conversation(caller: Caller, path: str) -> tuple[str, list[str]] | None:
+def slashed_id(raw_path: bytes) -> bool:
+    """Whether a native route's raw path sends its conversation id with an
+    encoded ``/`` (``%2F``). The router reads the decoded path, so it would
+    take the id's first part for the id (``x%2Fturns`` would run a turn of
+    ``x``), while HAProxy hashes the whole id, another shard's: the guard
+    refuses such a path (400), and it names no conversation here."""
+    if not raw_path.startswith(NATIVE_ROUTES):
+        return False
+    return b"%2f" in raw_path[len(NATIVE_ROUTES) :].partition(b"/")[0].lower()
+
+
+def _named_conversation(caller: Caller, path: str, raw_path: bytes) -> tuple[str, list[str]] | None:
     """The stored id of the conversation a native route's ``path``
-    (percent-decoded) names, and the path's segments after it; None for
-    another path, or an id the handler refuses."""
+    (percent-decoded from ``raw_path``) names, and the path's segments after
+    it; None for another path, an id the handler refuses, or one sent with an
+    encoded ``/`` (``slashed_id``)."""
+    if slashed_id(raw_path):
+        return None
     parts = path.split("/")  # "", agentik, conversations, id, ...
     if len(parts) < 4 or parts[1] != "agentik" or parts[2] != "conversations" or not parts[3]:
         return None
@@ -291,13 +305,13 @@ class Forwarder:
         caller = scope.get(CALLER_KEY)
         if not isinstance(caller, Caller):
             return None
-        return self.holder_of(caller, scope["method"], scope["path"])
+        return self.holder_of(caller, scope["method"], scope["path"], scope.get("raw_path") or b"")
 
-    def holder_of(self, caller: Caller, method: str, path: str) -> str | None:
-        """``_holder`` for a request of ``caller`` (``path`` percent-decoded)."""
+    def holder_of(self, caller: Caller, method: str, path: str, raw_path: bytes) -> str | None:
+        """``_holder`` for a request of ``caller`` (``path``: ``raw_path`` percent-decoded)."""
         if self.ownership is None or method != "POST":
             return None
-        named = _named_conversation(caller, path)
+        named = _named_conversation(caller, path, raw_path)
         if named is None or named[1] != ["turns"]:
             return None
         return self.ownership.holder_url(named[0])
@@ -337,12 +351,13 @@ class Forwarder:
         """``send``, adding ``HOLDER`` to the answer's head when the request's
         path names a conversation whose shard this node holds as it answers
         (not a 5xx: a node that lost its lease says nothing)."""
-        if self.ownership is None or not (scope.get("raw_path") or b"").startswith(NATIVE_ROUTES):
+        raw_path = scope.get("raw_path") or b""
+        if self.ownership is None or not raw_path.startswith(NATIVE_ROUTES):
             return send
         caller = scope.get(CALLER_KEY)
         if not isinstance(caller, Caller):
             return send
-        named = _named_conversation(caller, scope["path"])
+        named = _named_conversation(caller, scope["path"], raw_path)
         if named is None:
             return send
         stored, ownership = named[0], self.ownership
