@@ -107,7 +107,7 @@ _MAX_INT = 2**63 - 1
 """Largest integer setting: what SQLite and every consumer downstream can hold."""
 
 
-def _shown(value: object) -> str:
+def shown_value(value: object) -> str:
     """A setting's value for an error message, long text (or a 4,000-digit
     integer from TOML) cut short."""
     if isinstance(value, str):
@@ -181,6 +181,39 @@ def read_a2a_agents(path: Path, env: Mapping[str, str] | None = None) -> tuple[A
         raise ConfigError(f"{path}: {error}") from error
 
 
+EXPECTED = {"int": "a positive integer", "count": "an integer >= 0", "float": "a positive number"}
+"""What a numeric kind takes, as errors say it."""
+
+
+def as_count(value: object, *, low: int) -> int | None:
+    """``value`` as an ``int`` (``low`` 1) or ``count`` (``low`` 0) setting holds
+    it, or None if it is not one: an integer, not a bool, ``low`` to 2**63 - 1.
+    The one rule, for the sources here and for the value objects built
+    directly (``_settings``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INT:
+        return None
+    return value
+
+
+def as_positive(value: object) -> float | None:
+    """``value`` as a ``float`` setting holds it (a float), or None if it is not
+    a finite number > 0. The one rule, as ``as_count``'s."""
+    value = _float(value)
+    if isinstance(value, float) and 0 < value < math.inf:  # also false for nan
+        return value
+    return None
+
+
+def _float(value: object) -> object:
+    """An integer as a float, as errors show it too (``got 0.0``); any other value as is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        # any size, as the environment's '99999999999999999999' is read;
+        # past 1.8e308 it stays an int, refused
+        with contextlib.suppress(OverflowError):
+            return float(value)
+    return value
+
+
 def check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
     where = f"{origin}: {setting.name}"
     if setting.kind in ("str", "bind"):
@@ -193,25 +226,21 @@ def check_kind(setting: Setting, value: object, *, origin: str) -> Raw:
             raise ConfigError(f"{where} must be true or false, got {value!r}")
         return value
     if setting.kind in ("int", "count"):
-        low = 0 if setting.kind == "count" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INT:
-            expected = "an integer >= 0" if low == 0 else "a positive integer"
-            raise ConfigError(f"{where} must be {expected}, got {_shown(value)}")
-        return value
+        count = as_count(value, low=0 if setting.kind == "count" else 1)
+        if count is None:
+            raise ConfigError(f"{where} must be {EXPECTED[setting.kind]}, got {shown_value(value)}")
+        return count
     if setting.kind in ("float", "interval"):
-        if isinstance(value, int) and not isinstance(value, bool):
-            # any size, as the environment's '99999999999999999999' is read;
-            # past 1.8e308 it stays an int, refused below
-            with contextlib.suppress(OverflowError):
-                value = float(value)
-        if isinstance(value, float) and 0 < value < math.inf:  # also false for nan
-            return value
+        number = as_positive(value)
+        if number is not None:
+            return number
+        value = _float(value)
         if setting.kind == "float":
-            raise ConfigError(f"{where} must be a positive number, got {_shown(value)}")
+            raise ConfigError(f"{where} must be {EXPECTED['float']}, got {shown_value(value)}")
         if value == "off" or (isinstance(value, float) and value == 0):
             return 0.0
         raise ConfigError(
-            f"{where} must be a number of seconds >= 0, or 'off', got {_shown(value)}"
+            f"{where} must be a number of seconds >= 0, or 'off', got {shown_value(value)}"
         )
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of strings, got {value!r}")

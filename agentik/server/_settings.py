@@ -10,13 +10,14 @@ key, the bearer tokens) are kept out of ``repr``.
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
 from agentik._errors import ConfigError
 from agentik.models import ModelLimits
 from agentik.server._clients import Client, ClientConfigError, check_distinct
+from agentik.server._config_sources import EXPECTED, as_count, as_positive, shown_value
 from agentik.storage import DEFAULT_SHARDS
 
 if TYPE_CHECKING:
@@ -44,6 +45,45 @@ DEFAULT_SSE_HEARTBEAT = 15.0
 under the 30-60 s after which proxies and load balancers drop an idle connection."""
 
 
+def _refuse(instance: object, attribute: attrs.Attribute[Any], value: object, kind: str) -> None:
+    raise ConfigError(
+        f"{type(instance).__name__}.{attribute.name} must be {EXPECTED[kind]},"
+        f" got {shown_value(value)}"
+    )
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The rule of an ``int`` setting in ``agentik.toml`` (``as_count``)."""
+    if as_count(value, low=1) is None:
+        _refuse(instance, attribute, value, "int")
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The rule of a ``count`` setting: 0 too."""
+    if as_count(value, low=0) is None:
+        _refuse(instance, attribute, value, "count")
+
+
+def _positive_number(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The rule of a ``float`` setting (``as_positive``): finite, > 0."""
+    if as_positive(value) is None:
+        _refuse(instance, attribute, value, "float")
+
+
+def _peer_reserve(max_connections: object) -> int:
+    """``Limits.peer_connections``' default; 16 when ``max_connections`` is
+    wrong, which its validator then refuses."""
+    connections = as_count(max_connections, low=1)
+    return 16 if connections is None else max(16, connections // 4)
+
+
+def _to_float(value: float) -> float:
+    """Whole seconds stored as a float, as ``agentik.toml``'s ``30`` is; a value
+    that is no number passes on to the validator, which refuses it."""
+    number = as_positive(value)
+    return value if number is None else number
+
+
 @attrs.frozen(kw_only=True)
 class ModelSettings:
     """An OpenAI-compatible backend. Absent means the scripted demo model."""
@@ -51,17 +91,27 @@ class ModelSettings:
     base_url: str
     model: str
     api_key: str | None = attrs.field(default=None, repr=False)
-    max_connections: int | None = None
+    max_connections: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_positive_int)
+    )
     """Model calls on the wire at once (``OpenAICompatibleModel(max_connections=)``);
     more wait in agentik's queue. None: the model's default."""
-    timeout: float | None = None
+    timeout: float | None = attrs.field(
+        default=None,
+        converter=attrs.converters.optional(_to_float),
+        validator=attrs.validators.optional(_positive_number),
+    )
     """Seconds one model call may take in total, retries and waits included
     (``OpenAICompatibleModel(timeout=)``). None: the model's default, 600 s."""
-    connect_timeout: float | None = None
+    connect_timeout: float | None = attrs.field(
+        default=None,
+        converter=attrs.converters.optional(_to_float),
+        validator=attrs.validators.optional(_positive_number),
+    )
     """Seconds to open one connection to the backend
     (``OpenAICompatibleModel(connect_timeout=)``); a connection not open by
     then is a failed attempt, retried. None: only ``timeout`` bounds it."""
-    max_retries: int | None = None
+    max_retries: int | None = attrs.field(default=None, validator=attrs.validators.optional(_count))
     """Retries after a failed attempt (``RetryPolicy(max_retries=)``); 0: none.
     None: the model's default, 2."""
     structured_output: Literal["response_format", "tool"] | None = None
@@ -79,54 +129,63 @@ class ModelSettings:
 class Limits:
     """Bounds that keep one server's memory and latency in check."""
 
-    max_body_bytes: int = 1_048_576
+    max_body_bytes: int = attrs.field(default=1_048_576, validator=_positive_int)
     """Larger request bodies get 413 before they are parsed."""
-    max_part_bytes: int = 524_288
+    max_part_bytes: int = attrs.field(default=524_288, validator=_positive_int)
     """Bytes of one content part of a turn (an image's or a file's data, a
     text part's UTF-8); a request with a larger one gets 413
     (``part_too_large``) and nothing is stored. Inline data travels as base64
     (a third larger): raise ``max_body_bytes`` with it."""
-    max_queued_turns: int = 8
+    max_queued_turns: int = attrs.field(default=8, validator=_positive_int)
     """Turns waiting per conversation; past it, 429 with Retry-After."""
-    max_conversations: int = 100_000
+    max_conversations: int = attrs.field(default=100_000, validator=_positive_int)
     """Live conversations (about 12 KiB each); a turn for a new one past it gets 429."""
-    max_tool_rounds: int = 25
-    tool_timeout: float = 60.0
-    graceful_timeout: float = 30.0
+    max_tool_rounds: int = attrs.field(default=25, validator=_positive_int)
+    tool_timeout: float = attrs.field(default=60.0, converter=_to_float, validator=_positive_number)
+    graceful_timeout: float = attrs.field(
+        default=30.0, converter=_to_float, validator=_positive_number
+    )
     """Seconds in-flight requests get to finish after SIGINT/SIGTERM."""
-    header_timeout: float = 10.0
+    header_timeout: float = attrs.field(
+        default=10.0, converter=_to_float, validator=_positive_number
+    )
     """Seconds a client may take to send a request head (from its first byte); then 408."""
-    body_timeout: float = 20.0
+    body_timeout: float = attrs.field(default=20.0, converter=_to_float, validator=_positive_number)
     """Seconds a client may take to send a request body (from the end of the
     head), plus one second per ``body_min_rate`` bytes received; then 408."""
-    body_min_rate: float = 500.0
+    body_min_rate: float = attrs.field(
+        default=500.0, converter=_to_float, validator=_positive_number
+    )
     """Bytes per second: the rate that earns a large body more time."""
-    max_connections: int = 1000
+    max_connections: int = attrs.field(default=1000, validator=_positive_int)
     """Open HTTP connections; past it new ones wait in the listen backlog."""
     peer_connections: int = attrs.field(
-        default=attrs.Factory(lambda self: max(16, self.max_connections // 4), takes_self=True)
+        default=attrs.Factory(lambda self: _peer_reserve(self.max_connections), takes_self=True),
+        validator=_count,
     )
     """A node that forwards (several nodes, ``[cluster] forward``): connections
     accepted past ``max_connections`` for requests other nodes forward to it;
     any other request on one gets 503 with Retry-After. Without it two nodes
     at their bound wait on each other for ever (docs/scale-out.md). Default:
     a quarter of ``max_connections``, at least 16; 0: no reserve."""
-    keepalive_timeout: float = 5.0
+    keepalive_timeout: float = attrs.field(
+        default=5.0, converter=_to_float, validator=_positive_number
+    )
     """Seconds an idle keep-alive connection stays open between requests. Raise
     it above a load balancer's or client pool's own idle timeout, so the client
     side closes first and never sends on a connection the server is closing."""
-    max_skill_name: int = 64
+    max_skill_name: int = attrs.field(default=64, validator=_positive_int)
     """Characters of a skill's name (``ContentLimits``, as every one below)."""
-    max_skill_description: int = 500
+    max_skill_description: int = attrs.field(default=500, validator=_positive_int)
     """Characters of a skill's description; longer is 413 (the model: an error result)."""
-    max_skill_body: int = 32_000
+    max_skill_body: int = attrs.field(default=32_000, validator=_positive_int)
     """Characters of a skill's body."""
-    max_note: int = 4_000
+    max_note: int = attrs.field(default=4_000, validator=_positive_int)
     """Characters of a working-memory note."""
-    skills_prompt_tokens: int = 2_000
+    skills_prompt_tokens: int = attrs.field(default=2_000, validator=_positive_int)
     """Tokens an owner's skills catalog may take in a system message (at most a
     tenth of ``[model] context_tokens`` too)."""
-    notes_prompt_tokens: int = 4_000
+    notes_prompt_tokens: int = attrs.field(default=4_000, validator=_positive_int)
     """Tokens a conversation's notes may take in a system message (at most 15 %
     of ``[model] context_tokens`` too)."""
 
