@@ -11,8 +11,6 @@ Storage is in memory: the clock would jump while SQLite's writer thread works.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,8 +24,7 @@ from agentik.server import ModelSettings, ServerConfig, serve_agentik
 from agentik.storage import in_memory_storage
 from tests.models.blackhole import blackholed_port
 from tests.models.chat_server import ChatServer, Hang, Json
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.serve_refusal import refused_serve
 
 
 @pytest.fixture
@@ -136,22 +133,5 @@ async def test_serve_refuses_a_bad_value_in_one_line(
     tmp_path: Path, variable: str, value: str, line: str
 ) -> None:
     """``agentik serve`` (a real process) exits 2 with one line naming the setting."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
-    env |= {
-        "PYTHONPATH": str(ROOT),
-        "AGENTIK_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
-        "AGENTIK_MODEL": "m",
-        variable: value,
-    }
-    with trio.fail_after(60):
-        done = await trio.run_process(
-            [sys.executable, "-m", "agentik.cli", "serve"],
-            stdin=b"",
-            capture_stdout=True,
-            capture_stderr=True,
-            cwd=tmp_path,
-            env=env,
-            check=False,
-        )
-    assert done.returncode == 2
-    assert done.stderr.decode().splitlines() == [f"agentik serve: {variable}: {line}"]
+    env = {"AGENTIK_MODEL_BASE_URL": "http://127.0.0.1:9/v1", "AGENTIK_MODEL": "m", variable: value}
+    assert await refused_serve(tmp_path, env) == [f"agentik serve: {variable}: {line}"]

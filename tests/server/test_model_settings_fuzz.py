@@ -12,9 +12,7 @@ serve`` refuses a bad file in one line and starts nothing.
 from __future__ import annotations
 
 import math
-import os
 import re
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,8 +29,8 @@ from agentik.server._config import MAX_RETENTION_DAYS
 from agentik.server._config_sources import BY_NAME
 from agentik.server._retention import utc_now
 from agentik.server._serve import open_configured_model
+from tests.serve_refusal import refused_serve
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = {"AGENTIK_MODEL_BASE_URL": "http://127.0.0.1:9/v1", "AGENTIK_MODEL": "m"}
 
 SECONDS = [
@@ -321,22 +319,9 @@ async def test_serve_refuses_a_bad_file_in_one_line(tmp_path: Path, toml: str, l
     (tmp_path / "agentik.toml").write_text(
         f'[model]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n{toml}\n', encoding="utf-8"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIK_")}
-    env |= {"PYTHONPATH": str(ROOT), "AGENTIK_BIND": "127.0.0.1:0"}
-    with trio.fail_after(60):
-        done = await trio.run_process(
-            [sys.executable, "-m", "agentik.cli", "serve"],
-            stdin=b"",
-            capture_stdout=True,
-            capture_stderr=True,
-            cwd=tmp_path,
-            env=env,
-            check=False,
-        )
-    assert done.returncode == 2
+    lines = await refused_serve(tmp_path, {"AGENTIK_BIND": "127.0.0.1:0"})
     path = tmp_path / "agentik.toml"
-    assert done.stderr.decode().splitlines() in (
+    assert lines in (
         [f"agentik serve: agentik.toml: {line}"],
         [f"agentik serve: {path}: {line}"],
     )
-    assert done.stdout == b""
