@@ -54,6 +54,7 @@ from agentik.server._forward import (
     NOT_HERE,
     NOT_SENT_ON,
     Forwarder,
+    slashed_id,
 )
 from agentik.server._owners import Authenticator, Caller
 from agentik.server._peers import BrokenOff, Unreachable
@@ -116,9 +117,11 @@ class EarlyForward:
                 url_text(query)  # the guard's check, before the app would refuse it
         except UnicodeDecodeError:
             return None  # the guard's 400 (``http.undecodable_url``)
+        if slashed_id(raw):
+            return None  # the guard's 400: the router would serve another id
         forwarder = self._forwarder
         key = (caller, method.encode(), raw)
-        owner = forwarder.owners.get(key) or forwarder.holder_of(caller, method, path, raw)
+        owner = forwarder.owners.get(key) or forwarder.holder_of(caller, method, path)
         if owner is None or forwarder.departed(owner):
             return None
         return owner, key, path

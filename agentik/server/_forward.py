@@ -131,13 +131,12 @@ def slashed_id(raw_path: bytes) -> bool:
     return b"%2f" in raw_path[len(NATIVE_ROUTES) :].partition(b"/")[0].lower()
 
 
-def _named_conversation(caller: Caller, path: str, raw_path: bytes) -> tuple[str, list[str]] | None:
+def _named_conversation(caller: Caller, path: str) -> tuple[str, list[str]] | None:
     """The stored id of the conversation a native route's ``path``
-    (percent-decoded from ``raw_path``) names, and the path's segments after
-    it; None for another path, an id the handler refuses, or one sent with an
-    encoded ``/`` (``slashed_id``)."""
-    if slashed_id(raw_path):
-        return None
+    (percent-decoded) names, and the path's segments after it; None for
+    another path or an id the handler refuses. (An id sent with an encoded
+    ``/`` never gets here: the guard, and before it the early forward, refuse
+    it: ``slashed_id``.)"""
     parts = path.split("/")  # "", agentik, conversations, id, ...
     if len(parts) < 4 or parts[1] != "agentik" or parts[2] != "conversations" or not parts[3]:
         return None
@@ -305,13 +304,13 @@ class Forwarder:
         caller = scope.get(CALLER_KEY)
         if not isinstance(caller, Caller):
             return None
-        return self.holder_of(caller, scope["method"], scope["path"], scope.get("raw_path") or b"")
+        return self.holder_of(caller, scope["method"], scope["path"])
 
-    def holder_of(self, caller: Caller, method: str, path: str, raw_path: bytes) -> str | None:
-        """``_holder`` for a request of ``caller`` (``path``: ``raw_path`` percent-decoded)."""
+    def holder_of(self, caller: Caller, method: str, path: str) -> str | None:
+        """``_holder`` for a request of ``caller`` (``path`` percent-decoded)."""
         if self.ownership is None or method != "POST":
             return None
-        named = _named_conversation(caller, path, raw_path)
+        named = _named_conversation(caller, path)
         if named is None or named[1] != ["turns"]:
             return None
         return self.ownership.holder_url(named[0])
@@ -357,7 +356,7 @@ class Forwarder:
         caller = scope.get(CALLER_KEY)
         if not isinstance(caller, Caller):
             return send
-        named = _named_conversation(caller, scope["path"], raw_path)
+        named = _named_conversation(caller, scope["path"])
         if named is None:
             return send
         stored, ownership = named[0], self.ownership
